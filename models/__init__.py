@@ -1,0 +1,43 @@
+"""Model families: config dataclass + nn.Module + exact closed-form param_count() + data."""
+
+from __future__ import annotations
+
+from models._family import (
+    ArchhpoError,
+    ConfigError,
+    DataError,
+    Family,
+    FlagSpec,
+    TensorDataset,
+    check_arch,
+)
+
+__all__ = [
+    "ArchhpoError",
+    "ConfigError",
+    "DataError",
+    "Family",
+    "FlagSpec",
+    "TensorDataset",
+    "check_arch",
+    "family_names",
+    "get_family",
+]
+
+# Imported lazily so that `archhpo grid` does not pay for every family's imports.
+_FAMILY_MODULES = {
+    "patchtst": "models.patchtst",
+}
+
+
+def family_names() -> list[str]:
+    return list(_FAMILY_MODULES)
+
+
+def get_family(name: str) -> Family:
+    import importlib
+
+    if name not in _FAMILY_MODULES:
+        known = ", ".join(_FAMILY_MODULES)
+        raise ArchhpoError(f"Unknown family {name!r}; choose one of: {known}.")
+    return importlib.import_module(_FAMILY_MODULES[name]).FAMILY

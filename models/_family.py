@@ -1,0 +1,128 @@
+"""The contract every model family fulfils, so budgets/, search/ and workers/ stay family-agnostic.
+
+A family is a config dataclass, an ``nn.Module`` built from it, an exact closed-form
+parameter count, and the data it trains on.  Everything a worker needs to rebuild the
+same model on another machine is plain JSON: the architecture row (d_model, n_layers,
+n_heads, d_ff), the data spec and the data ``info`` (shape facts such as the number of
+features) stored in the study.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+
+class ArchhpoError(Exception):
+    """A user-facing error: the message is one sentence saying what is wrong and what to do."""
+
+
+class DataError(ArchhpoError):
+    """The data spec or data file cannot be used."""
+
+
+class ConfigError(ArchhpoError):
+    """A model configuration is invalid."""
+
+
+@dataclass
+class TensorDataset:
+    """A whole train/validation split held as tensors; batches are taken by index.
+
+    ``inputs`` are the positional arguments of the model's ``forward``; ``target`` is what
+    the family's loss compares the logits with.  ``info`` holds JSON-able facts about the
+    data (shape facts for counting parameters, base rates, label statistics).
+    """
+
+    train_inputs: tuple[torch.Tensor, ...]
+    train_target: torch.Tensor
+    val_inputs: tuple[torch.Tensor, ...]
+    val_target: torch.Tensor
+    info: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def n_train(self) -> int:
+        return int(self.train_target.shape[0])
+
+    @property
+    def n_val(self) -> int:
+        return int(self.val_target.shape[0])
+
+    def to(self, device: torch.device | str) -> TensorDataset:
+        return TensorDataset(
+            tuple(t.to(device) for t in self.train_inputs),
+            self.train_target.to(device),
+            tuple(t.to(device) for t in self.val_inputs),
+            self.val_target.to(device),
+            dict(self.info),
+        )
+
+
+@dataclass(frozen=True)
+class FlagSpec:
+    """A family-specific command-line flag of ``archhpo params``/``grid`` (e.g. --num-features)."""
+
+    name: str  # config/info key, e.g. "num_features"; the flag is --num-features
+    type: Callable[[str], Any]
+    default: Any
+    help: str
+
+
+@dataclass(frozen=True)
+class Family:
+    """Everything archhpo needs to count, build, feed and score one model family.
+
+    - ``config_for(arch, info)`` turns a grid row ({d_model, n_layers, n_heads, d_ff}) and
+      the data ``info`` into the family's config dataclass (validated in __post_init__).
+    - ``param_count(config)`` is closed form and equals ``sum(p.numel())`` of ``build(config)``.
+    - ``parse_data(text, options)`` turns ``--data`` (``synthetic``, ``synthetic:k=v,...`` or a
+      path) into a JSON-able spec, raising DataError with a clear sentence on bad input.
+    - ``data_info(spec, options)`` returns the shape facts ``config_for`` needs, cheaply.
+    - ``load_data(spec, options)`` returns the TensorDataset; ``options`` carries the
+      study-level task settings (horizon, threshold, quick, seed, ...).
+    - ``loss(logits, target)`` is the training and validation loss (mean over the batch).
+    - ``baseline_loss(data)`` is the validation loss of a trivial predictor (base rate).
+    - ``metrics(logits, target)`` returns extra validation metrics (may be empty).
+    - ``flags`` are the shape flags ``params``/``grid`` accept, with defaults matching the
+      default synthetic data.
+    - ``estimate(config)`` optionally gives a legacy formula estimate shown beside the count.
+    - ``train_defaults`` overrides the trainer's defaults in ``archhpo train`` (e.g.
+      {"learning_rate": 3e-4, "eval_every": 20}).
+
+    A built module may define ``extra_loss() -> Tensor``; the trainer adds it to the training
+    loss (e.g. an orthogonality penalty), never to the validation loss.
+    """
+
+    name: str
+    config_cls: type
+    build: Callable[[Any], nn.Module]
+    param_count: Callable[[Any], int]
+    config_for: Callable[[Mapping[str, int], Mapping[str, Any]], Any]
+    parse_data: Callable[[str, Mapping[str, Any]], dict[str, Any]]
+    data_info: Callable[[Mapping[str, Any], Mapping[str, Any]], dict[str, Any]]
+    load_data: Callable[[Mapping[str, Any], Mapping[str, Any]], TensorDataset]
+    loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+    baseline_loss: Callable[[TensorDataset], float]
+    metrics: Callable[[torch.Tensor, torch.Tensor], dict[str, float]]
+    flags: tuple[FlagSpec, ...] = ()
+    estimate: Callable[[Any], int] | None = None
+    description: str = ""
+    train_defaults: Mapping[str, Any] = field(default_factory=dict)
+    tokens: Callable[[Any], int] | None = None  # sequence length seen by attention (memory estimate)
+
+
+def no_metrics(logits: torch.Tensor, target: torch.Tensor) -> dict[str, float]:
+    return {}
+
+
+def check_arch(d_model: int, n_layers: int, n_heads: int, d_ff: int) -> None:
+    """Shared validation of the four search dimensions (called from configs' __post_init__)."""
+    for name, value in (("d_model", d_model), ("n_layers", n_layers), ("n_heads", n_heads), ("d_ff", d_ff)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ConfigError(f"{name} must be a positive integer, got {value!r}.")
+    if d_model % n_heads:
+        raise ConfigError(f"n_heads ({n_heads}) must divide d_model ({d_model}); pick another head count.")

@@ -1,0 +1,1 @@
+"""Datasets the model families train on; each returns a models.TensorDataset."""

@@ -1,0 +1,205 @@
+"""FT-Transformer over panel data: every feature becomes a token, [CLS] gives the prediction.
+
+Two variants share one config:
+- ``sequence`` (default): one token per (time step, numerical feature), x·W_j + b_j plus a learned
+  temporal position shared by the step's features; categorical tokens Embedding(card, e) →
+  Linear(e, d, bias=False); blocks with bias-free attention projections; no final norm;
+  head Linear(d, out_dim) on [CLS].
+- ``tabular`` (Gorishniy et al. 2021): the last step's numerical features, one token each;
+  categorical Embedding(card, d) + a per-feature bias; standard blocks, the first without its
+  attention LayerNorm; head LayerNorm → ReLU → Linear on [CLS].
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from models._binary import base_rate_loss, bce_loss, binary_metrics
+from models._blocks import Block, block_params
+from models._family import ConfigError, Family, FlagSpec, check_arch
+from models.data import panel
+
+VARIANTS = ("sequence", "tabular")
+
+
+def cat_embed_dim(card: int, d_model: int) -> int:
+    """Width e of a categorical embedding before its projection to d_model."""
+    return max(int(8 * math.log2(card + 1)), d_model // 4)
+
+
+def parse_cardinalities(text: str | Any) -> tuple[int, ...]:
+    """``"100,5"`` → (100, 5); also accepts a list/tuple (e.g. from JSON data info)."""
+    items = [s.strip() for s in text.split(",") if s.strip()] if isinstance(text, str) else list(text)
+    try:
+        cards = tuple(int(c) for c in items)
+    except (TypeError, ValueError):
+        raise ConfigError(f"cat_cardinalities must be comma-separated integers like 100,5, got {text!r}.") from None
+    return cards
+
+
+def check_panel_fields(
+    num_numerical: int, cat_cardinalities: tuple[int, ...], seq_len: int, out_dim: int, dropout: float
+) -> None:
+    """Validation shared by the panel families' configs."""
+    for name, value in (("num_numerical", num_numerical), ("seq_len", seq_len), ("out_dim", out_dim)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ConfigError(f"{name} must be a positive integer, got {value!r}.")
+    if any(not isinstance(c, int) or isinstance(c, bool) or c < 1 for c in cat_cardinalities):
+        raise ConfigError(f"cat_cardinalities must be positive integers, got {cat_cardinalities!r}.")
+    if not 0.0 <= dropout < 1.0:
+        raise ConfigError(f"dropout must be in [0, 1), got {dropout}.")
+
+
+@dataclass
+class FTTransformerConfig:
+    d_model: int = 64
+    n_layers: int = 4
+    n_heads: int = 8
+    d_ff: int = 256
+    variant: str = "sequence"
+    num_numerical: int = panel.DEFAULT_FEATURES
+    cat_cardinalities: tuple[int, ...] = panel.DEFAULT_CARDINALITIES  # (symbol, sector)
+    seq_len: int = panel.DEFAULT_SEQ_LEN
+    out_dim: int = 1
+    dropout: float = 0.0
+
+    def __post_init__(self) -> None:
+        check_arch(self.d_model, self.n_layers, self.n_heads, self.d_ff)
+        if self.variant not in VARIANTS:
+            raise ConfigError(f"variant must be one of {', '.join(VARIANTS)}, got {self.variant!r}.")
+        self.cat_cardinalities = parse_cardinalities(self.cat_cardinalities)
+        check_panel_fields(self.num_numerical, self.cat_cardinalities, self.seq_len, self.out_dim, self.dropout)
+
+
+class CategoricalTokens(nn.Module):
+    """One token per categorical feature: Embedding(card, e) → Linear(e, d, bias=False)."""
+
+    def __init__(self, cardinalities: tuple[int, ...], d_model: int) -> None:
+        super().__init__()
+        self.d_model = d_model
+        dims = [cat_embed_dim(c, d_model) for c in cardinalities]
+        self.embed = nn.ModuleList(nn.Embedding(c, e) for c, e in zip(cardinalities, dims, strict=True))
+        self.proj = nn.ModuleList(nn.Linear(e, d_model, bias=False) for e in dims)
+
+    def forward(self, categorical: torch.Tensor) -> torch.Tensor:
+        if not self.embed:  # no categorical features: zero tokens
+            return torch.zeros(categorical.shape[0], 0, self.d_model, device=categorical.device)
+        tokens = [p(e(categorical[:, j])) for j, (e, p) in enumerate(zip(self.embed, self.proj, strict=True))]
+        return torch.stack(tokens, dim=1)  # (B, M, d)
+
+
+def categorical_tokens_params(cardinalities: tuple[int, ...], d_model: int) -> int:
+    return sum(c * cat_embed_dim(c, d_model) + cat_embed_dim(c, d_model) * d_model for c in cardinalities)
+
+
+def _uniform(*shape: int, d: int) -> nn.Parameter:
+    # FT-Transformer's tokenizer init: U(-1/√d, 1/√d).
+    return nn.Parameter(torch.empty(*shape).uniform_(-(d**-0.5), d**-0.5))
+
+
+class FTTransformer(nn.Module):
+    def __init__(self, cfg: FTTransformerConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        d, n, cards = cfg.d_model, cfg.num_numerical, cfg.cat_cardinalities
+        self.cls = _uniform(d, d=d)
+        self.num_weight = _uniform(n, d, d=d)  # W_j: feature j's value times its own vector
+        self.num_bias = _uniform(n, d, d=d)
+        tabular = cfg.variant == "tabular"
+        if tabular:
+            # One table for all categorical features (ids offset per feature) = Σ Embedding(card_j, d).
+            offsets = torch.tensor([0, *cards[:-1]], dtype=torch.long).cumsum(0) if cards else torch.zeros(0)
+            self.register_buffer("cat_offsets", offsets.long(), persistent=False)
+            self.cat_embed = nn.Embedding(sum(cards), d) if cards else None
+            if self.cat_embed is not None:
+                nn.init.uniform_(self.cat_embed.weight, -(d**-0.5), d**-0.5)
+            self.cat_bias = _uniform(len(cards), d, d=d)
+        else:
+            self.time_pos = nn.Parameter(torch.zeros(cfg.seq_len, d))
+            nn.init.normal_(self.time_pos, std=0.02)
+            self.cat_tokens = CategoricalTokens(cards, d)
+        self.blocks = nn.ModuleList(
+            Block(d, cfg.n_heads, cfg.d_ff, attn_bias=tabular, first_norm=not (tabular and i == 0),
+                  dropout=cfg.dropout)
+            for i in range(cfg.n_layers)
+        )
+        if tabular:
+            self.head = nn.Sequential(nn.LayerNorm(d), nn.ReLU(), nn.Linear(d, cfg.out_dim))
+        else:
+            self.head = nn.Linear(d, cfg.out_dim)
+
+    def forward(self, numerical: torch.Tensor, categorical: torch.Tensor) -> torch.Tensor:
+        b = numerical.shape[0]
+        if self.cfg.variant == "tabular":
+            x = numerical[:, -1] if numerical.dim() == 3 else numerical  # (B, N): the last step
+            num = x.unsqueeze(-1) * self.num_weight + self.num_bias  # (B, N, d)
+            if self.cat_embed is not None:
+                cat = self.cat_embed(categorical + self.cat_offsets) + self.cat_bias  # (B, M, d)
+            else:
+                cat = num.new_zeros(b, 0, self.cfg.d_model)
+        else:
+            num = numerical.unsqueeze(-1) * self.num_weight + self.num_bias  # (B, T, N, d)
+            num = (num + self.time_pos[:, None, :]).flatten(1, 2)  # (B, T·N, d)
+            cat = self.cat_tokens(categorical)  # (B, M, d)
+        h = torch.cat([self.cls.expand(b, 1, -1), num, cat], dim=1)  # (B, 1+tokens, d)
+        for block in self.blocks:
+            h = block(h)
+        logits = self.head(h[:, 0])  # (B, out_dim) from [CLS]
+        return logits.squeeze(-1) if self.cfg.out_dim == 1 else logits
+
+
+def param_count(cfg: FTTransformerConfig) -> int:
+    """Exact count: equals sum(p.numel()) of FTTransformer(cfg)."""
+    d, f, o, n, cards = cfg.d_model, cfg.d_ff, cfg.out_dim, cfg.num_numerical, cfg.cat_cardinalities
+    tokens = d + 2 * n * d  # [CLS] + W_j, b_j per numerical feature
+    if cfg.variant == "tabular":
+        tokens += sum(cards) * d + len(cards) * d  # embedding tables + per-feature bias
+        layers = block_params(d, f, True, False) + (cfg.n_layers - 1) * block_params(d, f, True, True)
+        return tokens + layers + 2 * d + d * o + o  # head: LayerNorm + Linear
+    tokens += cfg.seq_len * d + categorical_tokens_params(cards, d)
+    return tokens + cfg.n_layers * block_params(d, f, False, True) + d * o + o
+
+
+def config_for(arch: Mapping[str, int], info: Mapping[str, Any]) -> FTTransformerConfig:
+    return FTTransformerConfig(
+        d_model=int(arch["d_model"]), n_layers=int(arch["n_layers"]),
+        n_heads=int(arch["n_heads"]), d_ff=int(arch["d_ff"]),
+        variant=str(info.get("variant") or "sequence"),
+        num_numerical=int(info.get("num_numerical", panel.DEFAULT_FEATURES)),
+        cat_cardinalities=parse_cardinalities(info.get("cat_cardinalities", panel.DEFAULT_CARDINALITIES)),
+        seq_len=int(info.get("seq_len", panel.DEFAULT_SEQ_LEN)),
+        out_dim=int(info.get("out_dim", 1)),
+        dropout=float(info.get("dropout", 0.0)),
+    )
+
+
+PANEL_FLAGS = (
+    FlagSpec("num_numerical", int, panel.DEFAULT_FEATURES, "numerical features per time step N"),
+    FlagSpec("cat_cardinalities", parse_cardinalities, panel.DEFAULT_CARDINALITIES,
+             "categorical cardinalities, comma-separated (symbols,sectors)"),
+    FlagSpec("seq_len", int, panel.DEFAULT_SEQ_LEN, "time steps per window T"),
+    FlagSpec("out_dim", int, 1, "outputs of the head (1 = binary)"),
+)
+
+FAMILY = Family(
+    name="ft_transformer",
+    config_cls=FTTransformerConfig,
+    build=FTTransformer,
+    param_count=param_count,
+    config_for=config_for,
+    parse_data=panel.parse_data,
+    data_info=panel.data_info,
+    load_data=panel.load_data,
+    loss=bce_loss,
+    baseline_loss=base_rate_loss,
+    metrics=binary_metrics,
+    flags=(FlagSpec("variant", str, "sequence", "sequence (token per step and feature) or tabular"),
+           *PANEL_FLAGS),
+    description="FT-Transformer on panel data: a token per feature (and step) + categorical tokens, [CLS] head.",
+)

@@ -1,0 +1,59 @@
+"""Search: study creation, the trial plan and queue, Ray orchestration, export and the CLI."""
+
+from search._export import CSV_COLUMNS, RESULTS_CSV, best_summary, export_studies, result_rows
+from search._plan import PlanEntry, make_plan, plan_sizes, spread_order
+from search._queue import Claim, PlanStatus, TrialQueue
+from search._space import FULL_SPACE, PARAM_NAMES, QUICK_SPACE, SearchSpace
+from search._storage import (
+    DEFAULT_STORAGE,
+    StorageError,
+    mask_url,
+    open_storage,
+    plan_lock,
+    resolve_storage_url,
+    session_scope,
+)
+from search._study import (
+    LaunchResult,
+    StudyError,
+    StudySettings,
+    experiment_studies,
+    launch,
+    open_study,
+    prepare_settings,
+    study_name,
+)
+
+__all__ = [
+    "CSV_COLUMNS",
+    "DEFAULT_STORAGE",
+    "FULL_SPACE",
+    "PARAM_NAMES",
+    "QUICK_SPACE",
+    "RESULTS_CSV",
+    "Claim",
+    "LaunchResult",
+    "PlanEntry",
+    "PlanStatus",
+    "SearchSpace",
+    "StorageError",
+    "StudyError",
+    "StudySettings",
+    "TrialQueue",
+    "best_summary",
+    "experiment_studies",
+    "export_studies",
+    "launch",
+    "make_plan",
+    "mask_url",
+    "open_storage",
+    "open_study",
+    "plan_lock",
+    "plan_sizes",
+    "prepare_settings",
+    "resolve_storage_url",
+    "result_rows",
+    "session_scope",
+    "spread_order",
+    "study_name",
+]

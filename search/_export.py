@@ -1,0 +1,135 @@
+"""CSV and best-config JSON (SPEC §8), written atomically from the database alone."""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import io
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.storages import RDBStorage
+from optuna.trial import FrozenTrial, TrialState
+
+from search._space import PARAM_NAMES
+from search._study import StudySettings, load_study
+
+CSV_COLUMNS = (
+    "experiment", "trial", "budget", "horizon", "d_model", "n_layers", "n_heads", "d_ff", "param_count",
+    "learning_rate", "epochs", "batch_size", "weight_decay", "warmup_steps", "val_loss", "train_loss",
+    "duration_s", "timestamp",
+)
+RESULTS_CSV = "experiment_results.csv"
+
+
+def atomic_write(path: Path, text: str) -> None:
+    """Write via a temporary file in the same directory and rename: readers never see half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", newline="") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _iso(t: dt.datetime | None) -> str:
+    if t is None:
+        return ""
+    return t.astimezone(dt.UTC).isoformat()  # Optuna returns naive local time
+
+
+def _val_loss(t: FrozenTrial) -> float | None:
+    if t.state == TrialState.COMPLETE:
+        return t.value
+    inter = [v for v in t.intermediate_values.values() if v == v]
+    return min(inter) if inter else None  # a pruned trial: best validation loss it reached
+
+
+def finished_trials(study: optuna.Study) -> list[FrozenTrial]:
+    """COMPLETE and PRUNED trials (the ones with a validation loss), by trial number."""
+    states = (TrialState.COMPLETE, TrialState.PRUNED)
+    return sorted(study.get_trials(deepcopy=False, states=states), key=lambda t: t.number)
+
+
+def result_rows(study: optuna.Study, settings: StudySettings) -> list[dict[str, Any]]:
+    rows = []
+    for t in finished_trials(study):
+        arch = settings.archs[int(t.params["arch_idx"])]
+        row = {
+            "experiment": settings.experiment, "trial": t.number, "budget": settings.budget,
+            "horizon": settings.options.get("horizon", ""),
+            **{k: arch[k] for k in ("d_model", "n_layers", "n_heads", "d_ff", "param_count")},
+            **{k: t.params.get(k) for k in PARAM_NAMES[1:]},
+            "val_loss": _val_loss(t), "train_loss": t.user_attrs.get("train_loss", ""),
+            "duration_s": t.user_attrs.get("duration_s", ""), "timestamp": _iso(t.datetime_complete),
+        }
+        rows.append(row)
+    return rows
+
+
+def csv_text(rows: list[dict[str, Any]]) -> str:
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=CSV_COLUMNS, lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({k: ("" if row.get(k) is None else row.get(k)) for k in CSV_COLUMNS})
+    return buf.getvalue()
+
+
+def best_summary(study: optuna.Study, settings: StudySettings) -> dict[str, Any]:
+    trials = study.get_trials(deepcopy=False)
+    complete = [t for t in trials if t.state == TrialState.COMPLETE and t.value is not None]
+    best = min(complete, key=lambda t: (t.value, t.number)) if complete else None
+    arch = settings.archs[int(best.params["arch_idx"])] if best else None
+    return {
+        "experiment": settings.experiment,
+        "budget": settings.budget,
+        "best_params": {k: best.params[k] for k in PARAM_NAMES} if best else None,
+        "best_value": best.value if best else None,
+        "n_trials_completed": len(complete),
+        "n_trials_pruned": sum(t.state == TrialState.PRUNED for t in trials),
+        "timestamp": dt.datetime.now(dt.UTC).isoformat(),
+        "study_name": settings.study_name,
+        "optuna_version": optuna.__version__,
+        "architecture": (
+            {k: arch[k] for k in ("d_model", "n_layers", "n_heads", "d_ff", "param_count")} if arch else None
+        ),
+        # Beyond SPEC §8: what a reader needs to judge and reproduce the winner.
+        "family": settings.family,
+        "best_trial": best.number if best else None,
+        "n_trials_failed": sum(t.state == TrialState.FAIL and "fail_reason" in t.user_attrs for t in trials),
+        "n_trials_planned": len(settings.plan),
+        "baseline_val_loss": best.user_attrs.get("baseline_val_loss") if best else None,
+        "data": {k: v for k, v in settings.data.items() if k != "sha256"},
+        "options": settings.options,
+        "info": settings.info,
+    }
+
+
+def best_path(out_dir: Path, settings: StudySettings) -> Path:
+    return out_dir / f"{settings.experiment}_{settings.budget}_best.json"
+
+
+def export_studies(storage: RDBStorage, names: list[str], out_dir: Path) -> list[Path]:
+    """Write the experiment's CSV (all given studies) and one best JSON per study."""
+    rows: list[dict[str, Any]] = []
+    written = []
+    for name in names:
+        study = load_study(storage, name)
+        settings = StudySettings.from_attrs(study.user_attrs, name)
+        rows.extend(result_rows(study, settings))
+        path = best_path(out_dir, settings)
+        atomic_write(path, json.dumps(best_summary(study, settings), indent=2) + "\n")
+        written.append(path)
+    csv_path = out_dir / RESULTS_CSV
+    atomic_write(csv_path, csv_text(rows))
+    return [csv_path, *written]

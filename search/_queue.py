@@ -1,0 +1,355 @@
+"""The trial queue workers pull from: claim, report, finish, and plan upkeep.
+
+Claiming and finishing write straight to Optuna's tables through its ORM models, each in one
+transaction, instead of Optuna's ask/suggest/set_user_attr/tell (one commit per call, ~20 per
+trial): the same rows Optuna writes, so `optuna` and optuna-dashboard read the study as usual.
+
+Exactly-once: a WAITING trial becomes RUNNING only through a conditional UPDATE (PostgreSQL
+additionally skips rows locked by a concurrent claimer), so two workers never run one trial.
+Plan upkeep (stale-trial reaping, retries, creating phase 2) runs under the plan lock and only
+fills slots that have no trial, so it is idempotent however many workers run it at once.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import optuna
+import sqlalchemy as sa
+from optuna.distributions import distribution_to_json
+from optuna.storages import RDBStorage, fail_stale_trials
+from optuna.storages._rdb import models as m
+from optuna.trial import FrozenTrial, TrialState
+
+from search._space import TRAINING_PARAMS, SearchSpace
+from search._storage import open_storage, plan_lock, retry_locked, session_scope
+from search._study import StudySettings, enqueue_missing, load_study, make_pruner
+
+MAX_ATTEMPTS = 2  # a trial whose worker vanished is retried once with the same parameters
+FINAL_FAIL_KEY = "fail_reason"  # set by a worker: a deliberate FAIL (NaN, OOM, refused) is final
+
+
+@dataclass
+class Claim:
+    """A trial this worker now owns (RUNNING in the database)."""
+
+    trial_id: int
+    number: int
+    slot: int
+    phase: int
+    attempt: int
+    params: dict[str, Any]
+    arch: dict[str, Any]
+    study_name: str
+
+
+@dataclass
+class PlanStatus:
+    total: int
+    final: int = 0
+    complete: int = 0
+    pruned: int = 0
+    failed: int = 0
+    running: int = 0
+    waiting: int = 0
+    best_value: float | None = None
+    mean_duration_s: float | None = None
+    phase2_created: bool = False
+    retries: int = 0
+    details: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def done(self) -> bool:
+        return self.final >= self.total
+
+
+class PlanDone(Exception):
+    """Raised internally when the plan needs no more work."""
+
+
+class TrialQueue:
+    def __init__(self, storage_url: str, name: str, storage: RDBStorage | None = None) -> None:
+        self.storage_url = storage_url
+        self.storage = storage or open_storage(storage_url)
+        self.study = load_study(self.storage, name)
+        self.study_id = self.study._study_id
+        self.settings = StudySettings.from_attrs(self.study.user_attrs, name)
+        self.name = name
+        self.pruner = make_pruner(self.settings.pruner, bool(self.settings.options.get("quick")))
+        space: SearchSpace = self.settings.search_space
+        self.distributions = space.distributions(len(self.settings.archs))
+        self._dist_json = {k: distribution_to_json(v) for k, v in self.distributions.items()}
+        self._postgres = self.storage.engine.dialect.name == "postgresql"
+
+    # ----------------------------------------------------------------------------- claiming
+    def claim(self, worker_attrs: dict[str, Any]) -> Claim | None:
+        """Take the oldest WAITING trial, or None when nothing is waiting right now."""
+        return retry_locked(lambda: self._claim(worker_attrs))
+
+    def _claim(self, worker_attrs: dict[str, Any]) -> Claim | None:
+        for _ in range(50):  # lost races on SQLite retry with the next candidate
+            with session_scope(self.storage) as s:
+                trial = self._pick_waiting(s)
+                if trial is None:
+                    return None
+                if not self._postgres:
+                    won = s.execute(
+                        sa.update(m.TrialModel)
+                        .where(m.TrialModel.trial_id == trial.trial_id, m.TrialModel.state == TrialState.WAITING)
+                        .values(state=TrialState.RUNNING)
+                        .execution_options(synchronize_session=False)
+                    ).rowcount
+                    if won != 1:
+                        continue
+                    s.expire(trial)
+                trial.state = TrialState.RUNNING
+                trial.datetime_start = dt.datetime.now()
+                return self._start(s, trial, worker_attrs)
+        return None
+
+    def _pick_waiting(self, s: Any) -> m.TrialModel | None:
+        q = (
+            sa.select(m.TrialModel)
+            .where(m.TrialModel.study_id == self.study_id, m.TrialModel.state == TrialState.WAITING)
+            .order_by(m.TrialModel.trial_id)
+            .limit(1)
+        )
+        if self._postgres:
+            q = q.with_for_update(skip_locked=True)
+        return s.execute(q).scalars().first()
+
+    def _start(self, s: Any, trial: m.TrialModel, worker_attrs: dict[str, Any]) -> Claim:
+        sys_attrs = _attrs(s, m.TrialSystemAttributeModel, trial.trial_id)
+        user_attrs = _attrs(s, m.TrialUserAttributeModel, trial.trial_id)
+        params = dict(sys_attrs.get("fixed_params", {}))
+        arch = dict(self.settings.archs[int(params["arch_idx"])])
+        existing = {
+            p.param_name for p in s.execute(
+                sa.select(m.TrialParamModel).where(m.TrialParamModel.trial_id == trial.trial_id)
+            ).scalars()
+        }
+        for name in ("arch_idx", *TRAINING_PARAMS):
+            if name in existing:  # a requeued trial already has its params
+                continue
+            dist = self.distributions[name]
+            s.add(m.TrialParamModel(
+                trial_id=trial.trial_id, param_name=name,
+                param_value=dist.to_internal_repr(params[name]), distribution_json=self._dist_json[name],
+            ))
+        shown = {k: arch[k] for k in ("d_model", "n_layers", "n_heads", "d_ff", "param_count")}
+        _set_attrs(s, trial.trial_id, {**shown, **worker_attrs, "state_note": "running"})
+        hb = s.execute(
+            sa.select(m.TrialHeartbeatModel).where(m.TrialHeartbeatModel.trial_id == trial.trial_id)
+        ).scalars().first()
+        if hb is None:
+            s.add(m.TrialHeartbeatModel(trial_id=trial.trial_id))
+        else:
+            hb.heartbeat = s.execute(sa.func.now()).scalar()
+        return Claim(
+            trial_id=trial.trial_id, number=trial.number, slot=int(user_attrs.get("plan_slot", -1)),
+            phase=int(user_attrs.get("phase", 0)), attempt=int(user_attrs.get("attempt", 1)),
+            params=params, arch=arch, study_name=self.name,
+        )
+
+    # ----------------------------------------------------------------------- during a trial
+    def heartbeat(self, claim: Claim) -> None:
+        retry_locked(lambda: self.storage.record_heartbeat(claim.trial_id))
+
+    def report(self, claim: Claim, step: int, value: float) -> bool:
+        """Record the validation loss of an epoch; True when the pruner says stop."""
+        retry_locked(lambda: self.storage.set_trial_intermediate_value(claim.trial_id, step, value))
+        return self.pruner.prune(self.study, self.storage.get_trial(claim.trial_id))
+
+    # ------------------------------------------------------------------------- finishing
+    def finish(
+        self, claim: Claim, state: TrialState, value: float | None, attrs: dict[str, Any]
+    ) -> bool:
+        """Finish the trial in one transaction; False if it was no longer ours (e.g. reaped)."""
+        return retry_locked(lambda: self._finish(claim, state, value, attrs))
+
+    def _finish(self, claim: Claim, state: TrialState, value: float | None, attrs: dict[str, Any]) -> bool:
+        with session_scope(self.storage) as s:
+            trial = s.execute(
+                sa.select(m.TrialModel).where(m.TrialModel.trial_id == claim.trial_id).with_for_update()
+            ).scalars().one()
+            if trial.state != TrialState.RUNNING:
+                return False
+            _set_attrs(s, claim.trial_id, {**attrs, "state_note": state.name.lower()})
+            if value is not None and math.isfinite(value):
+                stored, kind = m.TrialValueModel.value_to_stored_repr(value)
+                s.add(m.TrialValueModel(trial_id=claim.trial_id, objective=0, value=stored, value_type=kind))
+            trial.state = state
+            trial.datetime_complete = dt.datetime.now()
+        return True
+
+    def requeue(self, claim: Claim, note: str = "interrupted") -> bool:
+        """Put a trial we own back to WAITING (Ctrl-C, shutdown): it keeps its number and params."""
+        return retry_locked(lambda: self._requeue(claim, note))
+
+    def _requeue(self, claim: Claim, note: str) -> bool:
+        with session_scope(self.storage) as s:
+            trial = s.execute(
+                sa.select(m.TrialModel).where(m.TrialModel.trial_id == claim.trial_id).with_for_update()
+            ).scalars().one()
+            if trial.state != TrialState.RUNNING:
+                return False
+            trial.state = TrialState.WAITING
+            trial.datetime_start = None
+            _set_attrs(s, claim.trial_id, {"state_note": f"requeued: {note}"})
+        return True
+
+    def requeue_running(self, predicate: Callable[[dict[str, Any]], bool]) -> int:
+        """Requeue RUNNING trials whose user attrs match (the driver's Ctrl-C safety net)."""
+        n = 0
+        for t in self.storage.get_all_trials(self.study_id, deepcopy=False, states=(TrialState.RUNNING,)):
+            if predicate(t.user_attrs):
+                claim = Claim(t._trial_id, t.number, -1, 0, 1, {}, {}, self.name)
+                n += self.requeue(claim, "run stopped")
+        return n
+
+    # ----------------------------------------------------------------------- plan upkeep
+    def maintain(self) -> PlanStatus:
+        """Reap stale trials, retry lost ones, create phase 2 when phase 1 is final."""
+        return retry_locked(self._maintain)
+
+    def _maintain(self) -> PlanStatus:
+        with plan_lock(self.storage, self.name):
+            with _quiet():
+                fail_stale_trials(self.study)
+            trials = self.storage.get_all_trials(self.study_id, deepcopy=False)
+            status, retry, phase1_final = self._status(trials)
+            for t in retry:
+                attempt = int(t.user_attrs.get("attempt", 1)) + 1
+                self.study.enqueue_trial(
+                    dict(t.params) or dict(t.system_attrs.get("fixed_params", {})),
+                    user_attrs={
+                        "plan_slot": t.user_attrs["plan_slot"], "phase": t.user_attrs.get("phase", 0),
+                        "attempt": attempt, "retry_of": t.number,
+                    },
+                )
+            needs_phase2 = any(e["phase"] == 2 for e in self.settings.plan) and not status.phase2_created
+            if phase1_final and needs_phase2:
+                params = self._best_phase1_params(trials)
+                self.study.set_user_attr("archhpo_phase2_params", params)
+                enqueue_missing(self.study, self.settings, phase=2, params=params)
+            if retry or (phase1_final and needs_phase2):
+                trials = self.storage.get_all_trials(self.study_id, deepcopy=False)
+                status, _, _ = self._status(trials)
+        return status
+
+    def status(self) -> PlanStatus:
+        """Plan progress without taking the lock or changing anything (progress display)."""
+        return self._status(self.storage.get_all_trials(self.study_id, deepcopy=False))[0]
+
+    def _status(self, trials: list[FrozenTrial]) -> tuple[PlanStatus, list[FrozenTrial], bool]:
+        plan = self.settings.plan
+        by_slot: dict[int, list[FrozenTrial]] = {}
+        for t in trials:
+            if "plan_slot" in t.user_attrs:
+                by_slot.setdefault(int(t.user_attrs["plan_slot"]), []).append(t)
+        st = PlanStatus(total=len(plan))
+        st.phase2_created = any(e["phase"] == 2 and e["slot"] in by_slot for e in plan)
+        retry: list[FrozenTrial] = []
+        phase1_final = True
+        durations: list[float] = []
+        for entry in plan:
+            ts = sorted(by_slot.get(entry["slot"], []), key=lambda t: t.number)
+            final = False
+            if any(t.state in (TrialState.RUNNING, TrialState.WAITING) for t in ts):
+                st.running += sum(t.state == TrialState.RUNNING for t in ts)
+                st.waiting += sum(t.state == TrialState.WAITING for t in ts)
+            elif any(t.state in (TrialState.COMPLETE, TrialState.PRUNED) for t in ts):
+                final = True
+                done = next(t for t in ts if t.state in (TrialState.COMPLETE, TrialState.PRUNED))
+                st.complete += done.state == TrialState.COMPLETE
+                st.pruned += done.state == TrialState.PRUNED
+                if "duration_s" in done.user_attrs:
+                    durations.append(float(done.user_attrs["duration_s"]))
+            elif ts:  # only FAILs
+                last = ts[-1]
+                lost = FINAL_FAIL_KEY not in last.user_attrs
+                if lost and int(last.user_attrs.get("attempt", 1)) < MAX_ATTEMPTS:
+                    retry.append(last)
+                else:
+                    final = True
+                    st.failed += 1
+            st.retries += sum(1 for t in ts if "retry_of" in t.user_attrs)
+            st.final += final
+            if entry["phase"] == 1 and not final:
+                phase1_final = False
+        values = [t.value for t in trials if t.state == TrialState.COMPLETE and t.value is not None]
+        st.best_value = min(values) if values else None
+        st.mean_duration_s = sum(durations) / len(durations) if durations else None
+        if not st.phase2_created and any(e["phase"] == 2 for e in plan):
+            st.details["phase2"] = "waiting for phase 1"
+        return st, retry, phase1_final
+
+    def _best_phase1_params(self, trials: list[FrozenTrial]) -> dict[str, Any]:
+        done = [
+            t for t in trials
+            if t.state == TrialState.COMPLETE and t.user_attrs.get("phase") == 1 and t.value is not None
+        ]
+        if not done:  # every phase-1 trial failed: fall back to mid-range parameters
+            return self.settings.search_space.default()
+        best = min(done, key=lambda t: (t.value, t.number))
+        return {k: best.params[k] for k in TRAINING_PARAMS}
+
+    # ---------------------------------------------------------------------- the loop's API
+    def next_trial(
+        self, worker_attrs: dict[str, Any], should_stop: Callable[[], bool], poll_s: float = 2.0
+    ) -> Claim | None:
+        """Block until a trial is ours (Claim) or the plan is done (None)."""
+        while not should_stop():
+            claim = self.claim(worker_attrs)
+            if claim is not None:
+                return claim
+            status = self.maintain()
+            if status.done:
+                return None
+            claim = self.claim(worker_attrs)
+            if claim is not None:
+                return claim
+            time.sleep(poll_s)
+        return None
+
+
+def _attrs(s: Any, model: Any, trial_id: int) -> dict[str, Any]:
+    rows = s.execute(sa.select(model).where(model.trial_id == trial_id)).scalars()
+    return {r.key: json.loads(r.value_json) for r in rows}
+
+
+def _set_attrs(s: Any, trial_id: int, attrs: dict[str, Any]) -> None:
+    """Upsert trial user attributes inside the caller's transaction."""
+    existing = {
+        r.key: r for r in s.execute(
+            sa.select(m.TrialUserAttributeModel).where(m.TrialUserAttributeModel.trial_id == trial_id)
+        ).scalars()
+    }
+    for key, value in attrs.items():
+        text = json.dumps(value)
+        if key in existing:
+            existing[key].value_json = text
+        else:
+            s.add(m.TrialUserAttributeModel(trial_id=trial_id, key=key, value_json=text))
+
+
+class _quiet:
+    """Silence Optuna's experimental-API warning and log lines during upkeep."""
+
+    def __enter__(self) -> None:
+        self.level = optuna.logging.get_verbosity()
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        self.warnings = warnings.catch_warnings()
+        self.warnings.__enter__()
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+
+    def __exit__(self, *exc: object) -> None:
+        self.warnings.__exit__(*exc)
+        optuna.logging.set_verbosity(self.level)

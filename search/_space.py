@@ -1,0 +1,75 @@
+"""Training-parameter ranges (SPEC §5) and their Optuna distributions.
+
+`--quick` studies use a shrunken space so that what is recorded is what was trained: a quick
+trial that ran 3 epochs says epochs=3, never 50.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from optuna.distributions import (
+    BaseDistribution,
+    CategoricalDistribution,
+    FloatDistribution,
+    IntDistribution,
+)
+
+PARAM_NAMES = ("arch_idx", "learning_rate", "epochs", "batch_size", "weight_decay", "warmup_steps")
+TRAINING_PARAMS = PARAM_NAMES[1:]
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    learning_rate: tuple[float, float] = (1e-4, 1e-3)
+    epochs: tuple[int, ...] = (50, 75, 100)
+    batch_size: tuple[int, ...] = (32, 64, 128, 256)
+    weight_decay: tuple[float, float] = (1e-5, 1e-3)
+    warmup_steps: tuple[int, ...] = (100, 200, 300, 500)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: list(v) for k, v in asdict(self).items()}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> SearchSpace:
+        return cls(**{k: tuple(v) for k, v in d.items()})
+
+    def distributions(self, n_archs: int) -> dict[str, BaseDistribution]:
+        return {
+            "arch_idx": IntDistribution(0, max(n_archs - 1, 0)),
+            "learning_rate": FloatDistribution(*self.learning_rate, log=True),
+            "epochs": CategoricalDistribution(self.epochs),
+            "batch_size": CategoricalDistribution(self.batch_size),
+            "weight_decay": FloatDistribution(*self.weight_decay, log=True),
+            "warmup_steps": CategoricalDistribution(self.warmup_steps),
+        }
+
+    def sample(self, rng: random.Random) -> dict[str, Any]:
+        def log_uniform(lo: float, hi: float) -> float:
+            return float(math.exp(rng.uniform(math.log(lo), math.log(hi))))
+
+        return {
+            "learning_rate": log_uniform(*self.learning_rate),
+            "epochs": rng.choice(self.epochs),
+            "batch_size": rng.choice(self.batch_size),
+            "weight_decay": log_uniform(*self.weight_decay),
+            "warmup_steps": rng.choice(self.warmup_steps),
+        }
+
+    def default(self) -> dict[str, Any]:
+        """Mid-range parameters, used for phase 2 if every phase-1 trial failed."""
+        return {
+            "learning_rate": math.sqrt(self.learning_rate[0] * self.learning_rate[1]),
+            "epochs": self.epochs[len(self.epochs) // 2],
+            "batch_size": self.batch_size[len(self.batch_size) // 2],
+            "weight_decay": math.sqrt(self.weight_decay[0] * self.weight_decay[1]),
+            "warmup_steps": self.warmup_steps[len(self.warmup_steps) // 2],
+        }
+
+
+FULL_SPACE = SearchSpace()
+# Quick studies: a few epochs and warm-ups that fit inside them (a few dozen steps per epoch).
+QUICK_SPACE = SearchSpace(epochs=(2, 3, 4), warmup_steps=(10, 20, 30, 50))

@@ -1,0 +1,175 @@
+"""Opening Optuna's RDB storage safely: URL defaults, masked passwords, pooled connections
+that survive hour-long trials, SQLite pragmas, one session helper, and the plan lock."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import random
+import re
+import time
+import warnings
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TypeVar
+
+import optuna
+import sqlalchemy
+from optuna.storages import RDBStorage
+from sqlalchemy import orm
+
+from models import ArchhpoError
+
+T = TypeVar("T")
+
+DEFAULT_STORAGE = "sqlite:///archhpo.db"
+HEARTBEAT_INTERVAL_S = 20
+GRACE_PERIOD_S = 60  # a trial with no heartbeat for this long is failed and retried once
+
+
+class StorageError(ArchhpoError):
+    """The study database cannot be reached or used."""
+
+
+def resolve_storage_url(url: str | None) -> str:
+    """--storage, else $ARCHHPO_STORAGE, else an SQLite file in the working directory."""
+    return url or os.environ.get("ARCHHPO_STORAGE") or DEFAULT_STORAGE
+
+
+def mask_url(url: str) -> str:
+    """The URL with any password replaced by ***, safe for logs, errors and files."""
+    return re.sub(r"(://[^:/@]+:)[^@]*@", r"\1***@", url)
+
+
+def is_sqlite(url: str) -> bool:
+    return url.startswith("sqlite")
+
+
+def sqlite_path(url: str) -> Path | None:
+    """The database file of an sqlite:/// URL (None for in-memory databases)."""
+    path = url.split(":///", 1)[1] if ":///" in url else ""
+    return Path(path).resolve() if path and path != ":memory:" else None
+
+
+def _engine_kwargs(url: str) -> dict:
+    if is_sqlite(url):
+        # Writers queue on SQLite's file lock; a generous busy timeout turns "database is locked"
+        # into a short wait when several local workers finish trials at the same moment.
+        return {"connect_args": {"timeout": 60}}
+    return {
+        # pre-ping + recycle: a pooled connection idle through an hour-long trial may have been
+        # dropped by the server or a firewall; test it before use and replace old ones.
+        "pool_pre_ping": True,
+        "pool_recycle": 600,
+        "pool_size": 2,
+        "max_overflow": 4,
+        "connect_args": {
+            "connect_timeout": 10,
+            "keepalives": 1,
+            "keepalives_idle": 30,
+            "keepalives_interval": 10,
+            "keepalives_count": 3,
+            "application_name": "archhpo",
+        },
+    }
+
+
+def open_storage(url: str) -> RDBStorage:
+    """Open (and create the schema of) the storage, or raise StorageError with a clear sentence."""
+    if is_sqlite(url):
+        path = sqlite_path(url)
+        if path is not None and not path.parent.is_dir():
+            raise StorageError(
+                f"The directory of the SQLite database {path} does not exist; create it or pass another --storage."
+            )
+    elif not url.startswith(("postgresql", "mysql")):
+        raise StorageError(
+            f"Unsupported storage URL {mask_url(url)!r}; use sqlite:///FILE.db or "
+            "postgresql+psycopg2://user@host:5432/db."
+        )
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            storage = RDBStorage(
+                url,
+                engine_kwargs=_engine_kwargs(url),
+                heartbeat_interval=HEARTBEAT_INTERVAL_S,
+                grace_period=GRACE_PERIOD_S,
+            )
+    except (sqlalchemy.exc.OperationalError, sqlalchemy.exc.DatabaseError) as exc:
+        reason = str(getattr(exc, "orig", exc)).strip().splitlines()[0] if str(exc) else type(exc).__name__
+        raise StorageError(
+            f"Cannot open the study database {mask_url(url)} ({mask_url(reason)}); "
+            "check that it is running and reachable, or pass another --storage."
+        ) from None
+    except ImportError:
+        raise StorageError(
+            f"No database driver for {mask_url(url)}; install psycopg2-binary (PostgreSQL)."
+        ) from None
+    if is_sqlite(url):
+        # WAL lets readers (the progress display, the dashboard) read while a worker writes.
+        with storage.engine.connect() as conn:
+            conn.exec_driver_sql("PRAGMA journal_mode=WAL")
+    return storage
+
+
+@contextlib.contextmanager
+def session_scope(storage: RDBStorage) -> Iterator[orm.Session]:
+    """The one place archhpo touches the database directly: commit on success, roll back on error."""
+    session = orm.Session(bind=storage.engine)
+    try:
+        if storage.engine.dialect.name == "sqlite":
+            # Take SQLite's write lock up front: a deferred transaction that reads and then
+            # writes can deadlock with another writer and fail instead of waiting.
+            session.connection().exec_driver_sql("BEGIN IMMEDIATE")
+        yield session
+        session.commit()
+    except BaseException:
+        session.rollback()
+        raise
+    finally:
+        session.close()
+
+
+def retry_locked(fn: Callable[[], T], attempts: int = 20) -> T:
+    """Run fn, retrying SQLite's transient 'database is locked' errors with a short backoff."""
+    for i in range(attempts):
+        try:
+            return fn()
+        except sqlalchemy.exc.OperationalError as exc:
+            if "locked" not in str(exc) or i == attempts - 1:
+                raise
+            time.sleep(min(0.05 * 2**i, 2.0) * (0.5 + random.random()))
+    raise AssertionError("unreachable")
+
+
+@contextlib.contextmanager
+def plan_lock(storage: RDBStorage, study_name: str) -> Iterator[None]:
+    """Serialise plan changes (writing phase 1, creating phase 2, retries) across all workers.
+
+    PostgreSQL: a session-level advisory lock, released by the server if the holder dies.
+    SQLite: an flock on a file beside the database (SQLite studies are single-machine).
+    """
+    key = int.from_bytes(hashlib.sha256(f"archhpo:{study_name}".encode()).digest()[:8], "big", signed=True)
+    url = str(storage.engine.url)
+    if storage.engine.dialect.name == "postgresql":
+        with storage.engine.connect() as conn:
+            conn.execute(sqlalchemy.text("SELECT pg_advisory_lock(:k)"), {"k": key})
+            conn.commit()
+            try:
+                yield
+            finally:
+                conn.execute(sqlalchemy.text("SELECT pg_advisory_unlock(:k)"), {"k": key})
+                conn.commit()
+    elif is_sqlite(url) and sqlite_path(url) is not None:
+        lock_path = Path(f"{sqlite_path(url)}.lock")
+        with open(lock_path, "a+") as fh:
+            fcntl.flock(fh, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(fh, fcntl.LOCK_UN)
+    else:
+        yield

@@ -1,0 +1,32 @@
+"""Workers: the loop that pulls planned trials and the trainer that runs them."""
+
+from workers._loop import QueueLike, Worker, WorkerSummary
+from workers._memory import MemoryRefused, available_bytes, check_fits, estimate_training_bytes
+from workers._train import (
+    NonFiniteLoss,
+    StopTraining,
+    TrainConfig,
+    TrainResult,
+    describe_result,
+    evaluate,
+    resolve_device,
+    train,
+)
+
+__all__ = [
+    "MemoryRefused",
+    "NonFiniteLoss",
+    "QueueLike",
+    "StopTraining",
+    "TrainConfig",
+    "TrainResult",
+    "Worker",
+    "WorkerSummary",
+    "available_bytes",
+    "check_fits",
+    "describe_result",
+    "estimate_training_bytes",
+    "evaluate",
+    "resolve_device",
+    "train",
+]

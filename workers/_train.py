@@ -1,0 +1,161 @@
+"""The trainer: whole datasets as tensors on the device, batches by index, AdamW with linear
+warm-up then cosine decay, clipping at 1.0, bf16 autocast on CUDA, best validation loss wins."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from models import ArchhpoError, TensorDataset
+
+
+class NonFiniteLoss(ArchhpoError):
+    """The loss became NaN or infinite; the trial fails with this reason."""
+
+
+class StopTraining(Exception):
+    """Raised by an on_eval callback to stop early (a pruned trial)."""
+
+
+@dataclass
+class TrainConfig:
+    learning_rate: float = 3e-4
+    epochs: int = 50
+    batch_size: int = 64
+    weight_decay: float = 1e-4
+    warmup_steps: int = 100
+    grad_clip: float = 1.0
+    min_lr_ratio: float = 0.0  # cosine decays to this fraction of the peak
+    eval_every: int = 1  # epochs between validations (the last epoch is always validated)
+    eval_batch_size: int = 1024
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.learning_rate <= 0 or self.epochs < 1 or self.batch_size < 1 or self.eval_every < 1:
+            raise ArchhpoError("learning_rate, epochs, batch_size and eval_every must be positive.")
+        if self.weight_decay < 0 or self.warmup_steps < 0 or not 0 <= self.min_lr_ratio <= 1:
+            raise ArchhpoError("weight_decay and warmup_steps must be ≥ 0 and min_lr_ratio in [0, 1].")
+
+
+@dataclass
+class TrainResult:
+    best_val_loss: float
+    train_loss: float  # mean training loss of the last epoch
+    epochs_run: int
+    best_epoch: int
+    duration_s: float
+    samples_per_s: float
+    metrics: dict[str, float] = field(default_factory=dict)  # family metrics at the best epoch
+    history: list[dict[str, float]] = field(default_factory=list)
+
+
+def lr_lambda(warmup: int, total: int, min_ratio: float) -> Callable[[int], float]:
+    def f(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / warmup
+        progress = min(1.0, (step - warmup) / max(1, total - warmup))
+        return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+
+    return f
+
+
+def resolve_device(device: str) -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ArchhpoError("--device cuda was asked for but no CUDA GPU is visible; use --device cpu or auto.")
+    if device not in ("cpu",) and not device.startswith("cuda"):
+        raise ArchhpoError(f"Unknown device {device!r}; use auto, cpu or cuda.")
+    return torch.device(device)
+
+
+@torch.no_grad()
+def evaluate(
+    model: nn.Module, data: TensorDataset, loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    metrics_fn: Callable[[torch.Tensor, torch.Tensor], dict[str, float]] | None, batch_size: int,
+    autocast: bool,
+) -> tuple[float, dict[str, float]]:
+    model.eval()
+    logits = []
+    for i in range(0, data.n_val, batch_size):
+        inputs = tuple(t[i : i + batch_size] for t in data.val_inputs)
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
+            logits.append(model(*inputs).float())
+    out = torch.cat(logits)  # (N_val, ...)
+    loss = float(loss_fn(out, data.val_target))
+    return loss, (metrics_fn(out, data.val_target) if metrics_fn else {})
+
+
+def train(
+    model: nn.Module,
+    data: TensorDataset,
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    cfg: TrainConfig,
+    *,
+    metrics_fn: Callable[[torch.Tensor, torch.Tensor], dict[str, float]] | None = None,
+    on_eval: Callable[[int, float], None] | None = None,
+) -> TrainResult:
+    """Train in place; `data` must already be on the model's device."""
+    device = next(model.parameters()).device
+    autocast = device.type == "cuda"
+    gen = torch.Generator(device=device).manual_seed(cfg.seed)
+    steps_per_epoch = math.ceil(data.n_train / cfg.batch_size)
+    total = steps_per_epoch * cfg.epochs
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(cfg.warmup_steps, total, cfg.min_lr_ratio))
+    extra = getattr(model, "extra_loss", None)
+    best, best_epoch, best_metrics = math.inf, 0, {}
+    history: list[dict[str, float]] = []
+    train_loss = math.nan
+    start = time.perf_counter()
+    epoch = 0
+    for epoch in range(1, cfg.epochs + 1):
+        model.train()
+        perm = torch.randperm(data.n_train, device=device, generator=gen)
+        loss_sum = torch.zeros((), device=device)
+        for i in range(0, data.n_train, cfg.batch_size):
+            idx = perm[i : i + cfg.batch_size]
+            inputs = tuple(t[idx] for t in data.train_inputs)
+            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
+                loss = loss_fn(model(*inputs), data.train_target[idx])
+            total_loss = loss + extra() if extra is not None else loss
+            opt.zero_grad(set_to_none=True)
+            total_loss.backward()
+            nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+            opt.step()
+            sched.step()
+            loss_sum += loss.detach() * idx.numel()
+        # One host sync per epoch: a NaN anywhere in the epoch poisons the sum.
+        train_loss = float(loss_sum) / data.n_train
+        if not math.isfinite(train_loss):
+            raise NonFiniteLoss(f"training loss became non-finite ({train_loss}) in epoch {epoch}")
+        if epoch % cfg.eval_every and epoch != cfg.epochs:
+            continue
+        val, metrics = evaluate(model, data, loss_fn, metrics_fn, cfg.eval_batch_size, autocast)
+        if not math.isfinite(val):
+            raise NonFiniteLoss(f"validation loss became non-finite ({val}) in epoch {epoch}")
+        history.append({"epoch": epoch, "train_loss": train_loss, "val_loss": val})
+        if val < best:
+            best, best_epoch, best_metrics = val, epoch, metrics
+        if on_eval is not None:
+            on_eval(epoch, val)  # may raise StopTraining
+    duration = time.perf_counter() - start
+    return TrainResult(
+        best_val_loss=best, train_loss=train_loss, epochs_run=epoch, best_epoch=best_epoch,
+        duration_s=duration, samples_per_s=epoch * data.n_train / max(duration, 1e-9),
+        metrics=best_metrics, history=history,
+    )
+
+
+def describe_result(result: TrainResult) -> dict[str, Any]:
+    return {
+        "val_loss": result.best_val_loss, "train_loss": result.train_loss, "epochs_run": result.epochs_run,
+        "best_epoch": result.best_epoch, "duration_s": round(result.duration_s, 3),
+        "samples_per_s": round(result.samples_per_s, 1), **result.metrics,
+    }
