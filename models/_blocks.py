@@ -32,7 +32,8 @@ class Attention(nn.Module):
         (B, L) is True where attention is NOT allowed; a float ``attn_mask`` is added to the scores."""
         b, n, d = x.shape  # (B, L, d)
         q, k, v = self.qkv(x).view(b, n, 3, self.n_heads, d // self.n_heads).permute(2, 0, 3, 1, 4)
-        mask = _sdpa_mask(attn_mask, key_padding_mask, x.dtype)  # broadcastable to (B, h, L, L)
+        # q's dtype, not x's: under autocast q is bf16/fp16 and SDPA wants the mask to match it.
+        mask = _sdpa_mask(attn_mask, key_padding_mask, q.dtype)  # broadcastable to (B, h, L, L)
         p = self.dropout if self.training else 0.0
         h = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)  # (B, h, L, d/h)
         return self.out(h.transpose(1, 2).reshape(b, n, d))  # (B, L, d)

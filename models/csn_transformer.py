@@ -15,7 +15,6 @@ from typing import Any
 import torch
 from torch import nn
 
-from models._binary import base_rate_loss, bce_loss, binary_metrics
 from models._blocks import Block, block_params
 from models._family import ConfigError, Family, check_arch
 from models.data import panel
@@ -26,6 +25,7 @@ from models.ft_transformer import (
     check_panel_fields,
     parse_cardinalities,
 )
+from models.patchtst import base_rate_loss, bce_loss, binary_metrics
 
 
 @dataclass
@@ -43,14 +43,18 @@ class CSNTransformerConfig:
     def __post_init__(self) -> None:
         check_arch(self.d_model, self.n_layers, self.n_heads, self.d_ff)
         self.cat_cardinalities = parse_cardinalities(self.cat_cardinalities)
-        check_panel_fields(self.num_numerical, self.cat_cardinalities, self.seq_len, self.out_dim, self.dropout)
+        check_panel_fields(
+            self.num_numerical, self.cat_cardinalities, self.seq_len, self.out_dim, self.dropout
+        )
         if not self.cat_cardinalities:
-            raise ConfigError("csn_transformer needs at least one categorical feature; use ft_transformer without.")
+            raise ConfigError("csn_transformer needs at least one categorical feature; "
+                              "use ft_transformer without.")
 
 
 def _path(cfg: CSNTransformerConfig) -> nn.ModuleList:
     return nn.ModuleList(
-        Block(cfg.d_model, cfg.n_heads, cfg.d_ff, attn_bias=False, dropout=cfg.dropout) for _ in range(cfg.n_layers)
+        Block(cfg.d_model, cfg.n_heads, cfg.d_ff, attn_bias=False, dropout=cfg.dropout)
+        for _ in range(cfg.n_layers)
     )
 
 

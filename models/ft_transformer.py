@@ -20,10 +20,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from models._binary import base_rate_loss, bce_loss, binary_metrics
 from models._blocks import Block, block_params
 from models._family import ConfigError, Family, FlagSpec, check_arch
 from models.data import panel
+from models.patchtst import base_rate_loss, bce_loss, binary_metrics
 
 VARIANTS = ("sequence", "tabular")
 
@@ -39,7 +39,9 @@ def parse_cardinalities(text: str | Any) -> tuple[int, ...]:
     try:
         cards = tuple(int(c) for c in items)
     except (TypeError, ValueError):
-        raise ConfigError(f"cat_cardinalities must be comma-separated integers like 100,5, got {text!r}.") from None
+        raise ConfigError(
+            f"cat_cardinalities must be comma-separated integers like 100,5, got {text!r}."
+        ) from None
     return cards
 
 
@@ -74,7 +76,9 @@ class FTTransformerConfig:
         if self.variant not in VARIANTS:
             raise ConfigError(f"variant must be one of {', '.join(VARIANTS)}, got {self.variant!r}.")
         self.cat_cardinalities = parse_cardinalities(self.cat_cardinalities)
-        check_panel_fields(self.num_numerical, self.cat_cardinalities, self.seq_len, self.out_dim, self.dropout)
+        check_panel_fields(
+            self.num_numerical, self.cat_cardinalities, self.seq_len, self.out_dim, self.dropout
+        )
 
 
 class CategoricalTokens(nn.Module):
@@ -201,5 +205,6 @@ FAMILY = Family(
     metrics=binary_metrics,
     flags=(FlagSpec("variant", str, "sequence", "sequence (token per step and feature) or tabular"),
            *PANEL_FLAGS),
-    description="FT-Transformer on panel data: a token per feature (and step) + categorical tokens, [CLS] head.",
+    description="FT-Transformer on panel data: a token per feature (and step) + categorical tokens, "
+    "[CLS] head.",
 )

@@ -6,11 +6,19 @@ step t plus its [symbol_id, sector_id]; the label is 1 when price[t+h]/price[t] 
 The split is chronological on a time axis shared by all symbols: training samples use only
 steps before the cut, validation samples only steps at or after it (so their end times are at
 least seq_len + horizon apart), and features are standardised with training-period statistics.
+
+``--data``: ``synthetic[:symbols=100,sectors=5,features=8,steps=400,seed=0]`` (``quick`` shrinks it
+to at most 50 symbols × 200 steps) or a CSV/Parquet file with columns symbol, sector, price,
+numeric feature columns and an optional date (orders rows within a symbol and defines the
+shared time axis; without it, file order and the row's position within its symbol do).  The file
+spec pins the content by sha256; ``quick`` does not shrink files.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -61,22 +69,20 @@ class _Panel:
 
 def _task(options: Mapping[str, Any] | None) -> _Task:
     opts = {k: v for k, v in (options or {}).items() if v is not None}
-    try:
-        task = _Task(
-            horizon=int(opts.get("horizon", 1)),
-            threshold=float(opts.get("threshold", 0.01)),
-            seq_len=int(opts.get("seq_len", DEFAULT_SEQ_LEN)),
-            val_fraction=float(opts.get("val_fraction", 0.2)),
-            quick=bool(opts.get("quick", False)),
-            seed=int(opts.get("seed", 0)),
-        )
-    except (TypeError, ValueError) as exc:
-        raise DataError(f"Invalid data option ({exc}); horizon, seq_len and seed must be integers.") from exc
-    if task.horizon < 1 or task.seq_len < 1:
-        raise DataError(f"horizon and seq_len must be at least 1, got {task.horizon} and {task.seq_len}.")
-    if not 0.0 < task.val_fraction < 1.0:
-        raise DataError(f"val_fraction must be between 0 and 1, got {task.val_fraction}.")
-    return task
+    ints = {"horizon": opts.get("horizon", 1), "seq_len": opts.get("seq_len", DEFAULT_SEQ_LEN),
+            "seed": opts.get("seed", 0)}
+    for name, value in ints.items():
+        if not isinstance(value, int) or isinstance(value, bool) or value < (0 if name == "seed" else 1):
+            raise DataError(f"{name} must be a {'non-negative' if name == 'seed' else 'positive'} integer, "
+                            f"got {value!r}; pass a whole number.")
+    threshold, val_fraction = opts.get("threshold", 0.01), opts.get("val_fraction", 0.2)
+    if not isinstance(threshold, (int, float)) or not math.isfinite(threshold) or threshold <= -1:
+        raise DataError(f"threshold must be a finite number above -1, got {threshold!r}; "
+                        "pass e.g. --threshold 0.01.")
+    if not isinstance(val_fraction, (int, float)) or not 0.0 < val_fraction < 1.0:
+        raise DataError(f"val_fraction must be strictly between 0 and 1, got {val_fraction!r}.")
+    return _Task(horizon=ints["horizon"], threshold=float(threshold), seq_len=ints["seq_len"],
+                 val_fraction=float(val_fraction), quick=bool(opts.get("quick", False)), seed=ints["seed"])
 
 
 def _cut(n_times: int, val_fraction: float) -> int:
@@ -114,10 +120,16 @@ def parse_data(text: str, options: Mapping[str, Any]) -> dict[str, Any]:
         return _parse_synthetic(text, task)
     path = os.path.abspath(os.path.expanduser(text))
     if not os.path.isfile(path):
-        raise DataError(f"Data file {text!r} does not exist; pass --data synthetic or the path of a CSV or Parquet file.")
+        raise DataError(f"Data file {text!r} does not exist; "
+                        "pass --data synthetic or the path of a CSV or Parquet file.")
     fmt = "parquet" if path.lower().endswith((".parquet", ".pq")) else "csv"
-    spec = {"kind": "file", "path": path, "format": fmt}
-    _split(_load_panel(spec, task), task, os.path.basename(path))  # eager: fail now, not on a worker
+    spec: dict[str, Any] = {"kind": "file", "path": path, "format": fmt}
+    p = _load_panel(spec, task)
+    _split(p, task, os.path.basename(path))  # eager: fail now, not on a worker
+    # Pin the file's content and shape facts: workers elsewhere check the hash, info needs no read.
+    spec.update(
+        sha256=_sha256(path), features=list(p.feature_names), symbols=p.n_symbols, sectors=p.n_sectors
+    )
     return spec
 
 
@@ -130,7 +142,8 @@ def _parse_synthetic(text: str, task: _Task) -> dict[str, Any]:
     for item in filter(None, (s.strip() for s in body.split(","))):
         key, sep, value = (s.strip() for s in item.partition("="))
         if key not in _SYNTHETIC_KEYS or not sep:
-            raise DataError(f"Unknown synthetic option {item!r}; use key=value with keys {', '.join(_SYNTHETIC_KEYS)}.")
+            raise DataError(f"Unknown synthetic option {item!r}; "
+                            f"use key=value with keys {', '.join(_SYNTHETIC_KEYS)}.")
         try:
             spec[key] = int(value)
         except ValueError:
@@ -138,7 +151,8 @@ def _parse_synthetic(text: str, task: _Task) -> dict[str, Any]:
     if spec["symbols"] < 1 or spec["features"] < 1:
         raise DataError("Synthetic symbols and features must be at least 1.")
     if not 1 <= spec["sectors"] <= spec["symbols"]:
-        raise DataError(f"Synthetic sectors must be between 1 and symbols ({spec['symbols']}), got {spec['sectors']}.")
+        raise DataError(f"Synthetic sectors must be between 1 and symbols ({spec['symbols']}), "
+                        f"got {spec['sectors']}.")
     if _synthetic_shape(spec, task.quick)[3] < _min_steps(task):
         raise _too_few(f"The synthetic panel (steps={_synthetic_shape(spec, task.quick)[3]})", task)
     return spec
@@ -152,17 +166,27 @@ def _synthetic_shape(spec: Mapping[str, Any], quick: bool) -> tuple[int, int, in
     return s, min(k, s), int(spec["features"]), steps
 
 
+MODEL_OPTIONS = ("variant", "out_dim", "dropout")  # family flags that reach config_for via info
+
+
 def data_info(spec: Mapping[str, Any], options: Mapping[str, Any]) -> dict[str, Any]:
     task = _task(options)
     if spec.get("kind") == "synthetic":
         s, k, n, _ = _synthetic_shape(spec, task.quick)  # no generation needed
-        return {"num_numerical": n, "cat_cardinalities": [s, k], "seq_len": task.seq_len}
-    panel = _load_panel(spec, task)
-    return {
-        "num_numerical": len(panel.feature_names),
-        "cat_cardinalities": [panel.n_symbols, panel.n_sectors],
-        "seq_len": task.seq_len,
-    }
+        info: dict[str, Any] = {"num_numerical": n, "cat_cardinalities": [s, k], "seq_len": task.seq_len}
+    else:
+        if not {"features", "symbols", "sectors"} <= spec.keys():
+            p = _load_panel(spec, task)
+            spec = {**spec, "features": p.feature_names, "symbols": p.n_symbols, "sectors": p.n_sectors}
+        info = {
+            "num_numerical": len(spec["features"]),
+            "cat_cardinalities": [int(spec["symbols"]), int(spec["sectors"])],
+            "seq_len": task.seq_len,
+        }
+    # A study stores only (spec, options, info) and workers build configs from info, so model
+    # options given at launch (e.g. --variant tabular) must travel in it; shape facts stay the data's.
+    info.update({k: options[k] for k in MODEL_OPTIONS if (options or {}).get(k) is not None})
+    return info
 
 
 def load_data(spec: Mapping[str, Any], options: Mapping[str, Any]) -> TensorDataset:
@@ -229,9 +253,14 @@ def _load_panel(spec: Mapping[str, Any], task: _Task) -> _Panel:
         try:
             st = os.stat(path)
         except OSError:
-            raise DataError(f"Data file {path!r} does not exist; pass --data synthetic or an existing file.") from None
+            raise DataError(f"Data file {path!r} does not exist; "
+                            "pass --data synthetic or an existing file.") from None
+        if spec.get("sha256") and _sha256(path) != spec["sha256"]:
+            raise DataError(f"Data file {path} has changed since the study recorded it; "
+                            "restore the original file or start a new study.")
         return _file_panel(path, str(spec.get("format", "csv")), st.st_mtime_ns, st.st_size)
-    raise DataError(f"Unknown panel data kind {kind!r}; re-create the study with --data synthetic or a file path.")
+    raise DataError(f"Unknown panel data kind {kind!r}; "
+                    "re-create the study with --data synthetic or a file path.")
 
 
 # ----------------------------------------------------------------------------- synthetic
@@ -268,7 +297,7 @@ def _synthetic_panel(symbols: int, sectors: int, features: int, steps: int, seed
     own = np.einsum("stn,sn->st", f, loadings[sector_of])  # sector-specific direction
     z = (
         0.2 + symbol_drift[:, None] + sector_drift[sector_of][:, None]
-        + sensitivity[:, None] * (0.6 * (f @ common) + 0.8 * own)
+        + sensitivity[:, None] * (0.9 * (f @ common) + 0.6 * own)
         + 0.5 * np.tanh(f[..., 0] * lag[..., min(1, n - 1)])
         + 0.7 * rng.normal(size=(s, steps - 1))
     )  # (S, steps-1), about 25–35% above 1
@@ -303,13 +332,15 @@ def _file_panel(path: str, fmt: str, mtime_ns: int, size: int) -> _Panel:
     special = {*REQUIRED_COLUMNS, "date"}
     feature_cols = [c for c in table.column_names if c.strip().lower() not in special]
     if not feature_cols:
-        raise DataError(f"{name} has no feature columns; add numeric columns besides symbol, sector, date and price.")
+        raise DataError(f"{name} has no feature columns; "
+                        "add numeric columns besides symbol, sector, date and price.")
     if table.num_rows == 0:
         raise DataError(f"{name} has no data rows; add rows with symbol, sector, price and feature values.")
     price = _numeric(table, cols["price"], name)
     bad = np.flatnonzero(price <= 0)
     if len(bad):
-        raise DataError(f"Column 'price' of {name} has a non-positive value at row {bad[0] + 1}; prices must be positive.")
+        raise DataError(f"Column 'price' of {name} has a non-positive value at row {bad[0] + 1}; "
+                        "prices must be positive.")
     feats = np.stack([_numeric(table, c, name) for c in feature_cols], axis=1)  # (R, N)
     symbol_names, symbol = np.unique(_labels(table, cols["symbol"], name), return_inverse=True)
     sector_names, sector = np.unique(_labels(table, cols["sector"], name), return_inverse=True)
@@ -320,7 +351,7 @@ def _file_panel(path: str, fmt: str, mtime_ns: int, size: int) -> _Panel:
         dup = np.flatnonzero((np.diff(symbol[order]) == 0) & (np.diff(date[order]) == 0))
         if len(dup):
             raise DataError(
-                f"{name} has two rows for symbol {symbol_names[symbol[order[dup[0]]]]!r} on one date; "
+                f"{name} has two rows for symbol {str(symbol_names[symbol[order[dup[0]]]])!r} on one date; "
                 "keep one row per symbol and date."
             )
         time, n_times = date[order], len(date_names)
@@ -336,6 +367,14 @@ def _file_panel(path: str, fmt: str, mtime_ns: int, size: int) -> _Panel:
     )
 
 
+def _sha256(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
 def _read_table(path: str, fmt: str, name: str) -> pa.Table:
     try:
         if fmt == "parquet":
@@ -347,7 +386,8 @@ def _read_table(path: str, fmt: str, name: str) -> pa.Table:
         return pacsv.read_csv(path)
     except (pa.ArrowException, OSError) as exc:
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise DataError(f"Could not read {name} as {fmt.upper()} ({reason}); check the file's format.") from None
+        raise DataError(f"Could not read {name} as {fmt.upper()} ({reason}); "
+                        "check the file's format.") from None
 
 
 def _numeric(table: pa.Table, col: str, name: str) -> np.ndarray:
@@ -355,15 +395,18 @@ def _numeric(table: pa.Table, col: str, name: str) -> np.ndarray:
     if pa.types.is_integer(arr.type) or pa.types.is_floating(arr.type):
         if arr.null_count:
             row = int(np.flatnonzero(arr.is_null().to_numpy(zero_copy_only=False))[0]) + 1
-            raise DataError(f"Column {col!r} of {name} has a missing value at row {row}; fill it or drop the row.")
+            raise DataError(f"Column {col!r} of {name} has a missing value at row {row}; "
+                            "fill it or drop the row.")
         values = arr.to_numpy().astype(np.float64)
         bad = np.flatnonzero(~np.isfinite(values))
         if len(bad):
-            raise DataError(f"Column {col!r} of {name} has a non-finite value at row {bad[0] + 1}; replace it.")
+            raise DataError(f"Column {col!r} of {name} has a non-finite value at row {bad[0] + 1}; "
+                            "replace it.")
         return values
     for i, value in enumerate(arr.to_pylist()):  # error path only: name the first offending value
         if value is None:
-            raise DataError(f"Column {col!r} of {name} has a missing value at row {i + 1}; fill it or drop the row.")
+            raise DataError(f"Column {col!r} of {name} has a missing value at row {i + 1}; "
+                            "fill it or drop the row.")
         try:
             float(value)
         except (TypeError, ValueError):
@@ -384,15 +427,18 @@ def _labels(table: pa.Table, col: str, name: str) -> np.ndarray:
 def _dates(table: pa.Table, col: str, name: str) -> np.ndarray:
     arr = table[col]
     if arr.null_count:
-        raise DataError(f"Column {col!r} of {name} has empty values; give every row a date or drop the column.")
+        raise DataError(f"Column {col!r} of {name} has empty values; "
+                        "give every row a date or drop the column.")
     if pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type):
         try:
             arr = pc.cast(arr, pa.timestamp("s"))
         except pa.ArrowException:
-            raise DataError(f"Column {col!r} of {name} has values that are not dates; use ISO dates like 2024-01-31.") from None
+            raise DataError(f"Column {col!r} of {name} has values that are not dates; "
+                            "use ISO dates like 2024-01-31.") from None
     if pa.types.is_temporal(arr.type):
         arr = pc.cast(arr, pa.timestamp("ns"))
         return arr.to_numpy().astype("datetime64[ns]").astype(np.int64)
     if pa.types.is_integer(arr.type) or pa.types.is_floating(arr.type):
         return arr.to_numpy().astype(np.float64)
-    raise DataError(f"Column {col!r} of {name} has type {arr.type}, not dates; use ISO dates like 2024-01-31.")
+    raise DataError(f"Column {col!r} of {name} has type {arr.type}, not dates; "
+                    "use ISO dates like 2024-01-31.")

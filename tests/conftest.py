@@ -1,0 +1,128 @@
+"""Shared fixtures: storage backends (SQLite temp file and real PostgreSQL), tiny study settings.
+
+PostgreSQL: the server on 127.0.0.1:5432 (user postgres, trust auth) when one answers, else a
+throwaway cluster started with initdb/pg_ctl when they are installed; each test gets a fresh
+database that is dropped afterwards.  Without either, PostgreSQL tests are skipped with a
+message saying what is missing.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+REPO = Path(__file__).resolve().parents[1]
+TINY_DATA = "synthetic:steps=700"  # ~500 training windows: a quick trial takes about a second
+
+
+def _pg_answers(host: str, port: int, user: str = "postgres", dbname: str = "postgres") -> bool:
+    try:
+        import psycopg2
+
+        psycopg2.connect(host=host, port=port, user=user, dbname=dbname, connect_timeout=3).close()
+        return True
+    except Exception:
+        return False
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _pg_bin(name: str) -> str | None:
+    found = shutil.which(name)
+    if found:
+        return found
+    candidates = sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"))
+    return candidates[-1] if candidates else None
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[str]:
+    """Base URL of a PostgreSQL server we may create databases on."""
+    host, port = "127.0.0.1", int(os.environ.get("ARCHHPO_TEST_PG_PORT", "5432"))
+    if _pg_answers(host, port):
+        yield f"postgresql+psycopg2://postgres@{host}:{port}"
+        return
+    initdb, pg_ctl = _pg_bin("initdb"), _pg_bin("pg_ctl")
+    if not (initdb and pg_ctl):
+        pytest.skip("PostgreSQL tests skipped: nothing answers on 127.0.0.1:5432 and initdb/pg_ctl are not "
+                    "installed (apt-get install postgresql, or start a server there)")
+    tmp = Path(tempfile.mkdtemp(prefix="archhpo-pg-"))
+    port = _free_port()
+    prefix: list[str] = []
+    if os.geteuid() == 0:  # initdb refuses to run as root
+        shutil.chown(tmp, "postgres")
+        prefix = ["runuser", "-u", "postgres", "--"]
+    data = tmp / "data"
+    subprocess.run([*prefix, initdb, "-D", str(data), "-U", "postgres", "-A", "trust"], check=True,
+                   capture_output=True)
+    subprocess.run([*prefix, pg_ctl, "-D", str(data), "-l", str(tmp / "log"), "-w", "-o",
+                    f"-p {port} -k {tmp} -c listen_addresses=127.0.0.1", "start"], check=True, capture_output=True)
+    try:
+        yield f"postgresql+psycopg2://postgres@{host}:{port}"
+    finally:
+        subprocess.run([*prefix, pg_ctl, "-D", str(data), "-m", "fast", "stop"], capture_output=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _admin(base: str, sql: str) -> None:
+    import psycopg2
+
+    rest = base.split("@", 1)[1]
+    host, port = rest.split(":")
+    conn = psycopg2.connect(host=host, port=int(port), user="postgres", dbname="postgres")
+    conn.autocommit = True
+    with conn.cursor() as cur:
+        cur.execute(sql)
+    conn.close()
+
+
+@pytest.fixture
+def pg_url(pg_server: str) -> Iterator[str]:
+    """A fresh, empty PostgreSQL database for one test."""
+    name = f"archhpo_t_{uuid.uuid4().hex[:12]}"
+    _admin(pg_server, f"CREATE DATABASE {name}")
+    try:
+        yield f"{pg_server}/{name}"
+    finally:
+        _admin(pg_server, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def storage_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Every storage test runs on both backends."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'study.db'}"
+    return request.getfixturevalue("pg_url")
+
+
+def run_cli(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None,
+            timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """Run `archhpo ...` in a subprocess, as a user would."""
+    full_env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "PYTHONPATH": str(REPO), **(env or {})}
+    return subprocess.run([sys.executable, "-m", "search.cli", *args], cwd=cwd, env=full_env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def wait_for(predicate, timeout: float = 30, every: float = 0.2) -> bool:  # type: ignore[no-untyped-def]
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if predicate():
+            return True
+        time.sleep(every)
+    return False
