@@ -27,6 +27,10 @@ __all__ = [
 # Imported lazily so that `archhpo grid` does not pay for every family's imports.
 _FAMILY_MODULES = {
     "patchtst": "models.patchtst",
+    "ft_transformer": "models.ft_transformer",
+    "csn_transformer": "models.csn_transformer",
+    "char_cls": "models.char_cls",
+    "signal": "models.signal",
 }
 
 

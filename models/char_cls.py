@@ -181,5 +181,6 @@ FAMILY = Family(
         FlagSpec("max_len", int, MAX_LEN, "sequence length in ids, counting the [CLS] token"),
         FlagSpec("num_classes", int, 2, "number of classes (2 for binary)"),
     ),
+    tokens=lambda c: c.max_len,
     description="Character-level [CLS] transformer classifying short strings such as domain names.",
 )

@@ -121,5 +121,6 @@ FAMILY = Family(
     baseline_loss=base_rate_loss,
     metrics=binary_metrics,
     flags=PANEL_FLAGS,
+    tokens=lambda c: 2 + len(c.cat_cardinalities) + c.seq_len,  # both paths' tokens, held together
     description="Dual-path transformer: categorical tokens and per-step numerical tokens, joint [CLS] head.",
 )

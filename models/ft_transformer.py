@@ -205,6 +205,7 @@ FAMILY = Family(
     metrics=binary_metrics,
     flags=(FlagSpec("variant", str, "sequence", "sequence (token per step and feature) or tabular"),
            *PANEL_FLAGS),
+    tokens=lambda c: 1 + len(c.cat_cardinalities) + c.num_numerical * (c.seq_len if c.variant == "sequence" else 1),
     description="FT-Transformer on panel data: a token per feature (and step) + categorical tokens, "
     "[CLS] head.",
 )

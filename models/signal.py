@@ -312,6 +312,8 @@ FAMILY = Family(
         FlagSpec("channels", int, multisignal.DEFAULT_CHANNELS, "number of input channels C"),
         FlagSpec("num_bins", int, multisignal.DEFAULT_BINS, "number of quantile bins K of the target"),
     ),
+    # cat: a token per (step, channel); ci: the backbone runs C times (C× the activations).
+    tokens=lambda c: c.seq_len * (c.channels if c.encoder in ("cat", "ci") else 1),
     description="Causal multi-channel signal transformer predicting the next step's quantile bin.",
     train_defaults={
         "learning_rate": 3e-4, "weight_decay": 1e-4, "batch_size": 32, "warmup_steps": 0,

@@ -55,7 +55,7 @@ def train_command(args: argparse.Namespace) -> dict[str, Any]:
             spec = fam.parse_data(spec["path"], options)
     else:
         spec = fam.parse_data(args.data or "synthetic", options)
-    info = {**fam.data_info(spec, options), **{k: v for k, v in flag_values.items()}}
+    info = {**flag_values, **fam.data_info(spec, options)}  # the data wins on shapes
     if best:
         info = {**best.get("info", {}), **info}
         arch = {k: best["architecture"][k] for k in ("d_model", "n_layers", "n_heads", "d_ff")}

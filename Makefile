@@ -1,0 +1,33 @@
+# The two set-up commands of the README: `make demo` (a small study) and `make test`.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+# Installed first and explicitly: a CPU machine with the 2.13.0 CPU wheel on disk takes it,
+# a GPU machine gets PyPI's CUDA build of the same release.
+TORCH_VERSION ?= 2.13.0
+export RAY_USAGE_STATS_ENABLED := 0
+
+.PHONY: install demo test lint bench clean
+
+install: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q "torch==$(TORCH_VERSION)"
+	$(PY) -m pip install -q -e ".[test]"
+	touch $@
+
+demo: install
+	$(VENV)/bin/archhpo run --experiment demo --budget 200K --trials 8 --quick --workers 2 --out results
+
+lint: install
+	$(PY) -m ruff check budgets models search workers tests bench
+
+test: install lint
+	$(PY) -m pytest -q
+
+bench: install
+	$(PY) bench/trainer_throughput.py
+	$(PY) bench/orchestration.py
+
+clean:
+	rm -rf $(VENV) results archhpo.db archhpo.db-* archhpo.db.lock
