@@ -106,6 +106,7 @@ def best_summary(study: optuna.Study, settings: StudySettings) -> dict[str, Any]
         # Beyond SPEC §8: what a reader needs to judge and reproduce the winner.
         "family": settings.family,
         "best_trial": best.number if best else None,
+        "plan_slot": best.user_attrs.get("plan_slot") if best else None,
         "n_trials_failed": sum(t.state == TrialState.FAIL and "fail_reason" in t.user_attrs for t in trials),
         "n_trials_planned": len(settings.plan),
         "baseline_val_loss": best.user_attrs.get("baseline_val_loss") if best else None,

@@ -155,8 +155,8 @@ def prepare_settings(
     options.update(family_options or {})
     spec = fam.parse_data(data, options)
     info = fam.data_info(spec, options)
-    for key, value in (family_options or {}).items():
-        info.setdefault(key, value)  # model-only choices (variant, encoder); the data wins on shapes
+    for key, choice in (family_options or {}).items():
+        info.setdefault(key, choice)  # model-only choices (variant, encoder); the data wins on shapes
     rows = require_rows(build_grid(fam, value, info, tolerance), value, tolerance, family)
     space = QUICK_SPACE if quick else FULL_SPACE
     plan = make_plan(rows, n_trials, space, seed)

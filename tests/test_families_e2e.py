@@ -1,0 +1,76 @@
+"""Every family is searchable end to end (`run` on its synthetic data) and `archhpo train`
+reproduces a study's winner from its best JSON."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import TINY_DATA, run_cli
+
+# Small budgets and data so that a whole study takes seconds per trial on one core.
+FAMILY_RUNS = {
+    "ft_transformer": ["--variant", "tabular", "--budget", "150K", "--data", "synthetic:symbols=20,steps=120"],
+    "csn_transformer": ["--budget", "400K", "--data", "synthetic:symbols=20,steps=120"],
+    "char_cls": ["--budget", "150K", "--data", "synthetic:n=300"],
+    "signal": ["--budget", "150K", "--data", "multisignal:series=48"],
+}
+
+
+@pytest.mark.ray
+@pytest.mark.parametrize("family", list(FAMILY_RUNS))
+def test_tiny_run_per_family(family: str, tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    res = run_cli("run", "--family", family, "--experiment", "fam", "--trials", "4", "--quick", "--workers", "2",
+                  "--storage", url, "--out", str(tmp_path / "out"), "--pruner", "none", *FAMILY_RUNS[family],
+                  cwd=tmp_path, timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    best = json.loads(next((tmp_path / "out").glob("fam_*_best.json")).read_text())
+    assert best["family"] == family and best["n_trials_completed"] >= 1
+    assert best["architecture"]["param_count"] > 0
+    rows = (tmp_path / "out" / "experiment_results.csv").read_text().strip().splitlines()
+    assert len(rows) - 1 == best["n_trials_completed"] + best["n_trials_pruned"]
+
+
+def test_train_from_best_json_reproduces_the_trial(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    common = ["--experiment", "rep", "--budget", "200K", "--storage", url]
+    assert run_cli("launch", *common, "--trials", "4", "--quick", "--data", TINY_DATA,
+                   "--pruner", "none").returncode == 0
+    assert run_cli("worker", *common, "--threads", "1").returncode == 0
+    assert run_cli("export", "--experiment", "rep", "--storage", url, "--out", str(tmp_path)).returncode == 0
+    best = json.loads((tmp_path / "rep_200K_best.json").read_text())
+    res = run_cli("train", "--from", str(tmp_path / "rep_200K_best.json"), "--device", "cpu",
+                  "--save", str(tmp_path / "w.pt"), env={"OMP_NUM_THREADS": "1"})
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout.strip().splitlines()[-1])
+    assert out["param_count"] == best["architecture"]["param_count"]
+    assert out["val_loss"] == pytest.approx(best["best_value"], rel=2e-3)
+    assert (tmp_path / "w.pt").exists()
+
+
+@pytest.mark.parametrize(("family", "flags"), [
+    ("patchtst", ["--data", TINY_DATA]),
+    ("ft_transformer", ["--variant", "sequence", "--data", "synthetic:symbols=10,steps=80", "--seq-len", "5"]),
+    ("csn_transformer", ["--data", "synthetic:symbols=10,steps=120"]),
+    ("char_cls", ["--data", "synthetic:n=200"]),
+    ("signal", ["--encoder", "cat", "--data", "multisignal:series=16", "--channels", "4"]),
+])
+def test_train_prints_one_json_line_of_metrics(family: str, flags: list[str]) -> None:
+    res = run_cli("train", "--family", family, "--d-model", "32", "--n-layers", "1", "--n-heads", "4",
+                  "--d-ff", "64", "--epochs", "1", "--quick", *flags)
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout)
+    for key in ("val_loss", "train_loss", "param_count", "duration_s", "baseline_val_loss"):
+        assert key in out
+    if family == "char_cls":
+        assert {"accuracy", "precision", "recall", "f1"} <= set(out)
+
+
+def test_train_needs_an_architecture_or_a_best_json(tmp_path: Path) -> None:
+    res = run_cli("train", "--family", "patchtst", "--d-model", "64", cwd=tmp_path)
+    assert res.returncode == 2 and "--n-layers" in res.stderr and "Traceback" not in res.stderr
+    res = run_cli("train", "--from", str(tmp_path / "missing.json"), cwd=tmp_path)
+    assert res.returncode == 2 and "does not exist" in res.stderr
