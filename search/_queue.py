@@ -15,6 +15,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import math
+import os
 import time
 import warnings
 from collections.abc import Callable
@@ -29,7 +30,7 @@ from optuna.storages._rdb import models as m
 from optuna.trial import FrozenTrial, TrialState
 
 from search._space import TRAINING_PARAMS, SearchSpace
-from search._storage import open_storage, plan_lock, retry_locked, session_scope
+from search._storage import HEARTBEAT_INTERVAL_S, open_storage, plan_lock, resilient, session_scope
 from search._study import StudySettings, enqueue_missing, load_study, make_pruner
 
 MAX_ATTEMPTS = 2  # a trial whose worker vanished is retried once with the same parameters
@@ -87,11 +88,13 @@ class TrialQueue:
         self.distributions = space.distributions(len(self.settings.archs))
         self._dist_json = {k: distribution_to_json(v) for k, v in self.distributions.items()}
         self._postgres = self.storage.engine.dialect.name == "postgresql"
+        self.heartbeat_s = float(HEARTBEAT_INTERVAL_S)
+        self.reap_s = float(os.environ.get("ARCHHPO_REAP_S", "30"))
 
     # ----------------------------------------------------------------------------- claiming
     def claim(self, worker_attrs: dict[str, Any]) -> Claim | None:
         """Take the oldest WAITING trial, or None when nothing is waiting right now."""
-        return retry_locked(lambda: self._claim(worker_attrs))
+        return resilient(lambda: self._claim(worker_attrs), "claim")
 
     def _claim(self, worker_attrs: dict[str, Any]) -> Claim | None:
         for _ in range(50):  # lost races on SQLite retry with the next candidate
@@ -160,19 +163,23 @@ class TrialQueue:
 
     # ----------------------------------------------------------------------- during a trial
     def heartbeat(self, claim: Claim) -> None:
-        retry_locked(lambda: self.storage.record_heartbeat(claim.trial_id))
+        # Short patience: the next beat retries anyway.
+        resilient(lambda: self.storage.record_heartbeat(claim.trial_id), "heartbeat", HEARTBEAT_INTERVAL_S)
 
     def report(self, claim: Claim, step: int, value: float) -> bool:
         """Record the validation loss of an epoch; True when the pruner says stop."""
-        retry_locked(lambda: self.storage.set_trial_intermediate_value(claim.trial_id, step, value))
-        return self.pruner.prune(self.study, self.storage.get_trial(claim.trial_id))
+        def once() -> bool:
+            self.storage.set_trial_intermediate_value(claim.trial_id, step, value)
+            return self.pruner.prune(self.study, self.storage.get_trial(claim.trial_id))
+
+        return resilient(once, "report")
 
     # ------------------------------------------------------------------------- finishing
     def finish(
         self, claim: Claim, state: TrialState, value: float | None, attrs: dict[str, Any]
     ) -> bool:
         """Finish the trial in one transaction; False if it was no longer ours (e.g. reaped)."""
-        return retry_locked(lambda: self._finish(claim, state, value, attrs))
+        return resilient(lambda: self._finish(claim, state, value, attrs), "finish")
 
     def _finish(self, claim: Claim, state: TrialState, value: float | None, attrs: dict[str, Any]) -> bool:
         with session_scope(self.storage) as s:
@@ -191,7 +198,7 @@ class TrialQueue:
 
     def requeue(self, claim: Claim, note: str = "interrupted") -> bool:
         """Put a trial we own back to WAITING (Ctrl-C, shutdown): it keeps its number and params."""
-        return retry_locked(lambda: self._requeue(claim, note))
+        return resilient(lambda: self._requeue(claim, note), "requeue")
 
     def _requeue(self, claim: Claim, note: str) -> bool:
         with session_scope(self.storage) as s:
@@ -217,7 +224,7 @@ class TrialQueue:
     # ----------------------------------------------------------------------- plan upkeep
     def maintain(self) -> PlanStatus:
         """Reap stale trials, retry lost ones, create phase 2 when phase 1 is final."""
-        return retry_locked(self._maintain)
+        return resilient(self._maintain, "plan upkeep")
 
     def _maintain(self) -> PlanStatus:
         with plan_lock(self.storage, self.name):

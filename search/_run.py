@@ -18,8 +18,13 @@ from search._storage import is_sqlite, mask_url, open_storage
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
 
-def worker_task(storage_url: str, names: list[str], device: str, threads: int, run_id: str) -> dict[str, Any]:
-    """Body of one Ray worker: the plain worker loop over the studies (importable by Ray)."""
+def worker_task(
+    storage_url: str, names: list[str], device: str, threads: int, run_id: str, checkpoint_dir: str | None
+) -> dict[str, Any]:
+    """Body of one Ray worker: the plain worker loop over the studies (importable by Ray).
+
+    `storage_url` never holds a password (see take_password): workers read PGPASSWORD/.pgpass.
+    """
     import ray
 
     from workers import Worker
@@ -27,8 +32,42 @@ def worker_task(storage_url: str, names: list[str], device: str, threads: int, r
     queues = [TrialQueue(storage_url, n) for n in names]
     ctx = ray.get_runtime_context()
     attrs = {"run_id": run_id, "ray_node_id": ctx.get_node_id(), "ray_worker": ctx.get_worker_id()[:12]}
-    summary = Worker(queues, device=device, threads=threads, extra_attrs=attrs).run()
-    return summary.__dict__
+    worker = Worker(queues, device=device, threads=threads, extra_attrs=attrs, checkpoint_dir=checkpoint_dir)
+    return worker.run().__dict__
+
+
+def auto_gpu_fraction(queues: list[TrialQueue], gpu_bytes: int) -> float:
+    """The GPU share the largest planned trial needs, in steps of 1/20 (at least 0.05)."""
+    from models import get_family
+    from workers import estimate_training_bytes
+
+    need = 0
+    for q in queues:
+        fam = get_family(q.settings.family)
+        batch = max(q.settings.search_space.batch_size)
+        for entry in q.settings.plan:
+            a = q.settings.archs[entry["arch_idx"]]
+            cfg = fam.config_for(a, q.settings.info)
+            tokens = fam.tokens(cfg) if fam.tokens else 64
+            need = max(need, estimate_training_bytes(a["param_count"], batch, tokens, a["d_model"], a["n_layers"],
+                                                     a["n_heads"], a["d_ff"]))
+    share = need / (0.85 * gpu_bytes)
+    return float(min(1.0, max(0.05, -(-share * 20 // 1) / 20)))
+
+
+def _gpu_memory() -> int | None:
+    """Total memory of one GPU of the cluster (probed on a GPU node), or None without GPUs."""
+    import ray
+
+    if ray.cluster_resources().get("GPU", 0) < 1:
+        return None
+
+    def probe() -> int:
+        import torch
+
+        return int(torch.cuda.get_device_properties(0).total_memory)
+
+    return int(ray.get(ray.remote(probe).options(num_gpus=1, num_cpus=0).remote()))
 
 
 @dataclass
@@ -36,8 +75,9 @@ class RunOptions:
     workers: int = 2
     ray_address: str | None = None
     device: str = "auto"
-    gpus_per_trial: float = 0.0
+    gpus_per_trial: float | str = 0.0  # a fraction, or "auto" (from the memory estimate)
     out_dir: Path = Path("results")
+    checkpoint_dir: Path | None = None
     refresh_s: float = 1.0
 
 
@@ -93,10 +133,16 @@ def run_workers(
         ray.init(num_cpus=max(cpus, opts.workers), include_dashboard=False, logging_level="WARNING",
                  _node_ip_address="127.0.0.1", configure_logging=True)
         threads = max(1, cpus // opts.workers)
+    gpus = opts.gpus_per_trial
+    if gpus == "auto":
+        mem = _gpu_memory()
+        gpus = auto_gpu_fraction(list(queues.values()), mem) if mem else 0.0
+        out.write(f"--gpus-per-trial auto: {gpus:g} GPU per worker\n")
     task = ray.remote(worker_task).options(
-        num_cpus=threads if not opts.ray_address else 1, num_gpus=opts.gpus_per_trial, max_retries=3,
+        num_cpus=threads if not opts.ray_address else 1, num_gpus=float(gpus), max_retries=3,
     )
-    refs = [task.remote(storage_url, names, opts.device, threads, run_id) for _ in range(opts.workers)]
+    ckpt = str(opts.checkpoint_dir.resolve()) if opts.checkpoint_dir else None
+    refs = [task.remote(storage_url, names, opts.device, threads, run_id, ckpt) for _ in range(opts.workers)]
     start = time.monotonic()
     last_final = -1
     last_print = 0.0

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import logging
 import os
 import random
 import re
@@ -25,8 +26,13 @@ from models import ArchhpoError
 T = TypeVar("T")
 
 DEFAULT_STORAGE = "sqlite:///archhpo.db"
-HEARTBEAT_INTERVAL_S = 20
-GRACE_PERIOD_S = 60  # a trial with no heartbeat for this long is failed and retried once
+# A running trial beats every HEARTBEAT_INTERVAL_S; one silent for GRACE_PERIOD_S is failed and
+# retried once.  The grace outlasts a ~30 s database restart (no beat can land meanwhile).
+HEARTBEAT_INTERVAL_S = int(os.environ.get("ARCHHPO_HEARTBEAT_S", "15"))
+GRACE_PERIOD_S = int(os.environ.get("ARCHHPO_GRACE_S", "90"))
+# How long a worker keeps retrying a database call through an outage before giving up.
+DB_PATIENCE_S = float(os.environ.get("ARCHHPO_DB_PATIENCE_S", "600"))
+log = logging.getLogger("archhpo.storage")
 
 
 class StorageError(ArchhpoError):
@@ -34,8 +40,24 @@ class StorageError(ArchhpoError):
 
 
 def resolve_storage_url(url: str | None) -> str:
-    """--storage, else $ARCHHPO_STORAGE, else an SQLite file in the working directory."""
-    return url or os.environ.get("ARCHHPO_STORAGE") or DEFAULT_STORAGE
+    """--storage, else $ARCHHPO_STORAGE, else an SQLite file in the working directory; any
+    password moves to PGPASSWORD."""
+    return take_password(url or os.environ.get("ARCHHPO_STORAGE") or DEFAULT_STORAGE)
+
+
+def take_password(url: str) -> str:
+    """Move a password out of the URL into PGPASSWORD (read by libpq) and return the URL without it.
+
+    Everything downstream (Ray task arguments, study attributes, logs, process lists) then only
+    ever sees the password-free URL; Ray workers started from this process inherit PGPASSWORD.
+    """
+    m = re.match(r"^(?P<head>[^:]+://[^:/@]+):(?P<pw>[^@]*)@(?P<tail>.*)$", url)
+    if not m or not url.startswith(("postgresql", "mysql")):
+        return url
+    from urllib.parse import unquote
+
+    os.environ["PGPASSWORD"] = unquote(m.group("pw"))
+    return f"{m.group('head')}@{m.group('tail')}"
 
 
 def mask_url(url: str) -> str:
@@ -133,16 +155,33 @@ def session_scope(storage: RDBStorage) -> Iterator[orm.Session]:
         session.close()
 
 
-def retry_locked(fn: Callable[[], T], attempts: int = 20) -> T:
-    """Run fn, retrying SQLite's transient 'database is locked' errors with a short backoff."""
-    for i in range(attempts):
+def _transient(exc: BaseException) -> bool:
+    """Errors worth retrying: SQLite's lock contention and any lost or refused connection."""
+    if isinstance(exc, sqlalchemy.exc.DBAPIError) and exc.connection_invalidated:
+        return True
+    return isinstance(exc, sqlalchemy.exc.OperationalError | sqlalchemy.exc.InterfaceError)
+
+
+def resilient(fn: Callable[[], T], what: str = "database call", patience_s: float | None = None) -> T:
+    """Run fn, retrying transient database errors with backoff for up to patience_s seconds.
+
+    A PostgreSQL restart or a connection killed by pg_terminate_backend costs a retry, not a
+    trial; SQLite's 'database is locked' becomes a short wait.  Every retried call is
+    idempotent or re-checks the trial's state inside its transaction.
+    """
+    patience = DB_PATIENCE_S if patience_s is None else patience_s
+    deadline = time.monotonic() + patience
+    delay = 0.05
+    while True:
         try:
             return fn()
-        except sqlalchemy.exc.OperationalError as exc:
-            if "locked" not in str(exc) or i == attempts - 1:
+        except Exception as exc:
+            if not _transient(exc) or time.monotonic() + delay > deadline:
                 raise
-            time.sleep(min(0.05 * 2**i, 2.0) * (0.5 + random.random()))
-    raise AssertionError("unreachable")
+            if "locked" not in str(exc):
+                log.warning("%s failed (%s); retrying in %.1f s", what, mask_url(str(exc).splitlines()[0]), delay)
+            time.sleep(delay * (0.5 + random.random()))
+            delay = min(delay * 2, 5.0)
 
 
 @contextlib.contextmanager

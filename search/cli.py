@@ -149,7 +149,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     url = resolve_storage_url(args.storage)
     names = [study_name(check_experiment(args.experiment), budget_label(b)) for b in args.budget]
     queues = [TrialQueue(url, n) for n in names]
-    summary = Worker(queues, device=args.device, threads=args.threads).run()
+    summary = Worker(queues, device=args.device, threads=args.threads, checkpoint_dir=args.checkpoint_dir).run()
     print(json.dumps({"worker": "done", **summary.__dict__}), file=sys.stderr)
     return 0
 
@@ -160,8 +160,16 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     url = resolve_storage_url(args.storage)
     names = _launch_all(args)
+    gpus = args.gpus_per_trial
+    if gpus != "auto":
+        try:
+            gpus = float(gpus)
+        except ValueError:
+            raise ArchhpoError(f"--gpus-per-trial {gpus!r} must be a number such as 0.25, or auto.") from None
+        if not 0 <= gpus <= 8:
+            raise ArchhpoError(f"--gpus-per-trial {gpus} must lie between 0 and the GPUs of one node.")
     opts = RunOptions(workers=args.workers, ray_address=args.ray_address, device=args.device,
-                      gpus_per_trial=args.gpus_per_trial, out_dir=Path(args.out))
+                      gpus_per_trial=gpus, out_dir=Path(args.out), checkpoint_dir=Path(args.checkpoint_dir))
     statuses = run_workers(url, names, opts)
     for name, st in statuses.items():
         best = f"{st.best_value:.4f}" if st.best_value is not None else "none"
@@ -222,6 +230,10 @@ def build_parser(family: Family | None) -> argparse.ArgumentParser:
         sp.add_argument("--storage", default=None,
                         help="database URL (default $ARCHHPO_STORAGE, else sqlite:///archhpo.db)")
 
+    def checkpoint_flag(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("--checkpoint-dir", default=os.environ.get("ARCHHPO_CHECKPOINT_DIR", "checkpoints"),
+                        help="per-epoch checkpoints, so a retried trial resumes (shared storage on a cluster)")
+
     def study_args(sp: argparse.ArgumentParser) -> None:
         sp.add_argument("--experiment", required=True)
         common_budget(sp)
@@ -266,6 +278,7 @@ def build_parser(family: Family | None) -> argparse.ArgumentParser:
     storage(sp)
     sp.add_argument("--device", default="auto", help="auto, cpu or cuda")
     sp.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    checkpoint_flag(sp)
     sp.set_defaults(func=cmd_worker)
 
     sp = sub.add_parser("run", help="launch + Ray workers + results, with live progress")
@@ -273,8 +286,10 @@ def build_parser(family: Family | None) -> argparse.ArgumentParser:
     sp.add_argument("--workers", type=int, default=2)
     sp.add_argument("--ray-address", default=None, help="an existing Ray cluster (default: local Ray)")
     sp.add_argument("--device", default="auto")
-    sp.add_argument("--gpus-per-trial", type=float, default=0.0, help="GPU fraction per worker")
+    sp.add_argument("--gpus-per-trial", default="0",
+                    help="GPU share per worker (0.25 packs four on a GPU) or auto (from the memory estimate)")
     sp.add_argument("--out", default="results")
+    checkpoint_flag(sp)
     sp.set_defaults(func=cmd_run)
 
     sp = sub.add_parser("export", help="write the CSV and best JSON from the database")

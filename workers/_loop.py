@@ -51,17 +51,23 @@ class WorkerSummary:
 
 
 class _Heartbeat(threading.Thread):
-    """Beats for the running trial from a side thread: Optuna only beats inside optimize()."""
+    """Beats for the running trial from a side thread (Optuna only beats inside optimize()), and
+    every `reap_s` runs the plan upkeep, so a dead worker's trial is reaped while everyone else
+    is busy training rather than when the queue runs dry."""
 
-    def __init__(self, queue: QueueLike, claim: Any, interval: float) -> None:
+    def __init__(self, queue: QueueLike, claim: Any, interval: float, reap_s: float) -> None:
         super().__init__(daemon=True, name=f"heartbeat-{claim.number}")
-        self.queue, self.claim, self.interval = queue, claim, interval
+        self.queue, self.claim, self.interval, self.reap_s = queue, claim, interval, reap_s
         self.stopped = threading.Event()
 
     def run(self) -> None:
+        last_reap = time.monotonic()
         while not self.stopped.wait(self.interval):
             try:
                 self.queue.heartbeat(self.claim)
+                if time.monotonic() - last_reap >= self.reap_s:
+                    last_reap = time.monotonic()
+                    self.queue.maintain()
             except Exception as exc:  # a database blip must not kill the trial; the next beat retries
                 log.warning("heartbeat for trial %s failed: %s", self.claim.number, exc)
 
@@ -90,6 +96,13 @@ def _verify_file(spec: dict[str, Any]) -> None:
                         "launched with; copy the original file to this machine.")
 
 
+def _atomic_save(obj: dict[str, Any], path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    torch.save(obj, tmp)
+    os.replace(tmp, path)
+
+
 class Worker:
     """Trains the planned trials of one or more studies (budgets) until all plans are done."""
 
@@ -99,13 +112,15 @@ class Worker:
         device: str = "auto",
         threads: int | None = None,
         extra_attrs: dict[str, Any] | None = None,
-        heartbeat_s: float = 20.0,
+        checkpoint_dir: str | Path | None = None,
+        checkpoint_every: int = 1,
     ) -> None:
         self.queues = list(queues)
         self.device = resolve_device(device)
         if threads:
             torch.set_num_threads(threads)
-        self.heartbeat_s = heartbeat_s
+        self.checkpoint_dir = Path(checkpoint_dir).resolve() if checkpoint_dir else None
+        self.checkpoint_every = max(1, checkpoint_every)
         self.stop_event = threading.Event()
         self.attrs = {
             "host": socket.gethostname(), "device": self._device_name(), "pid": os.getpid(),
@@ -128,6 +143,22 @@ class Worker:
             data = fam.load_data(s.data, s.options)
             self._data[key] = (data.to(self.device), fam.baseline_loss(data))
         return self._data[key]
+
+    def _checkpoint_path(self, queue: QueueLike, claim: Any) -> Path | None:
+        if self.checkpoint_dir is None:
+            return None
+        return self.checkpoint_dir / queue.name / f"slot{claim.slot:05d}.pt"
+
+    def _load_checkpoint(self, path: Path | None, claim: Any) -> dict[str, Any] | None:
+        """The state a killed or interrupted attempt of the same planned trial left behind."""
+        if path is None or not path.exists():
+            return None
+        try:
+            state = torch.load(path, map_location=self.device, weights_only=False)
+        except Exception as exc:  # a torn or foreign file: start over rather than fail
+            log.warning("ignoring unreadable checkpoint %s: %s", path, exc)
+            return None
+        return state if state.get("params") == claim.params else None
 
     def run(self) -> WorkerSummary:
         summary = WorkerSummary()
@@ -160,7 +191,7 @@ class Worker:
     def _run_trial(self, queue: QueueLike, claim: Any, summary: WorkerSummary) -> None:
         s = queue.settings
         fam = get_family(s.family)
-        beat = _Heartbeat(queue, claim, self.heartbeat_s)
+        beat = _Heartbeat(queue, claim, getattr(queue, "heartbeat_s", 15.0), getattr(queue, "reap_s", 30.0))
         beat.start()
         attrs: dict[str, Any] = {}
         state, value = TrialState.FAIL, None
@@ -186,14 +217,26 @@ class Worker:
                     warmup_steps=int(p["warmup_steps"]), seed=claim.slot,
                 )
                 best = {"val": float("inf")}
+                ckpt = self._checkpoint_path(queue, claim)
+                resume = self._load_checkpoint(ckpt, claim)
+                if resume is not None:
+                    attrs["resumed_from_epoch"] = int(resume["epoch"])
+                    for h in resume["history"]:  # the retry carries the dead attempt's curve
+                        queue.report(claim, int(h["epoch"]), float(h["val_loss"]))
+                        best["val"] = min(best["val"], float(h["val_loss"]))
 
                 def on_eval(epoch: int, val: float) -> None:
                     best["val"] = min(best["val"], val)
                     if queue.report(claim, epoch, val):
                         raise StopTraining(epoch)
 
+                def save(state: dict[str, Any]) -> None:
+                    if ckpt is not None and (state["epoch"] % self.checkpoint_every == 0):
+                        _atomic_save({"params": claim.params, "arch": claim.arch, **state}, ckpt)
+
                 try:
-                    result = train(model, data, fam.loss, tcfg, metrics_fn=fam.metrics, on_eval=on_eval)
+                    result = train(model, data, fam.loss, tcfg, metrics_fn=fam.metrics, on_eval=on_eval,
+                                   checkpoint=save if ckpt is not None else None, resume=resume)
                     state, value = TrialState.COMPLETE, result.best_val_loss
                     attrs.update(train_loss=result.train_loss, best_epoch=result.best_epoch,
                                  samples_per_s=round(result.samples_per_s, 1),
@@ -221,6 +264,9 @@ class Worker:
         finally:
             beat.stopped.set()
         attrs["duration_s"] = round(time.perf_counter() - start, 3)
+        ckpt = self._checkpoint_path(queue, claim)
+        if ckpt is not None:
+            ckpt.unlink(missing_ok=True)  # finished (or failed for good): nothing left to resume
         if "fail_reason" in attrs:
             log.warning("trial %s failed: %s", claim.number, attrs["fail_reason"])
         if queue.finish(claim, state, value, attrs):

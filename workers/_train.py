@@ -100,8 +100,14 @@ def train(
     *,
     metrics_fn: Callable[[torch.Tensor, torch.Tensor], dict[str, float]] | None = None,
     on_eval: Callable[[int, float], None] | None = None,
+    checkpoint: Callable[[dict[str, Any]], None] | None = None,
+    resume: dict[str, Any] | None = None,
 ) -> TrainResult:
-    """Train in place; `data` must already be on the model's device."""
+    """Train in place; `data` must already be on the model's device.
+
+    ``checkpoint(state)`` is called after every validated epoch with everything needed to go on;
+    ``resume=state`` continues from such a state (a retried trial picks up where it died).
+    """
     device = next(model.parameters()).device
     autocast = device.type == "cuda"
     gen = torch.Generator(device=device).manual_seed(cfg.seed)
@@ -113,9 +119,18 @@ def train(
     best, best_epoch, best_metrics = math.inf, 0, {}
     history: list[dict[str, float]] = []
     train_loss = math.nan
+    first = 1
+    if resume is not None:
+        model.load_state_dict(resume["model"])
+        opt.load_state_dict(resume["optimizer"])
+        sched.load_state_dict(resume["scheduler"])
+        gen.set_state(resume["generator"].to(gen.get_state().device))
+        best, best_epoch, best_metrics = resume["best"], resume["best_epoch"], resume["best_metrics"]
+        history, train_loss = list(resume["history"]), resume["train_loss"]
+        first = int(resume["epoch"]) + 1
     start = time.perf_counter()
-    epoch = 0
-    for epoch in range(1, cfg.epochs + 1):
+    epoch = first - 1
+    for epoch in range(first, cfg.epochs + 1):
         model.train()
         perm = torch.randperm(data.n_train, device=device, generator=gen)
         loss_sum = torch.zeros((), device=device)
@@ -145,10 +160,17 @@ def train(
             best, best_epoch, best_metrics = val, epoch, metrics
         if on_eval is not None:
             on_eval(epoch, val)  # may raise StopTraining
+        if checkpoint is not None:
+            checkpoint({
+                "epoch": epoch, "model": model.state_dict(), "optimizer": opt.state_dict(),
+                "scheduler": sched.state_dict(), "generator": gen.get_state(), "best": best,
+                "best_epoch": best_epoch, "best_metrics": best_metrics, "history": history,
+                "train_loss": train_loss,
+            })
     duration = time.perf_counter() - start
     return TrainResult(
         best_val_loss=best, train_loss=train_loss, epochs_run=epoch, best_epoch=best_epoch,
-        duration_s=duration, samples_per_s=epoch * data.n_train / max(duration, 1e-9),
+        duration_s=duration, samples_per_s=(epoch - first + 1) * data.n_train / max(duration, 1e-9),
         metrics=best_metrics, history=history,
     )
 
