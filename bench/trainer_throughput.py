@@ -143,6 +143,14 @@ def batching_only(data: TensorDataset, batch: int, device: torch.device, repeats
     return out
 
 
+def _load1() -> float:
+    try:
+        with open("/proc/loadavg") as fh:
+            return float(fh.read().split()[0])
+    except OSError:
+        return float("nan")
+
+
 def machine() -> dict[str, Any]:
     info: dict[str, Any] = {
         "python": platform.python_version(), "torch": torch.__version__, "threads": torch.get_num_threads(),
@@ -192,6 +200,7 @@ def main(argv: list[str] | None = None) -> int:
             for batch in args.batches:
                 warm = tiled(full, args.warmup * batch).to(device)
                 timed = tiled(full, args.steps * batch).to(device)
+                load = _load1()
                 runners = {"archhpo": run_archhpo, "dataloader": run_dataloader}
                 times: dict[str, list[float]] = {k: [] for k in runners}
                 for rep in range(args.repeats):
@@ -204,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
                 for name, ts in times.items():
                     rows.append({
                         "device": dev_name, "config": cname, "params": n_params, "batch": batch, "loop": name,
-                        "steps": args.steps, "seconds": ts,
+                        "steps": args.steps, "seconds": ts, "load1_before": load,
                         "samples_per_s": args.steps * batch / statistics.median(ts),
                         "ms_per_step": statistics.median(ts) / args.steps * 1e3,
                     })
@@ -220,13 +229,14 @@ def main(argv: list[str] | None = None) -> int:
           f"median of {args.repeats}, torch threads {args.threads}, {m.get('cpu', '?')}, load {m.get('loadavg', '?')}")
     print()
     print("| device | config | params | batch | archhpo trainer (samples/s) | DataLoader loop (samples/s) "
-          "| trainer / DataLoader | trainer ms/step |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|")
+          "| trainer / DataLoader | trainer ms/step | load before |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
     for a, b in zip(rows[::2], rows[1::2], strict=True):
         ratio = a["samples_per_s"] / b["samples_per_s"]
         desc = "d{d_model} L{n_layers} h{n_heads} ff{d_ff}".format(**CONFIGS[a["config"]])
         print(f"| {a['device']} | {a['config']} ({desc}) | {a['params']:,} | {a['batch']} "
-              f"| {a['samples_per_s']:,.0f} | {b['samples_per_s']:,.0f} | {ratio:.2f}x | {a['ms_per_step']:.1f} |")
+              f"| {a['samples_per_s']:,.0f} | {b['samples_per_s']:,.0f} | {ratio:.2f}x | {a['ms_per_step']:.1f} "
+              f"| {a['load1_before']:.1f} |")
     print()
     print("Batch-making path alone (no model), microseconds per batch, median of 5 epochs over the "
           f"{full.n_train}-sample training split:")

@@ -130,7 +130,8 @@ def run_workers(
         threads = 1
     else:
         # A private local instance: random ports, bound to loopback, no dashboard.
-        ray.init(num_cpus=max(cpus, opts.workers), include_dashboard=False, logging_level="WARNING",
+        # address="local": never attach to some other Ray already running on this machine.
+        ray.init(address="local", num_cpus=max(cpus, opts.workers), include_dashboard=False, logging_level="WARNING",
                  _node_ip_address="127.0.0.1", configure_logging=True)
         threads = max(1, cpus // opts.workers)
     gpus = opts.gpus_per_trial

@@ -126,3 +126,55 @@ def wait_for(predicate, timeout: float = 30, every: float = 0.2) -> bool:  # typ
             return True
         time.sleep(every)
     return False
+
+
+class ThrowawayPostgres:
+    """A private PostgreSQL cluster on a free port that a test may stop and start at will."""
+
+    def __init__(self, root: Path, initdb: str, pg_ctl: str) -> None:
+        self.root, self.pg_ctl = root, pg_ctl
+        self.data, self.log = root / "data", root / "log"
+        self.host, self.port = "127.0.0.1", _free_port()
+        self.prefix: list[str] = []
+        if os.geteuid() == 0:  # initdb and postgres refuse to run as root
+            shutil.chown(root, "postgres")
+            self.prefix = ["runuser", "-u", "postgres", "--"]
+        subprocess.run([*self.prefix, initdb, "-D", str(self.data), "-U", "postgres", "-A", "trust"],
+                       check=True, capture_output=True, timeout=120)
+
+    @property
+    def url(self) -> str:
+        return f"postgresql+psycopg2://postgres@{self.host}:{self.port}/postgres"
+
+    def answers(self) -> bool:
+        return _pg_answers(self.host, self.port)
+
+    def start(self) -> None:
+        subprocess.run([*self.prefix, self.pg_ctl, "-D", str(self.data), "-l", str(self.log), "-w", "-t", "60",
+                        "-o", f"-p {self.port} -k {self.root} -c listen_addresses={self.host}", "start"],
+                       check=True, capture_output=True, timeout=90)
+
+    def stop(self, mode: str = "fast") -> None:
+        subprocess.run([*self.prefix, self.pg_ctl, "-D", str(self.data), "-m", mode, "-w", "-t", "60", "stop"],
+                       capture_output=True, timeout=90)
+
+
+@pytest.fixture
+def throwaway_pg() -> Iterator[ThrowawayPostgres]:
+    """A started private PostgreSQL cluster (see ThrowawayPostgres), always stopped and removed."""
+    initdb, pg_ctl = _pg_bin("initdb"), _pg_bin("pg_ctl")
+    if not (initdb and pg_ctl):
+        pytest.skip("needs initdb and pg_ctl to start a private PostgreSQL cluster it can restart "
+                    "(apt-get install postgresql)")
+    if os.geteuid() == 0 and not shutil.which("runuser"):
+        pytest.skip("running as root, and runuser is missing to start PostgreSQL as the postgres user")
+    root = Path(tempfile.mkdtemp(prefix="archhpo-pg-outage-"))
+    pg: ThrowawayPostgres | None = None
+    try:
+        pg = ThrowawayPostgres(root, initdb, pg_ctl)
+        pg.start()
+        yield pg
+    finally:
+        if pg is not None:
+            pg.stop("immediate")
+        shutil.rmtree(root, ignore_errors=True)

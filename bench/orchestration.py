@@ -1,0 +1,401 @@
+"""Per-trial orchestration overhead of archhpo's trial queue, against plain Optuna ask/tell.
+
+Trials do no training, so everything timed is bookkeeping.  One archhpo trial is what a worker
+does around a training run:
+
+    claim()                   -- take the next WAITING planned trial (ask)
+    report(epoch, loss) x 3   -- intermediate value + pruner check, one per epoch
+    finish(COMPLETE, loss)    -- value, attributes and state in one transaction (tell)
+    maintain()                -- plan upkeep: reap stale trials, retries, phase 2
+
+(``workers.Worker`` itself calls ``maintain()`` only when ``claim()`` finds nothing waiting; the
+table therefore also shows the per-trial cost without it.)  The plain-Optuna reference trial is
+``study.ask()`` + 6 ``suggest_*`` (default TPE sampler) + 3 ``trial.report`` + ``study.tell``.
+
+Workers are separate processes (multiprocessing "spawn"), each with its own storage/queue.  A
+pool is spawned once; for each stage, k of its processes open the study and do one untimed
+warm-up trial, then all start together and each does a fixed number of trials.  Reported per
+stage: ms per trial per process (its wall time / its trials; median over processes, and the
+range), aggregate trials/s (all trials / wall time from first start to last end), the median
+per-trial cost of each call, and how many trials the study held (finished / waiting) when the
+stage started.  "worker CPU ms/trial" is the CPU time of the worker processes per trial
+(client-side Python/SQLAlchemy/driver, not the database server), which other load on the machine
+barely changes.  Ray task overhead (``ray.init`` ~4 s once, task dispatch) is not included.
+
+A scratch PostgreSQL database (dropped afterwards) and a scratch SQLite file hold the studies.
+
+    python bench/orchestration.py                          # PostgreSQL + SQLite, 1/8/16 workers
+    python bench/orchestration.py --backends postgresql --json out.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import multiprocessing as mp
+import os
+import platform
+import random
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+PG_ADMIN = "postgresql+psycopg2://postgres@127.0.0.1:5432/postgres"
+EPOCHS = 3
+
+
+# ------------------------------------------------------------------------ worker processes
+def _quiet_optuna() -> None:
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+class _Archhpo:
+    """One worker's queue; trial() runs one no-training trial and returns per-call seconds."""
+
+    def __init__(self, url: str, study: str, maintain: bool) -> None:
+        _quiet_optuna()
+        from search._queue import TrialQueue
+
+        self.q = TrialQueue(url, study)
+        self.maintain = maintain
+        self.attrs = {"host": platform.node(), "pid": os.getpid(), "device": "cpu"}
+        self.rng = random.Random(os.getpid())
+
+    def trial(self) -> dict[str, float] | None:
+        from optuna.trial import TrialState
+
+        ops: dict[str, float] = {}
+        t = time.perf_counter()
+        claim = self.q.claim(self.attrs)
+        ops["claim"] = time.perf_counter() - t
+        if claim is None:
+            return None
+        t = time.perf_counter()
+        for epoch in range(1, EPOCHS + 1):
+            self.q.report(claim, epoch, 0.7 - 0.01 * epoch + 0.05 * self.rng.random())
+        ops["report x3"] = time.perf_counter() - t
+        t = time.perf_counter()
+        self.q.finish(claim, TrialState.COMPLETE, 0.6 + 0.05 * self.rng.random(), {"duration_s": 0.0})
+        ops["finish"] = time.perf_counter() - t
+        if self.maintain:
+            t = time.perf_counter()
+            self.q.maintain()
+            ops["maintain"] = time.perf_counter() - t
+        return ops
+
+    def close(self) -> None:
+        self.q.storage.engine.dispose()
+
+
+class _Optuna:
+    """Plain Optuna: ask + 6 suggests (TPE) + 3 reports + tell on a default RDBStorage."""
+
+    def __init__(self, url: str, study: str, maintain: bool) -> None:
+        _quiet_optuna()
+        import optuna
+
+        self.storage = optuna.storages.RDBStorage(url)
+        self.study = optuna.load_study(study_name=study, storage=self.storage,
+                                       sampler=optuna.samplers.TPESampler())
+        self.rng = random.Random(os.getpid())
+
+    def trial(self) -> dict[str, float] | None:
+        ops: dict[str, float] = {}
+        t = time.perf_counter()
+        trial = self.study.ask()
+        trial.suggest_int("arch_idx", 0, 400)
+        trial.suggest_float("learning_rate", 1e-4, 1e-3, log=True)
+        trial.suggest_categorical("epochs", [50, 75, 100])
+        trial.suggest_categorical("batch_size", [32, 64, 128, 256])
+        trial.suggest_float("weight_decay", 1e-5, 1e-3, log=True)
+        trial.suggest_categorical("warmup_steps", [100, 200, 300, 500])
+        ops["ask+6 suggests"] = time.perf_counter() - t
+        t = time.perf_counter()
+        for epoch in range(1, EPOCHS + 1):
+            trial.report(0.7 - 0.01 * epoch + 0.05 * self.rng.random(), epoch)
+        ops["report x3"] = time.perf_counter() - t
+        t = time.perf_counter()
+        self.study.tell(trial, 0.6 + 0.05 * self.rng.random())
+        ops["tell"] = time.perf_counter() - t
+        return ops
+
+    def close(self) -> None:
+        self.storage.engine.dispose()
+
+
+_LOOPS = {"archhpo": _Archhpo, "optuna": _Optuna}
+
+
+def _child(conn: Any) -> None:
+    """Pool process: ('prepare', loop, url, study, maintain) -> ready; ('go', n) -> results."""
+    runner = None
+    while True:
+        msg = conn.recv()
+        if msg is None:
+            break
+        try:
+            if msg[0] == "prepare":
+                _, loop, url, study, maintain = msg
+                t = time.perf_counter()
+                runner = _LOOPS[loop](url, study, maintain)
+                runner.trial()  # warm-up: connections, compiled statements, caches
+                conn.send(("ready", time.perf_counter() - t))
+            elif msg[0] == "go":
+                assert runner is not None
+                per_trial: list[dict[str, float]] = []
+                start_wall, start, cpu = time.time(), time.perf_counter(), time.process_time()
+                for _ in range(msg[1]):
+                    ops = runner.trial()
+                    if ops is None:
+                        break
+                    per_trial.append(ops)
+                elapsed = time.perf_counter() - start
+                cpu = time.process_time() - cpu
+                runner.close()
+                runner = None
+                conn.send(("done", {"start": start_wall, "end": start_wall + elapsed, "elapsed": elapsed,
+                                    "cpu": cpu, "trials": per_trial}))
+        except Exception as exc:  # report, keep the pool alive
+            conn.send(("error", f"{type(exc).__name__}: {exc}"))
+
+
+class Pool:
+    def __init__(self, n: int) -> None:
+        ctx = mp.get_context("spawn")
+        self.conns, self.procs = [], []
+        for _ in range(n):
+            parent, child = ctx.Pipe()
+            p = ctx.Process(target=_child, args=(child,), daemon=True)
+            p.start()
+            self.conns.append(parent)
+            self.procs.append(p)
+
+    def stage(self, k: int, loop: str, url: str, study: str, trials_each: int, maintain: bool) -> dict[str, Any]:
+        conns = self.conns[:k]
+        for c in conns:
+            c.send(("prepare", loop, url, study, maintain))
+        ready = [_expect(c, "ready") for c in conns]
+        for c in conns:
+            c.send(("go", trials_each))
+        return {"startup_s": ready, "results": [_expect(c, "done") for c in conns]}
+
+    def close(self) -> None:
+        for c in self.conns:
+            c.send(None)
+        for p in self.procs:
+            p.join(timeout=10)
+            if p.is_alive():
+                p.terminate()
+
+
+def _expect(conn: Any, kind: str) -> Any:
+    got, payload = conn.recv()
+    if got != kind:
+        raise RuntimeError(f"worker process: {payload}")
+    return payload
+
+
+# ------------------------------------------------------------------------------ the studies
+def trial_counts(url: str, study: str) -> dict[str, int]:
+    import sqlalchemy as sa
+
+    engine = sa.create_engine(url)
+    try:
+        with engine.connect() as conn:
+            rows = conn.execute(sa.text(
+                "SELECT t.state, COUNT(*) FROM trials t JOIN studies s ON s.study_id = t.study_id "
+                "WHERE s.study_name = :n GROUP BY t.state"), {"n": study}).all()
+    finally:
+        engine.dispose()
+    return {str(state).split(".")[-1]: int(n) for state, n in rows}
+
+
+def launch_archhpo(url: str, budget: str, n_trials: int, tolerance: float) -> tuple[str, dict[str, Any]]:
+    from search._study import launch, prepare_settings
+
+    settings = prepare_settings("bench", budget, n_trials=n_trials, tolerance=tolerance)
+    t = time.perf_counter()
+    result = launch(url, settings)
+    info = {
+        "plan": len(settings.plan), "phase1": sum(e["phase"] == 1 for e in settings.plan),
+        "archs": len(settings.archs), "enqueued": result.enqueued, "launch_s": time.perf_counter() - t,
+    }
+    return settings.study_name, info
+
+
+def create_optuna(url: str) -> str:
+    import optuna
+
+    optuna.create_study(study_name="plain_optuna_tpe", storage=url, direction="minimize")
+    return "plain_optuna_tpe"
+
+
+def summarise(backend: str, loop: str, procs: int, before: dict[str, int], out: dict[str, Any]) -> dict[str, Any]:
+    res = out["results"]
+    n = sum(len(r["trials"]) for r in res)
+    per_proc_ms = [r["elapsed"] / len(r["trials"]) * 1e3 for r in res if r["trials"]]
+    cpu_ms = sum(r["cpu"] for r in res) / n * 1e3 if n else float("nan")
+    wall = max(r["end"] for r in res) - min(r["start"] for r in res)
+    trials = [t for r in res for t in r["trials"]]
+    ops = {k: statistics.median(t[k] for t in trials) * 1e3 for k in trials[0]} if trials else {}
+    total_med = statistics.median(sum(t.values()) for t in trials) * 1e3 if trials else float("nan")
+    no_maint = statistics.median(sum(v for k, v in t.items() if k != "maintain") for t in trials) * 1e3 \
+        if trials else float("nan")
+    finished = sum(before.get(s, 0) for s in ("COMPLETE", "PRUNED", "FAIL"))
+    return {
+        "backend": backend, "loop": loop, "procs": procs, "trials": n,
+        "finished_before": finished, "waiting_before": before.get("WAITING", 0),
+        "ms_per_trial_median": statistics.median(per_proc_ms), "ms_per_trial_min": min(per_proc_ms),
+        "ms_per_trial_max": max(per_proc_ms), "trials_per_s": n / wall, "wall_s": wall,
+        "client_cpu_ms_per_trial": cpu_ms,
+        "ops_median_ms": ops, "trial_median_ms": total_med, "trial_median_ms_without_maintain": no_maint,
+        "startup_s_median": statistics.median(out["startup_s"]),
+    }
+
+
+def machine(pg_url: str | None) -> dict[str, Any]:
+    import optuna
+    import sqlalchemy as sa
+
+    info: dict[str, Any] = {"python": platform.python_version(), "optuna": optuna.__version__,
+                            "sqlalchemy": sa.__version__, "cpus": os.cpu_count(),
+                            "date_utc": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")}
+    try:
+        with open("/proc/loadavg") as fh:
+            info["loadavg"] = " ".join(fh.read().split()[:3])
+    except OSError:
+        pass
+    if pg_url:
+        engine = sa.create_engine(pg_url)
+        with engine.connect() as conn:
+            info["postgresql"] = conn.execute(sa.text("SHOW server_version")).scalar()
+        engine.dispose()
+    import sqlite3
+
+    info["sqlite"] = sqlite3.sqlite_version
+    return info
+
+
+def _load1() -> float:
+    try:
+        with open("/proc/loadavg") as fh:
+            return float(fh.read().split()[0])
+    except OSError:
+        return float("nan")
+
+
+def _admin(sql: str) -> None:
+    import sqlalchemy as sa
+
+    engine = sa.create_engine(PG_ADMIN, isolation_level="AUTOCOMMIT")
+    with engine.connect() as conn:
+        conn.execute(sa.text(sql))
+    engine.dispose()
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--backends", nargs="+", default=["postgresql", "sqlite"], choices=["postgresql", "sqlite"])
+    ap.add_argument("--procs", type=int, nargs="+", default=[1, 8, 16], help="concurrent workers per stage")
+    ap.add_argument("--optuna-procs", type=int, nargs="+", default=[1, 8], help="plain-Optuna stages")
+    ap.add_argument("--sqlite-procs", type=int, nargs="+", default=None,
+                    help="archhpo stages on SQLite (default: same as --procs)")
+    ap.add_argument("--trials", type=int, default=40,
+                    help="timed trials per stage, split evenly over its processes (at least 4 each)")
+    ap.add_argument("--single-trials", type=int, default=20, help="timed trials of a 1-process stage")
+    ap.add_argument("--budget", default="20M")
+    ap.add_argument("--plan-trials", type=int, default=400, help="n_trials of the archhpo study")
+    ap.add_argument("--tolerance", type=float, default=0.9, help="budget tolerance (0.9 gives a 400-trial plan)")
+    ap.add_argument("--no-maintain", action="store_true", help="archhpo workers skip maintain() per trial")
+    ap.add_argument("--json", metavar="FILE", help="also write the raw results as JSON")
+    args = ap.parse_args(argv)
+    _quiet_optuna()
+
+    pg_db = f"archhpo_bench_{os.getpid()}"
+    pg_url = PG_ADMIN.rsplit("/", 1)[0] + "/" + pg_db
+    tmp = tempfile.TemporaryDirectory(prefix="archhpo-bench-")
+    urls = {"postgresql": pg_url, "sqlite": f"sqlite:///{Path(tmp.name) / 'bench.db'}"}
+    stages: list[tuple[str, str, int]] = []
+    for backend in args.backends:
+        for k in (args.sqlite_procs or args.procs) if backend == "sqlite" else args.procs:
+            stages.append((backend, "archhpo", k))
+        if backend == "postgresql":
+            stages += [(backend, "optuna", k) for k in args.optuna_procs]
+    need = max(k for _, _, k in stages)
+    rows: list[dict[str, Any]] = []
+    studies: dict[str, Any] = {}
+    t_all = time.perf_counter()
+    pool = None
+    if "postgresql" in args.backends:
+        _admin(f'CREATE DATABASE "{pg_db}"')
+    try:
+        print(f"# spawning {need} worker processes", file=sys.stderr, flush=True)
+        pool = Pool(need)
+        for backend in args.backends:
+            url = urls[backend]
+            name, info = launch_archhpo(url, args.budget, args.plan_trials, args.tolerance)
+            studies[backend] = {"archhpo": name, **info}
+            print(f"# {backend}: launched {name}: plan {info['plan']} trials, {info['enqueued']} enqueued "
+                  f"in {info['launch_s']:.1f} s", file=sys.stderr, flush=True)
+            if backend == "postgresql":
+                studies[backend]["optuna"] = create_optuna(url)
+            for b, loop, k in stages:
+                if b != backend:
+                    continue
+                study = studies[backend][loop]
+                total = args.single_trials if k == 1 else max(args.trials, 4 * k)
+                before = trial_counts(url, study)
+                load = _load1()
+                out = pool.stage(k, loop, url, study, total // k, maintain=not args.no_maintain)
+                row = summarise(backend, loop, k, before, out)
+                row["load1_before"] = load
+                rows.append(row)
+                print(f"# {backend} {loop} x{k}: {row['ms_per_trial_median']:.0f} ms/trial/process, "
+                      f"{row['trials_per_s']:.2f} trials/s, finished before {row['finished_before']}",
+                      file=sys.stderr, flush=True)
+            studies[backend]["final_counts"] = trial_counts(url, studies[backend]["archhpo"])
+    finally:
+        if pool is not None:
+            pool.close()
+        if "postgresql" in args.backends:
+            _admin(f'DROP DATABASE IF EXISTS "{pg_db}" WITH (FORCE)')
+        tmp.cleanup()
+    elapsed = time.perf_counter() - t_all
+
+    m = machine(PG_ADMIN if "postgresql" in args.backends else None)
+    print(f"Orchestration overhead per trial (no training; {EPOCHS} reports per trial), "
+          f"{m['cpus']} CPUs, load {m.get('loadavg', '?')}")
+    print()
+    for backend, s in studies.items():
+        print(f"- {backend}: archhpo study `{s['archhpo']}`: {s['archs']} architectures, plan of {s['plan']} "
+              f"trials ({s['phase1']} in phase 1, enqueued by launch in {s['launch_s']:.1f} s); "
+              f"final trial states {s['final_counts']}")
+    print()
+    print("| backend | loop | workers | trials timed | study before (finished / waiting) "
+          "| ms/trial per worker, median (min-max) | trials/s, all workers | worker CPU ms/trial "
+          "| per-call median ms | load before |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---|---:|")
+    for r in rows:
+        ops = ", ".join(f"{k} {v:.0f}" for k, v in r["ops_median_ms"].items())
+        print(f"| {r['backend']} | {r['loop']} | {r['procs']} | {r['trials']} "
+              f"| {r['finished_before']} / {r['waiting_before']} "
+              f"| {r['ms_per_trial_median']:.0f} ({r['ms_per_trial_min']:.0f}-{r['ms_per_trial_max']:.0f}) "
+              f"| {r['trials_per_s']:.2f} | {r['client_cpu_ms_per_trial']:.0f} | {ops} "
+              f"| {r['load1_before']:.1f} |")
+    print()
+    print(f"Total benchmark time {elapsed:.0f} s (including spawning {need} processes and launching the studies).")
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump({"machine": m, "args": vars(args), "studies": studies, "rows": rows,
+                       "elapsed_s": elapsed}, fh, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

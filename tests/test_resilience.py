@@ -1,0 +1,167 @@
+"""Exactly-once and crash recovery (issue 3): concurrent workers never duplicate or lose a
+planned trial; a SIGKILLed worker's trial is reaped within the grace period, retried once with
+the same parameters and resumed from its checkpoint; a killed driver resumes without duplicates."""
+
+from __future__ import annotations
+
+import csv
+import multiprocessing as mp
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from tests.conftest import REPO, TINY_DATA, run_cli, wait_for
+
+FAST_REAP = {"ARCHHPO_HEARTBEAT_S": "1", "ARCHHPO_GRACE_S": "4", "ARCHHPO_REAP_S": "1"}
+
+
+def _popen(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    full = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "PYTHONPATH": str(REPO), **(env or {})}
+    return subprocess.Popen([sys.executable, "-m", "search.cli", *args], cwd=cwd, env=full,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _trials(url: str, name: str) -> list[optuna.trial.FrozenTrial]:
+    return optuna.load_study(study_name=name, storage=url).get_trials(deepcopy=False)
+
+
+def _assert_each_slot_finished_once(trials: list[optuna.trial.FrozenTrial], n_slots: int) -> None:
+    final = [t for t in trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED)
+             or (t.state == TrialState.FAIL and "fail_reason" in t.user_attrs)]
+    assert sorted(t.user_attrs["plan_slot"] for t in final) == list(range(n_slots))
+    assert len({t.number for t in trials}) == len(trials)
+    assert not [t for t in trials if t.state in (TrialState.RUNNING, TrialState.WAITING)]
+
+
+@pytest.mark.postgres
+def test_eight_worker_processes_run_a_24_trial_plan_exactly_once(pg_url: str, tmp_path: Path) -> None:
+    common = ["--experiment", "x8", "--budget", "500K", "--storage", pg_url]
+    res = run_cli("launch", *common, "--trials", "24", "--quick", "--data", "synthetic:steps=400", "--pruner", "none")
+    assert res.returncode == 0, res.stderr
+    procs = [_popen("worker", *common, "--threads", "1", "--checkpoint-dir", str(tmp_path / "ck"), cwd=tmp_path)
+             for _ in range(8)]
+    for p in procs:
+        _, err = p.communicate(timeout=600)
+        assert p.returncode == 0, err[-2000:]
+    trials = _trials(pg_url, "x8_500K")
+    assert len(trials) == 24, "exactly the planned trials, none retried or duplicated"
+    _assert_each_slot_finished_once(trials, 24)
+    assert len({t.user_attrs["pid"] for t in trials}) > 1, "the work was shared"
+
+
+@pytest.mark.postgres
+@pytest.mark.ray
+def test_eight_ray_workers_run_a_24_trial_plan_exactly_once(pg_url: str, tmp_path: Path) -> None:
+    res = run_cli("run", "--experiment", "r8", "--budget", "500K", "--storage", pg_url, "--trials", "24", "--quick",
+                  "--data", "synthetic:steps=400", "--pruner", "none", "--workers", "8", "--out", str(tmp_path / "o"),
+                  cwd=tmp_path, timeout=900)
+    assert res.returncode == 0, res.stderr[-2000:]
+    trials = _trials(pg_url, "r8_500K")
+    assert len(trials) == 24
+    _assert_each_slot_finished_once(trials, 24)
+    with open(tmp_path / "o" / "experiment_results.csv") as fh:
+        assert len(list(csv.DictReader(fh))) == 24
+
+
+def _stress_worker(url: str, name: str, barrier) -> int:  # type: ignore[no-untyped-def]
+    from search import TrialQueue
+
+    q = TrialQueue(url, name)
+    barrier.wait()
+    done = 0
+    while (c := q.next_trial({"host": "stress"}, lambda: False, poll_s=0.05)) is not None:
+        q.report(c, 1, 0.5)
+        q.finish(c, TrialState.COMPLETE, 1.0 / (1 + c.number), {"duration_s": 0.0})
+        done += 1
+    return done
+
+
+@pytest.mark.postgres
+def test_sixteen_workers_with_instant_trials_claim_each_exactly_once(pg_url: str) -> None:
+    from search import launch, prepare_settings
+
+    s = prepare_settings("stress", "20M", n_trials=60, data=TINY_DATA, quick=True, pruner="none")
+    launch(pg_url, s)
+    ctx = mp.get_context("spawn")
+    barrier = ctx.Barrier(16)
+    with ctx.Pool(16) as pool:
+        counts = pool.starmap(_stress_worker, [(pg_url, s.study_name, barrier)] * 16, chunksize=1)
+    trials = _trials(pg_url, s.study_name)
+    assert sum(counts) == len(trials) == len(s.plan), "phase 1 and phase 2 ran once each"
+    _assert_each_slot_finished_once(trials, len(s.plan))
+    assert any(t.user_attrs["phase"] == 2 for t in trials)
+
+
+def test_sigkilled_worker_trial_is_retried_once_and_resumes_from_its_checkpoint(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    common = ["--experiment", "kill", "--budget", "200K", "--storage", url]
+    res = run_cli("launch", *common, "--trials", "3", "--quick", "--data", "synthetic:steps=4000", "--pruner", "none")
+    assert res.returncode == 0, res.stderr
+    ck = ["--checkpoint-dir", str(tmp_path / "ck"), "--threads", "1"]
+    victim = _popen("worker", *common, *ck, cwd=tmp_path, env=FAST_REAP)
+
+    def has_checkpoint() -> bool:  # the victim finished at least one epoch of a trial
+        return any((tmp_path / "ck").rglob("*.pt"))
+
+    assert wait_for(has_checkpoint, timeout=180)
+    running = [t for t in _trials(url, "kill_200K") if t.state == TrialState.RUNNING]
+    assert len(running) == 1
+    victim.send_signal(signal.SIGKILL)
+    victim.communicate(timeout=30)
+    killed_at = time.monotonic()
+    rescuer = _popen("worker", *common, *ck, cwd=tmp_path, env=FAST_REAP)
+
+    def retried() -> bool:  # reaped (FAIL) and its retry enqueued, while the rescuer is busy training
+        return any(t.user_attrs.get("retry_of") == running[0].number for t in _trials(url, "kill_200K"))
+
+    assert wait_for(retried, timeout=120, every=0.1), "the lost trial was reaped and retried"
+    reaction_s = time.monotonic() - killed_at
+    _, err = rescuer.communicate(timeout=300)
+    assert rescuer.returncode == 0, err[-2000:]
+    trials = _trials(url, "kill_200K")
+    lost = next(t for t in trials if t.number == running[0].number)
+    retry = next(t for t in trials if t.user_attrs.get("retry_of") == lost.number)
+    assert lost.state == TrialState.FAIL and "fail_reason" not in lost.user_attrs
+    assert retry.state == TrialState.COMPLETE and retry.params == lost.params
+    assert retry.user_attrs["attempt"] == 2 and retry.user_attrs["resumed_from_epoch"] >= 1
+    assert 1 in retry.intermediate_values, "the retry carries the first attempt's validation curve"
+    assert len(trials) == 4
+    _assert_each_slot_finished_once(trials, 3)
+    assert reaction_s < 4 + 1 + 20, f"reaped and retried {reaction_s:.1f}s after the kill"
+    res = run_cli("export", "--experiment", "kill", "--storage", url, "--out", str(tmp_path / "o"))
+    with open(tmp_path / "o" / "experiment_results.csv") as fh:
+        assert len(list(csv.DictReader(fh))) == 3, "one CSV row per finished planned trial"
+    assert not list((tmp_path / "ck").rglob("*.pt")), "checkpoints are removed once trials finish"
+
+
+@pytest.mark.ray
+def test_killed_driver_restarts_without_duplicates(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    args = ["run", "--experiment", "drv", "--budget", "200K", "--trials", "5", "--quick", "--pruner", "none",
+            "--data", "synthetic:steps=3000", "--workers", "2", "--storage", url, "--out", str(tmp_path / "o"),
+            "--checkpoint-dir", str(tmp_path / "ck")]
+    driver = _popen(*args, cwd=tmp_path, env=FAST_REAP)
+
+    def some_done() -> bool:
+        try:
+            return any(t.state == TrialState.COMPLETE for t in _trials(url, "drv_200K"))
+        except Exception:
+            return False
+
+    assert wait_for(some_done, timeout=240)
+    driver.send_signal(signal.SIGKILL)
+    driver.communicate(timeout=30)
+    res = run_cli(*args, cwd=tmp_path, env=FAST_REAP, timeout=600)
+    assert res.returncode == 0, res.stderr[-2000:]
+    trials = _trials(url, "drv_200K")
+    _assert_each_slot_finished_once(trials, 5)
+    with open(tmp_path / "o" / "experiment_results.csv") as fh:
+        rows = list(csv.DictReader(fh))
+    assert len(rows) == 5 and len({r["trial"] for r in rows}) == 5
