@@ -79,7 +79,7 @@ class TrialQueue:
     def __init__(self, storage_url: str, name: str, storage: RDBStorage | None = None) -> None:
         self.storage_url = storage_url
         self.storage = storage or open_storage(storage_url)
-        self.study = load_study(self.storage, name)
+        self.study = resilient(lambda: load_study(self.storage, name), "loading the study")
         self.study_id = self.study._study_id
         self.settings = StudySettings.from_attrs(self.study.user_attrs, name)
         self.name = name

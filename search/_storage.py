@@ -111,15 +111,20 @@ def open_storage(url: str) -> RDBStorage:
             f"Unsupported storage URL {mask_url(url)!r}; use sqlite:///FILE.db or "
             "postgresql+psycopg2://user@host:5432/db."
         )
-    try:
+    def rdb() -> RDBStorage:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            storage = RDBStorage(
+            return RDBStorage(
                 url,
                 engine_kwargs=_engine_kwargs(url),
                 heartbeat_interval=HEARTBEAT_INTERVAL_S,
                 grace_period=GRACE_PERIOD_S,
             )
+
+    try:
+        # A server that answered and then dropped us (pg_terminate_backend, a restart beginning) is
+        # retried; one that refuses or cannot be reached fails at once with the sentence below.
+        storage = resilient(rdb, "opening the study database", transient=_dropped)
     except (sqlalchemy.exc.OperationalError, sqlalchemy.exc.DatabaseError) as exc:
         reason = str(getattr(exc, "orig", exc)).strip().splitlines()[0] if str(exc) else type(exc).__name__
         raise StorageError(
@@ -157,12 +162,22 @@ def session_scope(storage: RDBStorage) -> Iterator[orm.Session]:
 
 def _transient(exc: BaseException) -> bool:
     """Errors worth retrying: SQLite's lock contention and any lost or refused connection."""
+    if isinstance(exc, optuna.exceptions.StorageInternalError) and exc.__cause__ is not None:
+        return _transient(exc.__cause__)  # Optuna's storage wraps every SQLAlchemy error in this
     if isinstance(exc, sqlalchemy.exc.DBAPIError) and exc.connection_invalidated:
         return True
     return isinstance(exc, sqlalchemy.exc.OperationalError | sqlalchemy.exc.InterfaceError)
 
 
-def resilient(fn: Callable[[], T], what: str = "database call", patience_s: float | None = None) -> T:
+def _dropped(exc: BaseException) -> bool:
+    """A connection the server accepted and then closed (not one it refused)."""
+    if isinstance(exc, optuna.exceptions.StorageInternalError) and exc.__cause__ is not None:
+        return _dropped(exc.__cause__)
+    return isinstance(exc, sqlalchemy.exc.DBAPIError) and exc.connection_invalidated
+
+
+def resilient(fn: Callable[[], T], what: str = "database call", patience_s: float | None = None,
+              transient: Callable[[BaseException], bool] | None = None) -> T:
     """Run fn, retrying transient database errors with backoff for up to patience_s seconds.
 
     A PostgreSQL restart or a connection killed by pg_terminate_backend costs a retry, not a
@@ -176,10 +191,13 @@ def resilient(fn: Callable[[], T], what: str = "database call", patience_s: floa
         try:
             return fn()
         except Exception as exc:
-            if not _transient(exc) or time.monotonic() + delay > deadline:
+            if not (transient or _transient)(exc) or time.monotonic() + delay > deadline:
                 raise
             if "locked" not in str(exc):
-                log.warning("%s failed (%s); retrying in %.1f s", what, mask_url(str(exc).splitlines()[0]), delay)
+                # Show the lost connection, not Optuna's "invalid data in the commit" wrapper text.
+                cause = exc.__cause__ if isinstance(exc, optuna.exceptions.StorageInternalError) else None
+                reason = str(cause or exc).strip().splitlines()[0] if str(cause or exc).strip() else type(exc).__name__
+                log.warning("%s failed (%s); retrying in %.1f s", what, mask_url(reason), delay)
             time.sleep(delay * (0.5 + random.random()))
             delay = min(delay * 2, 5.0)
 

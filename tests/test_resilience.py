@@ -70,7 +70,7 @@ def test_eight_ray_workers_run_a_24_trial_plan_exactly_once(pg_url: str, tmp_pat
         assert len(list(csv.DictReader(fh))) == 24
 
 
-def _stress_worker(url: str, name: str, barrier) -> int:  # type: ignore[no-untyped-def]
+def _stress_worker(url: str, name: str, barrier, out) -> None:  # type: ignore[no-untyped-def]
     from search import TrialQueue
 
     q = TrialQueue(url, name)
@@ -80,7 +80,7 @@ def _stress_worker(url: str, name: str, barrier) -> int:  # type: ignore[no-unty
         q.report(c, 1, 0.5)
         q.finish(c, TrialState.COMPLETE, 1.0 / (1 + c.number), {"duration_s": 0.0})
         done += 1
-    return done
+    out.put(done)
 
 
 @pytest.mark.postgres
@@ -91,8 +91,14 @@ def test_sixteen_workers_with_instant_trials_claim_each_exactly_once(pg_url: str
     launch(pg_url, s)
     ctx = mp.get_context("spawn")
     barrier = ctx.Barrier(16)
-    with ctx.Pool(16) as pool:
-        counts = pool.starmap(_stress_worker, [(pg_url, s.study_name, barrier)] * 16, chunksize=1)
+    out = ctx.Queue()
+    procs = [ctx.Process(target=_stress_worker, args=(pg_url, s.study_name, barrier, out)) for _ in range(16)]
+    for p in procs:
+        p.start()
+    counts = [out.get(timeout=600) for _ in procs]
+    for p in procs:
+        p.join(60)
+        assert p.exitcode == 0
     trials = _trials(pg_url, s.study_name)
     assert sum(counts) == len(trials) == len(s.plan), "phase 1 and phase 2 ran once each"
     _assert_each_slot_finished_once(trials, len(s.plan))
