@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -70,6 +72,34 @@ def _gpu_memory() -> int | None:
     return int(ray.get(ray.remote(probe).options(num_gpus=1, num_cpus=0).remote()))
 
 
+_LOCAL_ONLY_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+
+
+@contextlib.contextmanager
+def _loopback_only() -> Iterator[None]:
+    """Keep a local Ray instance on 127.0.0.1 while it starts.
+
+    On Linux ray.init(_node_ip_address="127.0.0.1") swaps loopback for the machine's routable
+    address, and GCS, raylet, workers, dashboard and agents then listen on every interface.
+    Ray's "no cluster" mode (the env switch below, read by Ray's processes as they start, and
+    the constant it sets in this one) keeps the node address, and so every listener, on
+    loopback.  Restored afterwards so a later ray.init(address=...) can join a real cluster.
+    """
+    from ray._private import ray_constants
+
+    old_env, old_flag = os.environ.get(_LOCAL_ONLY_ENV), ray_constants.ENABLE_RAY_CLUSTER
+    os.environ[_LOCAL_ONLY_ENV] = "0"
+    ray_constants.ENABLE_RAY_CLUSTER = False
+    try:
+        yield
+    finally:
+        ray_constants.ENABLE_RAY_CLUSTER = old_flag
+        if old_env is None:
+            os.environ.pop(_LOCAL_ONLY_ENV, None)
+        else:
+            os.environ[_LOCAL_ONLY_ENV] = old_env
+
+
 @dataclass
 class RunOptions:
     workers: int = 2
@@ -131,8 +161,9 @@ def run_workers(
     else:
         # A private local instance: random ports, bound to loopback, no dashboard.
         # address="local": never attach to some other Ray already running on this machine.
-        ray.init(address="local", num_cpus=max(cpus, opts.workers), include_dashboard=False, logging_level="WARNING",
-                 _node_ip_address="127.0.0.1", configure_logging=True)
+        with _loopback_only():  # every listener on 127.0.0.1, not just the dashboard
+            ray.init(address="local", num_cpus=max(cpus, opts.workers), include_dashboard=False,
+                     logging_level="WARNING", _node_ip_address="127.0.0.1", configure_logging=True)
         threads = max(1, cpus // opts.workers)
     gpus = opts.gpus_per_trial
     if gpus == "auto":

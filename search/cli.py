@@ -158,9 +158,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from search._run import RunOptions, run_workers
     from search._storage import resolve_storage_url
 
-    url = resolve_storage_url(args.storage)
-    names = _launch_all(args)
-    gpus = args.gpus_per_trial
+    gpus = args.gpus_per_trial  # checked before anything is written
     if gpus != "auto":
         try:
             gpus = float(gpus)
@@ -168,6 +166,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             raise ArchhpoError(f"--gpus-per-trial {gpus!r} must be a number such as 0.25, or auto.") from None
         if not 0 <= gpus <= 8:
             raise ArchhpoError(f"--gpus-per-trial {gpus} must lie between 0 and the GPUs of one node.")
+    url = resolve_storage_url(args.storage)
+    names = _launch_all(args)
     opts = RunOptions(workers=args.workers, ray_address=args.ray_address, device=args.device,
                       gpus_per_trial=gpus, out_dir=Path(args.out), checkpoint_dir=Path(args.checkpoint_dir))
     statuses = run_workers(url, names, opts)
@@ -322,8 +322,28 @@ def build_parser(family: Family | None) -> argparse.ArgumentParser:
     return p
 
 
+def _hide_passwords_from_ps() -> None:
+    """Mask a password given in --storage in this process's command line (ps, /proc, and Ray's
+    record of the driver's entrypoint).  It was visible while Python started; PGPASSWORD or
+    ~/.pgpass never are."""
+    from search._storage import mask_url
+
+    masked = [mask_url(a) for a in sys.argv]
+    if masked == sys.argv:
+        return
+    sys.argv[:] = masked
+    try:
+        with open("/proc/self/cmdline", "rb") as fh:
+            words = [w.decode(errors="replace") for w in fh.read().split(b"\0") if w]
+        from ray._raylet import setproctitle  # ships with Ray; rewrites the argv memory ps reads
+    except (OSError, ImportError):
+        return
+    setproctitle(" ".join(mask_url(w) for w in words))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+    argv = list(sys.argv[1:] if argv is None else argv)  # a copy: the password still reaches PGPASSWORD
+    _hide_passwords_from_ps()
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     try:
         name = _family_from_argv(argv)
