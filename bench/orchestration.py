@@ -1,16 +1,21 @@
 """Per-trial orchestration overhead of archhpo's trial queue, against plain Optuna ask/tell.
 
-Trials do no training, so everything timed is bookkeeping.  One archhpo trial is what a worker
-does around a training run:
+Trials do no training, so everything timed is bookkeeping.  An archhpo trial is what a worker
+does around a training run, through ``search.TrialQueue``:
 
-    claim()                   -- take the next WAITING planned trial (ask)
+    claim()                   -- take the next WAITING planned trial (the "ask")
     report(epoch, loss) x 3   -- intermediate value + pruner check, one per epoch
-    finish(COMPLETE, loss)    -- value, attributes and state in one transaction (tell)
+    finish(COMPLETE, loss)    -- value, attributes and state in one transaction (the "tell")
     maintain()                -- plan upkeep: reap stale trials, retries, phase 2
 
-(``workers.Worker`` itself calls ``maintain()`` only when ``claim()`` finds nothing waiting; the
-table therefore also shows the per-trial cost without it.)  The plain-Optuna reference trial is
-``study.ask()`` + 6 ``suggest_*`` (default TPE sampler) + 3 ``trial.report`` + ``study.tell``.
+Loops (each BACKEND:LOOP runs on its own fresh study, so they all start from the same state):
+
+- ``queue+maintain``: all four calls every trial (the upkeep counted per trial);
+- ``queue``: claim + 3 reports + finish -- what ``workers.Worker`` does while trials are
+  waiting (it calls ``maintain()`` only when ``claim()`` finds nothing);
+- ``queue-nopruner``: the same on a study launched with ``pruner="none"``;
+- ``optuna``: plain Optuna on a default ``RDBStorage``: ``study.ask()`` + 6 ``suggest_*``
+  (default TPE sampler) + 3 ``trial.report`` + ``study.tell``.
 
 Workers are separate processes (multiprocessing "spawn"), each with its own storage/queue.  A
 pool is spawned once; for each stage, k of its processes open the study and do one untimed
@@ -20,12 +25,14 @@ range), aggregate trials/s (all trials / wall time from first start to last end)
 per-trial cost of each call, and how many trials the study held (finished / waiting) when the
 stage started.  "worker CPU ms/trial" is the CPU time of the worker processes per trial
 (client-side Python/SQLAlchemy/driver, not the database server), which other load on the machine
-barely changes.  Ray task overhead (``ray.init`` ~4 s once, task dispatch) is not included.
+barely changes; "CPU outside workers" is the machine's busy CPU while the workers ran minus
+theirs, in cores: the PostgreSQL server plus whatever else ran (for SQLite: only the latter).
+Ray task overhead (``ray.init`` ~4 s once, task dispatch) is not included.
 
 A scratch PostgreSQL database (dropped afterwards) and a scratch SQLite file hold the studies.
 
-    python bench/orchestration.py                          # PostgreSQL + SQLite, 1/8/16 workers
-    python bench/orchestration.py --backends postgresql --json out.json
+    python bench/orchestration.py                    # every default stage (about 4 minutes)
+    python bench/orchestration.py --stages "postgresql:queue+maintain:1,8" --json out.json
 """
 
 from __future__ import annotations
@@ -181,9 +188,15 @@ class Pool:
         for c in conns:
             c.send(("prepare", loop, url, study, maintain))
         ready = [_expect(c, "ready") for c in conns]
+        busy0, t0 = _machine_busy_s(), time.perf_counter()
         for c in conns:
             c.send(("go", trials_each))
-        return {"startup_s": ready, "results": [_expect(c, "done") for c in conns]}
+        results = [_expect(c, "done") for c in conns]
+        busy, wall = _machine_busy_s() - busy0, time.perf_counter() - t0
+        # Cores' worth of CPU used outside the worker processes while they ran: the database
+        # server (PostgreSQL) plus anything else on the machine.
+        outside = max(0.0, (busy - sum(r["cpu"] for r in results)) / wall)
+        return {"startup_s": ready, "results": results, "outside_cpu_cores": outside}
 
     def close(self) -> None:
         for c in self.conns:
@@ -216,10 +229,20 @@ def trial_counts(url: str, study: str) -> dict[str, int]:
     return {str(state).split(".")[-1]: int(n) for state, n in rows}
 
 
-def launch_archhpo(url: str, budget: str, n_trials: int, tolerance: float) -> tuple[str, dict[str, Any]]:
+# Loops a stage can run: (worker class, maintain() after every trial, study pruner).
+LOOPS: dict[str, tuple[str, bool, str]] = {
+    "queue+maintain": ("archhpo", True, "median"),  # claim, 3 reports, finish, maintain
+    "queue": ("archhpo", False, "median"),  # what workers.Worker does while trials are waiting
+    "queue-nopruner": ("archhpo", False, "none"),  # the same with --pruner none
+    "optuna": ("optuna", False, ""),  # plain Optuna ask/tell, TPE
+}
+
+
+def launch_archhpo(url: str, experiment: str, budget: str, n_trials: int, tolerance: float,
+                   pruner: str) -> tuple[str, dict[str, Any]]:
     from search._study import launch, prepare_settings
 
-    settings = prepare_settings("bench", budget, n_trials=n_trials, tolerance=tolerance)
+    settings = prepare_settings(experiment, budget, n_trials=n_trials, tolerance=tolerance, pruner=pruner)
     t = time.perf_counter()
     result = launch(url, settings)
     info = {
@@ -250,12 +273,14 @@ def summarise(backend: str, loop: str, procs: int, before: dict[str, int], out: 
     finished = sum(before.get(s, 0) for s in ("COMPLETE", "PRUNED", "FAIL"))
     return {
         "backend": backend, "loop": loop, "procs": procs, "trials": n,
+        "outside_cpu_cores": out["outside_cpu_cores"],
         "finished_before": finished, "waiting_before": before.get("WAITING", 0),
         "ms_per_trial_median": statistics.median(per_proc_ms), "ms_per_trial_min": min(per_proc_ms),
         "ms_per_trial_max": max(per_proc_ms), "trials_per_s": n / wall, "wall_s": wall,
         "client_cpu_ms_per_trial": cpu_ms,
         "ops_median_ms": ops, "trial_median_ms": total_med, "trial_median_ms_without_maintain": no_maint,
         "startup_s_median": statistics.median(out["startup_s"]),
+        "per_process_ms": [[{k: round(v * 1e3, 2) for k, v in t.items()} for t in r["trials"]] for r in res],
     }
 
 
@@ -282,12 +307,14 @@ def machine(pg_url: str | None) -> dict[str, Any]:
     return info
 
 
-def _load1() -> float:
+def _machine_busy_s() -> float:
+    """CPU seconds the whole machine spent busy since boot (user+nice+system+irq+softirq)."""
     try:
-        with open("/proc/loadavg") as fh:
-            return float(fh.read().split()[0])
+        with open("/proc/stat") as fh:
+            f = [int(x) for x in fh.readline().split()[1:8]]
     except OSError:
         return float("nan")
+    return (f[0] + f[1] + f[2] + f[5] + f[6]) / os.sysconf("SC_CLK_TCK")
 
 
 def _admin(sql: str) -> None:
@@ -299,87 +326,98 @@ def _admin(sql: str) -> None:
     engine.dispose()
 
 
+def _parse_stage(text: str) -> tuple[str, str, list[int]]:
+    """'postgresql:queue+maintain:1,8,16' -> (backend, loop, [1, 8, 16])."""
+    try:
+        backend, loop, procs = text.split(":")
+        ks = [int(k) for k in procs.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"stage {text!r} is not BACKEND:LOOP:N[,N...]") from None
+    if backend not in ("postgresql", "sqlite") or loop not in LOOPS or min(ks) < 1:
+        raise argparse.ArgumentTypeError(f"stage {text!r}: backend postgresql|sqlite, loop one of {list(LOOPS)}")
+    return backend, loop, ks
+
+
+DEFAULT_STAGES = [
+    "postgresql:queue+maintain:1,8,16", "postgresql:queue:1,8,16", "postgresql:queue-nopruner:1,8,16",
+    "postgresql:optuna:1,8,16", "sqlite:queue+maintain:1,8,16",
+]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--backends", nargs="+", default=["postgresql", "sqlite"], choices=["postgresql", "sqlite"])
-    ap.add_argument("--procs", type=int, nargs="+", default=[1, 8, 16], help="concurrent workers per stage")
-    ap.add_argument("--optuna-procs", type=int, nargs="+", default=[1, 8], help="plain-Optuna stages")
-    ap.add_argument("--sqlite-procs", type=int, nargs="+", default=None,
-                    help="archhpo stages on SQLite (default: same as --procs)")
+    ap.add_argument("--stages", type=_parse_stage, nargs="+", default=[_parse_stage(s) for s in DEFAULT_STAGES],
+                    help="BACKEND:LOOP:N[,N...] with LOOP one of: " + ", ".join(LOOPS)
+                    + "; each BACKEND:LOOP gets its own fresh study (default: " + " ".join(DEFAULT_STAGES) + ")")
     ap.add_argument("--trials", type=int, default=40,
-                    help="timed trials per stage, split evenly over its processes (at least 4 each)")
-    ap.add_argument("--single-trials", type=int, default=20, help="timed trials of a 1-process stage")
+                    help="timed trials per multi-worker stage, split evenly (at least 4 per worker)")
+    ap.add_argument("--single-trials", type=int, default=20, help="timed trials of a 1-worker stage")
     ap.add_argument("--budget", default="20M")
-    ap.add_argument("--plan-trials", type=int, default=400, help="n_trials of the archhpo study")
+    ap.add_argument("--plan-trials", type=int, default=400, help="n_trials of the archhpo studies")
     ap.add_argument("--tolerance", type=float, default=0.9, help="budget tolerance (0.9 gives a 400-trial plan)")
-    ap.add_argument("--no-maintain", action="store_true", help="archhpo workers skip maintain() per trial")
     ap.add_argument("--json", metavar="FILE", help="also write the raw results as JSON")
     args = ap.parse_args(argv)
     _quiet_optuna()
 
+    load_before = machine(None).get("loadavg", "?")
+    backends = list(dict.fromkeys(b for b, _, _ in args.stages))
     pg_db = f"archhpo_bench_{os.getpid()}"
     pg_url = PG_ADMIN.rsplit("/", 1)[0] + "/" + pg_db
     tmp = tempfile.TemporaryDirectory(prefix="archhpo-bench-")
     urls = {"postgresql": pg_url, "sqlite": f"sqlite:///{Path(tmp.name) / 'bench.db'}"}
-    stages: list[tuple[str, str, int]] = []
-    for backend in args.backends:
-        for k in (args.sqlite_procs or args.procs) if backend == "sqlite" else args.procs:
-            stages.append((backend, "archhpo", k))
-        if backend == "postgresql":
-            stages += [(backend, "optuna", k) for k in args.optuna_procs]
-    need = max(k for _, _, k in stages)
+    need = max(max(ks) for _, _, ks in args.stages)
     rows: list[dict[str, Any]] = []
-    studies: dict[str, Any] = {}
+    studies: list[dict[str, Any]] = []
     t_all = time.perf_counter()
     pool = None
-    if "postgresql" in args.backends:
+    if "postgresql" in backends:
         _admin(f'CREATE DATABASE "{pg_db}"')
     try:
         print(f"# spawning {need} worker processes", file=sys.stderr, flush=True)
         pool = Pool(need)
-        for backend in args.backends:
+        for i, (backend, loop, ks) in enumerate(args.stages):
             url = urls[backend]
-            name, info = launch_archhpo(url, args.budget, args.plan_trials, args.tolerance)
-            studies[backend] = {"archhpo": name, **info}
-            print(f"# {backend}: launched {name}: plan {info['plan']} trials, {info['enqueued']} enqueued "
-                  f"in {info['launch_s']:.1f} s", file=sys.stderr, flush=True)
-            if backend == "postgresql":
-                studies[backend]["optuna"] = create_optuna(url)
-            for b, loop, k in stages:
-                if b != backend:
-                    continue
-                study = studies[backend][loop]
+            kind, maintain, pruner = LOOPS[loop]
+            if kind == "archhpo":
+                name, info = launch_archhpo(url, f"bench{i}", args.budget, args.plan_trials, args.tolerance, pruner)
+                print(f"# {backend}: launched {name}: plan {info['plan']} trials, {info['enqueued']} enqueued "
+                      f"in {info['launch_s']:.1f} s", file=sys.stderr, flush=True)
+            else:
+                name, info = create_optuna(url), {}
+            for k in ks:
                 total = args.single_trials if k == 1 else max(args.trials, 4 * k)
-                before = trial_counts(url, study)
-                load = _load1()
-                out = pool.stage(k, loop, url, study, total // k, maintain=not args.no_maintain)
+                before = trial_counts(url, name)
+                out = pool.stage(k, kind, url, name, total // k, maintain=maintain)
                 row = summarise(backend, loop, k, before, out)
-                row["load1_before"] = load
                 rows.append(row)
-                print(f"# {backend} {loop} x{k}: {row['ms_per_trial_median']:.0f} ms/trial/process, "
+                print(f"# {backend} {loop} x{k}: {row['ms_per_trial_median']:.0f} ms/trial/worker, "
                       f"{row['trials_per_s']:.2f} trials/s, finished before {row['finished_before']}",
                       file=sys.stderr, flush=True)
-            studies[backend]["final_counts"] = trial_counts(url, studies[backend]["archhpo"])
+            studies.append({"backend": backend, "loop": loop, "study": name, **info,
+                            "final_counts": trial_counts(url, name)})
     finally:
         if pool is not None:
             pool.close()
-        if "postgresql" in args.backends:
+        if "postgresql" in backends:
             _admin(f'DROP DATABASE IF EXISTS "{pg_db}" WITH (FORCE)')
         tmp.cleanup()
     elapsed = time.perf_counter() - t_all
 
-    m = machine(PG_ADMIN if "postgresql" in args.backends else None)
+    m = machine(PG_ADMIN if "postgresql" in backends else None)
     print(f"Orchestration overhead per trial (no training; {EPOCHS} reports per trial), "
-          f"{m['cpus']} CPUs, load {m.get('loadavg', '?')}")
+          f"{m['cpus']} CPUs, load average before the run {load_before}")
     print()
-    for backend, s in studies.items():
-        print(f"- {backend}: archhpo study `{s['archhpo']}`: {s['archs']} architectures, plan of {s['plan']} "
-              f"trials ({s['phase1']} in phase 1, enqueued by launch in {s['launch_s']:.1f} s); "
-              f"final trial states {s['final_counts']}")
+    for s in studies:
+        if "plan" in s:
+            print(f"- {s['backend']} `{s['loop']}`: study `{s['study']}`, {s['archs']} architectures, plan of "
+                  f"{s['plan']} trials ({s['phase1']} in phase 1, enqueued by launch in {s['launch_s']:.1f} s); "
+                  f"final states {s['final_counts']}")
+        else:
+            print(f"- {s['backend']} `{s['loop']}`: study `{s['study']}`; final states {s['final_counts']}")
     print()
     print("| backend | loop | workers | trials timed | study before (finished / waiting) "
           "| ms/trial per worker, median (min-max) | trials/s, all workers | worker CPU ms/trial "
-          "| per-call median ms | load before |")
+          "| per-call median ms | CPU outside workers (cores) |")
     print("|---|---|---:|---:|---:|---:|---:|---:|---|---:|")
     for r in rows:
         ops = ", ".join(f"{k} {v:.0f}" for k, v in r["ops_median_ms"].items())
@@ -387,13 +425,13 @@ def main(argv: list[str] | None = None) -> int:
               f"| {r['finished_before']} / {r['waiting_before']} "
               f"| {r['ms_per_trial_median']:.0f} ({r['ms_per_trial_min']:.0f}-{r['ms_per_trial_max']:.0f}) "
               f"| {r['trials_per_s']:.2f} | {r['client_cpu_ms_per_trial']:.0f} | {ops} "
-              f"| {r['load1_before']:.1f} |")
+              f"| {r['outside_cpu_cores']:.2f} |")
     print()
     print(f"Total benchmark time {elapsed:.0f} s (including spawning {need} processes and launching the studies).")
     if args.json:
         with open(args.json, "w") as fh:
-            json.dump({"machine": m, "args": vars(args), "studies": studies, "rows": rows,
-                       "elapsed_s": elapsed}, fh, indent=2)
+            json.dump({"machine": m, "args": {**vars(args), "stages": [list(s) for s in args.stages]},
+                       "studies": studies, "rows": rows, "elapsed_s": elapsed}, fh, indent=2)
     return 0
 
 

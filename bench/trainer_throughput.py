@@ -14,7 +14,8 @@ Each measurement times a fixed number of optimiser steps after a few warm-up ste
 training set is tiled to exactly ``steps * batch`` samples so both loops run exactly that many
 full batches (the trainer's end-of-epoch validation runs on a single sample).  The two loops
 alternate within each repeat so background load hits both alike; the table shows the median of
-the repeats.  A second, model-free table times only the batch-making path of each loop.
+the repeats.  "other CPU load" is the machine's busy CPU during a cell minus this process's, in
+cores (2 = another job took both cores).  A second, model-free table times only the batch-making path of each loop.
 
     python bench/trainer_throughput.py                   # CPU, both configs, batch 64 and 256
     python bench/trainer_throughput.py --json out.json   # also write the raw numbers
@@ -27,6 +28,7 @@ import copy
 import datetime as dt
 import json
 import math
+import os
 import platform
 import statistics
 import sys
@@ -143,12 +145,14 @@ def batching_only(data: TensorDataset, batch: int, device: torch.device, repeats
     return out
 
 
-def _load1() -> float:
+def _machine_busy_s() -> float:
+    """CPU seconds the whole machine spent busy since boot (user+nice+system+irq+softirq)."""
     try:
-        with open("/proc/loadavg") as fh:
-            return float(fh.read().split()[0])
+        with open("/proc/stat") as fh:
+            f = [int(x) for x in fh.readline().split()[1:8]]
     except OSError:
         return float("nan")
+    return (f[0] + f[1] + f[2] + f[5] + f[6]) / os.sysconf("SC_CLK_TCK")
 
 
 def machine() -> dict[str, Any]:
@@ -182,6 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     torch.set_num_threads(args.threads)
+    load_before = machine().get("loadavg", "?")
     devices = args.devices or (["cpu", "cuda"] if torch.cuda.is_available() else ["cpu"])
     fam = get_family("patchtst")
     spec = fam.parse_data(DATA, {})
@@ -200,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
             for batch in args.batches:
                 warm = tiled(full, args.warmup * batch).to(device)
                 timed = tiled(full, args.steps * batch).to(device)
-                load = _load1()
+                busy0, cpu0, wall0 = _machine_busy_s(), time.process_time(), time.perf_counter()
                 runners = {"archhpo": run_archhpo, "dataloader": run_dataloader}
                 times: dict[str, list[float]] = {k: [] for k in runners}
                 for rep in range(args.repeats):
@@ -210,10 +215,13 @@ def main(argv: list[str] | None = None) -> int:
                         runners[name](model, warm, fam.loss, batch, device)  # warm-up
                         model.load_state_dict(init)
                         times[name].append(runners[name](model, timed, fam.loss, batch, device))
+                wall = time.perf_counter() - wall0
+                # Cores' worth of CPU used by everything but this process during the cell.
+                other = max(0.0, (_machine_busy_s() - busy0 - (time.process_time() - cpu0)) / wall)
                 for name, ts in times.items():
                     rows.append({
                         "device": dev_name, "config": cname, "params": n_params, "batch": batch, "loop": name,
-                        "steps": args.steps, "seconds": ts, "load1_before": load,
+                        "steps": args.steps, "seconds": ts, "other_cpu_cores": other,
                         "samples_per_s": args.steps * batch / statistics.median(ts),
                         "ms_per_step": statistics.median(ts) / args.steps * 1e3,
                     })
@@ -226,17 +234,18 @@ def main(argv: list[str] | None = None) -> int:
 
     m = machine()
     print(f"Trainer throughput -- PatchTST on {DATA}, {args.steps} timed steps after {args.warmup} warm-up, "
-          f"median of {args.repeats}, torch threads {args.threads}, {m.get('cpu', '?')}, load {m.get('loadavg', '?')}")
+          f"median of {args.repeats}, torch threads {args.threads}, {m.get('cpu', '?')}, "
+          f"load average before the run {load_before}")
     print()
     print("| device | config | params | batch | archhpo trainer (samples/s) | DataLoader loop (samples/s) "
-          "| trainer / DataLoader | trainer ms/step | load before |")
+          "| trainer / DataLoader | trainer ms/step | other CPU load (cores) |")
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
     for a, b in zip(rows[::2], rows[1::2], strict=True):
         ratio = a["samples_per_s"] / b["samples_per_s"]
         desc = "d{d_model} L{n_layers} h{n_heads} ff{d_ff}".format(**CONFIGS[a["config"]])
         print(f"| {a['device']} | {a['config']} ({desc}) | {a['params']:,} | {a['batch']} "
               f"| {a['samples_per_s']:,.0f} | {b['samples_per_s']:,.0f} | {ratio:.2f}x | {a['ms_per_step']:.1f} "
-              f"| {a['load1_before']:.1f} |")
+              f"| {a['other_cpu_cores']:.2f} |")
     print()
     print("Batch-making path alone (no model), microseconds per batch, median of 5 epochs over the "
           f"{full.n_train}-sample training split:")

@@ -16,6 +16,7 @@ import datetime as dt
 import json
 import math
 import os
+import statistics
 import time
 import warnings
 from collections.abc import Callable
@@ -27,7 +28,7 @@ import sqlalchemy as sa
 from optuna.distributions import distribution_to_json
 from optuna.storages import RDBStorage, fail_stale_trials
 from optuna.storages._rdb import models as m
-from optuna.trial import FrozenTrial, TrialState
+from optuna.trial import TrialState
 
 from search._space import TRAINING_PARAMS, SearchSpace
 from search._storage import HEARTBEAT_INTERVAL_S, open_storage, plan_lock, resilient, session_scope
@@ -49,6 +50,7 @@ class Claim:
     params: dict[str, Any]
     arch: dict[str, Any]
     study_name: str
+    best_value: float = math.inf  # best validation loss reported so far (for the pruner)
 
 
 @dataclass
@@ -168,11 +170,35 @@ class TrialQueue:
 
     def report(self, claim: Claim, step: int, value: float) -> bool:
         """Record the validation loss of an epoch; True when the pruner says stop."""
+        claim.best_value = min(claim.best_value, value)
+
         def once() -> bool:
             self.storage.set_trial_intermediate_value(claim.trial_id, step, value)
-            return self.pruner.prune(self.study, self.storage.get_trial(claim.trial_id))
+            return self._should_prune(step, claim.best_value)
 
         return resilient(once, "report")
+
+    def _should_prune(self, step: int, best: float) -> bool:
+        """Optuna's median rule in one query: stop when the trial's best loss so far is worse than
+        the median of the completed trials' losses at the same epoch.  (Asking MedianPruner
+        itself reloads every trial of the study on each report: ~90 ms at 320 waiting trials.)"""
+        if self.settings.pruner == "none":
+            return False
+        pruner = self.pruner
+        assert isinstance(pruner, optuna.pruners.MedianPruner)
+        if step < pruner._n_warmup_steps:
+            return False
+        with session_scope(self.storage) as s:
+            values = s.execute(
+                sa.select(m.TrialIntermediateValueModel.intermediate_value)
+                .join(m.TrialModel, m.TrialModel.trial_id == m.TrialIntermediateValueModel.trial_id)
+                .where(m.TrialModel.study_id == self.study_id, m.TrialModel.state == TrialState.COMPLETE,
+                       m.TrialIntermediateValueModel.step == step)
+            ).scalars().all()
+        finite = [v for v in values if v is not None and math.isfinite(v)]
+        if len(finite) < pruner._n_startup_trials:
+            return False
+        return best > statistics.median(finite)
 
     # ------------------------------------------------------------------------- finishing
     def finish(
@@ -222,17 +248,24 @@ class TrialQueue:
         return n
 
     # ----------------------------------------------------------------------- plan upkeep
-    def maintain(self) -> PlanStatus:
-        """Reap stale trials, retry lost ones, create phase 2 when phase 1 is final."""
-        return resilient(self._maintain, "plan upkeep")
+    def maintain(self, blocking: bool = True) -> PlanStatus:
+        """Reap stale trials, retry lost ones, create phase 2 when phase 1 is final.
 
-    def _maintain(self) -> PlanStatus:
-        with plan_lock(self.storage, self.name):
+        blocking=False (the periodic upkeep of busy workers) skips the round when another worker
+        holds the plan lock: that worker is doing the same upkeep.
+        """
+        return resilient(lambda: self._maintain(blocking), "plan upkeep")
+
+    def _maintain(self, blocking: bool) -> PlanStatus:
+        with plan_lock(self.storage, self.name, blocking) as held:
+            if not held:
+                return self.status()
             with _quiet():
                 fail_stale_trials(self.study)
-            trials = self.storage.get_all_trials(self.study_id, deepcopy=False)
+            trials = self._light_trials()
             status, retry, phase1_final = self._status(trials)
-            for t in retry:
+            for light in retry:
+                t = self.storage.get_trial(light.trial_id)
                 attempt = int(t.user_attrs.get("attempt", 1)) + 1
                 self.study.enqueue_trial(
                     dict(t.params) or dict(t.system_attrs.get("fixed_params", {})),
@@ -247,23 +280,45 @@ class TrialQueue:
                 self.study.set_user_attr("archhpo_phase2_params", params)
                 enqueue_missing(self.study, self.settings, phase=2, params=params)
             if retry or (phase1_final and needs_phase2):
-                trials = self.storage.get_all_trials(self.study_id, deepcopy=False)
-                status, _, _ = self._status(trials)
+                status, _, _ = self._status(self._light_trials())
         return status
 
     def status(self) -> PlanStatus:
         """Plan progress without taking the lock or changing anything (progress display)."""
-        return self._status(self.storage.get_all_trials(self.study_id, deepcopy=False))[0]
+        return self._status(self._light_trials())[0]
 
-    def _status(self, trials: list[FrozenTrial]) -> tuple[PlanStatus, list[FrozenTrial], bool]:
+    def _light_trials(self) -> list[_LightTrial]:
+        """State, value and the bookkeeping attrs of every trial in three queries: the upkeep
+        runs often, and Optuna's get_all_trials would load every param and attribute."""
+        with session_scope(self.storage) as s:
+            rows = s.execute(
+                sa.select(m.TrialModel.trial_id, m.TrialModel.number, m.TrialModel.state)
+                .where(m.TrialModel.study_id == self.study_id)
+            ).all()
+            values = dict(s.execute(
+                sa.select(m.TrialValueModel.trial_id, m.TrialValueModel.value)
+                .join(m.TrialModel, m.TrialModel.trial_id == m.TrialValueModel.trial_id)
+                .where(m.TrialModel.study_id == self.study_id, m.TrialValueModel.objective == 0)
+            ).all())
+            attrs: dict[int, dict[str, Any]] = {}
+            for tid, key, text in s.execute(
+                sa.select(m.TrialUserAttributeModel.trial_id, m.TrialUserAttributeModel.key,
+                          m.TrialUserAttributeModel.value_json)
+                .join(m.TrialModel, m.TrialModel.trial_id == m.TrialUserAttributeModel.trial_id)
+                .where(m.TrialModel.study_id == self.study_id, m.TrialUserAttributeModel.key.in_(_STATUS_KEYS))
+            ):
+                attrs.setdefault(tid, {})[key] = json.loads(text)
+        return [_LightTrial(tid, num, state, values.get(tid), attrs.get(tid, {})) for tid, num, state in rows]
+
+    def _status(self, trials: list[_LightTrial]) -> tuple[PlanStatus, list[_LightTrial], bool]:
         plan = self.settings.plan
-        by_slot: dict[int, list[FrozenTrial]] = {}
+        by_slot: dict[int, list[_LightTrial]] = {}
         for t in trials:
             if "plan_slot" in t.user_attrs:
                 by_slot.setdefault(int(t.user_attrs["plan_slot"]), []).append(t)
         st = PlanStatus(total=len(plan))
         st.phase2_created = any(e["phase"] == 2 and e["slot"] in by_slot for e in plan)
-        retry: list[FrozenTrial] = []
+        retry: list[_LightTrial] = []
         phase1_final = True
         durations: list[float] = []
         for entry in plan:
@@ -298,14 +353,14 @@ class TrialQueue:
             st.details["phase2"] = "waiting for phase 1"
         return st, retry, phase1_final
 
-    def _best_phase1_params(self, trials: list[FrozenTrial]) -> dict[str, Any]:
+    def _best_phase1_params(self, trials: list[_LightTrial]) -> dict[str, Any]:
         done = [
             t for t in trials
             if t.state == TrialState.COMPLETE and t.user_attrs.get("phase") == 1 and t.value is not None
         ]
         if not done:  # every phase-1 trial failed: fall back to mid-range parameters
             return self.settings.search_space.default()
-        best = min(done, key=lambda t: (t.value, t.number))
+        best = self.storage.get_trial(min(done, key=lambda t: (t.value, t.number)).trial_id)
         return {k: best.params[k] for k in TRAINING_PARAMS}
 
     # ---------------------------------------------------------------------- the loop's API
@@ -317,7 +372,7 @@ class TrialQueue:
             claim = self.claim(worker_attrs)
             if claim is not None:
                 return claim
-            status = self.maintain()
+            status = self.maintain(blocking=False)
             if status.done:
                 return None
             claim = self.claim(worker_attrs)
@@ -325,6 +380,18 @@ class TrialQueue:
                 return claim
             time.sleep(poll_s)
         return None
+
+
+_STATUS_KEYS = ("plan_slot", "phase", "attempt", "retry_of", FINAL_FAIL_KEY, "duration_s")
+
+
+@dataclass
+class _LightTrial:
+    trial_id: int
+    number: int
+    state: TrialState
+    value: float | None
+    user_attrs: dict[str, Any]
 
 
 def _attrs(s: Any, model: Any, trial_id: int) -> dict[str, Any]:

@@ -183,7 +183,7 @@ def run_workers(
     try:
         while True:
             ready, _ = ray.wait(refs, num_returns=len(refs), timeout=opts.refresh_s)
-            statuses = {n: q.maintain() for n, q in queues.items()}  # also reaps stale trials
+            statuses = {n: q.maintain(blocking=False) for n, q in queues.items()}  # also reaps stale trials
             final = sum(s.final for s in statuses.values())
             changed = final != last_final
             if final != last_final:

@@ -203,30 +203,41 @@ def resilient(fn: Callable[[], T], what: str = "database call", patience_s: floa
 
 
 @contextlib.contextmanager
-def plan_lock(storage: RDBStorage, study_name: str) -> Iterator[None]:
+def plan_lock(storage: RDBStorage, study_name: str, blocking: bool = True) -> Iterator[bool]:
     """Serialise plan changes (writing phase 1, creating phase 2, retries) across all workers.
 
     PostgreSQL: a session-level advisory lock, released by the server if the holder dies.
     SQLite: an flock on a file beside the database (SQLite studies are single-machine).
+    Yields whether the lock is held: with blocking=False a busy lock yields False at once
+    (the periodic upkeep skips a round rather than queueing behind another worker's).
     """
     key = int.from_bytes(hashlib.sha256(f"archhpo:{study_name}".encode()).digest()[:8], "big", signed=True)
     url = str(storage.engine.url)
     if storage.engine.dialect.name == "postgresql":
         with storage.engine.connect() as conn:
-            conn.execute(sqlalchemy.text("SELECT pg_advisory_lock(:k)"), {"k": key})
+            if blocking:
+                conn.execute(sqlalchemy.text("SELECT pg_advisory_lock(:k)"), {"k": key})
+            elif not conn.execute(sqlalchemy.text("SELECT pg_try_advisory_lock(:k)"), {"k": key}).scalar():
+                conn.commit()
+                yield False
+                return
             conn.commit()
             try:
-                yield
+                yield True
             finally:
                 conn.execute(sqlalchemy.text("SELECT pg_advisory_unlock(:k)"), {"k": key})
                 conn.commit()
     elif is_sqlite(url) and sqlite_path(url) is not None:
         lock_path = Path(f"{sqlite_path(url)}.lock")
         with open(lock_path, "a+") as fh:
-            fcntl.flock(fh, fcntl.LOCK_EX)
             try:
-                yield
+                fcntl.flock(fh, fcntl.LOCK_EX if blocking else fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                yield False
+                return
+            try:
+                yield True
             finally:
                 fcntl.flock(fh, fcntl.LOCK_UN)
     else:
-        yield
+        yield True

@@ -185,3 +185,24 @@ def test_sqlite_lock_file_sits_beside_the_database(tmp_path: Path) -> None:
     q = _launch(url)
     q.maintain()
     assert (tmp_path / "x.db.lock").exists()
+
+
+def test_median_rule_prunes_only_trials_worse_than_completed_ones(storage_url: str) -> None:
+    q = _launch(storage_url, n_trials=12)  # quick: warm-up of 1 epoch, 5 startup trials
+    for i in range(5):
+        c = q.claim(WORKER)
+        assert not q.report(c, 1, 0.5 + 0.1 * i), "no pruning before 5 trials have completed"
+        q.finish(c, TrialState.COMPLETE, 0.5 + 0.1 * i, {})
+    worse, better = q.claim(WORKER), q.claim(WORKER)
+    assert q.report(worse, 1, 0.75), "worse than the median (0.7) at the same epoch"
+    assert not q.report(better, 1, 0.65)
+    assert not q.report(better, 2, 0.9), "the best loss so far counts, and no trial has epoch 2 yet"
+
+
+def test_pruner_none_never_prunes(tmp_path: Path) -> None:
+    q = _launch(f"sqlite:///{tmp_path / 'np.db'}", n_trials=12, pruner="none")
+    for _ in range(5):
+        c = q.claim(WORKER)
+        q.report(c, 1, 0.1)
+        q.finish(c, TrialState.COMPLETE, 0.1, {})
+    assert not q.report(q.claim(WORKER), 1, 1e9)
