@@ -32,6 +32,13 @@ def test_tiny_run_per_family(family: str, tmp_path: Path) -> None:
     assert best["architecture"]["param_count"] > 0
     rows = (tmp_path / "out" / "experiment_results.csv").read_text().strip().splitlines()
     assert len(rows) - 1 == best["n_trials_completed"] + best["n_trials_pruned"]
+    # The best JSON alone reproduces the winning trial (same data, parameters and seeds).
+    path = next((tmp_path / "out").glob("fam_*_best.json"))
+    res = run_cli("train", "--from", str(path), "--device", "cpu", env={"OMP_NUM_THREADS": "1"}, timeout=600)
+    assert res.returncode == 0, res.stderr[-2000:]
+    again = json.loads(res.stdout.strip().splitlines()[-1])
+    assert again["param_count"] == best["architecture"]["param_count"]
+    assert again["val_loss"] == pytest.approx(best["best_value"], rel=2e-3)
 
 
 def test_train_from_best_json_reproduces_the_trial(tmp_path: Path) -> None:
