@@ -51,6 +51,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from _common import machine_busy_s  # noqa: E402  (bench/ is on sys.path when run as a script)
+
 PG_ADMIN = "postgresql+psycopg2://postgres@127.0.0.1:5432/postgres"
 EPOCHS = 3
 
@@ -188,11 +190,11 @@ class Pool:
         for c in conns:
             c.send(("prepare", loop, url, study, maintain))
         ready = [_expect(c, "ready") for c in conns]
-        busy0, t0 = _machine_busy_s(), time.perf_counter()
+        busy0, t0 = machine_busy_s(), time.perf_counter()
         for c in conns:
             c.send(("go", trials_each))
         results = [_expect(c, "done") for c in conns]
-        busy, wall = _machine_busy_s() - busy0, time.perf_counter() - t0
+        busy, wall = machine_busy_s() - busy0, time.perf_counter() - t0
         # Cores' worth of CPU used outside the worker processes while they ran: the database
         # server (PostgreSQL) plus anything else on the machine.
         outside = max(0.0, (busy - sum(r["cpu"] for r in results)) / wall)
@@ -305,16 +307,6 @@ def machine(pg_url: str | None) -> dict[str, Any]:
 
     info["sqlite"] = sqlite3.sqlite_version
     return info
-
-
-def _machine_busy_s() -> float:
-    """CPU seconds the whole machine spent busy since boot (user+nice+system+irq+softirq)."""
-    try:
-        with open("/proc/stat") as fh:
-            f = [int(x) for x in fh.readline().split()[1:8]]
-    except OSError:
-        return float("nan")
-    return (f[0] + f[1] + f[2] + f[5] + f[6]) / os.sysconf("SC_CLK_TCK")
 
 
 def _admin(sql: str) -> None:

@@ -28,7 +28,6 @@ import copy
 import datetime as dt
 import json
 import math
-import os
 import platform
 import statistics
 import sys
@@ -38,6 +37,7 @@ from typing import Any
 
 import torch
 import torch.utils.data as tud
+from _common import machine_busy_s  # noqa: E402  (bench/ is on sys.path when run as a script)
 from torch import nn
 
 from models import TensorDataset, get_family
@@ -145,16 +145,6 @@ def batching_only(data: TensorDataset, batch: int, device: torch.device, repeats
     return out
 
 
-def _machine_busy_s() -> float:
-    """CPU seconds the whole machine spent busy since boot (user+nice+system+irq+softirq)."""
-    try:
-        with open("/proc/stat") as fh:
-            f = [int(x) for x in fh.readline().split()[1:8]]
-    except OSError:
-        return float("nan")
-    return (f[0] + f[1] + f[2] + f[5] + f[6]) / os.sysconf("SC_CLK_TCK")
-
-
 def machine() -> dict[str, Any]:
     info: dict[str, Any] = {
         "python": platform.python_version(), "torch": torch.__version__, "threads": torch.get_num_threads(),
@@ -205,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
             for batch in args.batches:
                 warm = tiled(full, args.warmup * batch).to(device)
                 timed = tiled(full, args.steps * batch).to(device)
-                busy0, cpu0, wall0 = _machine_busy_s(), time.process_time(), time.perf_counter()
+                busy0, cpu0, wall0 = machine_busy_s(), time.process_time(), time.perf_counter()
                 runners = {"archhpo": run_archhpo, "dataloader": run_dataloader}
                 times: dict[str, list[float]] = {k: [] for k in runners}
                 for rep in range(args.repeats):
@@ -217,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
                         times[name].append(runners[name](model, timed, fam.loss, batch, device))
                 wall = time.perf_counter() - wall0
                 # Cores' worth of CPU used by everything but this process during the cell.
-                other = max(0.0, (_machine_busy_s() - busy0 - (time.process_time() - cpu0)) / wall)
+                other = max(0.0, (machine_busy_s() - busy0 - (time.process_time() - cpu0)) / wall)
                 for name, ts in times.items():
                     rows.append({
                         "device": dev_name, "config": cname, "params": n_params, "batch": batch, "loop": name,

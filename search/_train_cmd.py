@@ -17,7 +17,7 @@ import torch
 
 from models import ArchhpoError, get_family
 from search._space import FULL_SPACE, QUICK_SPACE
-from workers import TrainConfig, describe_result, resolve_device, train
+from workers import TrainConfig, describe_result, resolve_device, train, trial_seed
 
 
 def _load_best(path: str) -> dict[str, Any]:
@@ -77,7 +77,7 @@ def train_command(args: argparse.Namespace) -> dict[str, Any]:
     device = resolve_device(args.device)
     data = fam.load_data(spec, options)
     baseline = fam.baseline_loss(data)
-    torch.manual_seed(int(options.get("seed", 0)) * 100_003 + slot)
+    torch.manual_seed(trial_seed(int(options.get("seed", 0)), slot))
     model = fam.build(cfg).to(device)
     known = set(TrainConfig.__dataclass_fields__)
     tcfg = TrainConfig(**{k: v for k, v in {**fam.train_defaults, **params}.items() if k in known} | {"seed": slot})

@@ -63,20 +63,12 @@ def pg_server() -> Iterator[str]:
         pytest.skip("PostgreSQL tests skipped: nothing answers on 127.0.0.1:5432 and initdb/pg_ctl are not "
                     "installed (apt-get install postgresql, or start a server there)")
     tmp = Path(tempfile.mkdtemp(prefix="archhpo-pg-"))
-    port = _free_port()
-    prefix: list[str] = []
-    if os.geteuid() == 0:  # initdb refuses to run as root
-        shutil.chown(tmp, "postgres")
-        prefix = ["runuser", "-u", "postgres", "--"]
-    data = tmp / "data"
-    subprocess.run([*prefix, initdb, "-D", str(data), "-U", "postgres", "-A", "trust"], check=True,
-                   capture_output=True)
-    subprocess.run([*prefix, pg_ctl, "-D", str(data), "-l", str(tmp / "log"), "-w", "-o",
-                    f"-p {port} -k {tmp} -c listen_addresses=127.0.0.1", "start"], check=True, capture_output=True)
+    pg = ThrowawayPostgres(tmp, initdb, pg_ctl)
+    pg.start()
     try:
-        yield f"postgresql+psycopg2://postgres@{host}:{port}"
+        yield f"postgresql+psycopg2://postgres@{pg.host}:{pg.port}"
     finally:
-        subprocess.run([*prefix, pg_ctl, "-D", str(data), "-m", "fast", "stop"], capture_output=True)
+        pg.stop()
         shutil.rmtree(tmp, ignore_errors=True)
 
 

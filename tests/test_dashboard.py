@@ -4,19 +4,12 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import urllib.request
 from pathlib import Path
 
-from tests.conftest import REPO, TINY_DATA, run_cli, wait_for
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from tests.conftest import REPO, TINY_DATA, _free_port, run_cli, wait_for
 
 
 def _get(url: str) -> dict:

@@ -11,6 +11,7 @@ from workers._train import (
     evaluate,
     resolve_device,
     train,
+    trial_seed,
 )
 
 __all__ = [
@@ -29,4 +30,5 @@ __all__ = [
     "evaluate",
     "resolve_device",
     "train",
+    "trial_seed",
 ]

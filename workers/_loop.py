@@ -7,7 +7,6 @@ small protocol below, so data flows one way: search → workers → models.
 from __future__ import annotations
 
 import gc
-import hashlib
 import logging
 import os
 import socket
@@ -22,9 +21,9 @@ from typing import Any, Protocol
 import torch
 from optuna.trial import TrialState
 
-from models import ArchhpoError, DataError, TensorDataset, get_family
+from models import ArchhpoError, TensorDataset, get_family
 from workers._memory import MemoryRefused, check_fits, estimate_training_bytes
-from workers._train import NonFiniteLoss, StopTraining, TrainConfig, resolve_device, train
+from workers._train import NonFiniteLoss, StopTraining, TrainConfig, resolve_device, train, trial_seed
 
 log = logging.getLogger("archhpo.worker")
 
@@ -80,23 +79,6 @@ def _is_oom(exc: BaseException) -> bool:
     return isinstance(exc, RuntimeError) and ("out of memory" in text or "can't allocate memory" in text)
 
 
-def _verify_file(spec: dict[str, Any]) -> None:
-    """A worker on another machine must train on the same bytes the study was launched with."""
-    path, digest = spec.get("path"), spec.get("sha256")
-    if not path or not digest:
-        return
-    if not Path(path).is_file():
-        raise DataError(f"Data file {path} named by the study is missing on {socket.gethostname()}; "
-                        "put the same file at that path on every worker machine.")
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    if h.hexdigest() != digest:
-        raise DataError(f"Data file {path} on {socket.gethostname()} differs from the one the study was "
-                        "launched with; copy the original file to this machine.")
-
-
 def _atomic_save(obj: dict[str, Any], path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
@@ -142,7 +124,8 @@ class Worker:
         s = queue.settings
         key = repr((s.family, s.data, s.options))
         if key not in self._data:
-            _verify_file(s.data)
+            # The file loaders compare the file's sha256 with the study's: a worker whose copy
+            # differs refuses to train on it.
             fam = get_family(s.family)
             data = fam.load_data(s.data, s.options)
             self._data[key] = (data.to(self.device), fam.baseline_loss(data))
@@ -213,7 +196,7 @@ class Worker:
                 )
                 attrs["memory_estimate_gib"] = round(need / 2**30, 3)
                 check_fits(need, self.device, f"Trial {claim.number} ({claim.arch['param_count']:,} params)")
-                torch.manual_seed(int(s.options.get("seed", 0)) * 100_003 + claim.slot)
+                torch.manual_seed(trial_seed(int(s.options.get("seed", 0)), claim.slot))
                 model = fam.build(cfg).to(self.device)
                 tcfg = TrainConfig(
                     learning_rate=float(p["learning_rate"]), epochs=int(p["epochs"]),

@@ -55,6 +55,12 @@ class TrainResult:
     history: list[dict[str, float]] = field(default_factory=list)
 
 
+def trial_seed(study_seed: int, slot: int) -> int:
+    """The torch seed of a planned trial: the worker and `archhpo train --from` must agree, or a
+    best JSON would not reproduce its trial."""
+    return study_seed * 100_003 + slot
+
+
 def lr_lambda(warmup: int, total: int, min_ratio: float) -> Callable[[int], float]:
     def f(step: int) -> float:
         if step < warmup:
