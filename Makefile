@@ -20,7 +20,7 @@ demo: install
 	$(VENV)/bin/archhpo run --experiment demo --budget 200K --trials 8 --quick --workers 2 --out results
 
 lint: install
-	$(PY) -m ruff check budgets models search workers tests bench
+	$(PY) -m ruff check archhpo budgets models search workers tests bench
 
 test: install lint
 	$(PY) -m pytest -q

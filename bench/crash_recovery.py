@@ -27,9 +27,9 @@ def main() -> None:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     tmp = Path(tempfile.mkdtemp(prefix="archhpo-crash-"))
     url = f"sqlite:///{tmp / 's.db'}"
-    env = {**os.environ, "PYTHONPATH": str(REPO), "RAY_USAGE_STATS_ENABLED": "0"}
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
     common = ["--experiment", "crash", "--budget", "200K", "--storage", url]
-    cli = [sys.executable, "-m", "search.cli"]
+    cli = [sys.executable, "-m", "archhpo"]
     subprocess.run([*cli, "launch", *common, "--trials", "3", "--quick", "--pruner", "none",
                     "--data", "synthetic:steps=20000"], check=True, env=env, cwd=tmp)
     worker = [*cli, "worker", *common, "--threads", "1", "--checkpoint-dir", str(tmp / "ck")]

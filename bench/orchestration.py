@@ -69,7 +69,7 @@ class _Archhpo:
 
     def __init__(self, url: str, study: str, maintain: bool) -> None:
         _quiet_optuna()
-        from search._queue import TrialQueue
+        from archhpo.search._queue import TrialQueue
 
         self.q = TrialQueue(url, study)
         self.maintain = maintain
@@ -242,7 +242,7 @@ LOOPS: dict[str, tuple[str, bool, str]] = {
 
 def launch_archhpo(url: str, experiment: str, budget: str, n_trials: int, tolerance: float,
                    pruner: str) -> tuple[str, dict[str, Any]]:
-    from search._study import launch, prepare_settings
+    from archhpo.search._study import launch, prepare_settings
 
     settings = prepare_settings(experiment, budget, n_trials=n_trials, tolerance=tolerance, pruner=pruner)
     t = time.perf_counter()

@@ -40,9 +40,9 @@ import torch.utils.data as tud
 from _common import machine_busy_s  # noqa: E402  (bench/ is on sys.path when run as a script)
 from torch import nn
 
-from models import TensorDataset, get_family
-from workers import TrainConfig, train
-from workers._train import lr_lambda
+from archhpo.models import TensorDataset, get_family
+from archhpo.workers import TrainConfig, train
+from archhpo.workers._train import lr_lambda
 
 CONFIGS: dict[str, dict[str, int]] = {
     "deep": {"d_model": 64, "n_layers": 48, "n_heads": 8, "d_ff": 256},  # 2,405,953 params

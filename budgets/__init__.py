@@ -1,6 +1,6 @@
 """Budgets: parsing '2M'-style strings and enumerating the architectures that fit them."""
 
-from budgets._grid import (
+from archhpo.budgets._grid import (
     D_MODELS,
     DEFAULT_TOLERANCE,
     FF_MULTIPLIERS,
@@ -12,7 +12,8 @@ from budgets._grid import (
     check_tolerance,
     require_rows,
 )
-from budgets._parse import BudgetError, budget_label, format_budget, parse_budget
+from archhpo.budgets._parse import budget_label, format_budget, parse_budget
+from archhpo.errors import BudgetError
 
 __all__ = [
     "D_MODELS",

@@ -7,8 +7,9 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from budgets._parse import BudgetError, format_budget
-from models import ConfigError, Family
+from archhpo.budgets._parse import format_budget
+from archhpo.errors import BudgetError, ConfigError
+from archhpo.models import Family
 
 D_MODELS = (64, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048)
 N_LAYERS = (2, 3, 4, 6, 8, 12, 16, 24, 32, 48)

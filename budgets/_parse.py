@@ -4,14 +4,11 @@ from __future__ import annotations
 
 import re
 
-from models import ArchhpoError
+from archhpo.errors import BudgetError
 
 _SUFFIX = {"": 1, "K": 10**3, "M": 10**6, "B": 10**9, "G": 10**9}
 _PATTERN = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMBG]?)\s*$", re.IGNORECASE)
 
-
-class BudgetError(ArchhpoError):
-    """A budget string that cannot be parsed, or a budget no architecture fits."""
 
 
 def parse_budget(text: str | int) -> int:

@@ -2,20 +2,10 @@
 
 from __future__ import annotations
 
-from models._family import (
-    ArchhpoError,
-    ConfigError,
-    DataError,
-    Family,
-    FlagSpec,
-    TensorDataset,
-    check_arch,
-)
+from archhpo.errors import ArchhpoError
+from archhpo.models._family import Family, FlagSpec, TensorDataset, check_arch
 
 __all__ = [
-    "ArchhpoError",
-    "ConfigError",
-    "DataError",
     "Family",
     "FlagSpec",
     "TensorDataset",
@@ -26,11 +16,11 @@ __all__ = [
 
 # Imported lazily so that `archhpo grid` does not pay for every family's imports.
 _FAMILY_MODULES = {
-    "patchtst": "models.patchtst",
-    "ft_transformer": "models.ft_transformer",
-    "csn_transformer": "models.csn_transformer",
-    "char_cls": "models.char_cls",
-    "signal": "models.signal",
+    "patchtst": "archhpo.models.patchtst",
+    "ft_transformer": "archhpo.models.ft_transformer",
+    "csn_transformer": "archhpo.models.csn_transformer",
+    "char_cls": "archhpo.models.char_cls",
+    "signal": "archhpo.models.signal",
 }
 
 

@@ -16,17 +16,7 @@ from typing import Any
 import torch
 from torch import nn
 
-
-class ArchhpoError(Exception):
-    """A user-facing error: the message is one sentence saying what is wrong and what to do."""
-
-
-class DataError(ArchhpoError):
-    """The data spec or data file cannot be used."""
-
-
-class ConfigError(ArchhpoError):
-    """A model configuration is invalid."""
+from archhpo.errors import ConfigError
 
 
 @dataclass

@@ -17,9 +17,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from models._family import ConfigError, Family, FlagSpec, TensorDataset, check_arch
-from models.data import domains
-from models.data.domains import ALPHABET, CLS_ID, MAX_LEN, PAD_ID, VOCAB_SIZE, encode
+from archhpo.errors import ConfigError
+from archhpo.models._family import Family, FlagSpec, TensorDataset, check_arch
+from archhpo.models.data import domains
+from archhpo.models.data.domains import ALPHABET, CLS_ID, MAX_LEN, PAD_ID, VOCAB_SIZE, encode
 
 __all__ = [
     "ALPHABET", "CLS_ID", "FAMILY", "MAX_LEN", "PAD_ID", "VOCAB_SIZE", "CharCls", "CharClsConfig",

@@ -15,17 +15,18 @@ from typing import Any
 import torch
 from torch import nn
 
-from models._blocks import Block, block_params
-from models._family import ConfigError, Family, check_arch
-from models.data import panel
-from models.ft_transformer import (
+from archhpo.errors import ConfigError
+from archhpo.models._blocks import Block, block_params
+from archhpo.models._family import Family, check_arch
+from archhpo.models.data import panel
+from archhpo.models.ft_transformer import (
     PANEL_FLAGS,
     CategoricalTokens,
     categorical_tokens_params,
     check_panel_fields,
     parse_cardinalities,
 )
-from models.patchtst import base_rate_loss, bce_loss, binary_metrics
+from archhpo.models.patchtst import base_rate_loss, bce_loss, binary_metrics
 
 
 @dataclass

@@ -20,10 +20,11 @@ from typing import Any
 import torch
 from torch import nn
 
-from models._blocks import Block, block_params
-from models._family import ConfigError, Family, FlagSpec, check_arch
-from models.data import panel
-from models.patchtst import base_rate_loss, bce_loss, binary_metrics
+from archhpo.errors import ConfigError
+from archhpo.models._blocks import Block, block_params
+from archhpo.models._family import Family, FlagSpec, check_arch
+from archhpo.models.data import panel
+from archhpo.models.patchtst import base_rate_loss, bce_loss, binary_metrics
 
 VARIANTS = ("sequence", "tabular")
 

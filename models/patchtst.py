@@ -11,8 +11,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from models._family import ConfigError, Family, FlagSpec, TensorDataset, check_arch
-from models.data import timeseries
+from archhpo.errors import ConfigError
+from archhpo.models._family import Family, FlagSpec, TensorDataset, check_arch
+from archhpo.models.data import timeseries
 
 
 @dataclass

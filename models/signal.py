@@ -31,8 +31,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from models._family import ConfigError, Family, FlagSpec, TensorDataset, check_arch
-from models.data import multisignal
+from archhpo.errors import ConfigError
+from archhpo.models._family import Family, FlagSpec, TensorDataset, check_arch
+from archhpo.models.data import multisignal
 
 ENCODERS = ("sum", "linear", "linear-ortho", "linear-ppe", "mlp", "concat", "ci", "cat")
 ORTHO_LAMBDA = 0.01

@@ -1,21 +1,20 @@
 """Search: study creation, the trial plan and queue, Ray orchestration, export and the CLI."""
 
-from search._export import CSV_COLUMNS, RESULTS_CSV, best_summary, export_studies, result_rows
-from search._plan import PlanEntry, make_plan, plan_sizes, spread_order
-from search._queue import Claim, PlanStatus, TrialQueue
-from search._space import FULL_SPACE, PARAM_NAMES, QUICK_SPACE, SearchSpace
-from search._storage import (
+from archhpo.errors import StorageError, StudyError
+from archhpo.search._export import CSV_COLUMNS, RESULTS_CSV, best_summary, export_studies, result_rows
+from archhpo.search._plan import PlanEntry, make_plan, plan_sizes, spread_order
+from archhpo.search._queue import Claim, PlanStatus, TrialQueue
+from archhpo.search._space import FULL_SPACE, PARAM_NAMES, QUICK_SPACE, SearchSpace
+from archhpo.search._storage import (
     DEFAULT_STORAGE,
-    StorageError,
     mask_url,
     open_storage,
     plan_lock,
     resolve_storage_url,
     session_scope,
 )
-from search._study import (
+from archhpo.search._study import (
     LaunchResult,
-    StudyError,
     StudySettings,
     experiment_studies,
     launch,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from search._storage import mask_url, open_storage, resolve_storage_url
+from archhpo.search._storage import mask_url, open_storage, resolve_storage_url
 
 
 def serve(storage_url: str | None, host: str, port: int) -> None:

@@ -15,8 +15,8 @@ import optuna
 from optuna.storages import RDBStorage
 from optuna.trial import FrozenTrial, TrialState
 
-from search._space import PARAM_NAMES
-from search._study import StudySettings, load_study
+from archhpo.search._space import PARAM_NAMES
+from archhpo.search._study import StudySettings, load_study
 
 CSV_COLUMNS = (
     "experiment", "trial", "budget", "horizon", "d_model", "n_layers", "n_heads", "d_ff", "param_count",

@@ -14,8 +14,9 @@ import random
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from budgets import BudgetError, GridRow
-from search._space import SearchSpace
+from archhpo.budgets import GridRow
+from archhpo.errors import BudgetError
+from archhpo.search._space import SearchSpace
 
 PHASE1_SHARE = 0.4  # of the trials, in architectures (each run twice): 50 trials → 20 archs
 

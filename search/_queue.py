@@ -30,9 +30,9 @@ from optuna.storages import RDBStorage, fail_stale_trials
 from optuna.storages._rdb import models as m
 from optuna.trial import TrialState
 
-from search._space import TRAINING_PARAMS, SearchSpace
-from search._storage import HEARTBEAT_INTERVAL_S, open_storage, plan_lock, resilient, session_scope
-from search._study import StudySettings, enqueue_missing, load_study, make_pruner
+from archhpo.search._space import TRAINING_PARAMS, SearchSpace
+from archhpo.search._storage import HEARTBEAT_INTERVAL_S, open_storage, plan_lock, resilient, session_scope
+from archhpo.search._study import StudySettings, enqueue_missing, load_study, make_pruner
 
 MAX_ATTEMPTS = 2  # a trial whose worker vanished is retried once with the same parameters
 FINAL_FAIL_KEY = "fail_reason"  # set by a worker: a deliberate FAIL (NaN, OOM, refused) is final

@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from models import ArchhpoError
-from search._export import export_studies
-from search._queue import PlanStatus, TrialQueue
-from search._storage import is_sqlite, mask_url, open_storage
+from archhpo.errors import ArchhpoError
+from archhpo.search._export import export_studies
+from archhpo.search._queue import PlanStatus, TrialQueue
+from archhpo.search._storage import is_sqlite, mask_url, open_storage
 
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
@@ -29,7 +29,7 @@ def worker_task(
     """
     import ray
 
-    from workers import Worker
+    from archhpo.workers import Worker
 
     queues = [TrialQueue(storage_url, n) for n in names]
     ctx = ray.get_runtime_context()
@@ -40,8 +40,8 @@ def worker_task(
 
 def auto_gpu_fraction(queues: list[TrialQueue], gpu_bytes: int) -> float:
     """The GPU share the largest planned trial needs, in steps of 1/20 (at least 0.05)."""
-    from models import get_family
-    from workers import estimate_training_bytes
+    from archhpo.models import get_family
+    from archhpo.workers import estimate_training_bytes
 
     need = 0
     for q in queues:

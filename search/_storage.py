@@ -21,7 +21,7 @@ import sqlalchemy
 from optuna.storages import RDBStorage
 from sqlalchemy import orm
 
-from models import ArchhpoError
+from archhpo.errors import StorageError
 
 T = TypeVar("T")
 
@@ -34,9 +34,6 @@ GRACE_PERIOD_S = int(os.environ.get("ARCHHPO_GRACE_S", "90"))
 DB_PATIENCE_S = float(os.environ.get("ARCHHPO_DB_PATIENCE_S", "600"))
 log = logging.getLogger("archhpo.storage")
 
-
-class StorageError(ArchhpoError):
-    """The study database cannot be reached or used."""
 
 
 def resolve_storage_url(url: str | None) -> str:

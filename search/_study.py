@@ -15,27 +15,24 @@ from typing import Any
 import optuna
 from optuna.storages import RDBStorage
 
-from budgets import (
+from archhpo.budgets import (
     DEFAULT_TOLERANCE,
-    BudgetError,
     budget_label,
     build_grid,
     check_tolerance,
     parse_budget,
     require_rows,
 )
-from models import ArchhpoError, get_family
-from search._plan import PlanEntry, make_plan
-from search._space import FULL_SPACE, QUICK_SPACE, SearchSpace
-from search._storage import StorageError, open_storage, plan_lock
+from archhpo.errors import BudgetError, StorageError, StudyError
+from archhpo.models import get_family
+from archhpo.search._plan import PlanEntry, make_plan
+from archhpo.search._space import FULL_SPACE, QUICK_SPACE, SearchSpace
+from archhpo.search._storage import open_storage, plan_lock
 
 SCHEMA_VERSION = 1
 PRUNERS = ("median", "none")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 
-
-class StudyError(ArchhpoError):
-    """A study that does not exist or does not match what was asked for."""
 
 
 def study_name(experiment: str, budget: str) -> str:

@@ -15,9 +15,10 @@ from typing import Any
 
 import torch
 
-from models import ArchhpoError, get_family
-from search._space import FULL_SPACE, QUICK_SPACE
-from workers import TrainConfig, describe_result, resolve_device, train, trial_seed
+from archhpo.errors import ArchhpoError
+from archhpo.models import get_family
+from archhpo.search._space import FULL_SPACE, QUICK_SPACE
+from archhpo.workers import TrainConfig, describe_result, resolve_device, train, trial_seed
 
 
 def _load_best(path: str) -> dict[str, Any]:

@@ -13,7 +13,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from models import ArchhpoError, Family, family_names, get_family
+from archhpo.errors import ArchhpoError
+from archhpo.models import Family, family_names, get_family
 
 EXIT_USER_ERROR = 2
 EXIT_INTERRUPTED = 130
@@ -53,7 +54,7 @@ def _family_values(args: argparse.Namespace, family: Family, with_defaults: bool
 
 # ----------------------------------------------------------------------------- commands
 def cmd_grid(args: argparse.Namespace) -> int:
-    from budgets import build_grid, format_budget, parse_budget, require_rows
+    from archhpo.budgets import build_grid, format_budget, parse_budget, require_rows
 
     fam = get_family(args.family)
     info = _family_values(args, fam, with_defaults=True)
@@ -105,7 +106,7 @@ def cmd_params(args: argparse.Namespace) -> int:
 
 
 def _settings_from_args(args: argparse.Namespace, budget: str) -> Any:
-    from search._study import prepare_settings
+    from archhpo.search._study import prepare_settings
 
     fam = get_family(args.family)
     return prepare_settings(
@@ -116,8 +117,8 @@ def _settings_from_args(args: argparse.Namespace, budget: str) -> Any:
 
 
 def _launch_all(args: argparse.Namespace) -> list[str]:
-    from search._storage import mask_url, open_storage, resolve_storage_url
-    from search._study import launch
+    from archhpo.search._storage import mask_url, open_storage, resolve_storage_url
+    from archhpo.search._study import launch
 
     url = resolve_storage_url(args.storage)
     settings = [_settings_from_args(args, b) for b in args.budget]  # validate all before writing
@@ -140,11 +141,11 @@ def cmd_launch(args: argparse.Namespace) -> int:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
-    from budgets import budget_label
-    from search._queue import TrialQueue
-    from search._storage import resolve_storage_url
-    from search._study import check_experiment, study_name
-    from workers import Worker
+    from archhpo.budgets import budget_label
+    from archhpo.search._queue import TrialQueue
+    from archhpo.search._storage import resolve_storage_url
+    from archhpo.search._study import check_experiment, study_name
+    from archhpo.workers import Worker
 
     url = resolve_storage_url(args.storage)
     names = [study_name(check_experiment(args.experiment), budget_label(b)) for b in args.budget]
@@ -155,8 +156,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from search._run import RunOptions, run_workers
-    from search._storage import resolve_storage_url
+    from archhpo.search._run import RunOptions, run_workers
+    from archhpo.search._storage import resolve_storage_url
 
     gpus = args.gpus_per_trial  # checked before anything is written
     if gpus != "auto":
@@ -180,10 +181,10 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from budgets import budget_label
-    from search._export import export_studies
-    from search._storage import open_storage, resolve_storage_url
-    from search._study import check_experiment, experiment_studies, load_study, study_name
+    from archhpo.budgets import budget_label
+    from archhpo.search._export import export_studies
+    from archhpo.search._storage import open_storage, resolve_storage_url
+    from archhpo.search._study import check_experiment, experiment_studies, load_study, study_name
 
     storage = open_storage(resolve_storage_url(args.storage))
     check_experiment(args.experiment)
@@ -202,14 +203,14 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_dashboard(args: argparse.Namespace) -> int:
-    from search._dashboard import serve
+    from archhpo.search._dashboard import serve
 
     serve(args.storage, args.host, args.port)
     return 0
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from search._train_cmd import train_command
+    from archhpo.search._train_cmd import train_command
 
     print(json.dumps(train_command(args)))
     return 0
@@ -326,7 +327,7 @@ def _hide_passwords_from_ps() -> None:
     """Mask a password given in --storage in this process's command line (ps, /proc, and Ray's
     record of the driver's entrypoint).  It was visible while Python started; PGPASSWORD or
     ~/.pgpass never are."""
-    from search._storage import mask_url
+    from archhpo.search._storage import mask_url
 
     masked = [mask_url(a) for a in sys.argv]
     if masked == sys.argv:

@@ -106,8 +106,8 @@ def storage_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 def run_cli(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None,
             timeout: float = 300) -> subprocess.CompletedProcess[str]:
     """Run `archhpo ...` in a subprocess, as a user would."""
-    full_env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "PYTHONPATH": str(REPO), **(env or {})}
-    return subprocess.run([sys.executable, "-m", "search.cli", *args], cwd=cwd, env=full_env,
+    full_env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", **(env or {})}
+    return subprocess.run([sys.executable, "-m", "archhpo", *args], cwd=cwd, env=full_env,
                           capture_output=True, text=True, timeout=timeout)
 
 

@@ -7,17 +7,17 @@ import json
 import pytest
 import torch
 
-from budgets import (
+from archhpo.budgets import (
     D_MODELS,
     N_LAYERS,
-    BudgetError,
     budget_label,
     build_grid,
     candidates,
     format_budget,
     parse_budget,
 )
-from models import get_family
+from archhpo.errors import BudgetError
+from archhpo.models import get_family
 from tests.conftest import run_cli
 
 FAM = get_family("patchtst")

@@ -7,8 +7,9 @@ import math
 import pytest
 import torch
 
-from models import ConfigError, TensorDataset
-from models.char_cls import (
+from archhpo.errors import ConfigError
+from archhpo.models import TensorDataset
+from archhpo.models.char_cls import (
     FAMILY,
     PAD_ID,
     VOCAB_SIZE,

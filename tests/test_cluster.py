@@ -21,8 +21,8 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from search import TrialQueue, launch, prepare_settings
-from search._run import RunOptions, auto_gpu_fraction, run_workers
+from archhpo.search import TrialQueue, launch, prepare_settings
+from archhpo.search._run import RunOptions, auto_gpu_fraction, run_workers
 from tests.conftest import REPO, TINY_DATA, run_cli
 
 GiB = 2**30
@@ -83,8 +83,8 @@ def test_trials_run_on_more_than_one_ray_node(ray_cluster, pg_url: str, tmp_path
 
 # ----------------------------------------------------------------------------- --gpus-per-trial auto
 def test_gpus_per_trial_auto_scales_with_the_architecture(tmp_path: Path) -> None:
-    from models import get_family
-    from workers import estimate_training_bytes
+    from archhpo.models import get_family
+    from archhpo.workers import estimate_training_bytes
 
     url = f"sqlite:///{tmp_path / 'gpu.db'}"
     budgets = ["2M", "20M", "200M", "2B"]

@@ -6,10 +6,10 @@ import pytest
 import torch
 from torch import nn
 
-from models import ConfigError
-from models import csn_transformer as csn
-from models.data import panel
-from models.patchtst import base_rate_loss, bce_loss
+from archhpo.errors import ConfigError
+from archhpo.models import csn_transformer as csn
+from archhpo.models.data import panel
+from archhpo.models.patchtst import base_rate_loss, bce_loss
 
 
 def _numel(m: nn.Module) -> int:

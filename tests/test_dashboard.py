@@ -9,7 +9,7 @@ import sys
 import urllib.request
 from pathlib import Path
 
-from tests.conftest import REPO, TINY_DATA, _free_port, run_cli, wait_for
+from tests.conftest import TINY_DATA, _free_port, run_cli, wait_for
 
 
 def _get(url: str) -> dict:
@@ -23,8 +23,8 @@ def test_dashboard_lists_study_with_architecture_attrs(tmp_path: Path) -> None:
     assert run_cli("launch", *common, "--trials", "4", "--quick", "--data", TINY_DATA).returncode == 0
     assert run_cli("worker", *common).returncode == 0
     port = _free_port()
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    proc = subprocess.Popen([sys.executable, "-m", "search.cli", "dashboard", "--storage", url, "--port", str(port)],
+    env = dict(os.environ)
+    proc = subprocess.Popen([sys.executable, "-m", "archhpo", "dashboard", "--storage", url, "--port", str(port)],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         base = f"http://127.0.0.1:{port}"

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from models import DataError
-from models.data import domains
-from models.data.domains import (
+from archhpo.errors import DataError
+from archhpo.models.data import domains
+from archhpo.models.data.domains import (
     ALPHABET,
     CLS_ID,
     PAD_ID,

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from models import DataError
-from models.data import multisignal as ms
+from archhpo.errors import DataError
+from archhpo.models.data import multisignal as ms
 
 SMALL = "multisignal:series=40,length=30,channels=5,seed=3"
 

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from models import DataError
-from models.data import panel
-from models.patchtst import base_rate_loss
+from archhpo.errors import DataError
+from archhpo.models.data import panel
+from archhpo.models.patchtst import base_rate_loss
 
 QUICK = {"quick": True, "seed": 0}
 

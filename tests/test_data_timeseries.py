@@ -11,8 +11,8 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from models._family import DataError
-from models.data import timeseries as ts
+from archhpo.errors import DataError
+from archhpo.models.data import timeseries as ts
 
 SMALL = {"context_length": 5, "horizon": 1, "threshold": 0.0, "val_fraction": 0.25}
 

@@ -16,8 +16,8 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from search import CSV_COLUMNS
-from tests.conftest import REPO, TINY_DATA, run_cli, wait_for
+from archhpo.search import CSV_COLUMNS
+from tests.conftest import TINY_DATA, run_cli, wait_for
 
 BEST_KEYS = {"experiment", "budget", "best_params", "best_value", "n_trials_completed", "n_trials_pruned",
              "timestamp", "study_name", "optuna_version", "architecture"}
@@ -97,8 +97,8 @@ def test_ctrl_c_leaves_no_trial_running_and_run_resumes(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 's.db'}"
     args = ["run", "--experiment", "stop", "--budget", "200K", "--trials", "6", "--quick",
             "--data", "synthetic:steps=3000", "--workers", "2", "--storage", url, "--out", str(tmp_path / "o")]
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "PYTHONPATH": str(REPO)}
-    proc = subprocess.Popen([sys.executable, "-m", "search.cli", *args], cwd=tmp_path, env=env,
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+    proc = subprocess.Popen([sys.executable, "-m", "archhpo", *args], cwd=tmp_path, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
     def running() -> bool:

@@ -6,11 +6,11 @@ import pytest
 import torch
 from torch import nn
 
-from models import ConfigError
-from models import ft_transformer as ft
-from models._blocks import Block, block_params
-from models.data import panel
-from models.patchtst import base_rate_loss, bce_loss
+from archhpo.errors import ConfigError
+from archhpo.models import ft_transformer as ft
+from archhpo.models._blocks import Block, block_params
+from archhpo.models.data import panel
+from archhpo.models.patchtst import base_rate_loss, bce_loss
 
 
 def _numel(m: nn.Module) -> int:

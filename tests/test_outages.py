@@ -18,8 +18,8 @@ import pytest
 import sqlalchemy
 from optuna.trial import TrialState
 
-from search._storage import resilient
-from tests.conftest import REPO, TINY_DATA, ThrowawayPostgres, run_cli, wait_for
+from archhpo.search._storage import resilient
+from tests.conftest import TINY_DATA, ThrowawayPostgres, run_cli, wait_for
 
 pytestmark = pytest.mark.postgres
 
@@ -49,13 +49,13 @@ def _query(url: str, sql: str) -> list[tuple[Any, ...]]:
 
 
 def _start_worker(url: str, experiment: str, cwd: Path) -> subprocess.Popen[str]:
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
     for knob in ("ARCHHPO_HEARTBEAT_S", "ARCHHPO_GRACE_S", "ARCHHPO_DB_PATIENCE_S", "ARCHHPO_REAP_S"):
         env.pop(knob, None)  # the defaults are what is promised: a 90 s grace outlasts a 30 s restart
     # stderr to a file, not a pipe: nobody reads while it runs, and retry warnings must never block it.
     with open(cwd / "worker.log", "w") as log:
         return subprocess.Popen(
-            [sys.executable, "-m", "search.cli", "worker", "--experiment", experiment, "--budget", "200K",
+            [sys.executable, "-m", "archhpo", "worker", "--experiment", experiment, "--budget", "200K",
              "--device", "cpu", "--storage", url],
             cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=log, text=True,
         )

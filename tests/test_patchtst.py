@@ -7,8 +7,9 @@ import json
 import pytest
 import torch
 
-from models import ConfigError, get_family
-from models.patchtst import PatchTST, PatchTSTConfig, estimate, param_count
+from archhpo.errors import ConfigError
+from archhpo.models import get_family
+from archhpo.models.patchtst import PatchTST, PatchTSTConfig, estimate, param_count
 from tests.conftest import run_cli
 
 CONFIGS = [

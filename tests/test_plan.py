@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from budgets import BudgetError, build_grid
-from models import get_family
-from search import FULL_SPACE, QUICK_SPACE, make_plan, plan_sizes, spread_order
+from archhpo.budgets import build_grid
+from archhpo.errors import BudgetError
+from archhpo.models import get_family
+from archhpo.search import FULL_SPACE, QUICK_SPACE, make_plan, plan_sizes, spread_order
 
 ROWS_2M = build_grid(get_family("patchtst"), 2_000_000, {"num_features": 8})
 

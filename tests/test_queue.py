@@ -12,7 +12,8 @@ import pytest
 import sqlalchemy as sa
 from optuna.trial import TrialState
 
-from search import StudyError, TrialQueue, launch, open_storage, prepare_settings
+from archhpo.errors import StudyError
+from archhpo.search import TrialQueue, launch, open_storage, prepare_settings
 from tests.conftest import TINY_DATA
 
 WORKER = {"host": "test", "device": "cpu"}

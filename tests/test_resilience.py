@@ -17,14 +17,14 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from tests.conftest import REPO, TINY_DATA, run_cli, wait_for
+from tests.conftest import TINY_DATA, run_cli, wait_for
 
 FAST_REAP = {"ARCHHPO_HEARTBEAT_S": "1", "ARCHHPO_GRACE_S": "4", "ARCHHPO_REAP_S": "1"}
 
 
 def _popen(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
-    full = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "PYTHONPATH": str(REPO), **(env or {})}
-    return subprocess.Popen([sys.executable, "-m", "search.cli", *args], cwd=cwd, env=full,
+    full = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", **(env or {})}
+    return subprocess.Popen([sys.executable, "-m", "archhpo", *args], cwd=cwd, env=full,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -71,7 +71,7 @@ def test_eight_ray_workers_run_a_24_trial_plan_exactly_once(pg_url: str, tmp_pat
 
 
 def _stress_worker(url: str, name: str, barrier, out) -> None:  # type: ignore[no-untyped-def]
-    from search import TrialQueue
+    from archhpo.search import TrialQueue
 
     q = TrialQueue(url, name)
     barrier.wait()
@@ -85,7 +85,7 @@ def _stress_worker(url: str, name: str, barrier, out) -> None:  # type: ignore[n
 
 @pytest.mark.postgres
 def test_sixteen_workers_with_instant_trials_claim_each_exactly_once(pg_url: str) -> None:
-    from search import launch, prepare_settings
+    from archhpo.search import launch, prepare_settings
 
     s = prepare_settings("stress", "20M", n_trials=60, data=TINY_DATA, quick=True, pruner="none")
     launch(pg_url, s)

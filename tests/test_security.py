@@ -26,8 +26,9 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from search._storage import mask_url, take_password
-from tests.conftest import REPO, TINY_DATA, wait_for
+import archhpo.search._run
+from archhpo.search._storage import mask_url, take_password
+from tests.conftest import TINY_DATA, wait_for
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -73,7 +74,7 @@ def _files_containing(root: Path, needle: bytes) -> list[str]:
 
 
 def _env(**extra: str) -> dict[str, str]:
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "PYTHONPATH": str(REPO), **extra}
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", **extra}
     env.pop("PGPASSWORD", None)
     env.pop("RAY_ADDRESS", None)
     return env
@@ -118,8 +119,7 @@ def test_password_in_url_moves_to_pgpassword(monkeypatch: pytest.MonkeyPatch) ->
 def test_ray_tasks_get_a_password_free_url(pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """What `archhpo run` hands to run_workers (and so to every Ray task's arguments) has no password;
     the password reaches the workers through PGPASSWORD, inherited by the Ray processes."""
-    import search._run
-    from search import cli
+    from archhpo.search import cli
 
     monkeypatch.delenv("PGPASSWORD", raising=False)
     canary = f"Canary-{uuid.uuid4().hex}"
@@ -131,7 +131,7 @@ def test_ray_tasks_get_a_password_free_url(pg_url: str, tmp_path: Path, monkeypa
         seen.append(url)
         return {}
 
-    monkeypatch.setattr(search._run, "run_workers", fake_run_workers)
+    monkeypatch.setattr(archhpo.search._run, "run_workers", fake_run_workers)
     rc = cli.main(["run", "--storage", secret, "--experiment", "argv", "--budget", "200K", "--trials", "3",
                    "--quick", "--data", TINY_DATA, "--out", str(tmp_path / "o")])
     assert rc == 0
@@ -155,7 +155,7 @@ def test_canary_password_never_leaks(pg_server: str, tmp_path: Path, ray_tmpdir:
         clean_url = f"postgresql+psycopg2://{role}@{host_port}/{db}"
         out = tmp_path / "results"
         proc = subprocess.Popen(
-            [sys.executable, "-m", "search.cli", "run", "--storage", secret_url, "--experiment", "canary",
+            [sys.executable, "-m", "archhpo", "run", "--storage", secret_url, "--experiment", "canary",
              "--budget", "200K", "--workers", "2", "--trials", "4", "--quick", "--data", TINY_DATA,
              "--out", str(out), "--checkpoint-dir", str(tmp_path / "ckpt")],
             cwd=tmp_path, env=_env(RAY_TMPDIR=str(ray_tmpdir)),
@@ -245,7 +245,7 @@ def _listeners(pids: set[int]) -> list[tuple[str, str, int]]:
 def test_local_ray_and_dashboard_bind_loopback(tmp_path: Path, ray_tmpdir: Path) -> None:
     url = f"sqlite:///{tmp_path / 's.db'}"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "search.cli", "run", "--experiment", "lo", "--budget", "200K", "--trials", "6",
+        [sys.executable, "-m", "archhpo", "run", "--experiment", "lo", "--budget", "200K", "--trials", "6",
          "--quick", "--data", "synthetic:steps=3000", "--workers", "2", "--storage", url,
          "--out", str(tmp_path / "o")],
         cwd=tmp_path, env=_env(RAY_TMPDIR=str(ray_tmpdir)),

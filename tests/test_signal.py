@@ -7,9 +7,10 @@ import math
 import pytest
 import torch
 
-from models import ConfigError, TensorDataset
-from models.data import multisignal
-from models.signal import (
+from archhpo.errors import ConfigError
+from archhpo.models import TensorDataset
+from archhpo.models.data import multisignal
+from archhpo.models.signal import (
     ENCODERS,
     FAMILY,
     IGNORE_INDEX,

@@ -10,22 +10,14 @@ import pytest
 import torch
 from optuna.trial import TrialState
 
-import models.patchtst
-import workers._memory
-from models import TensorDataset, get_family
-from search import TrialQueue, launch, prepare_settings
+import archhpo.models.patchtst
+import archhpo.workers._memory
+from archhpo.errors import MemoryRefused, NonFiniteLoss
+from archhpo.models import TensorDataset, get_family
+from archhpo.search import TrialQueue, launch, prepare_settings
+from archhpo.workers import StopTraining, TrainConfig, Worker, check_fits, estimate_training_bytes, train
+from archhpo.workers._train import lr_lambda
 from tests.conftest import TINY_DATA
-from workers import (
-    MemoryRefused,
-    NonFiniteLoss,
-    StopTraining,
-    TrainConfig,
-    Worker,
-    check_fits,
-    estimate_training_bytes,
-    train,
-)
-from workers._train import lr_lambda
 
 
 def _queue(url: str, budget: str = "200K", trials: int = 4) -> TrialQueue:
@@ -42,8 +34,8 @@ def test_nan_loss_fails_the_trial_with_a_reason_and_the_worker_goes_on(tmp_path,
     def nan_loss(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         return logits.sum() * float("nan")
 
-    fam = models.patchtst.FAMILY
-    monkeypatch.setattr(models.patchtst, "FAMILY", dataclasses.replace(fam, loss=nan_loss))
+    fam = archhpo.models.patchtst.FAMILY
+    monkeypatch.setattr(archhpo.models.patchtst, "FAMILY", dataclasses.replace(fam, loss=nan_loss))
     q = _queue(f"sqlite:///{tmp_path / 'nan.db'}")
     summary = Worker([q], device="cpu").run()
     trials = q.storage.get_all_trials(q.study_id)
@@ -60,8 +52,8 @@ def test_out_of_memory_fails_the_trial_not_the_worker(tmp_path, monkeypatch) -> 
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             raise RuntimeError("CUDA out of memory. Tried to allocate 20.00 GiB")
 
-    fam = models.patchtst.FAMILY
-    monkeypatch.setattr(models.patchtst, "FAMILY", dataclasses.replace(fam, build=Boom))
+    fam = archhpo.models.patchtst.FAMILY
+    monkeypatch.setattr(archhpo.models.patchtst, "FAMILY", dataclasses.replace(fam, build=Boom))
     q = _queue(f"sqlite:///{tmp_path / 'oom.db'}")
     Worker([q], device="cpu").run()
     trials = q.storage.get_all_trials(q.study_id)
@@ -69,7 +61,7 @@ def test_out_of_memory_fails_the_trial_not_the_worker(tmp_path, monkeypatch) -> 
 
 
 def test_a_2b_trial_is_refused_on_a_24_gib_machine(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    monkeypatch.setattr(workers._memory, "available_bytes", lambda device: 24 * 2**30)
+    monkeypatch.setattr(archhpo.workers._memory, "available_bytes", lambda device: 24 * 2**30)
     q = _queue(f"sqlite:///{tmp_path / 'big.db'}", budget="2B", trials=4)
     summary = Worker([q], device="cpu").run()
     trials = q.storage.get_all_trials(q.study_id)

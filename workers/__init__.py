@@ -1,9 +1,9 @@
 """Workers: the loop that pulls planned trials and the trainer that runs them."""
 
-from workers._loop import QueueLike, Worker, WorkerSummary
-from workers._memory import MemoryRefused, available_bytes, check_fits, estimate_training_bytes
-from workers._train import (
-    NonFiniteLoss,
+from archhpo.errors import MemoryRefused, NonFiniteLoss
+from archhpo.workers._loop import QueueLike, Worker, WorkerSummary
+from archhpo.workers._memory import available_bytes, check_fits, estimate_training_bytes
+from archhpo.workers._train import (
     StopTraining,
     TrainConfig,
     TrainResult,

@@ -21,9 +21,10 @@ from typing import Any, Protocol
 import torch
 from optuna.trial import TrialState
 
-from models import ArchhpoError, TensorDataset, get_family
-from workers._memory import MemoryRefused, check_fits, estimate_training_bytes
-from workers._train import NonFiniteLoss, StopTraining, TrainConfig, resolve_device, train, trial_seed
+from archhpo.errors import ArchhpoError, MemoryRefused, NonFiniteLoss
+from archhpo.models import TensorDataset, get_family
+from archhpo.workers._memory import check_fits, estimate_training_bytes
+from archhpo.workers._train import StopTraining, TrainConfig, resolve_device, train, trial_seed
 
 log = logging.getLogger("archhpo.worker")
 

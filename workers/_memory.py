@@ -7,13 +7,10 @@ import os
 
 import torch
 
-from models import ArchhpoError
+from archhpo.errors import MemoryRefused
 
 SAFETY = 0.85  # never plan to use more than this share of what is free
 
-
-class MemoryRefused(ArchhpoError):
-    """The trial's estimated memory exceeds what the device has free."""
 
 
 def estimate_training_bytes(

@@ -12,11 +12,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from models import ArchhpoError, TensorDataset
-
-
-class NonFiniteLoss(ArchhpoError):
-    """The loss became NaN or infinite; the trial fails with this reason."""
+from archhpo.errors import ArchhpoError, NonFiniteLoss
+from archhpo.models import TensorDataset
 
 
 class StopTraining(Exception):

@@ -24,7 +24,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from models._family import DataError, TensorDataset
+from archhpo.errors import DataError
+from archhpo.models._family import TensorDataset
 
 # ---------------------------------------------------------------------------------------------
 # Encoding

@@ -37,7 +37,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from models._family import DataError, TensorDataset
+from archhpo.errors import DataError
+from archhpo.models._family import TensorDataset
 
 DEFAULT_SERIES = 512
 QUICK_SERIES = 128

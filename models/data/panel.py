@@ -29,7 +29,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import torch
 
-from models._family import DataError, TensorDataset
+from archhpo.errors import DataError
+from archhpo.models._family import TensorDataset
 
 DEFAULT_FEATURES = 8
 DEFAULT_SYMBOLS = 100

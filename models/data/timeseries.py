@@ -33,7 +33,8 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import torch
 
-from models._family import DataError, TensorDataset
+from archhpo.errors import DataError
+from archhpo.models._family import TensorDataset
 
 DEFAULT_FEATURES = 8
 DEFAULT_STEPS = 20000
