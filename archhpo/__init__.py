@@ -31,6 +31,7 @@ _LAZY = {
     "build_grid": "archhpo.budgets",
     "GridRow": "archhpo.budgets",
     "Family": "archhpo.models",
+    "count_flops": "archhpo.models",
     "TensorDataset": "archhpo.models",
     "family_names": "archhpo.models",
     "get_family": "archhpo.models",
@@ -40,9 +41,13 @@ _LAZY = {
     "prepare_settings": "archhpo.search",
     "open_storage": "archhpo.search",
     "export_studies": "archhpo.search",
+    "confirmation_summary": "archhpo.search",
     "TrainConfig": "archhpo.workers",
     "TrainResult": "archhpo.workers",
     "Worker": "archhpo.workers",
+    "TrialSpec": "archhpo.workers",
+    "build_trial": "archhpo.workers",
+    "trial_seeds": "archhpo.workers",
     "train": "archhpo.workers",
 }
 

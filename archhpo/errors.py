@@ -39,6 +39,16 @@ class NonFiniteLoss(ArchhpoError):
     """The loss became NaN or infinite; the trial fails with this reason."""
 
 
+class TrialStopped(Exception):  # noqa: N818  (control flow, not an error a user sees)
+    """Training stopped between two steps because the worker was asked to stop (SIGTERM, SIGINT,
+    a cancelled Ray task): the trial goes back to the queue without spending an attempt."""
+
+
+class TrialLost(TrialStopped):
+    """This worker's trial is no longer its own (reaped while the worker was paused or cut off,
+    and retried elsewhere): the worker must never write to that trial or its retry again."""
+
+
 __all__ = [
     "ArchhpoError",
     "BudgetError",
@@ -48,4 +58,6 @@ __all__ = [
     "NonFiniteLoss",
     "StorageError",
     "StudyError",
+    "TrialLost",
+    "TrialStopped",
 ]

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from archhpo.budgets._parse import format_budget
@@ -29,12 +29,21 @@ class GridRow:
     param_count: int
     estimate: int | None
     extreme: str  # "" or ";"-joined tags such as "min_d_model;max_n_layers"
+    # Categorical choices of this row (e.g. {"encoder": "sum"}); {} when the study has none.
+    # Building the model merges them over the study's info before family.config_for.
+    choices: dict[str, Any] = field(default_factory=dict, hash=False)
+    # Forward+backward training FLOPs of one sample (family.flops_per_sample of this row's config).
+    flops_per_sample: int | None = None
 
     def arch(self) -> dict[str, int]:
         return {"d_model": self.d_model, "n_layers": self.n_layers, "n_heads": self.n_heads, "d_ff": self.d_ff}
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def _flops(family: Family, cfg: Any) -> int | None:
+    return family.flops_per_sample(cfg) if family.flops_per_sample else None
 
 
 def candidates() -> list[dict[str, int]]:
@@ -45,6 +54,19 @@ def candidates() -> list[dict[str, int]]:
             rows.append({"d_model": d, "n_layers": n_layers, "n_heads": h, "d_ff": mult * d})
     rows.sort(key=lambda a: (a["d_model"], a["n_layers"], a["n_heads"], a["d_ff"]))
     return rows
+
+
+ARCH_DIMS = ("d_model", "n_layers", "n_heads", "d_ff")
+_PIN_TAGS = {"d_model": "d", "n_layers": "L", "n_heads": "h", "d_ff": "ff"}
+
+
+def pin_label(pins: Mapping[str, Sequence[int]]) -> str:
+    """Readable, collision-free label of pinned dimensions: d64-L2+3-h4-ff256 ('' without pins)."""
+    parts = []
+    for dim in ARCH_DIMS:
+        if pins.get(dim):
+            parts.append(_PIN_TAGS[dim] + "+".join(str(v) for v in sorted(set(pins[dim]))))
+    return "-".join(parts)
 
 
 def check_tolerance(tolerance: float) -> float:
@@ -59,7 +81,7 @@ def build_grid(
     """Rows whose exact count lies within ±tolerance of budget; arch_idx is the sorted position."""
     check_tolerance(tolerance)
     lo, hi = budget * (1 - tolerance), budget * (1 + tolerance)
-    fitting: list[tuple[dict[str, int], int, int | None]] = []
+    fitting: list[tuple[dict[str, int], int, int | None, int | None]] = []
     for arch in candidates():
         try:
             cfg = family.config_for(arch, info)
@@ -68,13 +90,71 @@ def build_grid(
         count = family.param_count(cfg)
         if lo <= count <= hi:
             est = family.estimate(cfg) if family.estimate else None
-            fitting.append((arch, count, est))
+            fitting.append((arch, count, est, _flops(family, cfg)))
     label = format_budget(budget)
     rows = [
-        GridRow(label, i, a["d_model"], a["n_layers"], a["n_heads"], a["d_ff"], count, est, "")
-        for i, (a, count, est) in enumerate(fitting)
+        GridRow(label, i, a["d_model"], a["n_layers"], a["n_heads"], a["d_ff"], count, est, "",
+                flops_per_sample=flops)
+        for i, (a, count, est, flops) in enumerate(fitting)
     ]
     return _mark_extremes(rows, budget)
+
+
+def pinned_grid(
+    family: Family,
+    info: Mapping[str, Any],
+    pins: Mapping[str, Sequence[int]],
+    label: str,
+    budget: int | None = None,
+    tolerance: float = DEFAULT_TOLERANCE,
+) -> list[GridRow]:
+    """Rows of a study that pins architecture dimensions.
+
+    With a budget: the budget's grid restricted to the pinned values.  Without one: the cross
+    product of the pinned values, unpinned dimensions ranging over the grid's lists (d_ff over
+    2x and 4x d_model); pinned values need not be grid values.  Rows the family rejects are left
+    out; a study where every row is rejected raises the family's own ConfigError.
+    """
+    for dim, values in pins.items():
+        if dim not in ARCH_DIMS:
+            raise ConfigError(f"Unknown architecture dimension {dim!r}; pin one of: {', '.join(ARCH_DIMS)}.")
+        for v in values:
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise ConfigError(f"--{dim.replace('_', '-')} {v!r} must be a positive integer.")
+    if budget is not None:
+        rows = [
+            r for r in build_grid(family, budget, info, tolerance)
+            if all(getattr(r, d) in set(pins[d]) for d in pins if pins[d])
+        ]
+        if not rows:
+            pinned = ", ".join(f"{d}={'/'.join(map(str, pins[d]))}" for d in ARCH_DIMS if pins.get(d))
+            raise BudgetError(
+                f"No {family.name} architecture with {pinned} fits {format_budget(budget)} ±{tolerance:.0%}; "
+                "drop --budget to train the pinned architecture whatever its size, or change the pins."
+            )
+        rows = [replace(r, arch_idx=i, budget=label, extreme="") for i, r in enumerate(rows)]
+        return _mark_extremes(rows, budget)
+    archs = []
+    for d in sorted(set(pins.get("d_model") or D_MODELS)):
+        for n_layers in sorted(set(pins.get("n_layers") or N_LAYERS)):
+            for h in sorted(set(pins.get("n_heads") or N_HEADS)):
+                for ff in sorted(set(pins.get("d_ff") or [m * d for m in FF_MULTIPLIERS])):
+                    archs.append({"d_model": d, "n_layers": n_layers, "n_heads": h, "d_ff": ff})
+    rows, first_error = [], None
+    for arch in archs:
+        try:
+            cfg = family.config_for(arch, info)
+        except ConfigError as exc:
+            first_error = first_error or exc
+            continue
+        est = family.estimate(cfg) if family.estimate else None
+        rows.append(GridRow(label, len(rows), *arch.values(), family.param_count(cfg), est, "",
+                            flops_per_sample=_flops(family, cfg)))
+    if not rows:
+        assert first_error is not None
+        raise first_error
+    counts = sorted(r.param_count for r in rows)
+    return _mark_extremes(rows, counts[len(counts) // 2])
 
 
 def _mark_extremes(rows: list[GridRow], budget: int) -> list[GridRow]:
@@ -89,9 +169,7 @@ def _mark_extremes(rows: list[GridRow], budget: int) -> list[GridRow]:
             holders = [r for r in rows if getattr(r, key) == target]
             pick = min(holders, key=lambda r: (abs(r.param_count - budget), r.arch_idx))
             tags.setdefault(pick.arch_idx, []).append(f"{tag}_{key}")
-    return [
-        GridRow(**{**r.as_dict(), "extreme": ";".join(tags.get(r.arch_idx, []))}) for r in rows
-    ]
+    return [replace(r, extreme=";".join(tags.get(r.arch_idx, []))) for r in rows]
 
 
 def require_rows(rows: list[GridRow], budget: int, tolerance: float, family: str) -> list[GridRow]:

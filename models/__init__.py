@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from archhpo.errors import ArchhpoError
 from archhpo.models._family import Family, FlagSpec, TensorDataset, check_arch
+from archhpo.models._flops import count_flops
 
 __all__ = [
     "Family",
     "FlagSpec",
     "TensorDataset",
     "check_arch",
+    "count_flops",
     "family_names",
     "get_family",
 ]

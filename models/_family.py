@@ -82,6 +82,8 @@ class Family:
     - ``estimate(config)`` optionally gives a legacy formula estimate shown beside the count.
     - ``train_defaults`` overrides the trainer's defaults in ``archhpo train`` (e.g.
       {"learning_rate": 3e-4, "eval_every": 20}).
+    - ``flops_per_sample(config)`` is the closed-form forward+backward FLOPs of one training
+      sample, counted like ``torch.utils.flop_counter.FlopCounterMode`` (matmuls and attention).
 
     A built module may define ``extra_loss() -> Tensor``; the trainer adds it to the training
     loss (e.g. an orthogonality penalty), never to the validation loss.
@@ -103,6 +105,8 @@ class Family:
     description: str = ""
     train_defaults: Mapping[str, Any] = field(default_factory=dict)
     tokens: Callable[[Any], int] | None = None  # sequence length seen by attention (memory estimate)
+    flops_per_sample: Callable[[Any], int] | None = None
+    """Forward+backward FLOPs of one training sample (FlopCounterMode's count); every family sets it."""
 
 
 def no_metrics(logits: torch.Tensor, target: torch.Tensor) -> dict[str, float]:

@@ -19,12 +19,14 @@ from torch import nn
 
 from archhpo.errors import ConfigError
 from archhpo.models._family import Family, FlagSpec, TensorDataset, check_arch
+from archhpo.models._flops import encoder_layer_flops, linear_flops
 from archhpo.models.data import domains
 from archhpo.models.data.domains import ALPHABET, CLS_ID, MAX_LEN, PAD_ID, VOCAB_SIZE, encode
 
 __all__ = [
     "ALPHABET", "CLS_ID", "FAMILY", "MAX_LEN", "PAD_ID", "VOCAB_SIZE", "CharCls", "CharClsConfig",
-    "baseline_loss", "config_for", "cross_entropy_loss", "encode", "metrics", "param_count",
+    "baseline_loss", "config_for", "cross_entropy_loss", "encode", "flops_per_sample", "metrics",
+    "param_count",
 ]
 
 
@@ -107,6 +109,15 @@ def param_count(cfg: CharClsConfig) -> int:
     return embed + cfg.n_layers * layer + 2 * d + d * c + c
 
 
+def flops_per_sample(cfg: CharClsConfig) -> int:
+    """Forward+backward FLOPs of one training string of max_len ids (see ``archhpo.models._flops``).
+
+    Padding is masked, not skipped: attention still multiplies the full max_len² scores.
+    """
+    layers = cfg.n_layers * encoder_layer_flops(cfg.max_len, cfg.d_model, cfg.d_ff)
+    return layers + linear_flops(1, cfg.d_model, cfg.num_classes)
+
+
 def config_for(arch: Mapping[str, int], info: Mapping[str, Any]) -> CharClsConfig:
     return CharClsConfig(
         d_model=int(arch["d_model"]), n_layers=int(arch["n_layers"]),
@@ -183,5 +194,6 @@ FAMILY = Family(
         FlagSpec("num_classes", int, 2, "number of classes (2 for binary)"),
     ),
     tokens=lambda c: c.max_len,
+    flops_per_sample=flops_per_sample,
     description="Character-level [CLS] transformer classifying short strings such as domain names.",
 )

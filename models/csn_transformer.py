@@ -18,10 +18,12 @@ from torch import nn
 from archhpo.errors import ConfigError
 from archhpo.models._blocks import Block, block_params
 from archhpo.models._family import Family, check_arch
+from archhpo.models._flops import encoder_layer_flops, linear_flops
 from archhpo.models.data import panel
 from archhpo.models.ft_transformer import (
     PANEL_FLAGS,
     CategoricalTokens,
+    categorical_tokens_flops,
     categorical_tokens_params,
     check_panel_fields,
     parse_cardinalities,
@@ -97,6 +99,15 @@ def param_count(cfg: CSNTransformerConfig) -> int:
     return path1 + path2 + blocks + 2 * d * o + o
 
 
+def flops_per_sample(cfg: CSNTransformerConfig) -> int:
+    """Forward+backward FLOPs of one training sample: both paths (see ``archhpo.models._flops``)."""
+    d, f, cards = cfg.d_model, cfg.d_ff, cfg.cat_cardinalities
+    path1 = categorical_tokens_flops(cards, d) + cfg.n_layers * encoder_layer_flops(1 + len(cards), d, f)
+    step = linear_flops(cfg.seq_len, cfg.num_numerical, d, input_grad=False)  # Linear(N, d) on the data
+    path2 = step + cfg.n_layers * encoder_layer_flops(1 + cfg.seq_len, d, f)
+    return path1 + path2 + linear_flops(1, 2 * d, cfg.out_dim)
+
+
 def config_for(arch: Mapping[str, int], info: Mapping[str, Any]) -> CSNTransformerConfig:
     return CSNTransformerConfig(
         d_model=int(arch["d_model"]), n_layers=int(arch["n_layers"]),
@@ -123,5 +134,6 @@ FAMILY = Family(
     metrics=binary_metrics,
     flags=PANEL_FLAGS,
     tokens=lambda c: 2 + len(c.cat_cardinalities) + c.seq_len,  # both paths' tokens, held together
+    flops_per_sample=flops_per_sample,
     description="Dual-path transformer: categorical tokens and per-step numerical tokens, joint [CLS] head.",
 )

@@ -23,6 +23,7 @@ from torch import nn
 from archhpo.errors import ConfigError
 from archhpo.models._blocks import Block, block_params
 from archhpo.models._family import Family, FlagSpec, check_arch
+from archhpo.models._flops import encoder_layer_flops, linear_flops
 from archhpo.models.data import panel
 from archhpo.models.patchtst import base_rate_loss, bce_loss, binary_metrics
 
@@ -171,6 +172,27 @@ def param_count(cfg: FTTransformerConfig) -> int:
     return tokens + cfg.n_layers * block_params(d, f, False, True) + d * o + o
 
 
+def categorical_tokens_flops(cardinalities: tuple[int, ...], d_model: int) -> int:
+    """Forward+backward FLOPs of CategoricalTokens for one sample: Linear(e, d) per feature
+    (its input, an embedding row, needs a gradient; the look-up itself costs nothing)."""
+    return sum(linear_flops(1, cat_embed_dim(c, d_model), d_model) for c in cardinalities)
+
+
+def flops_per_sample(cfg: FTTransformerConfig) -> int:
+    """Forward+backward FLOPs of one training sample (see ``archhpo.models._flops``).
+
+    Numerical tokens (x·W_j + b_j) and the tabular categorical table are element-wise/look-ups:
+    free.  Attention runs over every token, [CLS] included.
+    """
+    d, cards = cfg.d_model, cfg.cat_cardinalities
+    if cfg.variant == "tabular":
+        s, embed = 1 + cfg.num_numerical + len(cards), 0
+    else:
+        s = 1 + cfg.seq_len * cfg.num_numerical + len(cards)
+        embed = categorical_tokens_flops(cards, d)
+    return embed + cfg.n_layers * encoder_layer_flops(s, d, cfg.d_ff) + linear_flops(1, d, cfg.out_dim)
+
+
 def config_for(arch: Mapping[str, int], info: Mapping[str, Any]) -> FTTransformerConfig:
     return FTTransformerConfig(
         d_model=int(arch["d_model"]), n_layers=int(arch["n_layers"]),
@@ -207,6 +229,7 @@ FAMILY = Family(
     flags=(FlagSpec("variant", str, "sequence", "sequence (token per step and feature) or tabular"),
            *PANEL_FLAGS),
     tokens=lambda c: 1 + len(c.cat_cardinalities) + c.num_numerical * (c.seq_len if c.variant == "sequence" else 1),
+    flops_per_sample=flops_per_sample,
     description="FT-Transformer on panel data: a token per feature (and step) + categorical tokens, "
     "[CLS] head.",
 )

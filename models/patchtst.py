@@ -13,6 +13,7 @@ from torch import nn
 
 from archhpo.errors import ConfigError
 from archhpo.models._family import Family, FlagSpec, TensorDataset, check_arch
+from archhpo.models._flops import encoder_layer_flops, linear_flops
 from archhpo.models.data import timeseries
 
 
@@ -87,6 +88,14 @@ def param_count(cfg: PatchTSTConfig) -> int:
     return embed + cfg.n_layers * layer + 2 * d + p * d * c + c
 
 
+def flops_per_sample(cfg: PatchTSTConfig) -> int:
+    """Forward+backward FLOPs of one training window (see ``archhpo.models._flops``)."""
+    d, p = cfg.d_model, cfg.n_patches
+    embed = linear_flops(p, cfg.patch_len * cfg.num_features, d, input_grad=False)  # reads the data
+    head = linear_flops(1, p * d, cfg.num_classes)
+    return embed + cfg.n_layers * encoder_layer_flops(p, d, cfg.d_ff) + head
+
+
 def estimate(cfg: PatchTSTConfig) -> int:
     """The legacy design formula (ignores biases and norms), shown beside the exact count."""
     d, p = cfg.d_model, cfg.n_patches
@@ -141,5 +150,6 @@ FAMILY = Family(
     flags=(FlagSpec("num_features", int, timeseries.DEFAULT_FEATURES, "number of input features F"),),
     estimate=estimate,
     tokens=lambda cfg: cfg.n_patches,
+    flops_per_sample=flops_per_sample,
     description="PatchTST-style transformer classifying 60-step multivariate windows (binary).",
 )

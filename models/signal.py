@@ -7,17 +7,26 @@ sinusoidal positions p(t) (a buffer, not a parameter) are added, n_layers causal
 
 Encoders (``encoder`` config field), v_k the k-th channel (a scalar per step):
 
-- ``sum``:          sum_k (W v_k + e_k) + p, one shared W in R^d, e_k in R^d per channel.
-- ``linear``:       sum_k (W_k v_k + b_k) + p, W_k, b_k in R^d per channel.
+- ``sum``:          sum_k (W v_k + e_k) + p, one shared W in R^d, e_k in R^d per channel
+                    (W ~ U(-1, 1) as Linear(1, d, bias=False), e_k ~ N(0, 1) as nn.Embedding).
+- ``linear``:       sum_k (W_k v_k + b_k) + p, W_k, b_k in R^d per channel (W_k ~ N(0, std
+                    1/sqrt(d)), b_k = 0).
 - ``linear-ortho``: linear, plus extra_loss() = lambda * sum_{i != j} (W_i . W_j)^2 / 2, lambda 0.01.
 - ``linear-ppe``:   linear with p replaced by Linear(d, d)(p).
 - ``mlp``:          W2 GELU(W1 v + b1) + b2 + p, W1 in R^{d x C}, W2 in R^{d x d}.
-- ``concat``:       C blocks Linear(1, d/C), concatenated, + p (C must divide d).
+- ``concat``:       C blocks Linear(1, d/C), concatenated, + p (C must divide d; weights
+                    N(0, std 1/sqrt(d/C)), biases 0).
 - ``ci``:           channel-independent: one shared backbone over each channel alone (scalar ->
                     Linear(1, d) + p); the C final states concatenated into Linear(C d, K).
 - ``cat``:          a token per (step, channel): Linear(1, d)(v_k(t)) + channel embedding + p(t);
                     attention causal across steps, free within a step; a step's logits come from
-                    the mean of its C tokens.
+                    the mean of its C tokens (channel embedding N(0, 1) as nn.Embedding).
+
+Everything follows Lehtinen (2026), "An Empirical Audit of Input Encoders for Multi-Channel
+Signal Transformers" (``fft_encode/{encodings,baselines,model}.py`` of the
+OssiLehtinen/channel-encoder-audit repository): encoder initialisation, dropout 0.1 in every
+transformer layer (``--dropout``), the layer type and the head.  docs/encoder_audit.md lists the
+comparison line by line.
 """
 
 from __future__ import annotations
@@ -33,10 +42,12 @@ from torch import nn
 
 from archhpo.errors import ConfigError
 from archhpo.models._family import Family, FlagSpec, TensorDataset, check_arch
+from archhpo.models._flops import encoder_layer_flops, linear_flops
 from archhpo.models.data import multisignal
 
 ENCODERS = ("sum", "linear", "linear-ortho", "linear-ppe", "mlp", "concat", "ci", "cat")
 ORTHO_LAMBDA = 0.01
+DEFAULT_DROPOUT = 0.1  # the paper's, in every transformer layer
 IGNORE_INDEX = multisignal.IGNORE_INDEX
 
 
@@ -50,7 +61,7 @@ class SignalConfig:
     channels: int = multisignal.DEFAULT_CHANNELS
     num_bins: int = multisignal.DEFAULT_BINS
     seq_len: int = multisignal.DEFAULT_LENGTH  # longest sequence accepted (sizes the position buffer)
-    dropout: float = 0.0
+    dropout: float = DEFAULT_DROPOUT
 
     def __post_init__(self) -> None:
         check_arch(self.d_model, self.n_layers, self.n_heads, self.d_ff)
@@ -67,7 +78,8 @@ class SignalConfig:
                 f"The concat encoder needs channels ({self.channels}) to divide d_model "
                 f"({self.d_model}); pick another d_model or encoder."
             )
-        if not 0.0 <= self.dropout < 1.0:
+        if isinstance(self.dropout, bool) or not isinstance(self.dropout, (int, float)) \
+                or not 0.0 <= self.dropout < 1.0:
             raise ConfigError(f"dropout must be in [0, 1), got {self.dropout}.")
 
 
@@ -104,8 +116,8 @@ class SumEncoder(nn.Module):
         super().__init__()
         self.weight = nn.Parameter(torch.empty(cfg.d_model))  # W, shared by all channels
         self.chan = nn.Parameter(torch.empty(cfg.channels, cfg.d_model))  # e_k
-        nn.init.uniform_(self.weight, -1.0, 1.0)  # as Linear(1, d) would
-        nn.init.normal_(self.chan, std=0.02)
+        nn.init.uniform_(self.weight, -1.0, 1.0)  # as the paper's Linear(1, d, bias=False) would
+        nn.init.normal_(self.chan, std=1.0)  # as the paper's nn.Embedding(C, d) would
 
     def forward(self, v: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
         return v.sum(-1, keepdim=True) * self.weight + self.chan.sum(0) + p  # (B, T, d)
@@ -119,10 +131,9 @@ class LinearEncoder(nn.Module):
         c, d = cfg.channels, cfg.d_model
         self.weight = nn.Parameter(torch.empty(c, d))  # row k is W_k
         self.bias = nn.Parameter(torch.empty(c, d))  # row k is b_k
-        # Bound 1/sqrt(C), as one Linear(C, d) would: the C channel terms add up to unit-ish scale.
-        bound = 1.0 / math.sqrt(c)
-        nn.init.uniform_(self.weight, -bound, bound)
-        nn.init.uniform_(self.bias, -bound / c, bound / c)
+        # The paper's: W ~ N(0, std 1/sqrt(d)) (a standard deviation, nn.init.normal_'s std), b = 0.
+        nn.init.normal_(self.weight, std=1.0 / math.sqrt(d))
+        nn.init.zeros_(self.bias)
         self.pos_proj = nn.Linear(d, d) if ppe else None
 
     def forward(self, v: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
@@ -156,8 +167,8 @@ class ConcatEncoder(nn.Module):
         c, w = cfg.channels, cfg.d_model // cfg.channels
         self.weight = nn.Parameter(torch.empty(c, w))  # block k's Linear(1, d/C) weight
         self.bias = nn.Parameter(torch.empty(c, w))
-        nn.init.uniform_(self.weight, -1.0, 1.0)  # fan_in 1, as Linear(1, d/C) would
-        nn.init.uniform_(self.bias, -1.0, 1.0)
+        nn.init.normal_(self.weight, std=1.0 / math.sqrt(w))  # the paper's: N(0, std 1/sqrt(d/C)), b = 0
+        nn.init.zeros_(self.bias)
 
     def forward(self, v: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
         blocks = v.unsqueeze(-1) * self.weight + self.bias  # (B, T, C, d/C)
@@ -189,7 +200,7 @@ class SignalTransformer(nn.Module):
             self.scalar_embed = nn.Linear(1, d)
             if cfg.encoder == "cat":
                 self.chan_embed = nn.Parameter(torch.empty(c, d))
-                nn.init.normal_(self.chan_embed, std=0.02)
+                nn.init.normal_(self.chan_embed, std=1.0)  # as the paper's nn.Embedding(C, d)
         # A ModuleList rather than nn.TransformerEncoder: same parameters, no nested-tensor
         # warning for norm_first layers.
         self.layers = nn.ModuleList(
@@ -260,6 +271,47 @@ def param_count(cfg: SignalConfig) -> int:
     return encoder + cfg.n_layers * layer + 2 * d + head_in * k + k
 
 
+def flops_per_sample(cfg: SignalConfig) -> int:
+    """Forward+backward FLOPs of one training sequence of seq_len steps (see ``archhpo.models._flops``).
+
+    sum and concat encoders are element-wise (free); linear/mlp/ci/cat read the data, so their
+    first product has no input gradient.  ci runs the backbone C times; cat attends over T·C tokens.
+    Batch-size-independent work (linear-ppe's Linear(d, d) on the position table, linear-ortho's
+    penalty) is not per sample: see ``batch_flops``.
+    """
+    d, f, c, k, t = cfg.d_model, cfg.d_ff, cfg.channels, cfg.num_bins, cfg.seq_len
+    enc = cfg.encoder
+    if enc in ("sum", "concat"):
+        encoder = 0
+    elif enc in ("linear", "linear-ortho", "linear-ppe"):
+        encoder = linear_flops(t, c, d, input_grad=False)  # v @ W
+    elif enc == "mlp":
+        encoder = linear_flops(t, c, d, input_grad=False) + linear_flops(t, d, d)
+    else:  # ci, cat: Linear(1, d) on every (step, channel) value
+        encoder = linear_flops(t * c, 1, d, input_grad=False)
+    if enc == "ci":
+        backbone = c * cfg.n_layers * encoder_layer_flops(t, d, f)
+        head = linear_flops(t, c * d, k)
+    else:
+        backbone = cfg.n_layers * encoder_layer_flops(t * c if enc == "cat" else t, d, f)
+        head = linear_flops(t, d, k)
+    return encoder + backbone + head
+
+
+def batch_flops(cfg: SignalConfig) -> int:
+    """FLOPs of one training step that do not depend on the batch size (0 for most encoders).
+
+    linear-ppe: Linear(d, d) on the fixed (T, d) position table (a buffer: weight gradient only);
+    linear-ortho: the penalty's Gram matrix W Wᵀ, (C, d)·(d, C), with both operands' gradients.
+    """
+    d, c = cfg.d_model, cfg.channels
+    if cfg.encoder == "linear-ppe":
+        return linear_flops(cfg.seq_len, d, d, input_grad=False)
+    if cfg.encoder == "linear-ortho":
+        return linear_flops(c, d, c)
+    return 0
+
+
 def config_for(arch: Mapping[str, int], info: Mapping[str, Any]) -> SignalConfig:
     return SignalConfig(
         d_model=int(arch["d_model"]), n_layers=int(arch["n_layers"]),
@@ -268,7 +320,7 @@ def config_for(arch: Mapping[str, int], info: Mapping[str, Any]) -> SignalConfig
         channels=int(info.get("channels", multisignal.DEFAULT_CHANNELS)),
         num_bins=int(info.get("num_bins", multisignal.DEFAULT_BINS)),
         seq_len=int(info.get("seq_len", multisignal.DEFAULT_LENGTH)),
-        dropout=float(info.get("dropout", 0.0)),
+        dropout=float(info.get("dropout", DEFAULT_DROPOUT)),
     )
 
 
@@ -312,9 +364,16 @@ FAMILY = Family(
         FlagSpec("encoder", str, "linear", f"input encoder: {', '.join(ENCODERS)}"),
         FlagSpec("channels", int, multisignal.DEFAULT_CHANNELS, "number of input channels C"),
         FlagSpec("num_bins", int, multisignal.DEFAULT_BINS, "number of quantile bins K of the target"),
+        FlagSpec("dropout", float, DEFAULT_DROPOUT, "dropout in every transformer layer (the paper's 0.1)"),
+        FlagSpec(
+            "positions", str, multisignal.DEFAULT_POSITIONS,
+            "scored next-step positions: 'all' (the paper's 159, comparable with its tables) or "
+            "'predictable' (the 153 whose target is defined)",
+        ),
     ),
     # cat: a token per (step, channel); ci: the backbone runs C times (C× the activations).
     tokens=lambda c: c.seq_len * (c.channels if c.encoder in ("cat", "ci") else 1),
+    flops_per_sample=flops_per_sample,
     description="Causal multi-channel signal transformer predicting the next step's quantile bin.",
     train_defaults={
         "learning_rate": 3e-4, "weight_decay": 1e-4, "batch_size": 32, "warmup_steps": 0,

@@ -1,7 +1,15 @@
 """Search: study creation, the trial plan and queue, Ray orchestration, export and the CLI."""
 
 from archhpo.errors import StorageError, StudyError
-from archhpo.search._export import CSV_COLUMNS, RESULTS_CSV, best_summary, export_studies, result_rows
+from archhpo.search._confirm import confirmation_summary, paired_summary
+from archhpo.search._export import (
+    CSV_COLUMNS,
+    RESULTS_CSV,
+    SPEC_COLUMNS,
+    best_summary,
+    export_studies,
+    result_rows,
+)
 from archhpo.search._plan import PlanEntry, make_plan, plan_sizes, spread_order
 from archhpo.search._queue import Claim, PlanStatus, TrialQueue
 from archhpo.search._space import FULL_SPACE, PARAM_NAMES, QUICK_SPACE, SearchSpace
@@ -20,6 +28,7 @@ from archhpo.search._study import (
     launch,
     open_study,
     prepare_settings,
+    study_label,
     study_name,
 )
 
@@ -30,6 +39,7 @@ __all__ = [
     "PARAM_NAMES",
     "QUICK_SPACE",
     "RESULTS_CSV",
+    "SPEC_COLUMNS",
     "Claim",
     "LaunchResult",
     "PlanEntry",
@@ -40,6 +50,7 @@ __all__ = [
     "StudySettings",
     "TrialQueue",
     "best_summary",
+    "confirmation_summary",
     "experiment_studies",
     "export_studies",
     "launch",
@@ -47,6 +58,7 @@ __all__ = [
     "mask_url",
     "open_storage",
     "open_study",
+    "paired_summary",
     "plan_lock",
     "plan_sizes",
     "prepare_settings",
@@ -54,5 +66,6 @@ __all__ = [
     "result_rows",
     "session_scope",
     "spread_order",
+    "study_label",
     "study_name",
 ]

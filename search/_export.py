@@ -15,14 +15,21 @@ import optuna
 from optuna.storages import RDBStorage
 from optuna.trial import FrozenTrial, TrialState
 
+from archhpo.search._confirm import confirmation_summary, paired_summary
 from archhpo.search._space import PARAM_NAMES
 from archhpo.search._study import StudySettings, load_study
 
-CSV_COLUMNS = (
+SPEC_COLUMNS = (
     "experiment", "trial", "budget", "horizon", "d_model", "n_layers", "n_heads", "d_ff", "param_count",
     "learning_rate", "epochs", "batch_size", "weight_decay", "warmup_steps", "val_loss", "train_loss",
     "duration_s", "timestamp",
 )
+# Appended after SPEC §8's columns (which stay first and unchanged); readers must cope without them.
+EXTRA_COLUMNS = (
+    "state", "phase", "plan_slot", "seed", "family", "choices", "best_epoch", "flops_per_sample",
+    "train_flops", "samples_per_s", "val_curve",
+)
+CSV_COLUMNS = SPEC_COLUMNS + EXTRA_COLUMNS
 RESULTS_CSV = "experiment_results.csv"
 
 
@@ -71,6 +78,11 @@ def result_rows(study: optuna.Study, settings: StudySettings) -> list[dict[str, 
             **{k: t.params.get(k) for k in PARAM_NAMES[1:]},
             "val_loss": _val_loss(t), "train_loss": t.user_attrs.get("train_loss", ""),
             "duration_s": t.user_attrs.get("duration_s", ""), "timestamp": _iso(t.datetime_complete),
+            "state": t.state.name, "phase": t.user_attrs.get("phase"), "plan_slot": t.user_attrs.get("plan_slot"),
+            "seed": t.user_attrs.get("seed"), "family": settings.family,
+            "choices": json.dumps(arch.get("choices") or {}, sort_keys=True),
+            **{k: t.user_attrs.get(k) for k in ("best_epoch", "flops_per_sample", "train_flops", "samples_per_s")},
+            "val_curve": json.dumps([[int(step), v] for step, v in sorted(t.intermediate_values.items())]),
         }
         rows.append(row)
     return rows
@@ -88,9 +100,12 @@ def csv_text(rows: list[dict[str, Any]]) -> str:
 def best_summary(study: optuna.Study, settings: StudySettings) -> dict[str, Any]:
     trials = study.get_trials(deepcopy=False)
     complete = [t for t in trials if t.state == TrialState.COMPLETE and t.value is not None]
-    best = min(complete, key=lambda t: (t.value, t.number)) if complete else None
+    # The answer is the best of phases 1-2 (and of a paired study's trials); confirmation (phase 3)
+    # retrains are summarised under "confirmation" instead.
+    answer = [t for t in complete if t.user_attrs.get("phase") != 3]
+    best = min(answer, key=lambda t: (t.value, t.number)) if answer else None
     arch = settings.archs[int(best.params["arch_idx"])] if best else None
-    return {
+    summary: dict[str, Any] = {
         "experiment": settings.experiment,
         "budget": settings.budget,
         "best_params": {k: best.params[k] for k in PARAM_NAMES} if best else None,
@@ -113,10 +128,19 @@ def best_summary(study: optuna.Study, settings: StudySettings) -> dict[str, Any]
         "data": {k: v for k, v in settings.data.items() if k != "sha256"},
         "options": settings.options,
         "info": settings.info,
+        "choices": dict(arch.get("choices") or {}) if arch else {},  # the winner's categorical choices
+        "seed": best.user_attrs.get("seed") if best else None,  # the winner's paired/confirmation seed
     }
+    if any(e["phase"] == 3 for e in settings.plan):
+        summary["confirmation"] = confirmation_summary(trials, settings.archs)
+    if settings.options.get("paired_seeds"):
+        summary["paired"] = paired_summary(trials, settings.archs)
+    return summary
 
 
 def best_path(out_dir: Path, settings: StudySettings) -> Path:
+    """{experiment}_{budget}_best.json; a pinned study's label stands for the budget
+    ({experiment}_d64-L3-h4-ff256_best.json)."""
     return out_dir / f"{settings.experiment}_{settings.budget}_best.json"
 
 

@@ -1,14 +1,28 @@
-"""The two-phase trial plan of SPEC §5.
+"""The trial plan of SPEC §5, with paired seeds and the confirmation phase.
 
 Phase 1: about 40% of the trials' worth of architectures, 2 trials each with random training
 parameters; phase 2: further architectures, 1 trial each, trained with the best phase-1
 parameters (filled in when phase 1 is final).  Architectures are taken in farthest-point
 order over the (log d_model, log n_layers) plane, starting with the extremes, so any prefix
 of the order spreads over the plane.  A small grid shrinks the plan; nothing is repeated.
+
+Categorical choices (``--encoder sum,linear``): every choice has its own rows (its own exact
+counts and extremes); the plan takes them round-robin (every choice's extremes first, then
+every choice's spread order), so each choice gets an equal share of the plan.
+
+Paired studies (``--paired-seeds S``): every configuration (architecture row, choice included)
+up to ``--trials`` configurations is trained once per seed 0..S-1, with one set of training
+parameters for the whole study; there is no phase 2, and the plan has configurations x S trials.
+
+Confirmation (``--confirm K --seeds S``): K x S phase-3 entries ({"rank": k, "seed": s}) whose
+architecture and training parameters are filled in by plan upkeep once phases 1 and 2 are final:
+rank k is the k-th best architecture by its best phase-1/2 value, trained with the parameters of
+that best trial.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import random
 from dataclasses import asdict, dataclass
@@ -24,16 +38,23 @@ PHASE1_SHARE = 0.4  # of the trials, in architectures (each run twice): 50 trial
 @dataclass(frozen=True)
 class PlanEntry:
     slot: int
-    phase: int
-    arch_idx: int
-    params: dict[str, Any] | None  # training parameters; None for phase 2 until phase 1 is final
+    phase: int  # 1, 2 or 3 (confirmation)
+    arch_idx: int | None  # None for phase 3 until phases 1 and 2 are final
+    params: dict[str, Any] | None  # training parameters; None for phases 2/3 until upkeep fills them
+    seed: int | None = None  # paired seed or confirmation seed; None for ordinary trials
+    rank: int | None = None  # phase 3: 0 = the best architecture of phases 1-2
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        d = asdict(self)
+        if self.rank is None:
+            del d["rank"]
+        return d
 
 
 def spread_order(rows: list[GridRow], seed: int = 0) -> list[int]:
-    """arch_idx values: extremes first, then greedy farthest-point over (log d, log L)."""
+    """arch_idx values: extremes first, then greedy farthest-point over (log d, log L).
+
+    Expects rows[i].arch_idx == i (one choice's rows as build_grid returns them)."""
     if not rows:
         return []
     xs = [math.log2(r.d_model) for r in rows]
@@ -62,6 +83,33 @@ def spread_order(rows: list[GridRow], seed: int = 0) -> list[int]:
     return chosen
 
 
+def _choice_key(row: GridRow) -> str:
+    return json.dumps(row.choices, sort_keys=True)
+
+
+def plan_order(rows: list[GridRow], seed: int = 0) -> list[int]:
+    """Global arch_idx order: each choice's spread order, taken round-robin, extremes first.
+    Without choices this is spread_order(rows, seed)."""
+    groups: dict[str, list[GridRow]] = {}
+    for r in rows:
+        groups.setdefault(_choice_key(r), []).append(r)
+    extremes, rest = [], []
+    for members in groups.values():
+        local = [GridRow(**{**r.as_dict(), "arch_idx": i}) for i, r in enumerate(members)]
+        order = [members[i].arch_idx for i in spread_order(local, seed)]
+        n_ext = sum(1 for r in members if r.extreme)
+        extremes.append(order[:n_ext])
+        rest.append(order[n_ext:])
+
+    def round_robin(lists: list[list[int]]) -> list[int]:
+        out: list[int] = []
+        for i in range(max((len(x) for x in lists), default=0)):
+            out += [x[i] for x in lists if i < len(x)]
+        return out
+
+    return round_robin(extremes) + round_robin(rest)
+
+
 def plan_sizes(n_archs: int, n_trials: int, n_extremes: int) -> tuple[int, int, int]:
     """(phase-1 architectures, trials per phase-1 architecture, phase-2 architectures)."""
     if n_trials < 1:
@@ -77,14 +125,40 @@ def plan_sizes(n_archs: int, n_trials: int, n_extremes: int) -> tuple[int, int, 
     return n1, reps, n2
 
 
-def make_plan(rows: list[GridRow], n_trials: int, space: SearchSpace, seed: int = 0) -> list[PlanEntry]:
-    order = spread_order(rows, seed)
-    n1, reps, n2 = plan_sizes(len(rows), n_trials, sum(1 for r in rows if r.extreme))
-    rng = random.Random(seed)
+def make_plan(
+    rows: list[GridRow],
+    n_trials: int,
+    space: SearchSpace,
+    seed: int = 0,
+    *,
+    paired_seeds: int = 0,
+    study_params: dict[str, Any] | None = None,
+    confirm: int = 0,
+    confirm_seeds: int = 0,
+) -> list[PlanEntry]:
+    """The study's plan.  ``study_params`` are the training parameters of a paired study."""
+    order = plan_order(rows, seed)
+    n_extremes = sum(1 for r in rows if r.extreme)
     entries: list[PlanEntry] = []
+    if paired_seeds > 0:
+        if study_params is None:
+            raise ValueError("a paired plan needs the study's training parameters")
+        n1, _, _ = plan_sizes(len(rows), n_trials, n_extremes)  # validates --trials
+        configs = order[: min(len(rows), n_trials)]
+        for s in range(paired_seeds):  # seed-major: an early stop still has whole seeds
+            for arch_idx in configs:
+                entries.append(PlanEntry(len(entries), 1, arch_idx, dict(study_params), seed=s))
+        return entries
+    n1, reps, n2 = plan_sizes(len(rows), n_trials, n_extremes)
+    rng = random.Random(seed)
     for _ in range(reps):  # interleaved so an early stop still covers every phase-1 arch once
         for arch_idx in order[:n1]:
             entries.append(PlanEntry(len(entries), 1, arch_idx, space.sample(rng)))
     for arch_idx in order[n1 : n1 + n2]:
         entries.append(PlanEntry(len(entries), 2, arch_idx, None))
+    if confirm > 0:
+        ranks = min(confirm, n1 + n2)  # never more ranks than the plan has architectures
+        for s in range(confirm_seeds):  # seed-major: an early stop still has pairs
+            for k in range(ranks):
+                entries.append(PlanEntry(len(entries), 3, None, None, seed=s, rank=k))
     return entries

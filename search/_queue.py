@@ -18,6 +18,7 @@ import math
 import os
 import statistics
 import time
+import uuid
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -27,15 +28,29 @@ import optuna
 import sqlalchemy as sa
 from optuna.distributions import distribution_to_json
 from optuna.storages import RDBStorage, fail_stale_trials
-from optuna.storages._rdb import models as m
 from optuna.trial import TrialState
 
+from archhpo.errors import TrialLost
+from archhpo.search._optuna_private import median_pruner_settings, study_id_of, trial_id_of
+from archhpo.search._optuna_private import models as m
 from archhpo.search._space import TRAINING_PARAMS, SearchSpace
-from archhpo.search._storage import HEARTBEAT_INTERVAL_S, open_storage, plan_lock, resilient, session_scope
+from archhpo.search._storage import (
+    HEARTBEAT_INTERVAL_S,
+    open_storage,
+    plan_lock,
+    read_scope,
+    resilient,
+    session_scope,
+)
 from archhpo.search._study import StudySettings, enqueue_missing, load_study, make_pruner
 
 MAX_ATTEMPTS = 2  # a trial whose worker vanished is retried once with the same parameters
 FINAL_FAIL_KEY = "fail_reason"  # set by a worker: a deliberate FAIL (NaN, OOM, refused) is final
+# ... except an out-of-memory error of a trial that shared its GPU (the worker sets this too): it
+# is retried once with WHOLE_GPU_KEY, which only workers with a GPU of their own claim.
+OOM_SHARED_KEY = "oom_shared"
+WHOLE_GPU_KEY = "whole_gpu"
+CLAIM_TOKEN_KEY = "claim_token"  # who holds a RUNNING trial: heartbeat/report/finish are fenced on it
 
 
 @dataclass
@@ -51,6 +66,9 @@ class Claim:
     arch: dict[str, Any]
     study_name: str
     best_value: float = math.inf  # best validation loss reported so far (for the pruner)
+    seed: int | None = None  # the plan entry's seed (paired studies, confirmation), else None
+    token: str | None = None  # this claim's fence token (None: the driver's requeue safety net)
+    whole_gpu: bool = False  # a retry of a shared-GPU OOM: needs a GPU of its own
 
 
 @dataclass
@@ -65,7 +83,11 @@ class PlanStatus:
     best_value: float | None = None
     mean_duration_s: float | None = None
     phase2_created: bool = False
+    phase12_final: bool = False  # every phase-1 and phase-2 slot is final (confirmation may start)
+    phase3_pending: bool = False  # confirmation slots still to be assigned or enqueued
+    skipped: int = 0  # confirmation ranks beyond the architectures that finished (final, no trial)
     retries: int = 0
+    whole_gpu_waiting: int = 0  # WAITING trials only a worker with a whole GPU may claim
     details: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -80,9 +102,9 @@ class PlanDone(Exception):
 class TrialQueue:
     def __init__(self, storage_url: str, name: str, storage: RDBStorage | None = None) -> None:
         self.storage_url = storage_url
-        self.storage = storage or open_storage(storage_url)
+        self.storage = storage or open_storage(storage_url, create=False)
         self.study = resilient(lambda: load_study(self.storage, name), "loading the study")
-        self.study_id = self.study._study_id
+        self.study_id = study_id_of(self.study)
         self.settings = StudySettings.from_attrs(self.study.user_attrs, name)
         self.name = name
         self.pruner = make_pruner(self.settings.pruner, bool(self.settings.options.get("quick")))
@@ -92,6 +114,7 @@ class TrialQueue:
         self._postgres = self.storage.engine.dialect.name == "postgresql"
         self.heartbeat_s = float(HEARTBEAT_INTERVAL_S)
         self.reap_s = float(os.environ.get("ARCHHPO_REAP_S", "30"))
+        self._phase3_cache: list[dict[str, Any]] | None = None  # confirmation assignment, once made
 
     # ----------------------------------------------------------------------------- claiming
     def claim(self, worker_attrs: dict[str, Any]) -> Claim | None:
@@ -99,9 +122,10 @@ class TrialQueue:
         return resilient(lambda: self._claim(worker_attrs), "claim")
 
     def _claim(self, worker_attrs: dict[str, Any]) -> Claim | None:
+        shared = _shares_gpu(worker_attrs)
         for _ in range(50):  # lost races on SQLite retry with the next candidate
             with session_scope(self.storage) as s:
-                trial = self._pick_waiting(s)
+                trial = self._pick_waiting(s, shared)
                 if trial is None:
                     return None
                 if not self._postgres:
@@ -119,13 +143,19 @@ class TrialQueue:
                 return self._start(s, trial, worker_attrs)
         return None
 
-    def _pick_waiting(self, s: Any) -> m.TrialModel | None:
+    def _pick_waiting(self, s: Any, shared_gpu: bool = False) -> m.TrialModel | None:
         q = (
             sa.select(m.TrialModel)
             .where(m.TrialModel.study_id == self.study_id, m.TrialModel.state == TrialState.WAITING)
             .order_by(m.TrialModel.trial_id)
             .limit(1)
         )
+        if shared_gpu:  # a worker sharing its GPU never takes a trial that needs a whole one
+            q = q.where(~sa.exists().where(
+                m.TrialUserAttributeModel.trial_id == m.TrialModel.trial_id,
+                m.TrialUserAttributeModel.key == WHOLE_GPU_KEY,
+                m.TrialUserAttributeModel.value_json == "true",
+            ))
         if self._postgres:
             q = q.with_for_update(skip_locked=True)
         return s.execute(q).scalars().first()
@@ -149,7 +179,12 @@ class TrialQueue:
                 param_value=dist.to_internal_repr(params[name]), distribution_json=self._dist_json[name],
             ))
         shown = {k: arch[k] for k in ("d_model", "n_layers", "n_heads", "d_ff", "param_count")}
-        _set_attrs(s, trial.trial_id, {**shown, **worker_attrs, "state_note": "running"})
+        choices = dict(arch.get("choices") or {})
+        token = uuid.uuid4().hex
+        _set_attrs(s, trial.trial_id, {
+            **{k: v for k, v in choices.items() if k not in shown}, "choices": choices,
+            **shown, **worker_attrs, "state_note": "running", CLAIM_TOKEN_KEY: token,
+        })
         hb = s.execute(
             sa.select(m.TrialHeartbeatModel).where(m.TrialHeartbeatModel.trial_id == trial.trial_id)
         ).scalars().first()
@@ -161,19 +196,72 @@ class TrialQueue:
             trial_id=trial.trial_id, number=trial.number, slot=int(user_attrs.get("plan_slot", -1)),
             phase=int(user_attrs.get("phase", 0)), attempt=int(user_attrs.get("attempt", 1)),
             params=params, arch=arch, study_name=self.name,
+            seed=int(user_attrs["seed"]) if user_attrs.get("seed") is not None else None,
+            token=token, whole_gpu=bool(user_attrs.get(WHOLE_GPU_KEY, False)),
         )
 
     # ----------------------------------------------------------------------- during a trial
-    def heartbeat(self, claim: Claim) -> None:
+    def _owned(self, s: Any, claim: Claim) -> bool:
+        """The fence: the trial is still RUNNING and still held by this claim (row locked on
+        PostgreSQL, the whole database on SQLite, until the caller's transaction ends)."""
+        state = s.execute(
+            sa.select(m.TrialModel.state).where(m.TrialModel.trial_id == claim.trial_id).with_for_update()
+        ).scalar_one_or_none()
+        if state != TrialState.RUNNING:
+            return False
+        if claim.token is None:
+            return True
+        held = s.execute(
+            sa.select(m.TrialUserAttributeModel.value_json).where(
+                m.TrialUserAttributeModel.trial_id == claim.trial_id,
+                m.TrialUserAttributeModel.key == CLAIM_TOKEN_KEY,
+            )
+        ).scalar_one_or_none()
+        return held is None or json.loads(held) == claim.token
+
+    def heartbeat(self, claim: Claim) -> bool:
+        """Beat for a trial we hold; False (and nothing written) when it is no longer ours:
+        reaped while this worker was paused or cut off, then the worker must stop."""
+        def once() -> bool:
+            with session_scope(self.storage) as s:
+                if not self._owned(s, claim):
+                    return False
+                hb = s.execute(
+                    sa.select(m.TrialHeartbeatModel).where(m.TrialHeartbeatModel.trial_id == claim.trial_id)
+                ).scalars().first()
+                now = s.execute(sa.func.now()).scalar()
+                if hb is None:
+                    s.add(m.TrialHeartbeatModel(trial_id=claim.trial_id, heartbeat=now))
+                else:
+                    hb.heartbeat = now
+            return True
+
         # Short patience: the next beat retries anyway.
-        resilient(lambda: self.storage.record_heartbeat(claim.trial_id), "heartbeat", HEARTBEAT_INTERVAL_S)
+        return resilient(once, "heartbeat", HEARTBEAT_INTERVAL_S)
 
     def report(self, claim: Claim, step: int, value: float) -> bool:
-        """Record the validation loss of an epoch; True when the pruner says stop."""
+        """Record the validation loss of an epoch; True when the pruner says stop.
+
+        Raises TrialLost, writing nothing, when the trial is no longer ours (fenced)."""
         claim.best_value = min(claim.best_value, value)
 
         def once() -> bool:
-            self.storage.set_trial_intermediate_value(claim.trial_id, step, value)
+            with session_scope(self.storage) as s:
+                if not self._owned(s, claim):
+                    raise TrialLost(f"trial {claim.number} is no longer held by this worker")
+                stored, kind = m.TrialIntermediateValueModel.intermediate_value_to_stored_repr(value)
+                row = s.execute(
+                    sa.select(m.TrialIntermediateValueModel).where(
+                        m.TrialIntermediateValueModel.trial_id == claim.trial_id,
+                        m.TrialIntermediateValueModel.step == step,
+                    )
+                ).scalars().first()
+                if row is None:
+                    s.add(m.TrialIntermediateValueModel(
+                        trial_id=claim.trial_id, step=step, intermediate_value=stored, intermediate_value_type=kind,
+                    ))
+                else:
+                    row.intermediate_value, row.intermediate_value_type = stored, kind
             return self._should_prune(step, claim.best_value)
 
         return resilient(once, "report")
@@ -186,9 +274,10 @@ class TrialQueue:
             return False
         pruner = self.pruner
         assert isinstance(pruner, optuna.pruners.MedianPruner)
-        if step < pruner._n_warmup_steps:
+        n_warmup_steps, n_startup_trials = median_pruner_settings(pruner)
+        if step < n_warmup_steps:
             return False
-        with session_scope(self.storage) as s:
+        with read_scope(self.storage) as s:
             values = s.execute(
                 sa.select(m.TrialIntermediateValueModel.intermediate_value)
                 .join(m.TrialModel, m.TrialModel.trial_id == m.TrialIntermediateValueModel.trial_id)
@@ -196,7 +285,7 @@ class TrialQueue:
                        m.TrialIntermediateValueModel.step == step)
             ).scalars().all()
         finite = [v for v in values if v is not None and math.isfinite(v)]
-        if len(finite) < pruner._n_startup_trials:
+        if len(finite) < n_startup_trials:
             return False
         return best > statistics.median(finite)
 
@@ -209,11 +298,11 @@ class TrialQueue:
 
     def _finish(self, claim: Claim, state: TrialState, value: float | None, attrs: dict[str, Any]) -> bool:
         with session_scope(self.storage) as s:
-            trial = s.execute(
-                sa.select(m.TrialModel).where(m.TrialModel.trial_id == claim.trial_id).with_for_update()
-            ).scalars().one()
-            if trial.state != TrialState.RUNNING:
+            if not self._owned(s, claim):
                 return False
+            trial = s.execute(
+                sa.select(m.TrialModel).where(m.TrialModel.trial_id == claim.trial_id)
+            ).scalars().one()
             _set_attrs(s, claim.trial_id, {**attrs, "state_note": state.name.lower()})
             if value is not None and math.isfinite(value):
                 stored, kind = m.TrialValueModel.value_to_stored_repr(value)
@@ -228,11 +317,11 @@ class TrialQueue:
 
     def _requeue(self, claim: Claim, note: str) -> bool:
         with session_scope(self.storage) as s:
-            trial = s.execute(
-                sa.select(m.TrialModel).where(m.TrialModel.trial_id == claim.trial_id).with_for_update()
-            ).scalars().one()
-            if trial.state != TrialState.RUNNING:
+            if not self._owned(s, claim):
                 return False
+            trial = s.execute(
+                sa.select(m.TrialModel).where(m.TrialModel.trial_id == claim.trial_id)
+            ).scalars().one()
             trial.state = TrialState.WAITING
             trial.datetime_start = None
             _set_attrs(s, claim.trial_id, {"state_note": f"requeued: {note}"})
@@ -243,7 +332,7 @@ class TrialQueue:
         n = 0
         for t in self.storage.get_all_trials(self.study_id, deepcopy=False, states=(TrialState.RUNNING,)):
             if predicate(t.user_attrs):
-                claim = Claim(t._trial_id, t.number, -1, 0, 1, {}, {}, self.name)
+                claim = Claim(trial_id_of(t), t.number, -1, 0, 1, {}, {}, self.name)
                 n += self.requeue(claim, "run stopped")
         return n
 
@@ -267,11 +356,14 @@ class TrialQueue:
             for light in retry:
                 t = self.storage.get_trial(light.trial_id)
                 attempt = int(t.user_attrs.get("attempt", 1)) + 1
+                extra = {k: t.user_attrs[k] for k in _CARRIED_KEYS if t.user_attrs.get(k) is not None}
+                if t.user_attrs.get(OOM_SHARED_KEY) or t.user_attrs.get(WHOLE_GPU_KEY):
+                    extra[WHOLE_GPU_KEY] = True  # retried on a GPU of its own (and stays there)
                 self.study.enqueue_trial(
                     dict(t.params) or dict(t.system_attrs.get("fixed_params", {})),
                     user_attrs={
                         "plan_slot": t.user_attrs["plan_slot"], "phase": t.user_attrs.get("phase", 0),
-                        "attempt": attempt, "retry_of": t.number,
+                        "attempt": attempt, "retry_of": t.number, **extra,
                     },
                 )
             needs_phase2 = any(e["phase"] == 2 for e in self.settings.plan) and not status.phase2_created
@@ -279,9 +371,69 @@ class TrialQueue:
                 params = self._best_phase1_params(trials)
                 self.study.set_user_attr("archhpo_phase2_params", params)
                 enqueue_missing(self.study, self.settings, phase=2, params=params)
-            if retry or (phase1_final and needs_phase2):
+            confirm = status.phase12_final and status.phase3_pending
+            if confirm:
+                self._create_phase3(trials)
+            if retry or (phase1_final and needs_phase2) or confirm:
                 status, _, _ = self._status(self._light_trials())
         return status
+
+    # ------------------------------------------------------------------ confirmation (phase 3)
+    def _phase3(self, fresh: bool = False) -> list[dict[str, Any]] | None:
+        """The confirmation assignment (StudySettings.phase3), read from the study once it exists."""
+        if self._phase3_cache is None and any(e["phase"] == 3 for e in self.settings.plan):
+            if fresh or self.settings.phase3 is None:
+                with read_scope(self.storage) as s:
+                    text = s.execute(
+                        sa.select(m.StudyUserAttributeModel.value_json).where(
+                            m.StudyUserAttributeModel.study_id == self.study_id,
+                            m.StudyUserAttributeModel.key == "archhpo_phase3",
+                        )
+                    ).scalar_one_or_none()
+                self._phase3_cache = json.loads(text) if text is not None else None
+            else:
+                self._phase3_cache = self.settings.phase3
+        return self._phase3_cache
+
+    def _create_phase3(self, trials: list[_LightTrial]) -> None:
+        """Rank the architectures of phases 1-2 and enqueue their confirmation slots (under the
+        plan lock; idempotent: an assignment once stored is reused, filled slots are skipped)."""
+        ranks = self._phase3(fresh=True)
+        if ranks is None:
+            ranks = self._rank_architectures(trials)
+            self.study.set_user_attr("archhpo_phase3", ranks)
+            self._phase3_cache = ranks
+        enqueue_missing(self.study, self.settings, phase=3, ranks=ranks)
+
+    def _rank_architectures(self, trials: list[_LightTrial]) -> list[dict[str, Any]]:
+        """Rank k = the k-th best architecture by its best COMPLETE phase-1/2 value (ties: the
+        earlier trial); it is confirmed with the training parameters of that best trial."""
+        n_ranks = 1 + max(int(e.get("rank") or 0) for e in self.settings.plan if e["phase"] == 3)
+        done = {
+            t.trial_id: t for t in trials
+            if t.state == TrialState.COMPLETE and t.value is not None and math.isfinite(t.value)
+            and int(t.user_attrs.get("phase", 0)) in (1, 2)
+        }
+        with read_scope(self.storage) as s:
+            arch_of = {
+                tid: int(v) for tid, v in s.execute(
+                    sa.select(m.TrialParamModel.trial_id, m.TrialParamModel.param_value)
+                    .join(m.TrialModel, m.TrialModel.trial_id == m.TrialParamModel.trial_id)
+                    .where(m.TrialModel.study_id == self.study_id, m.TrialParamModel.param_name == "arch_idx")
+                ) if tid in done
+            }
+        best: dict[int, _LightTrial] = {}
+        for tid, arch_idx in arch_of.items():
+            t = done[tid]
+            if arch_idx not in best or (t.value, t.number) < (best[arch_idx].value, best[arch_idx].number):
+                best[arch_idx] = t
+        ranked = sorted(best.items(), key=lambda kv: (kv[1].value, kv[1].number))[:n_ranks]
+        out = []
+        for k, (arch_idx, t) in enumerate(ranked):
+            params = self.storage.get_trial(t.trial_id).params
+            out.append({"rank": k, "arch_idx": arch_idx, "params": {p: params[p] for p in TRAINING_PARAMS},
+                        "selection_value": t.value, "trial": t.number})
+        return out
 
     def status(self) -> PlanStatus:
         """Plan progress without taking the lock or changing anything (progress display)."""
@@ -290,7 +442,7 @@ class TrialQueue:
     def _light_trials(self) -> list[_LightTrial]:
         """State, value and the bookkeeping attrs of every trial in three queries: the upkeep
         runs often, and Optuna's get_all_trials would load every param and attribute."""
-        with session_scope(self.storage) as s:
+        with read_scope(self.storage) as s:
             rows = s.execute(
                 sa.select(m.TrialModel.trial_id, m.TrialModel.number, m.TrialModel.state)
                 .where(m.TrialModel.study_id == self.study_id)
@@ -318,6 +470,11 @@ class TrialQueue:
                 by_slot.setdefault(int(t.user_attrs["plan_slot"]), []).append(t)
         st = PlanStatus(total=len(plan))
         st.phase2_created = any(e["phase"] == 2 and e["slot"] in by_slot for e in plan)
+        has_phase3 = any(e["phase"] == 3 for e in plan)
+        ranks = self._phase3() if has_phase3 else None
+        assigned = {int(r["rank"]) for r in ranks} if ranks is not None else set()
+        st.phase12_final = True
+        st.phase3_pending = has_phase3 and ranks is None
         retry: list[_LightTrial] = []
         phase1_final = True
         durations: list[float] = []
@@ -327,6 +484,9 @@ class TrialQueue:
             if any(t.state in (TrialState.RUNNING, TrialState.WAITING) for t in ts):
                 st.running += sum(t.state == TrialState.RUNNING for t in ts)
                 st.waiting += sum(t.state == TrialState.WAITING for t in ts)
+                st.whole_gpu_waiting += sum(
+                    t.state == TrialState.WAITING and bool(t.user_attrs.get(WHOLE_GPU_KEY)) for t in ts
+                )
             elif any(t.state in (TrialState.COMPLETE, TrialState.PRUNED) for t in ts):
                 final = True
                 done = next(t for t in ts if t.state in (TrialState.COMPLETE, TrialState.PRUNED))
@@ -334,10 +494,17 @@ class TrialQueue:
                 st.pruned += done.state == TrialState.PRUNED
                 if "duration_s" in done.user_attrs:
                     durations.append(float(done.user_attrs["duration_s"]))
+            elif not ts and entry["phase"] == 3 and ranks is not None and int(entry["rank"]) not in assigned:
+                final = True  # fewer architectures finished than --confirm asked for: nothing to confirm
+                st.skipped += 1
             elif ts:  # only FAILs
                 last = ts[-1]
                 lost = FINAL_FAIL_KEY not in last.user_attrs
-                if lost and int(last.user_attrs.get("attempt", 1)) < MAX_ATTEMPTS:
+                # An OOM while sharing a GPU is retried once on a whole GPU, whatever the attempt.
+                oom_shared = bool(last.user_attrs.get(OOM_SHARED_KEY)) and not any(
+                    t.user_attrs.get(WHOLE_GPU_KEY) for t in ts
+                )
+                if (lost and int(last.user_attrs.get("attempt", 1)) < MAX_ATTEMPTS) or oom_shared:
                     retry.append(last)
                 else:
                     final = True
@@ -346,11 +513,19 @@ class TrialQueue:
             st.final += final
             if entry["phase"] == 1 and not final:
                 phase1_final = False
-        values = [t.value for t in trials if t.state == TrialState.COMPLETE and t.value is not None]
+            if entry["phase"] in (1, 2) and not final:
+                st.phase12_final = False
+            if entry["phase"] == 3 and not ts and ranks is not None and int(entry["rank"]) in assigned:
+                st.phase3_pending = True  # assigned but not enqueued (upkeep stopped in between)
+        # The best value of phases 1-2 (the study's answer); confirmation retrains are not in it.
+        values = [t.value for t in trials if t.state == TrialState.COMPLETE and t.value is not None
+                  and t.user_attrs.get("phase") != 3]
         st.best_value = min(values) if values else None
         st.mean_duration_s = sum(durations) / len(durations) if durations else None
         if not st.phase2_created and any(e["phase"] == 2 for e in plan):
             st.details["phase2"] = "waiting for phase 1"
+        if has_phase3 and ranks is None:
+            st.details["phase3"] = "waiting for phases 1 and 2"
         return st, retry, phase1_final
 
     def _best_phase1_params(self, trials: list[_LightTrial]) -> dict[str, Any]:
@@ -382,7 +557,18 @@ class TrialQueue:
         return None
 
 
-_STATUS_KEYS = ("plan_slot", "phase", "attempt", "retry_of", FINAL_FAIL_KEY, "duration_s")
+_STATUS_KEYS = ("plan_slot", "phase", "attempt", "retry_of", FINAL_FAIL_KEY, "duration_s", OOM_SHARED_KEY,
+                WHOLE_GPU_KEY)
+_CARRIED_KEYS = ("seed", "rank")  # plan-entry attrs a retry keeps (besides plan_slot and phase)
+
+
+def _shares_gpu(worker_attrs: dict[str, Any]) -> bool:
+    """A worker given a fraction of a GPU (Ray's num_gpus < 1, recorded as `gpu_share`)."""
+    share = worker_attrs.get("gpu_share")
+    try:
+        return share is not None and float(share) < 1
+    except (TypeError, ValueError):
+        return False
 
 
 @dataclass

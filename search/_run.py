@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sys
 import time
 import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -15,17 +13,20 @@ from typing import Any, TextIO
 from archhpo.errors import ArchhpoError
 from archhpo.search._export import export_studies
 from archhpo.search._queue import PlanStatus, TrialQueue
+from archhpo.search._ray_private import loopback_only
 from archhpo.search._storage import is_sqlite, mask_url, open_storage
 
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
 
 def worker_task(
-    storage_url: str, names: list[str], device: str, threads: int, run_id: str, checkpoint_dir: str | None
+    storage_url: str, names: list[str], device: str, threads: int, run_id: str, checkpoint_dir: str | None,
+    gpu_share: float = 0.0,
 ) -> dict[str, Any]:
     """Body of one Ray worker: the plain worker loop over the studies (importable by Ray).
 
     `storage_url` never holds a password (see take_password): workers read PGPASSWORD/.pgpass.
+    `gpu_share` is the task's num_gpus; every trial records it (the OOM policy reads it).
     """
     import ray
 
@@ -33,71 +34,149 @@ def worker_task(
 
     queues = [TrialQueue(storage_url, n) for n in names]
     ctx = ray.get_runtime_context()
-    attrs = {"run_id": run_id, "ray_node_id": ctx.get_node_id(), "ray_worker": ctx.get_worker_id()[:12]}
+    attrs: dict[str, Any] = {"run_id": run_id, "ray_node_id": ctx.get_node_id(),
+                             "ray_worker": ctx.get_worker_id()[:12], "gpu_share": float(gpu_share)}
+    if gpu_share > 0:
+        attrs["ray_gpu_ids"] = [str(i) for i in ctx.get_accelerator_ids().get("GPU", [])]
+    elif device == "auto":
+        device = "cpu"  # SPEC §10: a task without a GPU share sees every GPU of its node; use none of them
     worker = Worker(queues, device=device, threads=threads, extra_attrs=attrs, checkpoint_dir=checkpoint_dir)
     return worker.run().__dict__
 
 
-def auto_gpu_fraction(queues: list[TrialQueue], gpu_bytes: int) -> float:
-    """The GPU share the largest planned trial needs, in steps of 1/20 (at least 0.05)."""
+# ----------------------------------------------------------------------------------- GPU placement
+MAX_TRIALS_PER_GPU = 8  # the packing bench/gpu.py measures (1, 2, 4, 8 trials on one GPU)
+CUDA_CONTEXT_BYTES = 2**30  # per process: CUDA context, cuBLAS workspace, allocator slack (an allowance)
+GPU_SAFETY = 0.85  # plan to use at most this share of a GPU's memory
+
+
+def largest_trial_bytes(queues: list[TrialQueue]) -> int:
+    """The training-memory estimate of the largest trial the studies plan, at the largest batch size.
+
+    Plan entries whose architecture is not chosen yet (confirmation trials) count as any of the
+    study's architectures."""
     from archhpo.models import get_family
     from archhpo.workers import estimate_training_bytes
 
     need = 0
     for q in queues:
-        fam = get_family(q.settings.family)
-        batch = max(q.settings.search_space.batch_size)
-        for entry in q.settings.plan:
-            a = q.settings.archs[entry["arch_idx"]]
-            cfg = fam.config_for(a, q.settings.info)
+        s = q.settings
+        fam = get_family(s.family)
+        batches = list(s.search_space.batch_size)
+        batches += [int(e["params"]["batch_size"]) for e in s.plan if (e.get("params") or {}).get("batch_size")]
+        batch = max(batches)
+        idx = {e.get("arch_idx") for e in s.plan}
+        rows = s.archs if None in idx else [s.archs[i] for i in idx]
+        for a in rows:
+            cfg = fam.config_for(a, {**s.info, **(a.get("choices") or {})})
             tokens = fam.tokens(cfg) if fam.tokens else 64
             need = max(need, estimate_training_bytes(a["param_count"], batch, tokens, a["d_model"], a["n_layers"],
                                                      a["n_heads"], a["d_ff"]))
-    share = need / (0.85 * gpu_bytes)
+    return need
+
+
+def auto_gpu_fraction(queues: list[TrialQueue], gpu_bytes: int) -> float:
+    """The GPU share the largest planned trial needs, in steps of 1/20 (at least 0.05)."""
+    share = largest_trial_bytes(queues) / (GPU_SAFETY * gpu_bytes)
     return float(min(1.0, max(0.05, -(-share * 20 // 1) / 20)))
 
 
+@dataclass(frozen=True)
+class Placement:
+    share: float  # num_gpus of every worker task
+    device: str  # what the workers are told (auto, cpu, cuda)
+    note: str  # one line for the user
+
+
+def choose_placement(
+    requested: float | str | None, device: str, cluster_gpus: float, workers: int,
+    need_bytes: int | None, gpu_bytes: int | None,
+) -> Placement:
+    """The GPU share of each worker task.
+
+    `requested` is --gpus-per-trial (None or "auto": decide here).  Automatic placement packs as
+    many trials on a GPU as the largest planned trial's estimate allows (plus a CUDA context each,
+    at most MAX_TRIALS_PER_GPU), but never more than the workers need to cover every GPU: 8 workers
+    on 8 GPUs get a whole GPU each, 32 on 8 GPUs four to a GPU.  Without GPUs, or with --device
+    cpu, the share is 0 and the workers train on CPU (SPEC §10: a task without a share would
+    otherwise see every GPU and crowd onto cuda:0).
+    """
+    gpus = int(cluster_gpus)
+    if device == "cpu":
+        if isinstance(requested, float | int) and requested > 0:
+            raise ArchhpoError(f"--device cpu trains on CPUs; drop --gpus-per-trial {requested:g} or the --device.")
+        return Placement(0.0, "cpu", "--device cpu: trials train on CPU" + (
+            f" (the cluster's {gpus} GPU(s) stay unused)" if gpus else ""))
+    if isinstance(requested, float | int):
+        share = float(requested)
+        if share == 0:
+            if device.startswith("cuda"):
+                raise ArchhpoError("--device cuda needs a GPU share; drop --gpus-per-trial 0.")
+            return Placement(0.0, "cpu", "--gpus-per-trial 0: trials train on CPU" + (
+                f" (the cluster's {gpus} GPU(s) stay unused)" if gpus else ""))
+        note = f"--gpus-per-trial {share:g}: {share:g} GPU per trial"
+        if gpus < 1:
+            note += " (the cluster has no GPU now: the workers wait until one joins)"
+        return Placement(share, device, note)
+    if gpus < 1:
+        if device.startswith("cuda"):
+            raise ArchhpoError("--device cuda was asked for but the Ray cluster has no GPU; use --device cpu or auto.")
+        return Placement(0.0, "cpu", "")  # a CPU cluster: nothing to say
+    spread = -(-max(1, workers) // gpus)  # workers per GPU when they cover every GPU
+    if need_bytes is None or gpu_bytes is None:
+        fit, why = 1, "GPU memory unknown: one trial per GPU"
+    else:
+        fit = int(GPU_SAFETY * gpu_bytes // (need_bytes + CUDA_CONTEXT_BYTES))
+        why = (f"largest planned trial about {need_bytes / 2**30:.1f} GiB of {gpu_bytes / 2**30:.0f} GiB, "
+               f"{max(1, min(fit, MAX_TRIALS_PER_GPU))} fit on a GPU")
+    k = max(1, min(fit, MAX_TRIALS_PER_GPU, spread))
+    share = 1.0 if k == 1 else (10_000 // k) / 10_000  # Ray keeps 4 decimals: k shares fit one GPU
+    return Placement(share, device, f"GPU placement: {share:g} GPU per trial, up to {k} per GPU over "
+                                    f"{gpus} GPU(s) ({why}); --gpus-per-trial overrides, --device cpu opts out")
+
+
+def task_options(share: float, threads: int, cluster: bool) -> dict[str, Any]:
+    """Ray options of a worker task: its CPUs (1 on a cluster, its threads locally) and GPU share."""
+    return {"num_cpus": 1 if cluster else threads, "num_gpus": float(share), "max_retries": 3}
+
+
 def _gpu_memory() -> int | None:
-    """Total memory of one GPU of the cluster (probed on a GPU node), or None without GPUs."""
+    """Memory of the smallest GPU of the cluster, or None without GPUs (or when it cannot be read).
+
+    Probed by a task on every GPU node that asks for no GPU and no CPU, so it runs at once even on
+    a busy cluster, and sees every GPU of its node (SPEC §10)."""
     import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    if ray.cluster_resources().get("GPU", 0) < 1:
-        return None
-
-    def probe() -> int:
+    def probe() -> int | None:
         import torch
 
-        return int(torch.cuda.get_device_properties(0).total_memory)
+        if not torch.cuda.is_available():
+            return None
+        return min(int(torch.cuda.get_device_properties(i).total_memory) for i in range(torch.cuda.device_count()))
 
-    return int(ray.get(ray.remote(probe).options(num_gpus=1, num_cpus=0).remote()))
-
-
-_LOCAL_ONLY_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
-
-
-@contextlib.contextmanager
-def _loopback_only() -> Iterator[None]:
-    """Keep a local Ray instance on 127.0.0.1 while it starts.
-
-    On Linux ray.init(_node_ip_address="127.0.0.1") swaps loopback for the machine's routable
-    address, and GCS, raylet, workers, dashboard and agents then listen on every interface.
-    Ray's "no cluster" mode (the env switch below, read by Ray's processes as they start, and
-    the constant it sets in this one) keeps the node address, and so every listener, on
-    loopback.  Restored afterwards so a later ray.init(address=...) can join a real cluster.
-    """
-    from ray._private import ray_constants
-
-    old_env, old_flag = os.environ.get(_LOCAL_ONLY_ENV), ray_constants.ENABLE_RAY_CLUSTER
-    os.environ[_LOCAL_ONLY_ENV] = "0"
-    ray_constants.ENABLE_RAY_CLUSTER = False
+    nodes = [n["NodeID"] for n in ray.nodes() if n.get("Alive") and n.get("Resources", {}).get("GPU", 0) >= 1]
+    if not nodes:
+        return None
+    task = ray.remote(probe)
+    refs = [task.options(num_cpus=0, num_gpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(n, soft=False))
+            .remote() for n in nodes]
     try:
-        yield
-    finally:
-        ray_constants.ENABLE_RAY_CLUSTER = old_flag
-        if old_env is None:
-            os.environ.pop(_LOCAL_ONLY_ENV, None)
-        else:
-            os.environ[_LOCAL_ONLY_ENV] = old_env
+        sizes = [m for m in ray.get(refs, timeout=300) if m]
+    except Exception:  # a node that cannot run the probe: placement falls back to a GPU per trial
+        return None
+    return min(sizes) if sizes else None
+
+
+def place_workers(queues: list[TrialQueue], opts: RunOptions) -> Placement:
+    """choose_placement with the cluster's GPUs, their memory and the plans' largest trial."""
+    import ray
+
+    gpus = float(ray.cluster_resources().get("GPU", 0))
+    need = mem = None
+    if opts.device != "cpu" and gpus >= 1 and opts.gpus_per_trial in (None, "auto"):
+        need, mem = largest_trial_bytes(queues), _gpu_memory()
+    return choose_placement(opts.gpus_per_trial, opts.device, gpus, opts.workers, need, mem)
 
 
 @dataclass
@@ -105,10 +184,11 @@ class RunOptions:
     workers: int = 2
     ray_address: str | None = None
     device: str = "auto"
-    gpus_per_trial: float | str = 0.0  # a fraction, or "auto" (from the memory estimate)
+    gpus_per_trial: float | str | None = None  # a share; None or "auto": from the memory estimate
     out_dir: Path = Path("results")
     checkpoint_dir: Path | None = None
     refresh_s: float = 1.0
+    local_gpus: int | None = None  # GPUs of a local Ray instance (default: detected; tests: logical)
 
 
 def _fmt_eta(seconds: float | None) -> str:
@@ -137,12 +217,8 @@ def progress_line(statuses: dict[str, PlanStatus], workers: int, elapsed: float)
     )
 
 
-def run_workers(
-    storage_url: str, names: list[str], opts: RunOptions, out: TextIO = sys.stderr
-) -> dict[str, PlanStatus]:
-    """Start the worker pool on Ray and supervise it until every plan is done."""
-    import ray
-
+def check_run_options(storage_url: str, opts: RunOptions) -> None:
+    """Every refusal of `archhpo run` that needs no database: called before anything is written."""
     if is_sqlite(storage_url) and opts.ray_address:
         raise ArchhpoError(
             "An SQLite file cannot be shared by workers on other machines; pass a PostgreSQL --storage "
@@ -150,7 +226,16 @@ def run_workers(
         )
     if opts.workers < 1:
         raise ArchhpoError(f"--workers must be at least 1, got {opts.workers}.")
-    storage = open_storage(storage_url)
+
+
+def run_workers(
+    storage_url: str, names: list[str], opts: RunOptions, out: TextIO = sys.stderr
+) -> dict[str, PlanStatus]:
+    """Start the worker pool on Ray and supervise it until every plan is done."""
+    import ray
+
+    check_run_options(storage_url, opts)
+    storage = open_storage(storage_url, create=False)
     queues = {n: TrialQueue(storage_url, n, storage=storage) for n in names}
     run_id = uuid.uuid4().hex[:12]
     cpus = os.cpu_count() or 1
@@ -161,20 +246,18 @@ def run_workers(
     else:
         # A private local instance: random ports, bound to loopback, no dashboard.
         # address="local": never attach to some other Ray already running on this machine.
-        with _loopback_only():  # every listener on 127.0.0.1, not just the dashboard
-            ray.init(address="local", num_cpus=max(cpus, opts.workers), include_dashboard=False,
+        with loopback_only():  # every listener on 127.0.0.1, not just the dashboard
+            ray.init(address="local", num_cpus=max(cpus, opts.workers), num_gpus=opts.local_gpus,
+                     include_dashboard=False,
                      logging_level="WARNING", _node_ip_address="127.0.0.1", configure_logging=True)
         threads = max(1, cpus // opts.workers)
-    gpus = opts.gpus_per_trial
-    if gpus == "auto":
-        mem = _gpu_memory()
-        gpus = auto_gpu_fraction(list(queues.values()), mem) if mem else 0.0
-        out.write(f"--gpus-per-trial auto: {gpus:g} GPU per worker\n")
-    task = ray.remote(worker_task).options(
-        num_cpus=threads if not opts.ray_address else 1, num_gpus=float(gpus), max_retries=3,
-    )
+    placement = place_workers(list(queues.values()), opts)
+    if placement.note:
+        out.write(placement.note + "\n")
+    task = ray.remote(worker_task).options(**task_options(placement.share, threads, bool(opts.ray_address)))
     ckpt = str(opts.checkpoint_dir.resolve()) if opts.checkpoint_dir else None
-    refs = [task.remote(storage_url, names, opts.device, threads, run_id, ckpt) for _ in range(opts.workers)]
+    refs = [task.remote(storage_url, names, placement.device, threads, run_id, ckpt, placement.share)
+            for _ in range(opts.workers)]
     start = time.monotonic()
     last_final = -1
     last_print = 0.0

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import random
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from optuna.distributions import (
@@ -17,6 +17,8 @@ from optuna.distributions import (
     FloatDistribution,
     IntDistribution,
 )
+
+from archhpo.errors import BudgetError
 
 PARAM_NAMES = ("arch_idx", "learning_rate", "epochs", "batch_size", "weight_decay", "warmup_steps")
 TRAINING_PARAMS = PARAM_NAMES[1:]
@@ -40,15 +42,18 @@ class SearchSpace:
     def distributions(self, n_archs: int) -> dict[str, BaseDistribution]:
         return {
             "arch_idx": IntDistribution(0, max(n_archs - 1, 0)),
-            "learning_rate": FloatDistribution(*self.learning_rate, log=True),
+            "learning_rate": FloatDistribution(*self.learning_rate, log=self.learning_rate[0] > 0),
             "epochs": CategoricalDistribution(self.epochs),
             "batch_size": CategoricalDistribution(self.batch_size),
-            "weight_decay": FloatDistribution(*self.weight_decay, log=True),
+            "weight_decay": FloatDistribution(*self.weight_decay, log=self.weight_decay[0] > 0),
             "warmup_steps": CategoricalDistribution(self.warmup_steps),
         }
 
     def sample(self, rng: random.Random) -> dict[str, Any]:
         def log_uniform(lo: float, hi: float) -> float:
+            if lo == hi:  # a fixed parameter: exactly its value, never a rounding of it
+                rng.random()  # keep the draws of the other parameters where they were
+                return float(lo)
             return float(math.exp(rng.uniform(math.log(lo), math.log(hi))))
 
         return {
@@ -61,13 +66,37 @@ class SearchSpace:
 
     def default(self) -> dict[str, Any]:
         """Mid-range parameters, used for phase 2 if every phase-1 trial failed."""
+        def mid(lo: float, hi: float) -> float:
+            return float(lo) if lo == hi else math.sqrt(lo * hi)
+
         return {
-            "learning_rate": math.sqrt(self.learning_rate[0] * self.learning_rate[1]),
+            "learning_rate": mid(*self.learning_rate),
             "epochs": self.epochs[len(self.epochs) // 2],
             "batch_size": self.batch_size[len(self.batch_size) // 2],
-            "weight_decay": math.sqrt(self.weight_decay[0] * self.weight_decay[1]),
+            "weight_decay": mid(*self.weight_decay),
             "warmup_steps": self.warmup_steps[len(self.warmup_steps) // 2],
         }
+
+
+    def fixed(self, values: dict[str, Any]) -> SearchSpace:
+        """This space with the given training parameters fixed (a one-point range or set), so the
+        plan samples only the others and Optuna's distributions contain the fixed values."""
+        unknown = set(values) - set(TRAINING_PARAMS)
+        if unknown:
+            raise BudgetError(f"Cannot fix {', '.join(sorted(unknown))}; fixable: {', '.join(TRAINING_PARAMS)}.")
+        changes: dict[str, Any] = {}
+        for key, value in values.items():
+            if key in ("learning_rate", "weight_decay"):
+                v = float(value)
+                if not (v > 0 or (key == "weight_decay" and v == 0)) or not math.isfinite(v):
+                    raise BudgetError(f"--{key.replace('_', '-')} {value} must be a positive number.")
+                changes[key] = (v, v)
+            else:
+                v = int(value)
+                if v < (0 if key == "warmup_steps" else 1):
+                    raise BudgetError(f"--{key.replace('_', '-')} {value} must be a positive integer.")
+                changes[key] = (v,)
+        return replace(self, **changes)
 
 
 FULL_SPACE = SearchSpace()

@@ -22,6 +22,7 @@ from optuna.storages import RDBStorage
 from sqlalchemy import orm
 
 from archhpo.errors import StorageError
+from archhpo.search._optuna_private import ALEMBIC_TABLE, TESTED_SCHEMA_VERSIONS, TRIALS_TABLE
 
 T = TypeVar("T")
 
@@ -95,8 +96,67 @@ def _engine_kwargs(url: str) -> dict:
     }
 
 
-def open_storage(url: str) -> RDBStorage:
-    """Open (and create the schema of) the storage, or raise StorageError with a clear sentence."""
+def check_schema(url: str, create: bool = True) -> None:
+    """Refuse, before anything is written, a database archhpo cannot safely write to.
+
+    Its Optuna schema version (alembic's `alembic_version` table) must be one archhpo was tested
+    with (TESTED_SCHEMA_VERSIONS): the queue writes Optuna's tables directly, so a schema of an
+    older or newer Optuna could be corrupted.  A database without Optuna's tables is created at
+    the tested version by open_storage when `create`, and refused otherwise (worker, export,
+    dashboard: nothing to read, and an SQLite file that does not exist is not created).
+    """
+    path = sqlite_path(url) if is_sqlite(url) else None
+    if is_sqlite(url) and (path is None or not path.exists() or path.stat().st_size == 0):
+        if not create:
+            raise StorageError(
+                f"No study database at {mask_url(url)}; check --storage (or $ARCHHPO_STORAGE), or run "
+                "`archhpo launch` first."
+            )
+        return
+    engine = sqlalchemy.create_engine(url, poolclass=sqlalchemy.pool.NullPool,
+                                      **{k: v for k, v in _engine_kwargs(url).items() if k == "connect_args"})
+    try:
+        with engine.connect() as conn:
+            tables = set(sqlalchemy.inspect(conn).get_table_names())
+            versions = (
+                [row[0] for row in conn.exec_driver_sql(f"SELECT version_num FROM {ALEMBIC_TABLE}")]
+                if ALEMBIC_TABLE in tables else []
+            )
+            conn.rollback()
+    finally:
+        engine.dispose()
+    if versions or tables & {TRIALS_TABLE, "studies", "version_info"}:
+        if len(versions) != 1 or versions[0] not in TESTED_SCHEMA_VERSIONS:
+            found = ", ".join(versions) or "none (a pre-alembic Optuna schema)"
+            raise StorageError(
+                f"The study database {mask_url(url)} has Optuna schema version {found}, but archhpo "
+                f"{_archhpo_version()} is tested only with {', '.join(TESTED_SCHEMA_VERSIONS)} (optuna "
+                f"{optuna.__version__}), so it refuses to write to it; use an optuna and archhpo that match "
+                "the database, or after a backup run `optuna storage upgrade --storage URL`."
+            )
+    elif not create:
+        raise StorageError(
+            f"The database {mask_url(url)} holds no Optuna study tables; check --storage (or "
+            "$ARCHHPO_STORAGE), or run `archhpo launch` first."
+        )
+
+
+def _archhpo_version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("archhpo")
+    except Exception:
+        return "(uninstalled)"
+
+
+def open_storage(url: str, create: bool = True) -> RDBStorage:
+    """Open the storage, or raise StorageError with a clear sentence before writing anything.
+
+    create=True (launch, run) creates Optuna's tables in a new or empty database; create=False
+    (worker, export, dashboard) refuses a database that has none.  Either way a database whose
+    Optuna schema version archhpo was not tested with is refused (check_schema).
+    """
     if is_sqlite(url):
         path = sqlite_path(url)
         if path is not None and not path.parent.is_dir():
@@ -109,6 +169,7 @@ def open_storage(url: str) -> RDBStorage:
             "postgresql+psycopg2://user@host:5432/db."
         )
     def rdb() -> RDBStorage:
+        check_schema(url, create)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             return RDBStorage(
@@ -140,21 +201,37 @@ def open_storage(url: str) -> RDBStorage:
 
 
 @contextlib.contextmanager
-def session_scope(storage: RDBStorage) -> Iterator[orm.Session]:
-    """The one place archhpo touches the database directly: commit on success, roll back on error."""
+def session_scope(storage: RDBStorage, write: bool = True) -> Iterator[orm.Session]:
+    """The one place archhpo touches the database directly: commit on success, roll back on error.
+
+    write=False (read_scope) is for reads: one consistent snapshot that never takes SQLite's write
+    lock (in WAL mode it never waits for a writer) and is read-only on PostgreSQL.
+    """
     session = orm.Session(bind=storage.engine)
     try:
-        if storage.engine.dialect.name == "sqlite":
-            # Take SQLite's write lock up front: a deferred transaction that reads and then
-            # writes can deadlock with another writer and fail instead of waiting.
-            session.connection().exec_driver_sql("BEGIN IMMEDIATE")
+        dialect = storage.engine.dialect.name
+        if dialect == "sqlite":
+            # A writer takes SQLite's write lock up front: a deferred transaction that reads and
+            # then writes can deadlock with another writer and fail instead of waiting.  A reader
+            # starts a deferred transaction: a snapshot, no lock that writers or readers wait on.
+            session.connection().exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN DEFERRED")
+        elif not write and dialect == "postgresql":
+            session.connection().exec_driver_sql("SET TRANSACTION READ ONLY")
         yield session
-        session.commit()
+        if write:
+            session.commit()
+        else:
+            session.rollback()
     except BaseException:
         session.rollback()
         raise
     finally:
         session.close()
+
+
+def read_scope(storage: RDBStorage) -> contextlib.AbstractContextManager[orm.Session]:
+    """A read-only session (see session_scope): status, progress, the pruning query, export."""
+    return session_scope(storage, write=False)
 
 
 def _transient(exc: BaseException) -> bool:

@@ -7,26 +7,33 @@ needs only the storage URL and the study name.
 
 from __future__ import annotations
 
+import itertools
 import re
 import warnings
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import optuna
 from optuna.storages import RDBStorage
 
 from archhpo.budgets import (
-    DEFAULT_TOLERANCE,
+    ARCH_DIMS,
+    GridRow,
     budget_label,
     build_grid,
+    candidates,
     check_tolerance,
     parse_budget,
+    pin_label,
+    pinned_grid,
     require_rows,
 )
-from archhpo.errors import BudgetError, StorageError, StudyError
-from archhpo.models import get_family
+from archhpo.errors import BudgetError, ConfigError, StorageError, StudyError
+from archhpo.models import Family, get_family
+from archhpo.search._options import default as _default
 from archhpo.search._plan import PlanEntry, make_plan
-from archhpo.search._space import FULL_SPACE, QUICK_SPACE, SearchSpace
+from archhpo.search._space import FULL_SPACE, QUICK_SPACE, TRAINING_PARAMS, SearchSpace
 from archhpo.search._storage import open_storage, plan_lock
 
 SCHEMA_VERSION = 1
@@ -37,6 +44,17 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 
 def study_name(experiment: str, budget: str) -> str:
     return f"{experiment}_{budget}"
+
+
+def study_label(budget: str | int | None, pins: Mapping[str, Sequence[int]] | None = None) -> str:
+    """The budget label of a study's name: '2M'; with pinned dimensions 'd64-L3-h4-ff256' (no
+    budget) or '2M-L2+3' (pins within a budget)."""
+    parts = [budget_label(budget) if budget not in (None, "") else "", pin_label(pins or {})]
+    label = "-".join(p for p in parts if p)
+    if not label:
+        raise StudyError("Give a --budget (e.g. 2M) or pin the architecture (--d-model 64 --n-layers 3 "
+                         "--n-heads 4 --d-ff 256).")
+    return label
 
 
 def check_experiment(name: str) -> str:
@@ -67,6 +85,14 @@ class StudySettings:
     pruner: str = "median"
     schema: int = SCHEMA_VERSION
     phase2_params: dict[str, Any] | None = field(default=None)
+    # Categorical grid dimensions ({"encoder": ["sum", "linear"]}); each arch row has its "choices".
+    choices: dict[str, list[Any]] = field(default_factory=dict)
+    # Pinned architecture dimensions ({"d_model": [64], "n_layers": [2, 3]}); {} for a plain budget.
+    pins: dict[str, list[int]] = field(default_factory=dict)
+    # Phase 3 (confirmation), set by plan upkeep once phases 1-2 are final:
+    # [{"rank": k, "arch_idx": i, "params": {...}, "selection_value": v, "trial": n}] (missing ranks:
+    # fewer architectures finished than --confirm asked for; their slots are skipped).
+    phase3: list[dict[str, Any]] | None = field(default=None)
 
     @property
     def study_name(self) -> str:
@@ -126,48 +152,160 @@ class LaunchResult:
 
 def prepare_settings(
     experiment: str,
-    budget: str | int,
+    budget: str | int | None = None,
     *,
-    family: str = "patchtst",
-    n_trials: int = 50,
-    data: str = "synthetic",
-    horizon: int = 1,
-    threshold: float = 0.01,
-    seed: int = 0,
-    quick: bool = False,
-    tolerance: float = DEFAULT_TOLERANCE,
-    pruner: str = "median",
-    family_options: dict[str, Any] | None = None,
+    family: str = _default("family"),
+    n_trials: int = _default("trials"),
+    data: str = _default("data"),
+    horizon: int = _default("horizon"),
+    threshold: float = _default("threshold"),
+    seed: int = _default("seed"),
+    quick: bool = _default("quick"),
+    tolerance: float = _default("tolerance"),
+    pruner: str = _default("pruner"),
+    family_options: Mapping[str, Any] | None = None,
+    pins: Mapping[str, int | Sequence[int]] | None = None,
+    fixed_params: Mapping[str, Any] | None = None,
+    paired_seeds: int = _default("paired_seeds"),
+    confirm: int = _default("confirm"),
+    confirm_seeds: int = _default("seeds"),
 ) -> StudySettings:
-    """Validate everything and compute the grid and plan, touching no database."""
+    """Validate everything and compute the grid and plan, touching no database.
+
+    family_options: a family flag's value, or a list of values (a categorical grid dimension).
+    pins: architecture dimensions fixed to one value or a list (instead of, or within, a budget).
+    fixed_params: training parameters every trial uses (the plan samples only the others).
+    paired_seeds: S > 0 trains every configuration with seeds 0..S-1 (no phase 2).
+    confirm, confirm_seeds: retrain the `confirm` best architectures with `confirm_seeds` seeds.
+    """
     check_experiment(experiment)
-    value = parse_budget(budget)
+    pins = _normalise_pins(pins or {})
+    label = study_label(budget, pins)
+    value = parse_budget(budget) if budget not in (None, "") else None
     check_tolerance(tolerance)
     if horizon < 1:
         raise BudgetError(f"--horizon must be at least 1 step, got {horizon}.")
     if pruner not in PRUNERS:
         raise StudyError(f"Unknown pruner {pruner!r}; choose one of: {', '.join(PRUNERS)}.")
+    _check_seeds(paired_seeds, confirm, confirm_seeds)
     fam = get_family(family)
+    scalars, choices = _split_choices(family_options or {})
     options: dict[str, Any] = {"horizon": horizon, "threshold": threshold, "quick": quick, "seed": seed}
-    options.update(family_options or {})
+    options.update(scalars)
+    if paired_seeds:
+        options["paired_seeds"] = paired_seeds
+    if confirm:
+        options.update(confirm=confirm, confirm_seeds=confirm_seeds)
     spec = fam.parse_data(data, options)
     info = fam.data_info(spec, options)
-    for key, choice in (family_options or {}).items():
+    for key in choices:
+        if key in info:
+            raise StudyError(
+                f"--{key.replace('_', '-')} shapes the data, so it takes one value per study; launch one "
+                "study per value (e.g. under different --experiment names)."
+            )
+    for key, choice in scalars.items():
         info.setdefault(key, choice)  # model-only choices (variant, encoder); the data wins on shapes
-    rows = require_rows(build_grid(fam, value, info, tolerance), value, tolerance, family)
+    rows = _rows(fam, info, choices, pins, label, value, tolerance)
     space = QUICK_SPACE if quick else FULL_SPACE
-    plan = make_plan(rows, n_trials, space, seed)
+    space = space.fixed(dict(fixed_params or {}))
+    study_params = None
+    if paired_seeds:  # one set of training parameters for every configuration and seed
+        family_defaults = {k: v for k, v in fam.train_defaults.items() if k in TRAINING_PARAMS and not quick}
+        study_params = {**space.default(), **family_defaults, **dict(fixed_params or {})}
+        space = space.fixed(study_params)
+        study_params = space.default()  # exactly the values the distributions hold
+    plan = make_plan(rows, n_trials, space, seed, paired_seeds=paired_seeds, study_params=study_params,
+                     confirm=confirm, confirm_seeds=confirm_seeds)
     return StudySettings(
-        experiment=experiment, budget=budget_label(budget), budget_value=value, family=family,
+        experiment=experiment, budget=label, budget_value=value or 0, family=family,
         tolerance=tolerance, data=spec, options=options, info=info,
         archs=[r.as_dict() for r in rows], plan=[e.as_dict() for e in plan],
-        space=space.as_dict(), n_trials=n_trials, pruner=pruner,
+        space=space.as_dict(), n_trials=n_trials, pruner=pruner, choices=choices, pins=pins,
     )
+
+
+def _normalise_pins(pins: Mapping[str, int | Sequence[int]]) -> dict[str, list[int]]:
+    out: dict[str, list[int]] = {}
+    for dim, values in pins.items():
+        if dim not in ARCH_DIMS:
+            raise StudyError(f"Cannot pin {dim!r}; pin one of: {', '.join(ARCH_DIMS)}.")
+        if values is None:
+            continue
+        items = [values] if isinstance(values, int) else list(values)
+        if items:
+            out[dim] = sorted(set(items))
+    return out
+
+
+def _check_seeds(paired_seeds: int, confirm: int, confirm_seeds: int) -> None:
+    if paired_seeds < 0 or confirm < 0:
+        raise BudgetError("--paired-seeds and --confirm must be 0 (off) or positive.")
+    if confirm and confirm_seeds < 1:
+        raise BudgetError(f"--seeds must be at least 1 with --confirm, got {confirm_seeds}.")
+    if paired_seeds and confirm:
+        raise BudgetError(
+            "A paired study already trains every configuration with every seed; use --paired-seeds or "
+            "--confirm, not both."
+        )
+
+
+def _split_choices(values: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, list[Any]]]:
+    """Family options: scalars, and lists of two or more values (categorical grid dimensions)."""
+    scalars: dict[str, Any] = {}
+    choices: dict[str, list[Any]] = {}
+    for key, v in values.items():
+        if isinstance(v, list):
+            if len(v) != len(set(map(repr, v))):
+                raise StudyError(f"--{key.replace('_', '-')} lists a value twice ({v}); give each value once.")
+            if len(v) == 1:
+                scalars[key] = v[0]
+            elif v:
+                choices[key] = list(v)
+        else:
+            scalars[key] = v
+    return scalars, choices
+
+
+def _check_choice(fam: Family, info: Mapping[str, Any], combo: Mapping[str, Any]) -> None:
+    """A clear error for a choice value the family rejects (e.g. an unknown encoder)."""
+    first: ConfigError | None = None
+    for arch in candidates():
+        try:
+            fam.config_for(arch, {**info, **combo})
+            return
+        except ConfigError as exc:
+            first = first or exc
+    what = ", ".join(f"--{k.replace('_', '-')} {v}" for k, v in combo.items())
+    raise ConfigError(f"{what}: {first}")
+
+
+def _rows(
+    fam: Family, info: Mapping[str, Any], choices: Mapping[str, list[Any]], pins: Mapping[str, list[int]],
+    label: str, budget: int | None, tolerance: float,
+) -> list[GridRow]:
+    """The study's architecture rows: per combination of choices, the budget's grid or the pinned
+    rows, with their choices; arch_idx runs over all of them (choice-major)."""
+    combos = [dict(zip(choices, vals, strict=True)) for vals in itertools.product(*choices.values())] or [{}]
+    rows: list[GridRow] = []
+    for combo in combos:
+        if combo:
+            _check_choice(fam, info, combo)
+        merged = {**info, **combo}
+        what = fam.name + (" (" + ", ".join(f"{k}={v}" for k, v in combo.items()) + ")" if combo else "")
+        if pins:
+            part = pinned_grid(fam, merged, pins, label, budget, tolerance)
+        else:
+            assert budget is not None
+            part = require_rows(build_grid(fam, budget, merged, tolerance), budget, tolerance, what)
+        rows += [replace(r, arch_idx=len(rows) + i, budget=label, choices=dict(combo)) for i, r in enumerate(part)]
+    return rows
 
 
 # Settings that must agree when a study is launched again (data may be re-resolved to the
 # same absolute path; everything that changes the plan or the results must match).
-_IDENTITY = ("family", "tolerance", "data", "options", "n_trials", "pruner", "budget_value")
+_IDENTITY = ("family", "tolerance", "data", "options", "n_trials", "pruner", "budget_value", "choices", "pins",
+             "space")
 
 
 def launch(storage_url: str, settings: StudySettings, storage: RDBStorage | None = None) -> LaunchResult:
@@ -210,28 +348,43 @@ def planned_slots(study: optuna.Study) -> set[int]:
 
 
 def enqueue_missing(
-    study: optuna.Study, settings: StudySettings, phase: int, params: dict[str, Any] | None = None
+    study: optuna.Study,
+    settings: StudySettings,
+    phase: int,
+    params: dict[str, Any] | None = None,
+    ranks: list[dict[str, Any]] | None = None,
 ) -> int:
-    """Enqueue every plan entry of `phase` that has no trial yet (call under plan_lock)."""
+    """Enqueue every plan entry of `phase` that has no trial yet (call under plan_lock).
+
+    params: phase 2's training parameters; ranks: phase 3's assignments (StudySettings.phase3),
+    whose missing ranks are skipped."""
     have = planned_slots(study)
+    by_rank = {int(r["rank"]): r for r in ranks or []}
     n = 0
     for entry in map(lambda d: PlanEntry(**d), settings.plan):
         if entry.phase != phase or entry.slot in have:
             continue
-        training = entry.params if entry.params is not None else params
-        if training is None:
-            raise StudyError(f"Phase-{phase} entry {entry.slot} has no training parameters.")
-        study.enqueue_trial(
-            {"arch_idx": entry.arch_idx, **training},
-            user_attrs={"plan_slot": entry.slot, "phase": entry.phase, "attempt": 1},
-        )
+        arch_idx, training = entry.arch_idx, entry.params if entry.params is not None else params
+        if entry.phase == 3:
+            assigned = by_rank.get(int(entry.rank or 0))
+            if assigned is None:
+                continue  # fewer architectures finished than --confirm asked for
+            arch_idx, training = assigned["arch_idx"], assigned["params"]
+        if training is None or arch_idx is None:
+            raise StudyError(f"Phase-{phase} entry {entry.slot} has no architecture or training parameters.")
+        attrs: dict[str, Any] = {"plan_slot": entry.slot, "phase": entry.phase, "attempt": 1}
+        if entry.seed is not None:
+            attrs["seed"] = entry.seed
+        if entry.rank is not None:
+            attrs["rank"] = entry.rank
+        study.enqueue_trial({"arch_idx": arch_idx, **training}, user_attrs=attrs)
         n += 1
     return n
 
 
 def open_study(storage_url: str, experiment: str, budget: str) -> tuple[RDBStorage, optuna.Study, StudySettings]:
-    storage = open_storage(storage_url)
     name = study_name(check_experiment(experiment), budget_label(budget))
+    storage = open_storage(storage_url, create=False)
     study = load_study(storage, name)
     return storage, study, StudySettings.from_attrs(study.user_attrs, name)
 
@@ -259,5 +412,6 @@ __all__ = [
     "open_study",
     "prepare_settings",
     "read_settings",
+    "study_label",
     "study_name",
 ]

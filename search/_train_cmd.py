@@ -1,7 +1,8 @@
 """`archhpo train`: one configuration, from flags or from a best JSON, metrics as one JSON line.
 
-Reproducing a study's trial uses the same seeds as the worker (seed, plan slot), so a best JSON
-from a CPU study gives back the trial's validation loss.
+A trial is built by the same function as in the worker (workers._build.build_trial: data, the
+family's training defaults under the planned parameters, seeds), so on a CPU with the worker's
+thread count (`--threads`), `train --from X_best.json` gives back exactly the trial's value.
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ import torch
 from archhpo.errors import ArchhpoError
 from archhpo.models import get_family
 from archhpo.search._space import FULL_SPACE, QUICK_SPACE
-from archhpo.workers import TrainConfig, describe_result, resolve_device, train, trial_seed
+from archhpo.workers import TrainConfig, TrialSpec, build_trial, describe_result, resolve_device, train
+
+ARCH_KEYS = ("d_model", "n_layers", "n_heads", "d_ff")
 
 
 def _load_best(path: str) -> dict[str, Any]:
@@ -34,34 +37,39 @@ def _load_best(path: str) -> dict[str, Any]:
     return best
 
 
-def train_command(args: argparse.Namespace) -> dict[str, Any]:
+def trial_spec_from_args(args: argparse.Namespace) -> TrialSpec:
+    """The TrialSpec `train` runs: a best JSON's trial (plan slot, seed, choices), or the flags'."""
     best = _load_best(args.from_json) if args.from_json else None
     family_name = best.get("family", args.family) if best else args.family
     fam = get_family(family_name)
     options: dict[str, Any] = dict(best.get("options", {})) if best else {}
     for key in ("horizon", "threshold", "seed"):
-        if getattr(args, key) is not None:
+        if getattr(args, key, None) is not None:
             options[key] = getattr(args, key)
     options.setdefault("horizon", 1)
     options.setdefault("threshold", 0.01)
     options.setdefault("seed", 0)
-    if args.quick:
+    if getattr(args, "quick", False):
         options["quick"] = True
     flag_values = {f.name: getattr(args, f"fam_{f.name}") for f in fam.flags
                    if getattr(args, f"fam_{f.name}", None) is not None}
     options.update(flag_values)
     if best and args.data is None:
-        spec = best["data"]
-        if spec.get("kind") == "file":  # re-validate and re-hash the file on this machine
+        spec = dict(best["data"])
+        if "path" in spec:  # a file (every family's format): re-validated and re-hashed on this machine
             spec = fam.parse_data(spec["path"], options)
     else:
         spec = fam.parse_data(args.data or "synthetic", options)
     info = {**flag_values, **fam.data_info(spec, options)}  # the data wins on shapes
     if best:
         info = {**best.get("info", {}), **info}
-        arch = {k: best["architecture"][k] for k in ("d_model", "n_layers", "n_heads", "d_ff")}
-        params = dict(best["best_params"])
-        slot = int(best.get("plan_slot", 0))
+        row = best["architecture"]
+        arch: dict[str, Any] = {k: row[k] for k in ARCH_KEYS}
+        # What the export writes (contract): top-level "choices", "seed" and "plan_slot".
+        arch["choices"] = {**dict(row.get("choices") or {}), **dict(best.get("choices") or {})}
+        params = {k: v for k, v in dict(best["best_params"]).items() if k != "arch_idx"}
+        slot = int(best.get("plan_slot") or 0)
+        seed = best.get("seed")
     else:
         arch = {"d_model": args.d_model, "n_layers": args.n_layers, "n_heads": args.n_heads, "d_ff": args.d_ff}
         missing = [k for k, v in arch.items() if v is None]
@@ -70,31 +78,41 @@ def train_command(args: argparse.Namespace) -> dict[str, Any]:
                                "give the architecture or --from a best JSON.")
         space = QUICK_SPACE if options.get("quick") else FULL_SPACE
         params = {**space.default(), **dict(fam.train_defaults)}
-        slot = 0
+        slot, seed = 0, None
     for key in ("learning_rate", "epochs", "batch_size", "weight_decay", "warmup_steps"):
-        if getattr(args, key) is not None:
+        if getattr(args, key, None) is not None:
             params[key] = getattr(args, key)
-    cfg = fam.config_for(arch, info)
+    return TrialSpec(family=fam.name, data=spec, options=options, info=info, arch=arch, params=params,
+                     slot=slot, seed=int(seed) if seed is not None else None)
+
+
+def train_command(args: argparse.Namespace) -> dict[str, Any]:
+    trial = trial_spec_from_args(args)
     device = resolve_device(args.device)
-    data = fam.load_data(spec, options)
-    baseline = fam.baseline_loss(data)
-    torch.manual_seed(trial_seed(int(options.get("seed", 0)), slot))
-    model = fam.build(cfg).to(device)
-    known = set(TrainConfig.__dataclass_fields__)
-    tcfg = TrainConfig(**{k: v for k, v in {**fam.train_defaults, **params}.items() if k in known} | {"seed": slot})
+    if getattr(args, "threads", None):
+        torch.set_num_threads(int(args.threads))
+    built = build_trial(trial, device)
+    fam, cfg = built.family, built.config
     start = time.perf_counter()
-    result = train(model, data.to(device), fam.loss, tcfg, metrics_fn=fam.metrics)
+    result = train(built.model, built.data, fam.loss, built.train_config, metrics_fn=fam.metrics)
+    known = set(TrainConfig.__dataclass_fields__)
     out = {
-        "family": fam.name, **describe_result(result), "baseline_val_loss": baseline,
+        "family": fam.name, **describe_result(result), "baseline_val_loss": built.baseline_loss,
         "param_count": fam.param_count(cfg), "duration_s": round(time.perf_counter() - start, 3),
-        "architecture": arch, "params": {k: params[k] for k in known & set(params)},
+        "architecture": {k: trial.arch[k] for k in ARCH_KEYS}, "choices": trial.choices,
+        "params": {k: v for k, v in asdict(built.train_config).items() if k in known},
+        "plan_slot": trial.slot, "seed": trial.seed, "seeds": asdict(built.seeds),
+        "threads": torch.get_num_threads(),
     }
+    if built.flops_per_sample is not None:
+        out["flops_per_sample"] = built.flops_per_sample
+        out["train_flops"] = built.flops_per_sample * result.samples
     if args.save:
         path = Path(args.save)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(path.suffix + ".tmp")
-        torch.save({"family": fam.name, "config": asdict(cfg), "state_dict": model.state_dict(),
-                    "metrics": out}, tmp)
+        torch.save({"family": fam.name, "config": asdict(cfg), "state_dict": built.model.state_dict(),
+                    "metrics": out, "trial": trial.as_dict()}, tmp)
         tmp.replace(path)
         out["saved"] = str(path)
     return out

@@ -73,13 +73,14 @@ def cmd_grid(args: argparse.Namespace) -> int:
         print(buf.getvalue(), end="")
     else:
         head = f"{'budget':>6} {'idx':>4} {'d_model':>7} {'layers':>6} {'heads':>5} {'d_ff':>5} "
-        head += f"{'params':>14} {'estimate':>14} {'vs budget':>9}  extreme"
+        head += f"{'params':>14} {'estimate':>14} {'vs budget':>9} {'flops/sample':>12}  extreme"
         print(head)
         for r in rows:
             est = f"{r.estimate:>14,}" if r.estimate is not None else f"{'-':>14}"
             dev = r.param_count / parse_budget(r.budget) - 1
+            flops = f"{r.flops_per_sample:>12.3e}" if r.flops_per_sample is not None else f"{'-':>12}"
             print(f"{r.budget:>6} {r.arch_idx:>4} {r.d_model:>7} {r.n_layers:>6} {r.n_heads:>5} {r.d_ff:>5} "
-                  f"{r.param_count:>14,} {est} {dev:>+9.1%}  {r.extreme}")
+                  f"{r.param_count:>14,} {est} {dev:>+9.1%} {flops}  {r.extreme}")
         for b in args.budget:
             n = sum(1 for r in rows if r.budget == format_budget(parse_budget(b)))
             print(f"# {format_budget(parse_budget(b))}: {n} architectures within ±{args.tolerance:.0%}")
@@ -95,13 +96,17 @@ def cmd_params(args: argparse.Namespace) -> int:
     cfg = fam.config_for(_arch_from_args(args), _family_values(args, fam, with_defaults=True))
     count = fam.param_count(cfg)
     est = fam.estimate(cfg) if fam.estimate else None
+    flops = fam.flops_per_sample(cfg) if fam.flops_per_sample else None
     if args.format == "json":
         from dataclasses import asdict
 
-        print(json.dumps({"family": fam.name, "param_count": count, "estimate": est, "config": asdict(cfg)}))
+        print(json.dumps({"family": fam.name, "param_count": count, "estimate": est,
+                          "flops_per_sample": flops, "config": asdict(cfg)}))
     else:
         extra = f" (design formula estimate {est:,})" if est is not None else ""
         print(f"{count:,} parameters{extra}")
+        if flops is not None:
+            print(f"{flops:,} training FLOPs per sample (forward + backward, {flops:.3e})")
     return 0
 
 
@@ -150,17 +155,19 @@ def cmd_worker(args: argparse.Namespace) -> int:
     url = resolve_storage_url(args.storage)
     names = [study_name(check_experiment(args.experiment), budget_label(b)) for b in args.budget]
     queues = [TrialQueue(url, n) for n in names]
-    summary = Worker(queues, device=args.device, threads=args.threads, checkpoint_dir=args.checkpoint_dir).run()
-    print(json.dumps({"worker": "done", **summary.__dict__}), file=sys.stderr)
-    return 0
+    # SIGTERM/SIGINT give the running trial back to the queue (same attempt) and exit 128+signal.
+    summary = Worker(queues, device=args.device, threads=args.threads, checkpoint_dir=args.checkpoint_dir,
+                     handle_signals=True).run()
+    print(json.dumps({"worker": "stopped" if summary.signal else "done", **summary.__dict__}), file=sys.stderr)
+    return 128 + summary.signal if summary.signal else 0
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from archhpo.search._run import RunOptions, run_workers
+    from archhpo.search._run import RunOptions, check_run_options, run_workers
     from archhpo.search._storage import resolve_storage_url
 
     gpus = args.gpus_per_trial  # checked before anything is written
-    if gpus != "auto":
+    if gpus is not None and gpus != "auto":
         try:
             gpus = float(gpus)
         except ValueError:
@@ -168,9 +175,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         if not 0 <= gpus <= 8:
             raise ArchhpoError(f"--gpus-per-trial {gpus} must lie between 0 and the GPUs of one node.")
     url = resolve_storage_url(args.storage)
-    names = _launch_all(args)
     opts = RunOptions(workers=args.workers, ray_address=args.ray_address, device=args.device,
                       gpus_per_trial=gpus, out_dir=Path(args.out), checkpoint_dir=Path(args.checkpoint_dir))
+    check_run_options(url, opts)  # refused means nothing written: before _launch_all opens the database
+    names = _launch_all(args)
     statuses = run_workers(url, names, opts)
     for name, st in statuses.items():
         best = f"{st.best_value:.4f}" if st.best_value is not None else "none"
@@ -186,8 +194,8 @@ def cmd_export(args: argparse.Namespace) -> int:
     from archhpo.search._storage import open_storage, resolve_storage_url
     from archhpo.search._study import check_experiment, experiment_studies, load_study, study_name
 
-    storage = open_storage(resolve_storage_url(args.storage))
-    check_experiment(args.experiment)
+    check_experiment(args.experiment)  # every refusal before the database is opened (or created)
+    storage = open_storage(resolve_storage_url(args.storage), create=False)
     if args.budget:
         names = [study_name(args.experiment, budget_label(b)) for b in args.budget]
         for n in names:
@@ -287,8 +295,9 @@ def build_parser(family: Family | None) -> argparse.ArgumentParser:
     sp.add_argument("--workers", type=int, default=2)
     sp.add_argument("--ray-address", default=None, help="an existing Ray cluster (default: local Ray)")
     sp.add_argument("--device", default="auto")
-    sp.add_argument("--gpus-per-trial", default="0",
-                    help="GPU share per worker (0.25 packs four on a GPU) or auto (from the memory estimate)")
+    sp.add_argument("--gpus-per-trial", default=None,
+                    help="GPU share per trial (0.25 packs four on a GPU); default auto: sized from the "
+                         "memory estimate of the largest planned trial when the cluster has GPUs")
     sp.add_argument("--out", default="results")
     checkpoint_flag(sp)
     sp.set_defaults(func=cmd_run)
@@ -318,6 +327,8 @@ def build_parser(family: Family | None) -> argparse.ArgumentParser:
                       ("weight-decay", float), ("warmup-steps", int)):
         sp.add_argument(f"--{name}", type=typ, default=None)
     sp.add_argument("--device", default="auto")
+    sp.add_argument("--threads", type=int, default=None,
+                    help="torch CPU threads (a CPU replay is exact with the worker's thread count)")
     sp.add_argument("--save", default=None, help="write the trained weights and config here (.pt)")
     sp.set_defaults(func=cmd_train)
     return p
@@ -336,10 +347,14 @@ def _hide_passwords_from_ps() -> None:
     try:
         with open("/proc/self/cmdline", "rb") as fh:
             words = [w.decode(errors="replace") for w in fh.read().split(b"\0") if w]
-        from ray._raylet import setproctitle  # ships with Ray; rewrites the argv memory ps reads
-    except (OSError, ImportError):
+    except OSError:
         return
-    setproctitle(" ".join(mask_url(w) for w in words))
+    from archhpo.search._ray_private import setproctitle
+
+    set_title = setproctitle()  # ships with Ray; rewrites the argv memory ps reads
+    if set_title is None:
+        return
+    set_title(" ".join(mask_url(w) for w in words))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,6 +1,7 @@
 """Workers: the loop that pulls planned trials and the trainer that runs them."""
 
-from archhpo.errors import MemoryRefused, NonFiniteLoss
+from archhpo.errors import MemoryRefused, NonFiniteLoss, TrialLost, TrialStopped
+from archhpo.workers._build import BuiltTrial, DataCache, Seeds, TrialSpec, build_trial, trial_seeds
 from archhpo.workers._loop import QueueLike, Worker, WorkerSummary
 from archhpo.workers._memory import available_bytes, check_fits, estimate_training_bytes
 from archhpo.workers._train import (
@@ -15,15 +16,22 @@ from archhpo.workers._train import (
 )
 
 __all__ = [
+    "BuiltTrial",
+    "DataCache",
     "MemoryRefused",
     "NonFiniteLoss",
     "QueueLike",
+    "Seeds",
     "StopTraining",
     "TrainConfig",
     "TrainResult",
+    "TrialLost",
+    "TrialSpec",
+    "TrialStopped",
     "Worker",
     "WorkerSummary",
     "available_bytes",
+    "build_trial",
     "check_fits",
     "describe_result",
     "estimate_training_bytes",
@@ -31,4 +39,5 @@ __all__ = [
     "resolve_device",
     "train",
     "trial_seed",
+    "trial_seeds",
 ]

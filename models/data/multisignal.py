@@ -1,32 +1,48 @@
 """Embedded multi-channel signal data for the ``signal`` family: next-step quantile-bin prediction.
 
-Generation (all seeded, numpy):
+This is the data of Lehtinen (2026), "An Empirical Audit of Input Encoders for Multi-Channel
+Signal Transformers" (``fft_encode/data.py`` and the split of ``fft_encode/runner.py`` in the
+OssiLehtinen/channel-encoder-audit repository), reproduced draw for draw: for the same seed,
+series, length, channels and bins the signals, targets and train/validation split are the
+paper's own (tests pin values computed with the paper's code).
 
-- N series (default 512) of T steps (default 160) with C channels (default 8).  Each channel is
-  a sum of three sinusoids (frequencies uniform in [0.005, 0.08] cycles per step, amplitudes
-  uniform in [0.5, 1.5], random phases) plus AR(1) noise (phi 0.8, innovation std 0.3, started
-  from its stationary distribution), then standardised per (series, channel).  Standardising is
-  part of *defining* s, not a preprocessing step fitted on data, so it leaks nothing between
-  the splits.
+Generation (numpy ``default_rng(seed)``, one signal after another, series-major then channel):
+
+- N series (default 512) of T steps (default 160) with C channels (default 8; the paper's
+  Table 1 uses C = 4).  Each channel is a sum of three sinusoids (per mode: frequency uniform
+  in [0.005, 0.08] cycles per step, phase uniform in [0, 2 pi), amplitude uniform in [0.5, 1.5])
+  plus AR(1) noise (coefficient 0.85, innovation std 0.3, starting from 0 at step 0), then
+  standardised per (series, channel) as (s - mean) / (std + 1e-6) and stored as float32.
+  Standardising is part of *defining* s, not a preprocessing step fitted on data.
 - The target signal, defined only where its lags exist (t >= 7):
 
       y(t) = tanh(s0(t-3) * s1(t)) + 0.6 * sin(1.3 * s2(t-7)) + 0.4 * [s3(t) > 0] * s0(t)
 
   Channels 4.. never enter y: they are distractors (so C >= 4).
-- y is binned into K (default 32) quantile bins whose K-1 interior edges are the quantiles of
-  the training split's y values; bin(y) = number of edges <= y, in 0..K-1.
 
 What the model sees (L = T - 1 steps, 159 by default):
 
     x[b, t]      = s[b, t, :]              for t = 0..T-2           (S, L, C) float32
     target[b, t] = bin(y[b, t + 1])        for t = 0..T-2           (S, L)    int64
 
-so the model at step t sees v(<= t) and predicts the bin of the NEXT step's target.  The last
-raw step only ever appears as a target.  y(t + 1) is undefined for t + 1 < 7 (its lags reach
-before step 0); those targets (t = 0..5) are IGNORE_INDEX (-100) and drop out of the loss.
+so the model at step t sees v(<= t) and predicts the bin of the NEXT step's target.  y(t + 1)
+is undefined for t = 0..5 (its lags reach before step 0).  The ``positions`` option says what
+happens to those six positions and how the K quantile bins are made:
 
-Split: 90/10 by series (a seeded permutation), so no series is shared between train and
-validation.
+- ``all`` (default, the paper's convention, comparable with its tables): y is 0 where it is
+  undefined, so those six positions are scored with the bin of 0 as their target (all 159
+  positions count); the bin edges are the quantiles of every y value of every series (training
+  and validation, all T steps, the zeros included), as the paper computes them.
+- ``predictable`` (cleaner): the six positions are IGNORE_INDEX (-100) and drop out of the loss
+  (153 positions count); the K-1 interior edges are the quantiles of the training split's
+  defined y values only, so validation bins carry no information about validation data.
+
+In both, bin(y) = number of interior edges <= y, in 0..K-1.
+
+Split: by series, so no series is shared between train and validation: n_val = max(32, N // 10)
+validation series (51 of 512; capped at N // 2 for tiny N), chosen as the paper does with
+``torch.randperm(N, generator=torch.Generator().manual_seed(seed))`` (the last n_val entries,
+as ``torch.utils.data.random_split`` takes them).
 """
 
 from __future__ import annotations
@@ -48,12 +64,17 @@ DEFAULT_BINS = 32
 MIN_CHANNELS = 4  # y reads channels 0..3
 MAX_LAG = 7  # y(t) needs s2(t - 7)
 IGNORE_INDEX = -100  # torch cross-entropy's default ignore_index
-VAL_FRACTION = 0.1
+MIN_VAL_SERIES = 32  # the paper: n_val = max(32, N // 10)
+POSITIONS = ("all", "predictable")
+DEFAULT_POSITIONS = "all"
 
+N_MODES = 3
 FREQ_RANGE = (0.005, 0.08)  # cycles per step
 AMP_RANGE = (0.5, 1.5)
-AR_PHI = 0.8
+AR_PHI = 0.85
 AR_SIGMA = 0.3
+STD_EPS = 1e-6
+EDGE_PAD = 1e-3  # the paper widens its outer edges by this much
 
 NAMES = ("multisignal", "synthetic")
 _INT_KEYS = ("series", "length", "channels", "seed", "num_bins")
@@ -64,47 +85,66 @@ _ALIASES = {"n": "series", "bins": "num_bins", "c": "channels", "t": "length"}
 
 
 def generate_signals(series: int, length: int, channels: int, seed: int) -> np.ndarray:
-    """Standardised channel signals s, shape (N, T, C) float64; deterministic in its arguments."""
-    rng = np.random.default_rng([seed, 0])
+    """Standardised channel signals s, shape (N, T, C) float32: the paper's, draw for draw.
+
+    The paper draws, per signal (series-major, then channel), per mode the frequency, phase
+    and amplitude (``rng.uniform``), then T-1 innovations (``rng.normal(0, 0.3)``).  The same
+    stream is taken here two calls per signal (``random(9)`` scaled as ``uniform`` scales it,
+    ``normal(0, 0.3, T-1)``), and the arithmetic is the paper's, vectorised over signals.
+    """
+    rng = np.random.default_rng(seed)
     n, t, c = series, length, channels
-    freq = rng.uniform(*FREQ_RANGE, size=(n, c, 3))  # (N, C, 3)
-    amp = rng.uniform(*AMP_RANGE, size=(n, c, 3))
-    phase = rng.uniform(0.0, 2 * np.pi, size=(n, c, 3))
-    steps = np.arange(t, dtype=np.float64)  # (T,)
-    waves = amp[..., None] * np.sin(2 * np.pi * freq[..., None] * steps + phase[..., None])  # (N, C, 3, T)
-    s = waves.sum(axis=2)  # (N, C, T)
-
-    innov = rng.normal(0.0, AR_SIGMA, size=(n, c, t))  # (N, C, T)
-    noise = np.empty_like(innov)
-    # Start from the stationary distribution so early steps are no quieter than late ones.
-    noise[..., 0] = innov[..., 0] / np.sqrt(1 - AR_PHI**2)
+    u = np.empty((n * c, N_MODES, 3))  # per signal and mode: freq, phase, amp in [0, 1)
+    innov = np.empty((n * c, t - 1))
+    for i in range(n * c):
+        u[i] = rng.random(3 * N_MODES).reshape(N_MODES, 3)
+        innov[i] = rng.normal(0.0, AR_SIGMA, size=t - 1)
+    lo, hi = FREQ_RANGE
+    freq = lo + (hi - lo) * u[..., 0]  # (S, 3), S = N*C signals; as Generator.uniform computes it
+    phase = 0.0 + (2 * np.pi - 0.0) * u[..., 1]
+    lo, hi = AMP_RANGE
+    amp = lo + (hi - lo) * u[..., 2]
+    steps = np.arange(t)  # (T,)
+    sig = np.zeros((n * c, t))
+    for m in range(N_MODES):
+        sig += amp[:, m, None] * np.sin(2 * np.pi * freq[:, m, None] * steps + phase[:, m, None])
+    noise = np.zeros((n * c, t))  # AR(1) from 0: noise[0] = 0
     for i in range(1, t):
-        noise[..., i] = AR_PHI * noise[..., i - 1] + innov[..., i]
-    s = s + noise
-
-    s = (s - s.mean(axis=-1, keepdims=True)) / s.std(axis=-1, keepdims=True)
+        noise[:, i] = AR_PHI * noise[:, i - 1] + innov[:, i - 1]
+    sig = sig + noise
+    sig = (sig - sig.mean(axis=-1, keepdims=True)) / (sig.std(axis=-1, keepdims=True) + STD_EPS)
+    s = sig.astype(np.float32).reshape(n, c, t)
     return np.ascontiguousarray(s.transpose(0, 2, 1))  # (N, T, C)
 
 
 def target_values(s: np.ndarray) -> np.ndarray:
-    """y(t) for s of shape (N, T, C >= 4): shape (N, T), NaN for t < MAX_LAG (lags before step 0)."""
+    """y(t) for s of shape (N, T, C >= 4): shape (N, T) in s's dtype, NaN for t < MAX_LAG."""
     n, t, _ = s.shape
-    y = np.full((n, t), np.nan)
+    y = np.full((n, t), np.nan, dtype=s.dtype)
     s0, s1, s2, s3 = (s[:, :, k] for k in range(4))  # each (N, T)
     u = slice(MAX_LAG, t)  # steps where every lag exists
     y[:, u] = (
         np.tanh(s0[:, MAX_LAG - 3 : t - 3] * s1[:, u])
         + 0.6 * np.sin(1.3 * s2[:, : t - MAX_LAG])
-        + 0.4 * (s3[:, u] > 0) * s0[:, u]
+        + 0.4 * (s3[:, u] > 0).astype(s.dtype) * s0[:, u]
     )
     return y
 
 
+def val_count(series: int) -> int:
+    """Validation series: the paper's max(32, N // 10), capped at N // 2 so tiny data still trains."""
+    return max(1, min(max(MIN_VAL_SERIES, series // 10), series // 2))
+
+
 def split_series(series: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """Seeded 90/10 split of series indices: (train, validation), each sorted, disjoint."""
-    perm = np.random.default_rng([seed, 1]).permutation(series)
-    n_val = max(1, round(VAL_FRACTION * series))
-    return np.sort(perm[n_val:]), np.sort(perm[:n_val])
+    """The paper's seeded split of series indices: (train, validation), each sorted, disjoint.
+
+    ``random_split(ds, [N - n_val, n_val], generator=Generator().manual_seed(seed))`` takes
+    ``randperm(N, generator)`` and gives the first N - n_val entries to training.
+    """
+    perm = torch.randperm(series, generator=torch.Generator().manual_seed(seed)).numpy()
+    n_val = val_count(series)
+    return np.sort(perm[: series - n_val]), np.sort(perm[series - n_val :])
 
 
 def quantile_edges(values: np.ndarray, num_bins: int) -> np.ndarray:
@@ -112,8 +152,22 @@ def quantile_edges(values: np.ndarray, num_bins: int) -> np.ndarray:
     return np.quantile(values, np.arange(1, num_bins) / num_bins)
 
 
+def paper_edges(y: np.ndarray, num_bins: int) -> np.ndarray:
+    """The paper's K+1 edges: quantiles of every y value (NaN counted as 0), outer ones widened."""
+    edges = np.quantile(np.nan_to_num(y, nan=0.0).reshape(-1), np.linspace(0, 1, num_bins + 1))
+    edges[0] -= EDGE_PAD
+    edges[-1] += EDGE_PAD
+    return edges
+
+
+def paper_bins(y: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    """The paper's bins: ``clip(digitize(y, edges) - 1, 0, K - 1)`` with undefined y counted as 0."""
+    k = len(edges) - 1
+    return np.clip(np.digitize(np.nan_to_num(y, nan=0.0), edges) - 1, 0, k - 1).astype(np.int64)
+
+
 def bin_values(y: np.ndarray, edges: np.ndarray) -> np.ndarray:
-    """Bin index (number of edges <= y) as int64, IGNORE_INDEX where y is NaN."""
+    """Bin index (number of interior edges <= y) as int64, IGNORE_INDEX where y is NaN."""
     bins = np.searchsorted(edges, y, side="right").astype(np.int64)
     bins[np.isnan(y)] = IGNORE_INDEX
     return bins
@@ -134,9 +188,20 @@ def _as_int(key: str, value: Any, where: str) -> int:
     return out
 
 
+def _as_positions(value: Any, where: str) -> str:
+    text = str(value).strip().lower() if value is not None else DEFAULT_POSITIONS
+    if text not in POSITIONS:
+        raise DataError(
+            f"{where}: positions must be 'all' (the paper's: every next-step position scored) or "
+            f"'predictable' (the first {MAX_LAG - 1} positions, whose target is undefined, left out), "
+            f"got {value!r}."
+        )
+    return text
+
+
 def _validate(spec: Mapping[str, Any]) -> None:
     if spec["series"] < 10:
-        raise DataError(f"multisignal needs at least 10 series for a 90/10 split, got {spec['series']}.")
+        raise DataError(f"multisignal needs at least 10 series for a train/validation split, got {spec['series']}.")
     if spec["length"] < MAX_LAG + 2:
         raise DataError(f"multisignal length must be at least {MAX_LAG + 2} steps, got {spec['length']}.")
     if spec["channels"] < MIN_CHANNELS:
@@ -151,9 +216,9 @@ def _validate(spec: Mapping[str, Any]) -> None:
 def parse_data(text: str, options: Mapping[str, Any]) -> dict[str, Any]:
     """``multisignal``, ``synthetic`` (alias) or ``multisignal:series=512,length=160,channels=8,seed=0``.
 
-    Keys given in the text win over ``options`` (seed, num_bins, channels), which win over
-    the defaults.  ``quick`` is not folded in here: load_data/data_info apply it, so the spec
-    stays what the user wrote.
+    Keys given in the text win over ``options`` (seed, num_bins, channels, positions), which win
+    over the defaults.  ``quick`` is not folded in here: load_data/data_info apply it, so the
+    spec stays what the user wrote.
     """
     raw = (text or "").strip()
     name, _, rest = raw.partition(":")
@@ -170,14 +235,18 @@ def parse_data(text: str, options: Mapping[str, Any]) -> dict[str, Any]:
         "channels": _as_int("channels", options.get("channels", DEFAULT_CHANNELS), "option"),
         "seed": _as_int("seed", options.get("seed", 0) or 0, "option"),
         "num_bins": _as_int("num_bins", options.get("num_bins", DEFAULT_BINS), "option"),
+        "positions": _as_positions(options.get("positions", DEFAULT_POSITIONS), "option"),
     }
     for item in filter(None, (part.strip() for part in rest.split(","))):
         key, eq, value = item.partition("=")
         key = _ALIASES.get(key.strip().lower(), key.strip().lower())
+        if eq and key == "positions":
+            spec[key] = _as_positions(value, f"--data {raw!r}")
+            continue
         if not eq or key not in _INT_KEYS:
             raise DataError(
                 f"Cannot read {item!r} in --data {raw!r}; use key=value pairs with keys "
-                f"{', '.join(_INT_KEYS)}."
+                f"{', '.join(_INT_KEYS)}, positions."
             )
         spec[key] = _as_int(key, value.strip(), f"--data {raw!r}")
     _validate(spec)
@@ -194,6 +263,7 @@ def _resolve(spec: Mapping[str, Any], options: Mapping[str, Any]) -> dict[str, A
         "channels": _as_int("channels", spec.get("channels", options.get("channels", DEFAULT_CHANNELS)), "data spec"),
         "seed": _as_int("seed", spec.get("seed", options.get("seed", 0) or 0), "data spec"),
         "num_bins": _as_int("num_bins", spec.get("num_bins", options.get("num_bins", DEFAULT_BINS)), "data spec"),
+        "positions": _as_positions(spec.get("positions", options.get("positions", DEFAULT_POSITIONS)), "data spec"),
     }
     if options.get("quick"):
         out["series"] = min(out["series"], QUICK_SERIES)
@@ -202,22 +272,31 @@ def _resolve(spec: Mapping[str, Any], options: Mapping[str, Any]) -> dict[str, A
 
 
 def data_info(spec: Mapping[str, Any], options: Mapping[str, Any]) -> dict[str, Any]:
-    """Shape facts for config_for, without generating anything."""
+    """Shape facts for config_for, without generating anything (plus the position convention)."""
     r = _resolve(spec, options)
-    return {"channels": r["channels"], "num_bins": r["num_bins"], "seq_len": r["length"] - 1}
+    return {"channels": r["channels"], "num_bins": r["num_bins"], "seq_len": r["length"] - 1,
+            "positions": r["positions"]}
 
 
 def load_data(spec: Mapping[str, Any], options: Mapping[str, Any]) -> TensorDataset:
     r = _resolve(spec, options)
-    s = generate_signals(r["series"], r["length"], r["channels"], r["seed"])  # (N, T, C)
-    y = target_values(s)  # (N, T), NaN before MAX_LAG
+    s = generate_signals(r["series"], r["length"], r["channels"], r["seed"])  # (N, T, C) float32
+    y = target_values(s)  # (N, T) float32, NaN before MAX_LAG
     train_idx, val_idx = split_series(r["series"], r["seed"])
-    # Edges from the training split only, so validation bins carry no information about val.
-    train_y = y[train_idx][:, 1:]
-    edges = quantile_edges(train_y[~np.isnan(train_y)], r["num_bins"])
+    if r["positions"] == "all":
+        full = paper_edges(y, r["num_bins"])  # every series, every step, zeros included
+        edges = full[1:-1]
+        bins = paper_bins(y, full)  # (N, T)
+    else:
+        # Edges from the training split's defined targets only: validation bins carry no
+        # information about validation data.
+        train_y = y[train_idx][:, 1:]
+        edges = quantile_edges(train_y[~np.isnan(train_y)].astype(np.float64), r["num_bins"])
+        bins = bin_values(y.astype(np.float64), edges)
 
-    x = torch.from_numpy(s[:, :-1, :].astype(np.float32))  # (N, L, C): steps 0..T-2
-    target = torch.from_numpy(bin_values(y[:, 1:], edges))  # (N, L): bin of y at steps 1..T-1
+    x = torch.from_numpy(s[:, :-1, :])  # (N, L, C): steps 0..T-2
+    target = torch.from_numpy(np.ascontiguousarray(bins[:, 1:]))  # (N, L): bin of y at steps 1..T-1
+    ignored = 0 if r["positions"] == "all" else MAX_LAG - 1
     tr, va = torch.from_numpy(train_idx), torch.from_numpy(val_idx)
     info = {
         **data_info(spec, options),
@@ -229,8 +308,9 @@ def load_data(spec: Mapping[str, Any], options: Mapping[str, Any]) -> TensorData
         "n_val": len(val_idx),
         "train_series": train_idx.tolist(),
         "val_series": val_idx.tolist(),
-        "ignored_steps": MAX_LAG - 1,  # target[:, :6] is IGNORE_INDEX
+        "ignored_steps": ignored,  # target[:, :ignored] is IGNORE_INDEX
+        "scored_positions": r["length"] - 1 - ignored,  # per series: 159 (all) or 153 (predictable)
         "ignore_index": IGNORE_INDEX,
-        "bin_edges": edges.tolist(),
+        "bin_edges": [float(e) for e in edges],
     }
     return TensorDataset((x[tr],), target[tr], (x[va],), target[va], info)

@@ -37,6 +37,9 @@ from archhpo.errors import DataError
 from archhpo.models._family import TensorDataset
 
 DEFAULT_FEATURES = 8
+# Task defaults of the labels; archhpo's --horizon/--threshold options take them from here.
+DEFAULT_HORIZON = 1
+DEFAULT_THRESHOLD = 0.01
 DEFAULT_STEPS = 20000
 QUICK_STEPS = 4000
 SYNTHETIC_KEYS = ("features", "steps", "seed")
@@ -62,7 +65,7 @@ class _Options:
 def _options(options: Mapping[str, Any]) -> _Options:
     """Read the task settings with defaults; bad values are user errors, so DataError."""
     o = _Options(
-        horizon=options.get("horizon", 1), threshold=options.get("threshold", 0.01),
+        horizon=options.get("horizon", DEFAULT_HORIZON), threshold=options.get("threshold", DEFAULT_THRESHOLD),
         quick=bool(options.get("quick", False)), seed=options.get("seed", 0),
         context_length=options.get("context_length", 60), val_fraction=options.get("val_fraction", 0.2),
         price_column=options.get("price_column") or "price",

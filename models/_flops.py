@@ -1,0 +1,95 @@
+"""Compute accounting: measuring training FLOPs with FlopCounterMode, and closed-form pieces.
+
+What is counted is what ``torch.utils.flop_counter.FlopCounterMode`` counts: matrix products
+(mm, addmm, bmm, baddbmm, convolutions) at 2 FLOPs per multiply-add, and attention.  Element-wise
+ops, softmax, norms, embedding look-ups and reductions count nothing.
+
+Attention is counted as the math path computes it: QKᵀ and AV forward (4·s²·d per sequence and
+layer), four products backward (8·s²·d), masks ignored (a causal or padding mask still costs the
+full s×s product).  ``count_flops`` therefore runs under the MATH SDPA backend: on CPU the fused
+``_scaled_dot_product_flash_attention_for_cpu`` kernel is invisible to FlopCounterMode (it would
+count 0 for attention), and CUDA's flash/efficient kernels are counted with the backward's
+recomputation of QKᵀ (10·s²·d instead of 8·s²·d).  The math count is the usual "model FLOPs"
+(PaLM's 6N + 12·L·s·d per token) used for MFU: recomputation is not useful work.
+
+A linear layer costs 2·m·k·n forward and twice that backward (input and weight gradients), except
+when its input needs no gradient (a first layer reading the data): then backward computes only
+the weight gradient (2·m·k·n).
+
+"Per sample" (``Family.flops_per_sample``) is the part of a training step's count that grows
+with the batch: count(B) = B·flops_per_sample(config) + c, where c is a batch-size-independent
+term that most families do not have (the signal family's linear-ppe projection of the position
+table and linear-ortho's penalty; see ``archhpo.models.signal.batch_flops``).  So
+flops_per_sample = count(B=2) - count(B=1), exactly, for every family; ``train_flops`` =
+flops_per_sample × samples trained leaves c out (it is far below one sample's FLOPs).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import torch
+from torch import nn
+
+
+def linear_flops(m: int, k: int, n: int, input_grad: bool = True) -> int:
+    """Forward + backward FLOPs of an (m, k) @ (k, n) product whose right operand is a weight.
+
+    ``input_grad=False`` when the left operand (the input) needs no gradient, e.g. the data.
+    """
+    return 2 * m * k * n * (3 if input_grad else 2)
+
+
+def attention_flops(s: int, d: int) -> int:
+    """Forward + backward FLOPs of self-attention over s tokens of width d (any head count).
+
+    QKᵀ and AV: 2·(2·s·s·d) forward, twice that backward (math path, masks not exploited).
+    """
+    return 12 * s * s * d
+
+
+def encoder_layer_flops(s: int, d: int, d_ff: int) -> int:
+    """Forward + backward FLOPs of one transformer layer over one sequence of s tokens.
+
+    q,k,v projection (d→3d), attention, out projection (d→d), FFN d→d_ff→d; the layer's
+    input always needs a gradient (it comes from parameters).  Same for ``nn.TransformerEncoderLayer``
+    and ``archhpo.models._blocks.Block`` (biases and norms cost nothing here).
+    """
+    return (
+        linear_flops(s, d, 3 * d) + attention_flops(s, d) + linear_flops(s, d, d)
+        + linear_flops(s, d, d_ff) + linear_flops(s, d_ff, d)
+    )
+
+
+def count_flops(
+    model: nn.Module,
+    inputs: torch.Tensor | Sequence[torch.Tensor],
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    target: torch.Tensor,
+    *,
+    extra_loss: bool = True,
+) -> int:
+    """FLOPs of one training step (forward, loss, backward) on this batch, as FlopCounterMode counts.
+
+    The model is put in training mode (eval mode may take fused fast paths that hide matmuls)
+    and attention runs on the MATH SDPA backend (see the module docstring).  When the model
+    defines ``extra_loss()`` it is added to the loss, as the trainer does, unless
+    ``extra_loss=False``.  Gradients are cleared afterwards (set to None); the training-mode flag
+    is restored.  Divide by nothing: this is the whole batch's count.
+    """
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.utils.flop_counter import FlopCounterMode
+
+    args = (inputs,) if isinstance(inputs, torch.Tensor) else tuple(inputs)
+    was_training = model.training
+    model.train()
+    try:
+        with sdpa_kernel([SDPBackend.MATH]), FlopCounterMode(display=False) as counter:
+            loss = loss_fn(model(*args), target)
+            if extra_loss and hasattr(model, "extra_loss"):
+                loss = loss + model.extra_loss()
+            loss.backward()
+    finally:
+        model.zero_grad(set_to_none=True)
+        model.train(was_training)
+    return int(counter.get_total_flops())

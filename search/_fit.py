@@ -1,0 +1,203 @@
+"""The scaling law L(N) = E + A * N^-alpha, fitted to the best trial of each budget.
+
+Fit (after Hoffmann et al. 2022 and the replication of Besiroglu et al. 2024): parameters
+e = log E, a = log A and alpha; the predicted log loss is logsumexp(e, a - alpha log N); the
+objective is the Huber loss (delta 1e-3) of the residuals log L_pred - log L_obs, minimised by
+L-BFGS-B from a grid of starting points (the best end point wins).  95% intervals: percentile
+intervals over bootstrap refits on budget points resampled with replacement (resamples with
+fewer than three distinct budgets cannot identify three parameters and are drawn again).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from typing import Any
+
+import numpy as np
+from scipy.optimize import minimize
+
+LAW = "L(N) = E + A * N^-alpha"
+DELTA = 1e-3
+N_BOOT = 1000
+MIN_BUDGETS = 3
+_ALPHA_BOUNDS = (1e-4, 4.0)
+
+
+def _objective(theta: np.ndarray, logn: np.ndarray, logl: np.ndarray, delta: float) -> tuple[float, np.ndarray]:
+    e, a, alpha = theta
+    t = a - alpha * logn
+    pred = np.logaddexp(e, t)
+    r = pred - logl
+    absr = np.abs(r)
+    # Huber, divided by delta so its scale does not depend on delta (gradients of order 1).
+    inner = absr <= delta
+    loss = np.where(inner, 0.5 * r * r / delta, absr - 0.5 * delta).sum()
+    dr = np.where(inner, r / delta, np.sign(r))
+    w_e = np.exp(e - pred)  # d pred / d e
+    w_t = 1.0 - w_e  # d pred / d t
+    grad = np.array([(dr * w_e).sum(), (dr * w_t).sum(), -(dr * w_t * logn).sum()])
+    return float(loss), grad
+
+
+def _starts(logn: np.ndarray, logl: np.ndarray, coarse: bool) -> list[np.ndarray]:
+    lmin = float(np.exp(logl.min()))
+    n_mid = float(np.exp(np.median(logn)))
+    l_mid = float(np.exp(np.median(logl)))
+    fractions = (0.5, 0.9) if coarse else (0.05, 0.5, 0.8, 0.95)
+    alphas = (0.1, 0.4) if coarse else (0.05, 0.15, 0.3, 0.6, 1.2)
+    out = []
+    for frac, alpha in itertools.product(fractions, alphas):
+        e0 = frac * lmin
+        a0 = max(l_mid - e0, 1e-6 * l_mid) * n_mid**alpha
+        out.append(np.array([math.log(e0), math.log(a0), alpha]))
+    return out
+
+
+def _bounds(logn: np.ndarray, logl: np.ndarray) -> list[tuple[float, float]]:
+    top = float(logl.max()) + 1.0
+    return [(-30.0, top), (-30.0, top + _ALPHA_BOUNDS[1] * float(logn.max()) + 5.0), _ALPHA_BOUNDS]
+
+
+def _fit_once(logn: np.ndarray, logl: np.ndarray, starts: list[np.ndarray], delta: float) -> tuple[np.ndarray, float]:
+    bounds = _bounds(logn, logl)
+    best_x, best_f = None, math.inf
+    for x0 in starts:
+        x0 = np.clip(x0, [b[0] for b in bounds], [b[1] for b in bounds])
+        res = minimize(_objective, x0, args=(logn, logl, delta), jac=True, method="L-BFGS-B", bounds=bounds,
+                       options={"maxiter": 500, "ftol": 1e-14, "gtol": 1e-10})
+        if np.all(np.isfinite(res.x)) and res.fun < best_f:
+            best_x, best_f = res.x, float(res.fun)
+    assert best_x is not None
+    return best_x, best_f
+
+
+def _natural(theta: np.ndarray) -> tuple[float, float, float]:
+    return float(math.exp(theta[0])), float(math.exp(theta[1])), float(theta[2])
+
+
+def predict(fit: dict[str, Any], n: Any, params: tuple[float, float, float] | None = None) -> np.ndarray:
+    """L(N) of a fit (or of explicit (E, A, alpha)) at the parameter counts `n`."""
+    if params is None:
+        params = (fit["E"]["estimate"], fit["A"]["estimate"], fit["alpha"]["estimate"])
+    e, a, alpha = params
+    return e + a * np.asarray(n, dtype=float) ** -alpha
+
+
+def band(fit: dict[str, Any], n: Any, level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
+    """Pointwise interval of L(N) over the bootstrap refits (``fit["samples"]``)."""
+    samples = np.asarray(fit.get("samples", []), dtype=float)
+    n = np.asarray(n, dtype=float)
+    if samples.size == 0:
+        mid = predict(fit, n)
+        return mid, mid
+    curves = samples[:, 0:1] + samples[:, 1:2] * n[None, :] ** -samples[:, 2:3]
+    tail = (1 - level) / 2 * 100
+    return np.percentile(curves, tail, axis=0), np.percentile(curves, 100 - tail, axis=0)
+
+
+def fit_law(
+    n: Any,
+    loss: Any,
+    *,
+    n_boot: int = N_BOOT,
+    seed: int = 0,
+    delta: float = DELTA,
+    labels: list[str] | None = None,
+) -> dict[str, Any]:
+    """Fit L(N) = E + A N^-alpha to points (N, L); see the module docstring.
+
+    Returns the keys of ``{experiment}_scaling_fit.json`` (``law``, ``n_budgets``, ``points``,
+    ``E``, ``A``, ``alpha`` as ``{"estimate", "ci95"}``, ``method``; ``reason`` when there is no
+    fit) plus ``samples``, an (n_boot, 3) array of bootstrap (E, A, alpha) (not written to JSON).
+    """
+    n = np.asarray(n, dtype=float)
+    loss = np.asarray(loss, dtype=float)
+    labels = labels or [str(int(x)) for x in n]
+    points = [{"budget": b, "param_count": int(x), "val_loss": float(v)} for b, x, v in zip(labels, n, loss, strict=True)]
+    method = {
+        "objective": f"Huber loss (delta {delta:g}) of log(L_pred) - log(L_obs)",
+        "parametrisation": "E = exp(e), A = exp(a); log L_pred = logsumexp(e, a - alpha log N)",
+        "optimizer": "scipy.optimize.minimize L-BFGS-B from a grid of starting points",
+        "interval": f"95% percentile bootstrap, {n_boot} resamples of the budget points "
+                    f"(resamples with fewer than {MIN_BUDGETS} distinct budgets redrawn), seed {seed}",
+    }
+    out: dict[str, Any] = {"law": LAW, "n_budgets": len(points), "points": points,
+                           "E": None, "A": None, "alpha": None, "method": method}
+    ok = np.isfinite(n) & np.isfinite(loss) & (n > 0) & (loss > 0)
+    n_distinct = len(set(n[ok].tolist()))
+    if n_distinct < MIN_BUDGETS:
+        if not np.all(ok):
+            why = "positive finite losses"
+        else:
+            why = "different parameter counts"
+        out["reason"] = (f"fitting E, A and alpha needs at least {MIN_BUDGETS} budgets with a finished trial "
+                         f"(and {why}); this experiment has {n_distinct}")
+        out["samples"] = np.empty((0, 3))
+        return out
+    logn, logl = np.log(n[ok]), np.log(loss[ok])
+    theta, fun = _fit_once(logn, logl, _starts(logn, logl, coarse=False), delta)
+    method["starts"] = len(_starts(logn, logl, coarse=False))
+    rng = np.random.default_rng(seed)
+    samples = np.empty((n_boot, 3))
+    coarse = _starts(logn, logl, coarse=True)
+    k = len(logn)
+    i = 0
+    draws = 0
+    while i < n_boot and draws < 50 * n_boot:
+        draws += 1
+        idx = rng.integers(0, k, size=k)
+        if len(set(idx.tolist())) < MIN_BUDGETS or len(set(logn[idx].tolist())) < MIN_BUDGETS:
+            continue
+        th, _ = _fit_once(logn[idx], logl[idx], [theta, *coarse[:2]], delta)
+        samples[i] = _natural(th)
+        i += 1
+    samples = samples[:i]
+    e, a, alpha = _natural(theta)
+    for name, est, col in (("E", e, 0), ("A", a, 1), ("alpha", alpha, 2)):
+        lo, hi = (np.percentile(samples[:, col], [2.5, 97.5]) if i else (math.nan, math.nan))
+        out[name] = {"estimate": est, "ci95": [float(lo), float(hi)]}
+    method["bootstrap_resamples"] = i
+    out["objective"] = fun
+    out["formula"] = f"L(N) = {e:.4g} + {a:.4g} * N^-{alpha:.4g}"
+    out["samples"] = samples
+    return out
+
+
+def fit_scaling_law(frame: Any, *, n_boot: int = N_BOOT, seed: int = 0, delta: float = DELTA) -> dict[str, Any]:
+    """Fit L(N) = E + A N^-alpha to the best trial of each budget of a `trials_frame` frame
+    (N = its exact parameter count).  Budgets without a finished trial are left out; with
+    fewer than three points E, A and alpha are None and ``reason`` says why.  The returned
+    dict is what ``{experiment}_scaling_fit.json`` holds, plus ``samples`` (bootstrap
+    (E, A, alpha) rows) for drawing the band with `band`."""
+    from archhpo.search._frame import best_and_runner_up
+
+    labels, ns, losses, trials = [], [], [], []
+    for budget, (best, _) in best_and_runner_up(frame).items():
+        if best is None:
+            continue
+        labels.append(budget)
+        ns.append(best["param_count"])
+        losses.append(best["val_loss"])
+        trials.append(int(best["trial"]))
+    out = fit_law(ns, losses, n_boot=n_boot, seed=seed, delta=delta, labels=labels)
+    for point, trial in zip(out["points"], trials, strict=True):
+        point["trial"] = trial
+    return out
+
+
+def fit_json(fit: dict[str, Any]) -> dict[str, Any]:
+    """The fit without its in-memory bootstrap samples, NaN written as null."""
+    def clean(v: Any) -> Any:
+        if isinstance(v, float) and not math.isfinite(v):
+            return None
+        if isinstance(v, dict):
+            return {k: clean(x) for k, x in v.items()}
+        if isinstance(v, list):
+            return [clean(x) for x in v]
+        return v
+
+    return clean({k: v for k, v in fit.items() if k != "samples"})
+
+
+__all__ = ["LAW", "band", "fit_json", "fit_law", "fit_scaling_law", "predict"]

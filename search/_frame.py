@@ -1,0 +1,359 @@
+"""An experiment's trials as one pandas DataFrame, from the database or from archhpo's CSV files.
+
+`trials_frame` is the single entry point of the report and the notebook API: every figure, the
+scaling-law fit and every table of `archhpo report` is computed from its result, so a notebook
+can remake and restyle any of them.  One row per trial (COMPLETE, PRUNED and FAIL; trials still
+WAITING or RUNNING are left out), every budget of the experiment, with these columns:
+
+=================== =====================================================================
+experiment, study   experiment name and Optuna study name (``{experiment}_{budget}``)
+budget              budget label (``2M``); ``budget_value`` its number of parameters
+trial               Optuna trial number (unique within a budget)
+state               ``COMPLETE``, ``PRUNED`` or ``FAIL``
+phase, plan_slot    plan phase (1, 2; 3 = confirmation) and plan slot; NaN when unknown
+seed                the trial's seed (paired seeds, confirmation); NaN for ordinary trials
+confirm_rank        for phase-3 trials read from a database: rank of the confirmed
+                    architecture (0 = the budget's best); NaN otherwise
+family              model family
+arch_idx, d_model, n_layers, n_heads, d_ff, param_count (exact), extreme (grid extreme tags)
+choices, choice     categorical choices as a dict (``{"encoder": "sum"}``) and as a label
+                    (``sum``; ``k=v, k=v`` for several choices; ``""`` for none)
+learning_rate, epochs, batch_size, weight_decay, warmup_steps   training parameters
+val_loss            best validation loss (PRUNED: the best it reached; NaN if none)
+train_loss, best_epoch, duration_s, timestamp
+flops_per_sample, train_flops, samples_per_s    compute accounting (NaN when not recorded)
+baseline_val_loss   loss of always predicting the training base rate
+val_curve           list of (epoch, validation loss) pairs, the per-epoch curve
+depth_to_width      n_layers / d_model
+fail_reason         why a FAIL trial failed (None for a trial lost with its worker)
+val_<metric>        family metrics at the best epoch (char_cls: val_accuracy, val_f1, ...)
+host, device, mfu, peak_memory_gib, gpu_name   where it ran, when recorded
+=================== =====================================================================
+
+``frame.attrs`` holds ``experiment``, ``source`` (``"storage"`` or ``"csv"``), ``studies``
+(budget label -> study name, database only) and ``choice_order`` (choice name -> values in the
+order they were listed at launch, else first appearance).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import warnings
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from archhpo.errors import DataError, StudyError
+
+ARCH_COLUMNS = ("d_model", "n_layers", "n_heads", "d_ff", "param_count")
+TRAINING_COLUMNS = ("learning_rate", "epochs", "batch_size", "weight_decay", "warmup_steps")
+NUMERIC_EXTRA = (
+    "train_loss", "best_epoch", "duration_s", "flops_per_sample", "train_flops", "samples_per_s",
+    "baseline_val_loss", "mfu", "peak_memory_gib",
+)
+FRAME_COLUMNS = (
+    "experiment", "study", "budget", "budget_value", "trial", "state", "phase", "plan_slot", "seed",
+    "confirm_rank", "family", "arch_idx", *ARCH_COLUMNS, "extreme", "choices", "choice",
+    *TRAINING_COLUMNS, "val_loss", "train_loss", "best_epoch", "duration_s", "timestamp",
+    "flops_per_sample", "train_flops", "samples_per_s", "baseline_val_loss", "val_curve",
+    "depth_to_width", "fail_reason", "host", "device", "mfu", "peak_memory_gib", "gpu_name",
+)
+STATES = ("COMPLETE", "PRUNED", "FAIL")
+# Trial attributes that are bookkeeping, not metrics, although they start with "val_".
+_NOT_METRICS = {"val_loss", "val_curve"}
+
+
+def choice_label(choices: dict[str, Any] | None) -> str:
+    """``{"encoder": "sum"}`` -> ``"sum"``; several choices -> ``"a=1, b=2"``; none -> ``""``."""
+    if not choices:
+        return ""
+    if len(choices) == 1:
+        return str(next(iter(choices.values())))
+    return ", ".join(f"{k}={v}" for k, v in sorted(choices.items()))
+
+
+def _num(v: Any) -> float:
+    if v is None or v == "" or isinstance(v, bool):
+        return math.nan
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def _budget_value(label: str) -> float:
+    from archhpo.budgets import parse_budget
+
+    try:
+        return float(parse_budget(label))
+    except Exception:
+        return math.nan  # a pinned-architecture study's label: filled from its param counts below
+
+
+def _finish(frame: pd.DataFrame, experiment: str, source: str) -> pd.DataFrame:
+    """Common column types and order for both sources; derived columns."""
+    for col in FRAME_COLUMNS:
+        if col not in frame.columns:
+            frame[col] = None if col in ("choices", "val_curve", "fail_reason", "extreme") else np.nan
+    numeric = ("budget_value", "trial", "phase", "plan_slot", "seed", "confirm_rank", "arch_idx",
+               *ARCH_COLUMNS, *TRAINING_COLUMNS, "val_loss", *NUMERIC_EXTRA)
+    for col in numeric:
+        frame[col] = pd.to_numeric(frame[col], errors="coerce").astype(float)
+    metric_cols = sorted(c for c in frame.columns if c.startswith("val_") and c not in _NOT_METRICS)
+    for col in metric_cols:
+        frame[col] = pd.to_numeric(frame[col], errors="coerce").astype(float)
+    frame["val_loss"] = frame["val_loss"].where(np.isfinite(frame["val_loss"]))  # inf -> NaN
+    frame["choices"] = [c if isinstance(c, dict) else {} for c in frame["choices"]]
+    frame["choice"] = [choice_label(c) for c in frame["choices"]]
+    frame["val_curve"] = [c if isinstance(c, list) else [] for c in frame["val_curve"]]
+    frame["state"] = frame["state"].fillna("COMPLETE").astype(str).str.upper()
+    frame["budget"] = frame["budget"].astype(str)
+    frame["depth_to_width"] = frame["n_layers"] / frame["d_model"]
+    # Budgets without a parseable label (pinned architectures) sort by their median count.
+    missing = frame["budget_value"].isna()
+    if missing.any():
+        med = frame.groupby("budget")["param_count"].median()
+        frame.loc[missing, "budget_value"] = frame.loc[missing, "budget"].map(med)
+    extra = [c for c in frame.columns if c not in FRAME_COLUMNS and c not in metric_cols]
+    frame = frame[[*FRAME_COLUMNS, *metric_cols, *extra]]
+    frame = frame.sort_values(["budget_value", "budget", "trial"], kind="stable").reset_index(drop=True)
+    frame.attrs.setdefault("experiment", experiment)
+    frame.attrs["source"] = source
+    return frame
+
+
+# ----------------------------------------------------------------------------- from the database
+def _plan_ranks(plan: Iterable[dict[str, Any]]) -> dict[int, int]:
+    return {int(e["slot"]): int(e["rank"]) for e in plan if e.get("phase") == 3 and e.get("rank") is not None}
+
+
+def _choice_order(archs: Sequence[dict[str, Any]], options: dict[str, Any]) -> dict[str, list[Any]]:
+    order: dict[str, list[Any]] = {}
+    for arch in archs:
+        for k, v in (arch.get("choices") or {}).items():
+            if v not in order.setdefault(k, []):
+                order[k].append(v)
+    for k, seen in order.items():
+        listed = options.get(k)
+        if isinstance(listed, str):
+            listed = [s.strip() for s in listed.split(",")]
+        if isinstance(listed, list) and set(map(str, seen)) <= set(map(str, listed)):
+            rank = {str(v): i for i, v in enumerate(listed)}
+            seen.sort(key=lambda v: rank[str(v)])
+    return order
+
+
+def _study_rows(study: Any, settings: Any) -> list[dict[str, Any]]:
+    from optuna.trial import TrialState
+
+    states = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
+    ranks = _plan_ranks(settings.plan)
+    rows = []
+    for t in study.get_trials(deepcopy=False, states=states):
+        ua = t.user_attrs
+        idx = t.params.get("arch_idx")
+        arch = settings.archs[int(idx)] if idx is not None and 0 <= int(idx) < len(settings.archs) else {}
+        curve = sorted((int(k), float(v)) for k, v in t.intermediate_values.items())
+        finite = [v for _, v in curve if math.isfinite(v)]
+        if t.state == TrialState.COMPLETE:
+            value = t.value
+        elif t.state == TrialState.PRUNED:
+            value = min(finite) if finite else None
+        else:
+            value = None
+        slot = ua.get("plan_slot")
+        choices = arch.get("choices") or ua.get("choices") or {}
+        row = {
+            "experiment": settings.experiment, "study": settings.study_name, "budget": settings.budget,
+            "budget_value": settings.budget_value, "trial": t.number, "state": t.state.name,
+            "phase": ua.get("phase"), "plan_slot": slot, "seed": ua.get("seed"),
+            "confirm_rank": ranks.get(int(slot)) if slot is not None else None,
+            "family": settings.family, "arch_idx": idx,
+            **{k: arch.get(k, ua.get(k)) for k in ARCH_COLUMNS},
+            "extreme": arch.get("extreme", ""), "choices": dict(choices),
+            **{k: t.params.get(k) for k in TRAINING_COLUMNS},
+            "val_loss": value, "val_curve": [list(p) for p in curve],
+            "timestamp": t.datetime_complete.astimezone().isoformat() if t.datetime_complete else None,
+            "fail_reason": ua.get("fail_reason"),
+            **{k: ua.get(k) for k in (*NUMERIC_EXTRA, "host", "device", "gpu_name")},
+        }
+        for k, v in ua.items():
+            if k.startswith("val_") and k not in _NOT_METRICS and isinstance(v, int | float):
+                row[k] = v
+        rows.append(row)
+    return rows
+
+
+def frame_from_storage(storage: Any, experiment: str, budgets: Sequence[str] | None = None) -> pd.DataFrame:
+    """Every budget (study) of `experiment` in an open RDBStorage (or a URL), as one frame."""
+    from archhpo.search._storage import open_storage, resolve_storage_url
+    from archhpo.search._study import StudySettings, check_experiment, experiment_studies, load_study
+
+    if storage is None or isinstance(storage, str):
+        storage = open_storage(resolve_storage_url(storage))
+    check_experiment(experiment)
+    names = experiment_studies(storage, experiment)
+    if budgets:
+        from archhpo.budgets import budget_label
+
+        wanted = {f"{experiment}_{budget_label(b)}" for b in budgets}
+        names = [n for n in names if n in wanted]
+    if not names:
+        raise StudyError(f"No archhpo study of experiment {experiment!r} in this storage; "
+                         "check --experiment and --storage.")
+    rows: list[dict[str, Any]] = []
+    studies: dict[str, str] = {}
+    order: dict[str, list[Any]] = {}
+    for name in names:
+        study = load_study(storage, name)
+        settings = StudySettings.from_attrs(study.user_attrs, name)
+        studies[settings.budget] = name
+        for k, vals in _choice_order(settings.archs, settings.options).items():
+            order.setdefault(k, [])
+            order[k] += [v for v in vals if v not in order[k]]
+        rows += _study_rows(study, settings)
+    frame = pd.DataFrame(rows) if rows else pd.DataFrame(columns=list(FRAME_COLUMNS))
+    frame.attrs.update({"experiment": experiment, "studies": studies, "choice_order": order})
+    if not rows:  # studies exist but nothing has finished: keep one empty row set per budget
+        frame.attrs["empty_budgets"] = list(studies)
+    return _finish(frame, experiment, "storage")
+
+
+# ----------------------------------------------------------------------------- from CSV files
+def _json_cell(text: Any, kind: type) -> Any:
+    if isinstance(text, kind):
+        return text
+    if not isinstance(text, str) or not text.strip():
+        return kind()
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return kind()
+    return value if isinstance(value, kind) else kind()
+
+
+def frame_from_csv(paths: Sequence[str | Path], experiment: str | None = None) -> pd.DataFrame:
+    """Rows of archhpo's ``experiment_results.csv`` files (old ones without the appended columns
+    too); only the rows of `experiment` when given."""
+    parts = []
+    for p in paths:
+        path = Path(p)
+        if not path.is_file():
+            raise DataError(f"CSV file {str(path)!r} does not exist; pass an experiment_results.csv "
+                            "written by `archhpo run` or `archhpo export`.")
+        try:
+            part = pd.read_csv(path, dtype={"budget": str, "experiment": str}, keep_default_na=True)
+        except (ValueError, pd.errors.ParserError) as exc:
+            raise DataError(f"Cannot read {str(path)!r} as CSV ({exc}); pass an experiment_results.csv.") from None
+        need = {"experiment", "trial", "budget", "param_count", "val_loss"}
+        if not need <= set(part.columns):
+            missing = ", ".join(sorted(need - set(part.columns)))
+            raise DataError(f"{str(path)!r} lacks the columns {missing}; it is not an archhpo "
+                            "experiment_results.csv.")
+        parts.append(part)
+    frame = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+    if experiment is not None:
+        frame = frame[frame["experiment"].astype(str) == experiment].copy()
+        if frame.empty:
+            raise StudyError(f"No rows of experiment {experiment!r} in the CSV files given; "
+                             "check --experiment.")
+    else:
+        names = sorted(set(frame["experiment"].astype(str)))
+        experiment = names[0] if len(names) == 1 else ",".join(names)
+    frame = frame.drop_duplicates(subset=["experiment", "budget", "trial"], keep="last")
+    frame["study"] = frame["experiment"].astype(str) + "_" + frame["budget"].astype(str)
+    frame["budget_value"] = [_budget_value(b) for b in frame["budget"].astype(str)]
+    frame["choices"] = [_json_cell(c, dict) for c in frame.get("choices", [None] * len(frame))]
+    frame["val_curve"] = [_json_cell(c, list) for c in frame.get("val_curve", [None] * len(frame))]
+    if "state" not in frame.columns:
+        frame["state"] = "COMPLETE"  # an older CSV: COMPLETE and PRUNED rows are not told apart
+    order: dict[str, list[Any]] = {}
+    for ch in frame["choices"]:
+        for k, v in ch.items():
+            if v not in order.setdefault(k, []):
+                order[k].append(v)
+    frame.attrs.update({"experiment": experiment, "studies": {}, "choice_order": order})
+    return _finish(frame, experiment, "csv")
+
+
+def trials_frame(
+    experiment: str,
+    storage: Any = None,
+    csv: str | Path | Sequence[str | Path] | None = None,
+    budgets: Sequence[str] | None = None,
+) -> pd.DataFrame:
+    """An experiment's trials as a pandas DataFrame (see the module docstring for the columns).
+
+    Read from the database (`storage`: a URL, an open RDBStorage, or None for
+    ``$ARCHHPO_STORAGE`` / ``sqlite:///archhpo.db``) or, when `csv` is given, from one or more
+    ``experiment_results.csv`` files written by archhpo.  Example::
+
+        from archhpo import trials_frame, fit_scaling_law, plot_loss_vs_params
+        df = trials_frame("demo", storage="sqlite:///archhpo.db")
+        fit = fit_scaling_law(df)
+        plot_loss_vs_params(df, fit).savefig("loss.png")
+    """
+    if csv is not None:
+        paths = [csv] if isinstance(csv, str | Path) else list(csv)
+        frame = frame_from_csv(paths, experiment)
+        if budgets:
+            from archhpo.budgets import budget_label
+
+            frame = frame[frame["budget"].isin({budget_label(b) for b in budgets})].reset_index(drop=True)
+        return frame
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # Optuna's experimental-feature warnings
+        return frame_from_storage(storage, experiment, budgets)
+
+
+# ----------------------------------------------------------------------------- selections
+def budgets_in(frame: pd.DataFrame) -> list[str]:
+    """Budget labels, smallest budget first (budgets whose trials all failed included)."""
+    labels = list(dict.fromkeys(frame["budget"]))
+    labels += [b for b in frame.attrs.get("empty_budgets", []) if b not in labels]
+    return labels
+
+
+def ranked(frame: pd.DataFrame, include_confirmation: bool = False) -> pd.DataFrame:
+    """COMPLETE trials with a finite loss, best first within each budget (phase-3 confirmation
+    retrains are left out unless asked: they re-measure a winner, they do not compete)."""
+    ok = (frame["state"] == "COMPLETE") & frame["val_loss"].notna()
+    if not include_confirmation:
+        ok &= frame["phase"].ne(3) | frame["phase"].isna()
+    return frame[ok].sort_values(["budget_value", "budget", "val_loss", "trial"], kind="stable")
+
+
+def arch_key(row: Any) -> tuple[Any, ...]:
+    return (row["d_model"], row["n_layers"], row["n_heads"], row["d_ff"], row["choice"])
+
+
+def best_and_runner_up(frame: pd.DataFrame) -> dict[str, tuple[pd.Series | None, pd.Series | None]]:
+    """Per budget: the best trial and the runner-up, i.e. the best trial of a *different*
+    architecture (another (d_model, n_layers, n_heads, d_ff, choices)); None where missing."""
+    out: dict[str, tuple[pd.Series | None, pd.Series | None]] = {b: (None, None) for b in budgets_in(frame)}
+    for budget, group in ranked(frame).groupby("budget", sort=False):
+        best = group.iloc[0]
+        key = arch_key(best)
+        runner = None
+        for _, row in group.iloc[1:].iterrows():
+            if arch_key(row) != key:
+                runner = row
+                break
+        out[str(budget)] = (best, runner)
+    return out
+
+
+__all__ = [
+    "FRAME_COLUMNS",
+    "best_and_runner_up",
+    "budgets_in",
+    "choice_label",
+    "frame_from_csv",
+    "frame_from_storage",
+    "ranked",
+    "trials_frame",
+]

@@ -1,0 +1,333 @@
+"""Every command-line option, defined once.
+
+Each option has one `Option` below: its name (the argparse dest and the key of an experiment
+file), type, default, help, the commands that take it and whether it is stored in the study.
+The parser (`archhpo.search.cli`), `prepare_settings`, `archhpo train` and the experiment files
+of `launch`/`run` (``--config study.toml``) all read them from here; nothing restates a default.
+A family's own flags (``--encoder``, ``--num-features``) come from its ``Family.flags`` and are
+turned into options by `family_options`.
+
+Precedence: a flag on the command line wins over the experiment file, which wins over the
+default.  On `launch`/`run` a family flag given a comma-separated list (``--encoder
+sum,linear``) becomes a dimension of the study's grid, and the architecture flags (``--d-model
+64 --n-layers 2,3``) pin the grid instead of (or within) a budget.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tomllib
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from archhpo.budgets import DEFAULT_TOLERANCE
+from archhpo.errors import ArchhpoError
+from archhpo.models import Family
+from archhpo.models.data.timeseries import DEFAULT_HORIZON, DEFAULT_THRESHOLD
+
+GRID, PARAMS, LAUNCH, WORKER, RUN, EXPORT, DASHBOARD, TRAIN, REPORT = (
+    "grid", "params", "launch", "worker", "run", "export", "dashboard", "train", "report",
+)
+STUDY_COMMANDS = (LAUNCH, RUN)  # the commands that read an experiment file (--config)
+FAMILY_COMMANDS = (GRID, PARAMS, LAUNCH, RUN, TRAIN)  # the commands that take a family's flags
+ADDRESS_COMMANDS = (WORKER, EXPORT)  # address studies by --budget / pins / --study
+
+
+def integers(text: str) -> list[int]:
+    """'2,3' -> [2, 3] (argparse names this type in its error: invalid integers value)."""
+    return [int(part) for part in str(text).split(",") if part.strip()]
+
+
+def maybe_list(kind: Callable[[str], Any]) -> Callable[[str], Any]:
+    """A family flag on launch/run: one value, or a comma-separated list (a grid dimension)."""
+
+    def parse(text: str) -> Any:
+        parts = [p.strip() for p in str(text).split(",")]
+        return kind(parts[0]) if len(parts) == 1 else [kind(p) for p in parts]
+
+    parse.__name__ = getattr(kind, "__name__", "value")
+    return parse
+
+
+@dataclass(frozen=True)
+class Option:
+    name: str  # the experiment-file key; the flag is --name-with-dashes unless `flag` says otherwise
+    default: Any = None
+    type: Callable[[str], Any] | None = str
+    help: str = ""
+    commands: tuple[str, ...] = ()
+    stored: bool = False  # part of the study (its identity): set at launch, read by every worker
+    switch: bool = False  # a store_true flag
+    choices: tuple[str, ...] | None = None
+    repeat: bool = False  # may be given several times (--budget 2M --budget 20M)
+    required: tuple[str, ...] = ()  # commands on which argparse itself requires it
+    list_commands: tuple[str, ...] = ()  # commands on which a comma-separated list is accepted
+    flag: str | None = None
+    dest: str | None = None
+    env: str | None = None  # an environment variable that replaces the default when set
+    command_defaults: Mapping[str, Any] = field(default_factory=dict)  # e.g. train: None (from --from)
+    metavar: str | None = None
+
+    @property
+    def flag_name(self) -> str:
+        return self.flag or "--" + self.name.replace("_", "-")
+
+    @property
+    def key(self) -> str:
+        return self.dest or self.name
+
+    def default_for(self, command: str) -> Any:
+        if command in self.command_defaults:
+            return self.command_defaults[command]
+        if self.env and os.environ.get(self.env):
+            return os.environ[self.env]
+        return self.default
+
+    def parser_type(self, command: str) -> Callable[[str], Any] | None:
+        if self.type is None or command not in self.list_commands:
+            return self.type
+        return integers if self.type is int and self.name in ARCH_OPTIONS else maybe_list(self.type)
+
+    def help_for(self, command: str) -> str:
+        text = self.help
+        default = self.default_for(command)
+        if self.env:
+            text += f" (default ${self.env}, else {self.default})"
+        elif not self.switch and default is not None and command not in self.command_defaults:
+            text += f" (default {default})"
+        if command in self.list_commands and self.name not in ARCH_OPTIONS:
+            text += "; a comma-separated list makes it a dimension of the study's grid"
+        return text.replace("%", "%%")
+
+    def add_to(self, parser: argparse.ArgumentParser | Any, command: str) -> None:
+        kwargs: dict[str, Any] = {"dest": self.key, "default": argparse.SUPPRESS, "help": self.help_for(command)}
+        if self.switch:
+            kwargs["action"] = "store_true"
+        else:
+            kwargs["type"] = self.parser_type(command)
+            if self.repeat:
+                kwargs["action"] = "append"
+            if self.choices:
+                kwargs["choices"] = self.choices
+            if self.metavar:
+                kwargs["metavar"] = self.metavar
+            elif not self.choices:
+                kwargs["metavar"] = self.name.upper()
+        if command in self.required:
+            kwargs["required"] = True
+        parser.add_argument(self.flag_name, **kwargs)
+
+
+ARCH_OPTIONS = ("d_model", "n_layers", "n_heads", "d_ff")
+TRAINING_OPTIONS = ("learning_rate", "epochs", "batch_size", "weight_decay", "warmup_steps")
+_PINNING = (LAUNCH, RUN, WORKER, EXPORT)
+_TASK_TRAIN_DEFAULT = {TRAIN: None}  # train: taken from --from's best JSON, else the default
+
+OPTIONS: tuple[Option, ...] = (
+    Option("config", None, str, "experiment file (TOML, or YAML with pyyaml) holding any of this command's "
+           "options; flags on the line win", (LAUNCH, RUN), metavar="FILE"),
+    Option("experiment", None, str, "experiment name; its studies are named {experiment}_{budget}",
+           (LAUNCH, RUN, WORKER, EXPORT, REPORT), required=(WORKER, EXPORT, REPORT)),
+    Option("budget", None, str, "parameter budget such as 2M, 20M, 1.5B, 500K; repeat for several "
+           "(launch/run: or pin the architecture with --d-model ... instead)",
+           (GRID, LAUNCH, RUN, WORKER, EXPORT), repeat=True, required=(GRID,)),
+    Option("study", None, str, "an exact study name as `launch` printed it; repeat for several "
+           "(instead of --budget and pins)", (WORKER, EXPORT), repeat=True),
+    Option("family", "patchtst", str, "model family (its flags are listed below: pass --family NAME --help "
+           "for another family's)", FAMILY_COMMANDS, stored=True),
+    Option("trials", 50, int, "planned trials per study (a paired study: configurations, each trained "
+           "with every seed)", STUDY_COMMANDS, stored=True),
+    Option("data", "synthetic", str, "synthetic[:k=v,...] or a CSV/Parquet path", (*STUDY_COMMANDS, TRAIN),
+           stored=True, command_defaults=_TASK_TRAIN_DEFAULT),
+    Option("horizon", DEFAULT_HORIZON, int, "label horizon in steps", (*STUDY_COMMANDS, TRAIN), stored=True,
+           command_defaults=_TASK_TRAIN_DEFAULT),
+    Option("threshold", DEFAULT_THRESHOLD, float, "label threshold on the return", (*STUDY_COMMANDS, TRAIN),
+           stored=True, command_defaults=_TASK_TRAIN_DEFAULT),
+    Option("seed", 0, int, "study seed (data, plan and initialisation)", (*STUDY_COMMANDS, TRAIN), stored=True,
+           command_defaults=_TASK_TRAIN_DEFAULT),
+    Option("tolerance", DEFAULT_TOLERANCE, float, "keep architectures within ±tolerance of the budget",
+           (GRID, *STUDY_COMMANDS), stored=True),
+    Option("pruner", "median", str, "stop trials worse than the median (median) or never (none)",
+           STUDY_COMMANDS, stored=True, choices=("median", "none")),
+    Option("quick", False, None, "small data and few epochs (minutes on a CPU)", (*STUDY_COMMANDS, TRAIN),
+           stored=True, switch=True),
+    Option("paired_seeds", 0, int, "train every planned configuration with seeds 0..S-1 (seed s fixes data, "
+           "split and initialisation, the same for every configuration); 0 = off", STUDY_COMMANDS,
+           stored=True, metavar="S"),
+    Option("confirm", 0, int, "once phases 1-2 are final, retrain the K best architectures with --seeds new "
+           "seeds each (phase 3); 0 = off", STUDY_COMMANDS, stored=True, metavar="K"),
+    Option("seeds", 3, int, "seeds per confirmed architecture (with --confirm)", STUDY_COMMANDS, stored=True,
+           metavar="S"),
+    *(Option(name, None, int, f"{name} of the architecture" + {
+        "d_model": " (model width)", "n_layers": " (transformer layers)", "n_heads": " (attention heads)",
+        "d_ff": " (feed-forward width)"}[name] + "; launch/run/worker/export: pin it (a comma-separated "
+        "list pins several values) instead of or within a budget",
+        (PARAMS, TRAIN, *_PINNING), stored=True, required=(PARAMS,), list_commands=_PINNING)
+      for name in ARCH_OPTIONS),
+    *(Option(name, None, kind, f"{name} of training; launch/run: every trial uses it (the plan samples "
+             "only the other training parameters)", (TRAIN, *STUDY_COMMANDS), stored=True)
+      for name, kind in zip(TRAINING_OPTIONS, (float, int, int, float, int), strict=True)),
+    Option("storage", None, str, "database URL (default $ARCHHPO_STORAGE, else sqlite:///archhpo.db)",
+           (*STUDY_COMMANDS, WORKER, EXPORT, DASHBOARD, REPORT)),
+    Option("device", "auto", str, "auto, cpu or cuda", (WORKER, RUN, TRAIN)),
+    Option("threads", None, int, "torch CPU threads", (WORKER, TRAIN)),
+    Option("checkpoint_dir", "checkpoints", str, "per-epoch checkpoints, so a retried trial resumes (shared "
+           "storage on a cluster)", (WORKER, RUN), env="ARCHHPO_CHECKPOINT_DIR", metavar="DIR"),
+    Option("workers", 2, int, "Ray workers", (RUN,)),
+    Option("ray_address", None, str, "an existing Ray cluster (default: a private local Ray)", (RUN,),
+           metavar="ADDR"),
+    Option("gpus_per_trial", "0", str, "GPU share per worker (0.25 packs four on a GPU) or auto (from the "
+           "memory estimate)", (RUN,), metavar="F"),
+    Option("out", "results", str, "directory for the CSV, best JSON (and report)", (RUN, EXPORT, REPORT),
+           metavar="DIR"),
+    Option("csv", None, str, "an experiment_results.csv to read instead of a database; repeat for several",
+           (REPORT,), repeat=True, metavar="FILE"),
+    Option("format", "table", str, "output format", (GRID,), choices=("table", "json", "csv")),
+    Option("format", "text", str, "output format", (PARAMS,), choices=("text", "json"), dest="format"),
+    Option("from_json", None, str, "a *_best.json to reproduce", (TRAIN,), flag="--from", metavar="BEST_JSON"),
+    Option("save", None, str, "write the trained weights and config here (.pt)", (TRAIN,), metavar="FILE"),
+    Option("host", "127.0.0.1", str, "address to bind", (DASHBOARD,)),
+    Option("port", 8080, int, "port", (DASHBOARD,)),
+)
+
+
+def options_for(command: str) -> list[Option]:
+    return [o for o in OPTIONS if command in o.commands]
+
+
+def option(name: str, command: str | None = None) -> Option:
+    for o in OPTIONS:
+        if o.name == name and (command is None or command in o.commands):
+            return o
+    raise KeyError(name)
+
+
+def default(name: str, command: str = LAUNCH) -> Any:
+    """The one default of an option (as `launch` sees it unless another command is named)."""
+    matching = [o for o in OPTIONS if o.name == name]
+    if not matching:
+        raise KeyError(name)
+    chosen = next((o for o in matching if command in o.commands), matching[0])
+    return chosen.default_for(command)
+
+
+def family_options(family: Family | None) -> list[Option]:
+    """A family's flags (Family.flags) as options of grid/params/launch/run/train."""
+    if family is None:
+        return []
+    out = []
+    for flag in family.flags:
+        listable = flag.type in (str, int, float)
+        out.append(Option(
+            flag.name, flag.default, flag.type, flag.help, FAMILY_COMMANDS, stored=True,
+            dest=f"fam_{flag.name}", list_commands=STUDY_COMMANDS if listable else (),
+        ))
+    return out
+
+
+# ----------------------------------------------------------------------------- experiment files
+def load_config(path: str) -> dict[str, Any]:
+    """Read an experiment file: TOML (.toml) or YAML (.yaml/.yml, needs pyyaml); one flat table."""
+    p = Path(path)
+    try:
+        raw = p.read_bytes()
+    except FileNotFoundError:
+        raise ArchhpoError(f"Experiment file {path} does not exist; check --config.") from None
+    except OSError as exc:
+        raise ArchhpoError(f"Cannot read experiment file {path} ({exc.strerror}); check --config.") from None
+    if p.suffix.lower() in (".yaml", ".yml"):
+        try:
+            import yaml
+        except ImportError:
+            raise ArchhpoError(f"Reading {path} needs pyyaml (pip install pyyaml), or write it as TOML.") from None
+        try:
+            data = yaml.safe_load(raw.decode())
+        except yaml.YAMLError as exc:
+            raise ArchhpoError(f"{path} is not valid YAML ({str(exc).splitlines()[0]}); fix the file.") from None
+        data = {} if data is None else data
+    else:
+        try:
+            data = tomllib.loads(raw.decode())
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+            raise ArchhpoError(f"{path} is not valid TOML ({exc}); fix the file.") from None
+    if not isinstance(data, dict):
+        raise ArchhpoError(f"{path} must hold key = value pairs (one table), not a {type(data).__name__}.")
+    return data
+
+
+def config_values(config: Mapping[str, Any], path: str, command: str, opts: Iterable[Option]) -> dict[str, Any]:
+    """The experiment file's values by argparse dest, converted exactly as their flags would be.
+
+    Every option of launch or run is a valid key (one file serves both; run-only keys such as
+    `workers` are ignored by launch), written with '_' or '-'.  Anything else is refused."""
+    by_key = {o.name: o for o in opts if o.name != "config"}
+    out: dict[str, Any] = {}
+    for raw_key, value in config.items():
+        key = str(raw_key).replace("-", "_")
+        o = by_key.get(key)
+        if o is None:
+            known = ", ".join(sorted(by_key))
+            raise ArchhpoError(f"Unknown key {raw_key!r} in {path}; an experiment file takes only these keys: {known}.")
+        if command not in o.commands:
+            continue  # e.g. `workers` read by launch
+        out[o.key] = _convert(o, raw_key, value, path, command)
+    return out
+
+
+def _convert(o: Option, key: str, value: Any, path: str, command: str) -> Any:
+    where = f"Key {key!r} in {path}"
+    if isinstance(value, dict):
+        raise ArchhpoError(f"{where} must be a value or a list, not a table.")
+    if o.switch:
+        if not isinstance(value, bool):
+            raise ArchhpoError(f"{where} must be true or false, got {value!r}.")
+        return value
+    items = value if isinstance(value, list) else [value]
+    if any(isinstance(v, bool | list | dict) for v in items):
+        raise ArchhpoError(f"{where} has an unusable value {value!r}; write it as on the command line.")
+    texts = [str(v) for v in items]
+    try:
+        if o.repeat:
+            return [o.type(t) if o.type else t for t in texts]
+        kind = o.parser_type(command)
+        if isinstance(value, list) and command not in o.list_commands:
+            if o.type in (str, int, float):
+                raise ArchhpoError(f"{where} takes one value, not a list.")
+            texts = [",".join(texts)]  # a family type that parses lists itself (cat_cardinalities)
+        result = kind(",".join(texts)) if kind else ",".join(texts)
+    except (ValueError, TypeError):
+        name = getattr(o.type, "__name__", "value")
+        raise ArchhpoError(f"{where}: {value!r} is not a valid {name}.") from None
+    if o.choices and result not in o.choices:
+        raise ArchhpoError(f"{where} must be one of {', '.join(o.choices)}, got {value!r}.")
+    return result
+
+
+def argv_value(argv: list[str], flag: str) -> str | None:
+    """The last value of `flag` on the line (`--flag X` or `--flag=X`), without parsing it."""
+    found = None
+    for i, arg in enumerate(argv):
+        if arg == flag and i + 1 < len(argv):
+            found = argv[i + 1]
+        elif arg.startswith(flag + "="):
+            found = arg.split("=", 1)[1]
+    return found
+
+
+__all__ = [
+    "ARCH_OPTIONS",
+    "OPTIONS",
+    "STUDY_COMMANDS",
+    "TRAINING_OPTIONS",
+    "Option",
+    "argv_value",
+    "config_values",
+    "default",
+    "family_options",
+    "load_config",
+    "option",
+    "options_for",
+]

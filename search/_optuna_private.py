@@ -1,0 +1,38 @@
+"""Every use of a private part of Optuna, in one place.
+
+archhpo writes Optuna's tables in one transaction per claim or finish (search/_queue.py) through
+Optuna's ORM models, which are not public API, and reads a few private attributes.  They are all
+here, so that a new Optuna release is checked against one short file, and the schema versions
+archhpo was tested with are refused otherwise (see check_schema_version in _storage.py).
+pyproject.toml bounds optuna below the next minor version for the same reason.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import optuna
+from optuna.storages._rdb import models  # noqa: F401  (re-exported: `from ..._optuna_private import models as m`)
+
+# Optuna's alembic revisions (the `alembic_version` table) of the schemas archhpo has been tested
+# with: the queue's SQL is written for exactly these tables and columns.  v3.2.0.a is the head of
+# optuna 3.2 .. 5.0.  A database at another revision is refused before anything is written.
+TESTED_SCHEMA_VERSIONS: tuple[str, ...] = ("v3.2.0.a",)
+ALEMBIC_TABLE = "alembic_version"
+# Tables of Optuna's schema that archhpo indexes (names of its ORM's __tablename__).
+TRIALS_TABLE = models.TrialModel.__tablename__
+
+
+def study_id_of(study: optuna.Study) -> int:
+    """The database id of a study (Optuna keeps it in a private attribute)."""
+    return int(study._study_id)
+
+
+def trial_id_of(trial: optuna.trial.FrozenTrial) -> int:
+    """The database id of a trial (FrozenTrial keeps it in a private attribute)."""
+    return int(trial._trial_id)
+
+
+def median_pruner_settings(pruner: Any) -> tuple[int, int]:
+    """(n_warmup_steps, n_startup_trials) of a MedianPruner (private attributes in Optuna)."""
+    return int(pruner._n_warmup_steps), int(pruner._n_startup_trials)

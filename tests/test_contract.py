@@ -1,0 +1,403 @@
+"""Pinned contracts with Optuna and Ray, and the storage guarantees around them (issue 7).
+
+- Every private Optuna/Ray part is used in one module each (search/_optuna_private.py,
+  search/_ray_private.py).
+- A database whose Optuna schema version archhpo was not tested with is refused before
+  anything is written; a fresh database is created at a tested version.
+- Trials written by the queue (complete, pruned, failed, retried, phase 2) read back identically
+  through Optuna's API, the `optuna` CLI and optuna-dashboard's HTTP API, on both backends.
+- Reads (status, progress, the pruning query, export) never wait for SQLite's write lock.
+- A refused command writes nothing: no database file, no lock file, no results folder.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import re
+import shutil
+import sqlite3
+import subprocess
+import sys
+import threading
+import urllib.request
+import wsgiref.simple_server
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pytest
+import sqlalchemy as sa
+from optuna.trial import TrialState
+
+from archhpo.errors import StorageError
+from archhpo.search import TrialQueue, export_studies, launch, open_storage, prepare_settings
+from archhpo.search._optuna_private import TESTED_SCHEMA_VERSIONS
+from tests.conftest import REPO, TINY_DATA, run_cli
+
+WORKER = {"host": "contract", "device": "cpu"}
+PINNED = {"search/_optuna_private.py", "search/_ray_private.py"}
+PACKAGE_DIRS = ("archhpo", "budgets", "models", "search", "workers")
+
+
+# ----------------------------------------------------------------------------- private parts
+def _private_uses(path: Path) -> list[str]:
+    """Imports of a private optuna/ray module and private attributes known to be Optuna's/Ray's."""
+    text = path.read_text()
+    found = []
+    for node in ast.walk(ast.parse(text)):
+        names: list[str] = []
+        if isinstance(node, ast.ImportFrom) and node.module:
+            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        elif isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        for name in names:
+            parts = name.split(".")
+            if parts[0] in ("optuna", "ray", "optuna_dashboard") and any(p.startswith("_") for p in parts[1:]):
+                found.append(f"{path}:{node.lineno}: imports {name}")
+    # Private attributes of Optuna objects (studies, trials, pruners, storages) and Ray.
+    pattern = re.compile(
+        r"\.(_study_id|_trial_id|_n_warmup_steps|_n_startup_trials|_n_min_trials|_interval_steps"
+        r"|_version_manager|_system_attrs|_raylet|_private|_rdb|_cached_frozen_trial)\b"
+        r"|\b(optuna|ray)(\.\w+)*\._(?!_)\w"
+    )
+    for i, line in enumerate(text.splitlines(), 1):
+        if pattern.search(line) and not line.lstrip().startswith("#"):
+            found.append(f"{path}:{i}: {line.strip()}")
+    return found
+
+
+def test_private_optuna_and_ray_parts_live_in_one_module_each() -> None:
+    offenders = []
+    for folder in PACKAGE_DIRS:
+        for path in sorted((REPO / folder).rglob("*.py")):
+            rel = path.relative_to(REPO).as_posix()
+            if rel not in PINNED:
+                offenders += _private_uses(path)
+    assert not offenders, "private Optuna/Ray parts outside the pinned modules:\n" + "\n".join(offenders)
+    # ...and the check itself sees them where they are.
+    assert _private_uses(REPO / "search/_optuna_private.py")
+    assert _private_uses(REPO / "search/_ray_private.py")
+
+
+def test_dependency_upper_bounds_admit_the_tested_versions() -> None:
+    import tomllib
+
+    import optuna_dashboard
+    import ray
+    from packaging.requirements import Requirement
+
+    deps = {Requirement(d).name: Requirement(d) for d in
+            tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]}
+    installed = {"optuna": optuna.__version__, "ray": ray.__version__,
+                 "optuna-dashboard": optuna_dashboard.__version__, "sqlalchemy": sa.__version__}
+    for name, version in installed.items():
+        spec = deps[name].specifier
+        assert any(s.operator == "<" for s in spec), f"{name} has no upper bound"
+        assert spec.contains(version), f"installed {name} {version} is outside {spec}"
+
+
+# ----------------------------------------------------------------------------- schema versions
+def _settings(**kw: Any) -> Any:
+    args = {"family": "patchtst", "n_trials": 12, "data": TINY_DATA, "quick": True, "seed": 0}
+    return prepare_settings("contract", "500K", **{**args, **kw})
+
+
+def _snapshot(url: str) -> dict[str, Any]:
+    """Every row of every table, and for SQLite the files of its folder: what 'nothing written' means."""
+    engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
+    try:
+        with engine.connect() as conn:
+            out: dict[str, Any] = {}
+            for table in sorted(sa.inspect(conn).get_table_names()):
+                rows = conn.execute(sa.text(f'SELECT * FROM "{table}"')).all()
+                out[table] = sorted(repr(tuple(r)) for r in rows)
+    finally:
+        engine.dispose()
+    if url.startswith("sqlite"):
+        folder = Path(url.split(":///", 1)[1]).parent
+        out["files"] = sorted(p.name for p in folder.iterdir() if not p.name.endswith(("-wal", "-shm")))
+    return out
+
+
+def _set_schema_version(url: str, version: str) -> None:
+    engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
+    with engine.begin() as conn:
+        conn.execute(sa.text("UPDATE alembic_version SET version_num = :v"), {"v": version})
+    engine.dispose()
+
+
+def test_a_fresh_database_is_created_at_a_tested_schema_version(storage_url: str) -> None:
+    storage = open_storage(storage_url)
+    assert storage.get_current_version() in TESTED_SCHEMA_VERSIONS
+    assert storage.get_current_version() == storage.get_head_version()
+
+
+@pytest.mark.parametrize("version", ["v3.0.0.d", "v9.9.9.a"])  # an older and a future Optuna schema
+def test_a_database_at_an_untested_schema_version_is_refused_before_writing(
+    storage_url: str, version: str
+) -> None:
+    settings = _settings()
+    launch(storage_url, settings)
+    _set_schema_version(storage_url, version)
+    before = _snapshot(storage_url)
+    for attempt in (lambda: open_storage(storage_url), lambda: TrialQueue(storage_url, settings.study_name),
+                    lambda: launch(storage_url, settings)):
+        with pytest.raises(StorageError, match=f"schema version {re.escape(version)}.*tested only with"):
+            attempt()
+    common = ["--experiment", "contract", "--budget", "500K", "--storage", storage_url]
+    sqlite_dir = Path(storage_url.split(":///", 1)[1]).parent if storage_url.startswith("sqlite") else None
+    res = run_cli("export", *common, "--out", str(sqlite_dir / "results") if sqlite_dir else "/nonexistent/out")
+    assert res.returncode == 2, res.stderr
+    assert f"schema version {version}" in res.stderr and res.stderr.count("\n") == 1, res.stderr
+    assert _snapshot(storage_url) == before, "a refused database is left exactly as it was"
+
+
+# ----------------------------------------------------------------------------- the read-back contract
+def _age_heartbeat(url: str, trial_id: int) -> None:
+    engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
+    with engine.begin() as conn:
+        conn.execute(sa.text("UPDATE trial_heartbeats SET heartbeat = :t WHERE trial_id = :i"),
+                     {"t": "2000-01-01 00:00:00", "i": trial_id})
+    engine.dispose()
+
+
+def _drive_queue(url: str) -> tuple[str, dict[int, dict[str, Any]]]:
+    """A study with every kind of trial the queue writes; returns what was written, by number."""
+    settings = _settings()
+    launch(url, settings)
+    q = TrialQueue(url, settings.study_name)
+    wrote: dict[int, dict[str, Any]] = {}
+
+    def run(state: TrialState, curve: list[float], value: float | None, attrs: dict[str, Any]) -> None:
+        c = q.claim(WORKER)
+        assert c is not None
+        pruned = [q.report(c, step, v) for step, v in enumerate(curve, 1)]
+        if state == TrialState.PRUNED:
+            assert pruned[-1], "the median rule prunes this trial"
+        assert q.finish(c, state, value, attrs)
+        wrote[c.number] = {"state": state, "params": c.params, "value": value, "attrs": attrs,
+                           "curve": dict(enumerate(curve, 1)), "phase": c.phase, "attempt": c.attempt}
+
+    for i in range(5):  # the median pruner's five startup trials
+        curve = [0.9 - 0.01 * i, 0.7 - 0.01 * i, 0.6 - 0.01 * i]
+        run(TrialState.COMPLETE, curve, min(curve), {"train_loss": 0.5, "duration_s": 1.5, "best_epoch": 3})
+    run(TrialState.PRUNED, [5.0], 5.0, {"duration_s": 0.2, "best_epoch": 1})
+    run(TrialState.FAIL, [0.95], None, {"fail_reason": "training loss became non-finite", "duration_s": 0.1})
+    lost = q.claim(WORKER)
+    q.report(lost, 1, 0.99)
+    _age_heartbeat(url, lost.trial_id)  # its worker vanished long ago
+    q.maintain()
+    wrote[lost.number] = {"state": TrialState.FAIL, "params": lost.params, "value": None, "attrs": {},
+                          "curve": {1: 0.99}, "phase": 1, "attempt": 1}
+    while q.status().waiting:  # the rest of phase 1, the retry last
+        run(TrialState.COMPLETE, [0.8, 0.55], 0.55, {"train_loss": 0.4, "duration_s": 1.0, "best_epoch": 2})
+    retry = max(wrote)
+    assert wrote[retry]["attempt"] == 2 and wrote[retry]["params"] == lost.params
+    q.maintain()  # phase 2
+    while q.status().waiting:
+        run(TrialState.COMPLETE, [0.7, 0.5, 0.45], 0.45, {"train_loss": 0.3, "duration_s": 2.0, "best_epoch": 3})
+    assert q.maintain().done
+    assert {w["phase"] for w in wrote.values()} == {1, 2}
+    return settings.study_name, wrote
+
+
+def _free_port_server(app: Any) -> Iterator[str]:
+    class Quiet(wsgiref.simple_server.WSGIRequestHandler):
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = wsgiref.simple_server.make_server("127.0.0.1", 0, app, handler_class=Quiet)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _get(url: str) -> Any:
+    with urllib.request.urlopen(url, timeout=30) as r:
+        return json.loads(r.read())
+
+
+def _optuna_cli(*args: str) -> Any:
+    exe = shutil.which("optuna", path=str(Path(sys.executable).parent)) or shutil.which("optuna")
+    assert exe, "the optuna command is installed with optuna"
+    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    res = subprocess.run([exe, *args, "-f", "json"], capture_output=True, text=True, timeout=120, env=env)
+    assert res.returncode == 0, res.stderr
+    return json.loads(res.stdout)
+
+
+def test_queue_trials_read_back_identically_through_optuna_cli_and_dashboard(storage_url: str) -> None:
+    name, wrote = _drive_queue(storage_url)
+
+    # 1. Optuna's public API, from a storage of its own.
+    study = optuna.load_study(study_name=name, storage=storage_url)
+    trials = {t.number: t for t in study.trials}
+    assert set(trials) == set(wrote)
+    for number, w in wrote.items():
+        t = trials[number]
+        assert t.state == w["state"], number
+        assert t.params == w["params"], number
+        assert t.value == w["value"], number
+        assert t.intermediate_values == w["curve"], number
+        assert {k: t.user_attrs[k] for k in w["attrs"]} == w["attrs"], number
+        assert t.user_attrs["phase"] == w["phase"] and t.user_attrs["attempt"] == w["attempt"]
+        assert t.datetime_start is not None and t.datetime_complete is not None, number
+    retried = [t for t in trials.values() if "retry_of" in t.user_attrs]
+    assert len(retried) == 1 and trials[retried[0].user_attrs["retry_of"]].state == TrialState.FAIL
+    assert "fail_reason" not in trials[retried[0].user_attrs["retry_of"]].user_attrs
+    best = min((n for n, w in wrote.items() if w["state"] == TrialState.COMPLETE),
+               key=lambda n: (wrote[n]["value"], n))
+    assert study.best_trial.number == best and study.best_value == wrote[best]["value"]
+
+    # 2. The optuna command line.
+    cli = {d["number"]: d for d in _optuna_cli("trials", "--study-name", name, "--storage", storage_url)}
+    assert set(cli) == set(trials)
+    for number, t in trials.items():
+        d = cli[number]
+        assert (d["state"], d["params"], d["value"], d["user_attrs"]) == (
+            t.state.name, t.params, t.value, t.user_attrs), number
+    best_cli = _optuna_cli("best-trial", "--study-name", name, "--storage", storage_url)
+    assert (best_cli["number"], best_cli["value"]) == (best, wrote[best]["value"])
+
+    # 3. optuna-dashboard's HTTP API (the app `archhpo dashboard` serves), its own storage too.
+    from optuna_dashboard import wsgi
+
+    for base in _free_port_server(wsgi(storage_url)):
+        summaries = _get(f"{base}/api/studies")["study_summaries"]
+        summary = next(s for s in summaries if s["study_name"] == name)
+        detail = _get(f"{base}/api/studies/{summary['study_id']}")
+    dash = {d["number"]: d for d in detail["trials"]}
+    assert set(dash) == set(trials)
+    for number, t in trials.items():
+        d = dash[number]
+        assert d["state"] == t.state.name.capitalize(), number
+        assert {p["name"]: p["param_external_value"] for p in d["params"]} == {
+            k: str(v) for k, v in t.params.items()}, number
+        assert (d["values"][0] if d.get("values") else None) == t.value, number
+        assert {iv["step"]: iv["value"] for iv in d["intermediate_values"]} == t.intermediate_values, number
+        shown = {a["key"]: a["value"] for a in d["user_attrs"]}
+        assert shown == {k: v if isinstance(v, str) else (str(v) if isinstance(v, int | float) else json.dumps(v))
+                         for k, v in t.user_attrs.items()}, number
+    assert [b["number"] for b in detail["best_trials"]] == [best]
+
+
+# ----------------------------------------------------------------------------- reads and the write lock
+def test_reads_never_wait_for_the_sqlite_write_lock(tmp_path: Path) -> None:
+    """While another connection holds SQLite's write lock, status, the driver's progress upkeep,
+    the pruning query and export finish; a write (a claim) waits until the lock is released."""
+    url = f"sqlite:///{tmp_path / 'locked.db'}"
+    settings = _settings()
+    launch(url, settings)
+    q = TrialQueue(url, settings.study_name)
+    for i in range(6):
+        c = q.claim(WORKER)
+        q.report(c, 1, 0.5 + 0.1 * i)
+        q.finish(c, TrialState.COMPLETE, 0.5 + 0.1 * i, {"duration_s": 1.0})
+    running = q.claim(WORKER)
+
+    holder = sqlite3.connect(tmp_path / "locked.db", isolation_level=None, check_same_thread=False)
+    holder.execute("BEGIN IMMEDIATE")  # a writer in the middle of its transaction
+    holder.execute("UPDATE studies SET study_name = study_name")
+    results: dict[str, Any] = {}
+
+    def reads() -> None:
+        results["status"] = q.status()
+        results["progress"] = q.maintain(blocking=False)
+        results["prune"] = q._should_prune(1, 10.0)
+        results["export"] = export_studies(q.storage, [settings.study_name], tmp_path / "results")
+
+    def write() -> None:
+        results["claim"] = q.claim(WORKER)
+
+    try:
+        reader = threading.Thread(target=reads, daemon=True)
+        reader.start()
+        reader.join(45)  # far below the 60 s busy timeout a blocked read would wait
+        assert not reader.is_alive(), "a read waited for the write lock"
+        assert results["status"].complete == 6 and results["status"].running == 1
+        assert results["progress"].complete == 6 and results["prune"] is True
+        assert (tmp_path / "results").is_dir() and results["export"]
+        writer = threading.Thread(target=write, daemon=True)
+        writer.start()
+        writer.join(1.0)
+        assert writer.is_alive(), "a claim waits for the write lock (the lock in this test is real)"
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    writer.join(60)
+    assert results["claim"] is not None and results["claim"].number != running.number
+
+
+def test_read_scope_never_writes(storage_url: str) -> None:
+    from archhpo.search._storage import read_scope
+
+    storage = open_storage(storage_url)
+    try:
+        with read_scope(storage) as s:  # PostgreSQL refuses; SQLite's deferred transaction is rolled back
+            s.execute(sa.text("INSERT INTO studies (study_name) VALUES ('x')"))
+    except sa.exc.DBAPIError:
+        assert storage.engine.dialect.name == "postgresql"
+    with read_scope(storage) as s:
+        assert s.execute(sa.text("SELECT count(*) FROM studies")).scalar() == 0
+
+
+# ----------------------------------------------------------------------------- refused: nothing written
+REFUSED = [
+    ("run", "--workers", "0"),
+    ("run", "--workers", "-1"),
+    ("run", "--ray-address", "127.0.0.1:6379"),
+    ("run", "--gpus-per-trial", "lots"),
+    ("run", "--budget", "1K"),  # nothing fits
+    ("worker",),
+    ("export",),
+]
+
+
+def test_refused_commands_write_nothing(tmp_path: Path) -> None:
+    """Each refused command leaves its folder empty: no database, no .lock, no results."""
+    procs = []
+    for i, (command, *extra) in enumerate(REFUSED):
+        cwd = tmp_path / f"c{i}"
+        cwd.mkdir()
+        args = [command, "--experiment", "refused", "--storage", f"sqlite:///{cwd / 'study.db'}"]
+        if command == "run":
+            args += ["--quick", "--data", TINY_DATA, "--out", str(cwd / "results"),
+                     "--checkpoint-dir", str(cwd / "ckpt")]
+        if "--budget" not in extra:
+            args += ["--budget", "500K"]
+        if command == "worker":
+            args += ["--checkpoint-dir", str(cwd / "ckpt")]
+        if command == "export":
+            args += ["--out", str(cwd / "results")]
+        procs.append((cwd, command, extra, subprocess.Popen(
+            [sys.executable, "-m", "archhpo", *args, *extra], cwd=cwd, text=True,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "ARCHHPO_STORAGE": ""})))
+    # The default storage (sqlite:///archhpo.db in the working directory) too.
+    default = tmp_path / "default"
+    default.mkdir()
+    procs.append((default, "run", ["--ray-address", "x:1"], subprocess.Popen(
+        [sys.executable, "-m", "archhpo", "run", "--experiment", "refused", "--budget", "500K", "--quick",
+         "--ray-address", "x:1"], cwd=default, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        env={k: v for k, v in os.environ.items() if k != "ARCHHPO_STORAGE"})))
+    for cwd, command, extra, proc in procs:
+        _, err = proc.communicate(timeout=240)
+        assert proc.returncode == 2, (command, extra, err)
+        assert err.startswith("archhpo: error: ") and err.count("\n") == 1, (command, extra, err)
+        assert sorted(p.name for p in cwd.iterdir()) == [], (command, extra, err)
+
+
+def test_reading_commands_do_not_create_tables_in_an_empty_database(pg_url: str) -> None:
+    for command in ("worker", "export"):
+        res = run_cli(command, "--experiment", "refused", "--budget", "500K", "--storage", pg_url,
+                      "--out", "/nonexistent/results") if command == "export" else run_cli(
+            command, "--experiment", "refused", "--budget", "500K", "--storage", pg_url)
+        assert res.returncode == 2 and "holds no Optuna study tables" in res.stderr, res.stderr
+    assert _snapshot(pg_url) == {}

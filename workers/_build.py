@@ -1,0 +1,180 @@
+"""One way to build a trial: the only place a planned trial becomes (model, data, TrainConfig, seeds).
+
+The worker loop and `archhpo train` (flags or ``--from X_best.json``) both call ``build_trial``,
+so a best JSON replays its trial exactly: same data, same family training defaults, same seeds,
+same TrainConfig.  ``TrialSpec`` is plain JSON (what a study, a claim or a best JSON holds).
+
+Seeds (``trial_seeds``), for a trial of plan slot ``slot`` in a study seeded ``study_seed``:
+
+- ordinary trial (``seed`` None): data = the study's data (seed ``study_seed``), torch init seed
+  ``trial_seed(study_seed, slot)``, batch-order seed ``slot``.
+- seeded trial of a paired study (``options["paired_seeds"] > 0``): ``seed`` drives the data
+  (generation, and the train/validation split: the data spec's ``seed`` and ``options["seed"]``
+  become ``seed``), the init and the batch order; the same seed gives the same init and batch
+  seeds whatever the configuration or slot (a paired comparison).
+- seeded trial of a study that is not paired (confirmation): the study's data; ``seed`` drives
+  the init and the batch order (slot-independent, so every confirmed configuration sees the same
+  seeds).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from archhpo.models import Family, TensorDataset, get_family
+from archhpo.workers._train import TrainConfig, trial_seed
+
+# The planned training parameters (the search space's keys): they always win over a family's
+# train_defaults, which fill in the rest of TrainConfig (min_lr_ratio, eval_every, grad_clip, ...).
+PLANNED_KEYS = ("learning_rate", "epochs", "batch_size", "weight_decay", "warmup_steps")
+DATA_CACHE_SIZE = 4  # datasets a worker keeps loaded (on its device) across trials
+
+
+@dataclass(frozen=True)
+class Seeds:
+    data: int  # data generation and train/validation split
+    init: int  # torch.manual_seed right before the model is built (weights; dropout after)
+    batches: int  # the trainer's batch-order generator (TrainConfig.seed)
+
+
+def trial_seeds(study_seed: int, slot: int, seed: int | None = None, paired: bool = False) -> Seeds:
+    """The seeds of one trial (see the module docstring)."""
+    study_seed = int(study_seed)
+    if seed is None:
+        return Seeds(data=study_seed, init=trial_seed(study_seed, int(slot)), batches=int(slot))
+    s = int(seed)
+    return Seeds(data=s if paired else study_seed, init=s, batches=s)
+
+
+@dataclass
+class TrialSpec:
+    """Everything that defines one trial, as plain JSON."""
+
+    family: str
+    data: dict[str, Any]  # the data spec (a file's spec carries its sha256: it is checked on load)
+    options: dict[str, Any]  # study options: horizon, threshold, quick, seed, paired_seeds, family flags
+    info: dict[str, Any]  # data shape facts for config_for
+    arch: dict[str, Any]  # d_model, n_layers, n_heads, d_ff (+ the grid row's other keys, "choices")
+    params: dict[str, Any]  # the planned training parameters (+ optional other TrainConfig keys)
+    slot: int = 0
+    seed: int | None = None
+
+    @property
+    def choices(self) -> dict[str, Any]:
+        return dict(self.arch.get("choices") or {})
+
+    @property
+    def paired(self) -> bool:
+        return int(self.options.get("paired_seeds", 0) or 0) > 0
+
+    def seeds(self) -> Seeds:
+        return trial_seeds(int(self.options.get("seed", 0) or 0), self.slot, self.seed, self.paired)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> TrialSpec:
+        known = set(cls.__dataclass_fields__)
+        return cls(**{k: v for k, v in d.items() if k in known})
+
+    # ------------------------------------------------------------------ derived, pure
+    def data_spec_and_options(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The data spec and options the data is loaded with (a paired seed replaces the data seed)."""
+        spec, options = dict(self.data), dict(self.options)
+        if self.seed is not None and self.paired:
+            s = self.seeds().data
+            if "seed" in spec:
+                spec["seed"] = s
+            options["seed"] = s
+        return spec, options
+
+    def model_info(self) -> dict[str, Any]:
+        """settings.info with the row's categorical choices merged over it (e.g. encoder)."""
+        return {**self.info, **self.choices}
+
+    def train_config(self, fam: Family | None = None) -> TrainConfig:
+        """The family's train_defaults, then the planned parameters over them; batch order seeded."""
+        fam = fam or get_family(self.family)
+        known = set(TrainConfig.__dataclass_fields__) - {"seed"}
+        merged = {**dict(fam.train_defaults), **self.params}
+        values = {k: v for k, v in merged.items() if k in known}
+        for key in PLANNED_KEYS:  # the plan's values, with the plan's types
+            if key in self.params:
+                values[key] = (int if key in ("epochs", "batch_size", "warmup_steps") else float)(self.params[key])
+        return TrainConfig(**values, seed=self.seeds().batches)
+
+
+@dataclass
+class BuiltTrial:
+    model: nn.Module
+    data: TensorDataset  # on the device
+    train_config: TrainConfig
+    seeds: Seeds
+    config: Any  # the family's config dataclass
+    family: Family
+    baseline_loss: float
+    flops_per_sample: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class DataCache:
+    """Datasets loaded for earlier trials (on the device), keyed by what defines them."""
+
+    def __init__(self, size: int = DATA_CACHE_SIZE) -> None:
+        self.size = size
+        self._items: OrderedDict[str, tuple[TensorDataset, float]] = OrderedDict()
+
+    def get(self, fam: Family, spec: dict[str, Any], options: dict[str, Any],
+            device: torch.device) -> tuple[TensorDataset, float]:
+        key = repr((fam.name, spec, sorted(options.items()), str(device)))
+        if key in self._items:
+            self._items.move_to_end(key)
+            return self._items[key]
+        # The file loaders compare the file's sha256 with the spec's: a copy that differs is refused.
+        data = fam.load_data(spec, options)
+        item = (data.to(device), fam.baseline_loss(data))
+        self._items[key] = item
+        while len(self._items) > self.size:
+            self._items.popitem(last=False)
+        return item
+
+    def clear(self) -> None:
+        self._items.clear()
+
+
+def build_trial(
+    spec: TrialSpec,
+    device: torch.device | str,
+    *,
+    data_cache: DataCache | None = None,
+    before_build: Callable[[Any, TrainConfig, TensorDataset], None] | None = None,
+) -> BuiltTrial:
+    """Load the data (sha256-checked), make the config and TrainConfig, seed, build the model.
+
+    ``before_build(config, train_config, data)`` runs after everything cheap is known and before
+    the model is allocated (the worker's memory check refuses a trial that cannot fit there).
+    """
+    device = torch.device(device)
+    fam = get_family(spec.family)
+    seeds = spec.seeds()
+    cfg = fam.config_for(spec.arch, spec.model_info())
+    tcfg = spec.train_config(fam)
+    data_spec, data_options = spec.data_spec_and_options()
+    cache = data_cache if data_cache is not None else DataCache(1)
+    data, baseline = cache.get(fam, data_spec, data_options, device)
+    if before_build is not None:
+        before_build(cfg, tcfg, data)
+    torch.manual_seed(seeds.init)  # right before building: the weights depend on nothing else
+    model = fam.build(cfg).to(device)
+    flops = getattr(fam, "flops_per_sample", None)
+    return BuiltTrial(
+        model=model, data=data, train_config=tcfg, seeds=seeds, config=cfg, family=fam,
+        baseline_loss=baseline, flops_per_sample=int(flops(cfg)) if flops is not None else None,
+    )
