@@ -17,7 +17,7 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 demo: install
-	$(VENV)/bin/archhpo run --experiment demo --budget 200K --trials 8 --quick --workers 2 --out results
+	$(VENV)/bin/archhpo run --experiment demo --budget 100K --budget 200K --budget 400K --trials 6 --quick --workers 2 --out results
 
 lint: install
 	$(PY) -m ruff check archhpo budgets models search workers tests bench

@@ -16,9 +16,12 @@ sets it.  The training set is the synthetic PatchTST data tiled to a whole numbe
 - ``packing``: 1, 2, 4 and 8 separate processes, each training the 2M deep config on the same
   GPU at once: aggregate samples/s against one alone.
 
-    python bench/gpu.py                          # everything (~10-15 min on an H100)
+    python bench/gpu.py                          # everything (not yet timed on a GPU)
     python bench/gpu.py --sections throughput,packing --out results/
     python bench/gpu.py --help
+
+The compile section, which compiles each 2M model twice per batch size, is the slowest: where a
+command has a time limit, run the sections one at a time (``--sections compile``).
 
 Writes ``gpu_bench.json`` and ``gpu_bench.md`` (GPU name, driver, torch, CUDA, date) into
 ``--out`` and prints the markdown.  Needs PyTorch with CUDA and archhpo's own dependencies;

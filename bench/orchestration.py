@@ -1,21 +1,33 @@
-"""Per-trial orchestration overhead of archhpo's trial queue, against plain Optuna ask/tell.
+"""Per-trial orchestration cost of archhpo's trial queue against what a careful user would
+hand-roll with Optuna for the same job: a plan of trials fixed at launch, pruned by the median rule.
 
 Trials do no training, so everything timed is bookkeeping.  An archhpo trial is what a worker
 does around a training run, through ``search.TrialQueue``:
 
     claim()                   -- take the next WAITING planned trial (the "ask")
-    report(epoch, loss) x 3   -- intermediate value + pruner check, one per epoch
+    report(step, loss) x 3    -- intermediate value + the median rule, one per epoch
     finish(COMPLETE, loss)    -- value, attributes and state in one transaction (the "tell")
     maintain()                -- plan upkeep: reap stale trials, retries, phase 2
 
+The hand-rolled baseline (``handrolled``) does the same job with Optuna's public API only:
+
+    launch: optuna.create_study(RandomSampler, MedianPruner) + study.enqueue_trial(params,
+            user_attrs) for every phase-1 entry of the same plan archhpo enqueues
+    trial:  study.ask() + the six suggest_* calls (which return the enqueued values)
+            + 3 x (trial.report + trial.should_prune) + study.tell
+
+Both pruners are the same MedianPruner(n_startup_trials=5, n_warmup_steps=10) and the reports
+are at steps 10, 11, 12, so both evaluate the median rule at every report.  The launch is timed
+too and reported per planned (enqueued) trial.
+
 Loops (each BACKEND:LOOP runs on its own fresh study, so they all start from the same state):
 
-- ``queue+maintain``: all four calls every trial (the upkeep counted per trial);
-- ``queue``: claim + 3 reports + finish -- what ``workers.Worker`` does while trials are
-  waiting (it calls ``maintain()`` only when ``claim()`` finds nothing);
-- ``queue-nopruner``: the same on a study launched with ``pruner="none"``;
-- ``optuna``: plain Optuna on a default ``RDBStorage``: ``study.ask()`` + 6 ``suggest_*``
-  (default TPE sampler) + 3 ``trial.report`` + ``study.tell``.
+- ``queue``: claim + 3 reports + finish -- what ``workers.Worker`` does per trial (its upkeep
+  runs every ARCHHPO_REAP_S = 30 s and when nothing is waiting, not per trial);
+- ``queue+maintain``: the same plus a blocking ``maintain()`` after every trial (an upper bound);
+- ``handrolled``: the Optuna baseline above;
+- ``optuna-tpe``: the previous reference, ``ask`` + 6 suggests of a TPE sampler on a study with
+  nothing queued + 3 reports (no should_prune) + tell (not a like-for-like comparison).
 
 Workers are separate processes (multiprocessing "spawn"), each with its own storage/queue.  A
 pool is spawned once; for each stage, k of its processes open the study and do one untimed
@@ -24,15 +36,14 @@ stage: ms per trial per process (its wall time / its trials; median over process
 range), aggregate trials/s (all trials / wall time from first start to last end), the median
 per-trial cost of each call, and how many trials the study held (finished / waiting) when the
 stage started.  "worker CPU ms/trial" is the CPU time of the worker processes per trial
-(client-side Python/SQLAlchemy/driver, not the database server), which other load on the machine
-barely changes; "CPU outside workers" is the machine's busy CPU while the workers ran minus
-theirs, in cores: the PostgreSQL server plus whatever else ran (for SQLite: only the latter).
-Ray task overhead (``ray.init`` ~4 s once, task dispatch) is not included.
+(client-side Python/SQLAlchemy/driver, not the database server); "CPU outside workers" is the
+machine's busy CPU while the workers ran minus theirs, in cores: the PostgreSQL server plus
+whatever else ran.  Ray task overhead (``ray.init`` ~4 s once, task dispatch) is not included.
 
 A scratch PostgreSQL database (dropped afterwards) and a scratch SQLite file hold the studies.
 
-    python bench/orchestration.py                    # every default stage (about 4 minutes)
-    python bench/orchestration.py --stages "postgresql:queue+maintain:1,8" --json out.json
+    python bench/orchestration.py                    # the default stages (a few minutes)
+    python bench/orchestration.py --stages "postgresql:queue:1,8" --json out.json
 """
 
 from __future__ import annotations
@@ -51,10 +62,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _common import machine_busy_s  # noqa: E402  (bench/ is on sys.path when run as a script)
+from _common import git_commit, machine_busy_s  # noqa: E402  (bench/ is on sys.path when run as a script)
 
 PG_ADMIN = "postgresql+psycopg2://postgres@127.0.0.1:5432/postgres"
-EPOCHS = 3
+# Three reports per trial, at and after the full search space's pruner warm-up (10 epochs), so
+# that both archhpo and the baseline's MedianPruner evaluate the median rule at every report.
+REPORT_STEPS = (10, 11, 12)
+EPOCHS = len(REPORT_STEPS)
 
 
 # ------------------------------------------------------------------------ worker processes
@@ -86,8 +100,8 @@ class _Archhpo:
         if claim is None:
             return None
         t = time.perf_counter()
-        for epoch in range(1, EPOCHS + 1):
-            self.q.report(claim, epoch, 0.7 - 0.01 * epoch + 0.05 * self.rng.random())
+        for step in REPORT_STEPS:
+            self.q.report(claim, step, 0.7 - 0.01 * step + 0.05 * self.rng.random())
         ops["report x3"] = time.perf_counter() - t
         t = time.perf_counter()
         self.q.finish(claim, TrialState.COMPLETE, 0.6 + 0.05 * self.rng.random(), {"duration_s": 0.0})
@@ -100,6 +114,72 @@ class _Archhpo:
 
     def close(self) -> None:
         self.q.storage.engine.dispose()
+
+
+class _Handrolled:
+    """The careful user's Optuna loop on an enqueued plan: ask + the six suggests (returning the
+    enqueued values) + 3 x (report + should_prune) + tell; RandomSampler, MedianPruner."""
+
+    def __init__(self, url: str, study: str, maintain: bool) -> None:
+        _quiet_optuna()
+        import optuna
+
+        from archhpo.search._study import make_pruner
+
+        # The storage URL, as a user passes it: Optuna wraps it in its caching storage.
+        self.study = optuna.load_study(study_name=study, storage=url, sampler=optuna.samplers.RandomSampler(),
+                                       pruner=make_pruner("median", quick=False))
+        self.distributions = json.loads(self.study.user_attrs["bench_distributions"])
+        self.rng = random.Random(os.getpid())
+
+    def _suggest(self, trial: Any) -> dict[str, Any]:
+        from optuna.distributions import (
+            CategoricalDistribution,
+            FloatDistribution,
+            IntDistribution,
+            json_to_distribution,
+        )
+
+        out = {}
+        for name, text in self.distributions.items():
+            d = json_to_distribution(text)
+            if isinstance(d, IntDistribution):
+                out[name] = trial.suggest_int(name, d.low, d.high, step=d.step, log=d.log)
+            elif isinstance(d, FloatDistribution):
+                out[name] = trial.suggest_float(name, d.low, d.high, step=d.step, log=d.log)
+            else:
+                assert isinstance(d, CategoricalDistribution)
+                out[name] = trial.suggest_categorical(name, d.choices)
+        return out
+
+    def trial(self) -> dict[str, float] | None:
+        ops: dict[str, float] = {}
+        t = time.perf_counter()
+        trial = self.study.ask()
+        if "plan_slot" not in trial.user_attrs:
+            # Nothing was waiting: ask() created a new, unplanned trial; a careful user's loop stops.
+            self.study.tell(trial, state=optuna_state("FAIL"))
+            return None
+        self._suggest(trial)
+        ops["ask+6 suggests"] = time.perf_counter() - t
+        t = time.perf_counter()
+        for step in REPORT_STEPS:
+            trial.report(0.7 - 0.01 * step + 0.05 * self.rng.random(), step)
+            trial.should_prune()  # the decision is ignored, as in the archhpo loop: same work either way
+        ops["report+should_prune x3"] = time.perf_counter() - t
+        t = time.perf_counter()
+        self.study.tell(trial, 0.6 + 0.05 * self.rng.random())
+        ops["tell"] = time.perf_counter() - t
+        return ops
+
+    def close(self) -> None:
+        pass
+
+
+def optuna_state(name: str) -> Any:
+    from optuna.trial import TrialState
+
+    return TrialState[name]
 
 
 class _Optuna:
@@ -126,8 +206,8 @@ class _Optuna:
         trial.suggest_categorical("warmup_steps", [100, 200, 300, 500])
         ops["ask+6 suggests"] = time.perf_counter() - t
         t = time.perf_counter()
-        for epoch in range(1, EPOCHS + 1):
-            trial.report(0.7 - 0.01 * epoch + 0.05 * self.rng.random(), epoch)
+        for step in REPORT_STEPS:
+            trial.report(0.7 - 0.01 * step + 0.05 * self.rng.random(), step)
         ops["report x3"] = time.perf_counter() - t
         t = time.perf_counter()
         self.study.tell(trial, 0.6 + 0.05 * self.rng.random())
@@ -138,7 +218,7 @@ class _Optuna:
         self.storage.engine.dispose()
 
 
-_LOOPS = {"archhpo": _Archhpo, "optuna": _Optuna}
+_LOOPS = {"archhpo": _Archhpo, "handrolled": _Handrolled, "optuna": _Optuna}
 
 
 def _child(conn: Any) -> None:
@@ -233,10 +313,11 @@ def trial_counts(url: str, study: str) -> dict[str, int]:
 
 # Loops a stage can run: (worker class, maintain() after every trial, study pruner).
 LOOPS: dict[str, tuple[str, bool, str]] = {
+    "queue": ("archhpo", False, "median"),  # what workers.Worker does per trial
     "queue+maintain": ("archhpo", True, "median"),  # claim, 3 reports, finish, maintain
-    "queue": ("archhpo", False, "median"),  # what workers.Worker does while trials are waiting
-    "queue-nopruner": ("archhpo", False, "none"),  # the same with --pruner none
-    "optuna": ("optuna", False, ""),  # plain Optuna ask/tell, TPE
+    "queue-nopruner": ("archhpo", False, "none"),  # the same as queue with --pruner none
+    "handrolled": ("handrolled", False, "median"),  # enqueue_trial plan + ask/suggest/report/should_prune/tell
+    "optuna-tpe": ("optuna", False, ""),  # the old reference: TPE ask/tell on an empty study
 }
 
 
@@ -252,6 +333,31 @@ def launch_archhpo(url: str, experiment: str, budget: str, n_trials: int, tolera
         "archs": len(settings.archs), "enqueued": result.enqueued, "launch_s": time.perf_counter() - t,
     }
     return settings.study_name, info
+
+
+def launch_handrolled(url: str, experiment: str, budget: str, n_trials: int, tolerance: float
+                      ) -> tuple[str, dict[str, Any]]:
+    """The baseline's launch: the same plan, enqueued with Optuna's public enqueue_trial."""
+    import optuna
+    from optuna.distributions import distribution_to_json
+
+    from archhpo.search._study import make_pruner, prepare_settings
+
+    settings = prepare_settings(experiment, budget, n_trials=n_trials, tolerance=tolerance)
+    dists = settings.search_space.distributions(len(settings.archs))
+    phase1 = [e for e in settings.plan if e["phase"] == 1]
+    name = f"{experiment}_handrolled"
+    t = time.perf_counter()
+    study = optuna.create_study(study_name=name, storage=url, direction="minimize",
+                                sampler=optuna.samplers.RandomSampler(), pruner=make_pruner("median", False))
+    for e in phase1:
+        study.enqueue_trial({"arch_idx": e["arch_idx"], **e["params"]},
+                            user_attrs={"plan_slot": e["slot"], "phase": 1, "attempt": 1})
+    launch_s = time.perf_counter() - t
+    study.set_user_attr("bench_distributions", json.dumps({k: distribution_to_json(v) for k, v in dists.items()}))
+    info = {"plan": len(settings.plan), "phase1": len(phase1), "archs": len(settings.archs),
+            "enqueued": len(phase1), "launch_s": launch_s}
+    return name, info
 
 
 def create_optuna(url: str) -> str:
@@ -292,7 +398,8 @@ def machine(pg_url: str | None) -> dict[str, Any]:
 
     info: dict[str, Any] = {"python": platform.python_version(), "optuna": optuna.__version__,
                             "sqlalchemy": sa.__version__, "cpus": os.cpu_count(),
-                            "date_utc": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")}
+                            "date_utc": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+                            "commit": git_commit()}
     try:
         with open("/proc/loadavg") as fh:
             info["loadavg"] = " ".join(fh.read().split()[:3])
@@ -331,8 +438,7 @@ def _parse_stage(text: str) -> tuple[str, str, list[int]]:
 
 
 DEFAULT_STAGES = [
-    "postgresql:queue+maintain:1,8,16", "postgresql:queue:1,8,16", "postgresql:queue-nopruner:1,8,16",
-    "postgresql:optuna:1,8,16", "sqlite:queue+maintain:1,8,16",
+    "postgresql:queue:1,8,16", "postgresql:handrolled:1,8,16", "postgresql:queue+maintain:1,8,16",
 ]
 
 
@@ -370,10 +476,16 @@ def main(argv: list[str] | None = None) -> int:
         for i, (backend, loop, ks) in enumerate(args.stages):
             url = urls[backend]
             kind, maintain, pruner = LOOPS[loop]
-            if kind == "archhpo":
-                name, info = launch_archhpo(url, f"bench{i}", args.budget, args.plan_trials, args.tolerance, pruner)
+            if kind in ("archhpo", "handrolled"):
+                if kind == "archhpo":
+                    name, info = launch_archhpo(url, f"bench{i}", args.budget, args.plan_trials, args.tolerance,
+                                                pruner)
+                else:
+                    name, info = launch_handrolled(url, f"bench{i}", args.budget, args.plan_trials, args.tolerance)
+                info["launch_ms_per_trial"] = info["launch_s"] / max(1, info["enqueued"]) * 1e3
                 print(f"# {backend}: launched {name}: plan {info['plan']} trials, {info['enqueued']} enqueued "
-                      f"in {info['launch_s']:.1f} s", file=sys.stderr, flush=True)
+                      f"in {info['launch_s']:.1f} s ({info['launch_ms_per_trial']:.1f} ms per planned trial)",
+                      file=sys.stderr, flush=True)
             else:
                 name, info = create_optuna(url), {}
             for k in ks:
@@ -397,13 +509,13 @@ def main(argv: list[str] | None = None) -> int:
 
     m = machine(PG_ADMIN if "postgresql" in backends else None)
     print(f"Orchestration overhead per trial (no training; {EPOCHS} reports per trial), "
-          f"{m['cpus']} CPUs, load average before the run {load_before}")
+          f"{m['cpus']} CPUs, load average before the run {load_before}; archhpo {m['commit']}, {m['date_utc']}")
     print()
     for s in studies:
         if "plan" in s:
             print(f"- {s['backend']} `{s['loop']}`: study `{s['study']}`, {s['archs']} architectures, plan of "
-                  f"{s['plan']} trials ({s['phase1']} in phase 1, enqueued by launch in {s['launch_s']:.1f} s); "
-                  f"final states {s['final_counts']}")
+                  f"{s['plan']} trials ({s['phase1']} in phase 1, enqueued by launch in {s['launch_s']:.2f} s = "
+                  f"{s['launch_ms_per_trial']:.1f} ms per planned trial); final states {s['final_counts']}")
         else:
             print(f"- {s['backend']} `{s['loop']}`: study `{s['study']}`; final states {s['final_counts']}")
     print()

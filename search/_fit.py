@@ -59,17 +59,59 @@ def _bounds(logn: np.ndarray, logl: np.ndarray) -> list[tuple[float, float]]:
     return [(-30.0, top), (-30.0, top + _ALPHA_BOUNDS[1] * float(logn.max()) + 5.0), _ALPHA_BOUNDS]
 
 
-def _fit_once(logn: np.ndarray, logl: np.ndarray, starts: list[np.ndarray], delta: float) -> tuple[np.ndarray, float]:
+def _batch_objective(flat: np.ndarray, logn: np.ndarray, logl: np.ndarray, weights: np.ndarray,
+                     delta: float) -> tuple[float, np.ndarray]:
+    """Sum over B independent problems (rows of `weights`: each data point's multiplicity) of
+    the weighted Huber objective; the problems share nothing, so one L-BFGS-B run on the
+    stacked (B, 3) parameters minimises every one of them (bootstrap refits in one numpy pass)."""
+    theta = flat.reshape(-1, 3)
+    e, a, alpha = theta[:, 0:1], theta[:, 1:2], theta[:, 2:3]
+    t = a - alpha * logn[None, :]
+    pred = np.logaddexp(e, t)
+    r = pred - logl[None, :]
+    absr = np.abs(r)
+    inner = absr <= delta
+    loss = (weights * np.where(inner, 0.5 * r * r / delta, absr - 0.5 * delta)).sum()
+    dr = weights * np.where(inner, r / delta, np.sign(r))
+    w_e = np.exp(e - pred)
+    w_t = 1.0 - w_e
+    grad = np.stack([(dr * w_e).sum(1), (dr * w_t).sum(1), -(dr * w_t * logn[None, :]).sum(1)], axis=1)
+    return float(loss), grad.ravel()
+
+
+def _per_problem(theta: np.ndarray, logn: np.ndarray, logl: np.ndarray, weights: np.ndarray,
+                 delta: float) -> np.ndarray:
+    t = theta[:, 1:2] - theta[:, 2:3] * logn[None, :]
+    r = np.logaddexp(theta[:, 0:1], t) - logl[None, :]
+    absr = np.abs(r)
+    return (weights * np.where(absr <= delta, 0.5 * r * r / delta, absr - 0.5 * delta)).sum(1)
+
+
+def _fit_batch(logn: np.ndarray, logl: np.ndarray, weights: np.ndarray, theta0: np.ndarray,
+               delta: float) -> tuple[np.ndarray, np.ndarray]:
+    """L-BFGS-B on B stacked problems; returns the (B, 3) end points and their objectives."""
     bounds = _bounds(logn, logl)
-    best_x, best_f = None, math.inf
-    for x0 in starts:
-        x0 = np.clip(x0, [b[0] for b in bounds], [b[1] for b in bounds])
-        res = minimize(_objective, x0, args=(logn, logl, delta), jac=True, method="L-BFGS-B", bounds=bounds,
-                       options={"maxiter": 500, "ftol": 1e-14, "gtol": 1e-10})
-        if np.all(np.isfinite(res.x)) and res.fun < best_f:
-            best_x, best_f = res.x, float(res.fun)
-    assert best_x is not None
-    return best_x, best_f
+    lo = np.array([b[0] for b in bounds])
+    hi = np.array([b[1] for b in bounds])
+    x0 = np.clip(theta0, lo, hi)
+    n = len(x0)
+    res = minimize(_batch_objective, x0.ravel(), args=(logn, logl, weights, delta), jac=True,
+                   method="L-BFGS-B", bounds=bounds * n,
+                   options={"maxiter": 3000, "maxfun": 6000, "ftol": 1e-15, "gtol": 1e-9})
+    theta = res.x.reshape(-1, 3)
+    return theta, _per_problem(theta, logn, logl, weights, delta)
+
+
+def _fit_once(logn: np.ndarray, logl: np.ndarray, starts: list[np.ndarray], delta: float) -> tuple[np.ndarray, float]:
+    """The fit from every starting point of the grid (stacked), then the best end point polished
+    by its own L-BFGS-B run."""
+    k = len(starts)
+    theta, f = _fit_batch(logn, logl, np.ones((k, len(logn))), np.array(starts), delta)
+    best = theta[int(np.argmin(f))]
+    polished, fp = _fit_batch(logn, logl, np.ones((1, len(logn))), best[None, :], delta)
+    if fp[0] <= f.min():
+        return polished[0], float(fp[0])
+    return best, float(f.min())
 
 
 def _natural(theta: np.ndarray) -> tuple[float, float, float]:
@@ -139,20 +181,25 @@ def fit_law(
     theta, fun = _fit_once(logn, logl, _starts(logn, logl, coarse=False), delta)
     method["starts"] = len(_starts(logn, logl, coarse=False))
     rng = np.random.default_rng(seed)
-    samples = np.empty((n_boot, 3))
-    coarse = _starts(logn, logl, coarse=True)
     k = len(logn)
-    i = 0
+    chosen: list[np.ndarray] = []
     draws = 0
-    while i < n_boot and draws < 50 * n_boot:
+    while len(chosen) < n_boot and draws < 50 * n_boot:
         draws += 1
         idx = rng.integers(0, k, size=k)
-        if len(set(idx.tolist())) < MIN_BUDGETS or len(set(logn[idx].tolist())) < MIN_BUDGETS:
-            continue
-        th, _ = _fit_once(logn[idx], logl[idx], [theta, *coarse[:2]], delta)
-        samples[i] = _natural(th)
-        i += 1
-    samples = samples[:i]
+        if len(set(logn[idx].tolist())) >= MIN_BUDGETS:
+            chosen.append(np.bincount(idx, minlength=k))
+    i = len(chosen)
+    samples = np.empty((0, 3))
+    if i:
+        weights = np.array(chosen, dtype=float)
+        # every refit from the full-data estimate and from a second start; each keeps its better end
+        best_t, best_f = _fit_batch(logn, logl, weights, np.tile(theta, (i, 1)), delta)
+        for start in _starts(logn, logl, coarse=True)[:1]:
+            t2, f2 = _fit_batch(logn, logl, weights, np.tile(start, (i, 1)), delta)
+            better = f2 < best_f
+            best_t[better], best_f[better] = t2[better], f2[better]
+        samples = np.column_stack([np.exp(best_t[:, 0]), np.exp(best_t[:, 1]), best_t[:, 2]])
     e, a, alpha = _natural(theta)
     for name, est, col in (("E", e, 0), ("A", a, 1), ("alpha", alpha, 2)):
         lo, hi = (np.percentile(samples[:, col], [2.5, 97.5]) if i else (math.nan, math.nan))

@@ -70,6 +70,7 @@ class Option:
     env: str | None = None  # an environment variable that replaces the default when set
     command_defaults: Mapping[str, Any] = field(default_factory=dict)  # e.g. train: None (from --from)
     metavar: str | None = None
+    grid_dimension: bool = True  # a list on list_commands is a grid dimension (help says so)
 
     @property
     def flag_name(self) -> str:
@@ -98,7 +99,7 @@ class Option:
             text += f" (default ${self.env}, else {self.default})"
         elif not self.switch and default is not None and command not in self.command_defaults:
             text += f" (default {default})"
-        if command in self.list_commands and self.name not in ARCH_OPTIONS:
+        if command in self.list_commands and self.name not in ARCH_OPTIONS and self.grid_dimension:
             text += "; a comma-separated list makes it a dimension of the study's grid"
         return text.replace("%", "%%")
 
@@ -218,12 +219,17 @@ def family_options(family: Family | None) -> list[Option]:
     """A family's flags (Family.flags) as options of grid/params/launch/run/train."""
     if family is None:
         return []
+    try:  # flags that shape the data take one value per study (a list would need other data)
+        shaping = set(family.data_info(family.parse_data(default("data"), {}), {}))
+    except Exception:  # noqa: BLE001 - only decides which help text to show
+        shaping = set()
     out = []
     for flag in family.flags:
-        listable = flag.type in (str, int, float)
+        listable = flag.type in (str, int, float)  # a data-shaping list is refused with a sentence
         out.append(Option(
             flag.name, flag.default, flag.type, flag.help, FAMILY_COMMANDS, stored=True,
             dest=f"fam_{flag.name}", list_commands=STUDY_COMMANDS if listable else (),
+            grid_dimension=flag.name not in shaping,
         ))
     return out
 

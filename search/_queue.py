@@ -115,6 +115,7 @@ class TrialQueue:
         self.heartbeat_s = float(HEARTBEAT_INTERVAL_S)
         self.reap_s = float(os.environ.get("ARCHHPO_REAP_S", "30"))
         self._phase3_cache: list[dict[str, Any]] | None = None  # confirmation assignment, once made
+        self._light = _LightCache()  # finished trials, read once (see _light_trials)
 
     # ----------------------------------------------------------------------------- claiming
     def claim(self, worker_attrs: dict[str, Any]) -> Claim | None:
@@ -440,27 +441,55 @@ class TrialQueue:
         return self._status(self._light_trials())[0]
 
     def _light_trials(self) -> list[_LightTrial]:
-        """State, value and the bookkeeping attrs of every trial in three queries: the upkeep
-        runs often, and Optuna's get_all_trials would load every param and attribute."""
+        """State, value and the bookkeeping attrs of every trial: the upkeep runs often, and
+        Optuna's get_all_trials would load every param and attribute.
+
+        Bounded by the live part of the study, not its size: a finished trial (COMPLETE, PRUNED,
+        FAIL) never changes again, so each is read once and kept; every call reads only the
+        WAITING and RUNNING trials, trials newer than any seen, and those that were live last
+        time and have finished since.  A full re-read every FULL_RELOAD_S is the safety net.
+        """
+        c = self._light
+        if time.monotonic() - c.loaded_at > _LightCache.FULL_RELOAD_S:
+            c.reset()
+        live_states = (TrialState.RUNNING, TrialState.WAITING)
+        T = m.TrialModel
+        fresh = sa.or_(T.state.in_(live_states), T.trial_id > c.max_seen)
         with read_scope(self.storage) as s:
-            rows = s.execute(
-                sa.select(m.TrialModel.trial_id, m.TrialModel.number, m.TrialModel.state)
-                .where(m.TrialModel.study_id == self.study_id)
-            ).all()
-            values = dict(s.execute(
-                sa.select(m.TrialValueModel.trial_id, m.TrialValueModel.value)
-                .join(m.TrialModel, m.TrialModel.trial_id == m.TrialValueModel.trial_id)
-                .where(m.TrialModel.study_id == self.study_id, m.TrialValueModel.objective == 0)
-            ).all())
-            attrs: dict[int, dict[str, Any]] = {}
-            for tid, key, text in s.execute(
-                sa.select(m.TrialUserAttributeModel.trial_id, m.TrialUserAttributeModel.key,
-                          m.TrialUserAttributeModel.value_json)
-                .join(m.TrialModel, m.TrialModel.trial_id == m.TrialUserAttributeModel.trial_id)
-                .where(m.TrialModel.study_id == self.study_id, m.TrialUserAttributeModel.key.in_(_STATUS_KEYS))
-            ):
-                attrs.setdefault(tid, {})[key] = json.loads(text)
-        return [_LightTrial(tid, num, state, values.get(tid), attrs.get(tid, {})) for tid, num, state in rows]
+            def read(cond: Any) -> tuple[list[Any], dict[int, float], dict[int, dict[str, Any]]]:
+                rows = s.execute(sa.select(T.trial_id, T.number, T.state).where(T.study_id == self.study_id, cond)).all()
+                values = dict(s.execute(
+                    sa.select(m.TrialValueModel.trial_id, m.TrialValueModel.value)
+                    .join(T, T.trial_id == m.TrialValueModel.trial_id)
+                    .where(T.study_id == self.study_id, m.TrialValueModel.objective == 0, cond)
+                ).all())
+                attrs: dict[int, dict[str, Any]] = {}
+                for tid, key, text in s.execute(
+                    sa.select(m.TrialUserAttributeModel.trial_id, m.TrialUserAttributeModel.key,
+                              m.TrialUserAttributeModel.value_json)
+                    .join(T, T.trial_id == m.TrialUserAttributeModel.trial_id)
+                    .where(T.study_id == self.study_id, m.TrialUserAttributeModel.key.in_(_STATUS_KEYS), cond)
+                ):
+                    attrs.setdefault(tid, {})[key] = json.loads(text)
+                return rows, values, attrs
+
+            rows, values, attrs = read(fresh)
+            gone = sorted(c.live - {tid for tid, _, state in rows if state in live_states})
+            for i in range(0, len(gone), 500):  # finished since the last call
+                more = read(T.trial_id.in_(gone[i:i + 500]))
+                rows += more[0]
+                values.update(more[1])
+                attrs.update(more[2])
+        live = []
+        for tid, num, state in rows:
+            light = _LightTrial(tid, num, state, values.get(tid), attrs.get(tid, {}))
+            if state in live_states:
+                live.append(light)
+            else:
+                c.final[tid] = light
+            c.max_seen = max(c.max_seen, tid)
+        c.live = {t.trial_id for t in live}
+        return [*c.final.values(), *live]
 
     def _status(self, trials: list[_LightTrial]) -> tuple[PlanStatus, list[_LightTrial], bool]:
         plan = self.settings.plan
@@ -566,7 +595,7 @@ def _shares_gpu(worker_attrs: dict[str, Any]) -> bool:
     """A worker given a fraction of a GPU (Ray's num_gpus < 1, recorded as `gpu_share`)."""
     share = worker_attrs.get("gpu_share")
     try:
-        return share is not None and float(share) < 1
+        return share is not None and 0 < float(share) < 1
     except (TypeError, ValueError):
         return False
 
@@ -578,6 +607,20 @@ class _LightTrial:
     state: TrialState
     value: float | None
     user_attrs: dict[str, Any]
+
+
+@dataclass
+class _LightCache:
+    """What _light_trials keeps between calls: finished trials (immutable) and the live ids."""
+
+    FULL_RELOAD_S = 600.0
+    final: dict[int, _LightTrial] = field(default_factory=dict)
+    live: set[int] = field(default_factory=set)
+    max_seen: int = 0
+    loaded_at: float = field(default_factory=time.monotonic)
+
+    def reset(self) -> None:
+        self.final, self.live, self.max_seen, self.loaded_at = {}, set(), 0, time.monotonic()
 
 
 def _attrs(s: Any, model: Any, trial_id: int) -> dict[str, Any]:

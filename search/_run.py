@@ -6,6 +6,8 @@ import os
 import sys
 import time
 import uuid
+from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -40,7 +42,10 @@ def worker_task(
         attrs["ray_gpu_ids"] = [str(i) for i in ctx.get_accelerator_ids().get("GPU", [])]
     elif device == "auto":
         device = "cpu"  # SPEC §10: a task without a GPU share sees every GPU of its node; use none of them
-    worker = Worker(queues, device=device, threads=threads, extra_attrs=attrs, checkpoint_dir=checkpoint_dir)
+    # ray.cancel(ref) interrupts the task's main thread like SIGINT: with the worker's handlers the
+    # trial stops between two steps and goes back to the queue (same attempt), and the task returns.
+    worker = Worker(queues, device=device, threads=threads, extra_attrs=attrs, checkpoint_dir=checkpoint_dir,
+                    handle_signals=True)
     return worker.run().__dict__
 
 
@@ -63,7 +68,8 @@ def largest_trial_bytes(queues: list[TrialQueue]) -> int:
         s = q.settings
         fam = get_family(s.family)
         batches = list(s.search_space.batch_size)
-        batches += [int(e["params"]["batch_size"]) for e in s.plan if (e.get("params") or {}).get("batch_size")]
+        batches += [int(e["params"]["batch_size"]) for e in s.plan
+                    if (e.get("params") or {}).get("batch_size")]
         batch = max(batches)
         idx = {e.get("arch_idx") for e in s.plan}
         rows = s.archs if None in idx else [s.archs[i] for i in idx]
@@ -81,11 +87,20 @@ def auto_gpu_fraction(queues: list[TrialQueue], gpu_bytes: int) -> float:
     return float(min(1.0, max(0.05, -(-share * 20 // 1) / 20)))
 
 
+def _share(k: int) -> float:
+    """1/k of a GPU as Ray keeps it (4 decimals, rounded down: k of them fit one GPU)."""
+    return 1.0 if k <= 1 else (10_000 // k) / 10_000
+
+
 @dataclass(frozen=True)
 class Placement:
-    share: float  # num_gpus of every worker task
+    share: float  # the smallest num_gpus of a worker task (< 1: some workers share a GPU)
     device: str  # what the workers are told (auto, cpu, cuda)
     note: str  # one line for the user
+    shares: tuple[float, ...] = ()  # num_gpus of each worker, largest first (empty: all `share`)
+
+    def worker_shares(self, workers: int) -> list[float]:
+        return list(self.shares) if self.shares else [self.share] * workers
 
 
 def choose_placement(
@@ -104,7 +119,8 @@ def choose_placement(
     gpus = int(cluster_gpus)
     if device == "cpu":
         if isinstance(requested, float | int) and requested > 0:
-            raise ArchhpoError(f"--device cpu trains on CPUs; drop --gpus-per-trial {requested:g} or the --device.")
+            raise ArchhpoError(
+                f"--device cpu trains on CPUs; drop --gpus-per-trial {requested:g} or the --device.")
         return Placement(0.0, "cpu", "--device cpu: trials train on CPU" + (
             f" (the cluster's {gpus} GPU(s) stay unused)" if gpus else ""))
     if isinstance(requested, float | int):
@@ -120,24 +136,60 @@ def choose_placement(
         return Placement(share, device, note)
     if gpus < 1:
         if device.startswith("cuda"):
-            raise ArchhpoError("--device cuda was asked for but the Ray cluster has no GPU; use --device cpu or auto.")
+            raise ArchhpoError(
+                "--device cuda was asked for but the Ray cluster has no GPU; use --device cpu or auto.")
         return Placement(0.0, "cpu", "")  # a CPU cluster: nothing to say
-    spread = -(-max(1, workers) // gpus)  # workers per GPU when they cover every GPU
     if need_bytes is None or gpu_bytes is None:
         fit, why = 1, "GPU memory unknown: one trial per GPU"
     else:
         fit = int(GPU_SAFETY * gpu_bytes // (need_bytes + CUDA_CONTEXT_BYTES))
+        fit = max(1, min(fit, MAX_TRIALS_PER_GPU))
         why = (f"largest planned trial about {need_bytes / 2**30:.1f} GiB of {gpu_bytes / 2**30:.0f} GiB, "
-               f"{max(1, min(fit, MAX_TRIALS_PER_GPU))} fit on a GPU")
-    k = max(1, min(fit, MAX_TRIALS_PER_GPU, spread))
-    share = 1.0 if k == 1 else (10_000 // k) / 10_000  # Ray keeps 4 decimals: k shares fit one GPU
-    return Placement(share, device, f"GPU placement: {share:g} GPU per trial, up to {k} per GPU over "
-                                    f"{gpus} GPU(s) ({why}); --gpus-per-trial overrides, --device cpu opts out")
+               f"{fit} fit on a GPU")
+    workers = max(1, workers)
+    tail = f"; {why}; --gpus-per-trial overrides, --device cpu opts out"
+    if workers >= gpus * fit:  # every GPU full; any further worker waits for a free share
+        share = _share(fit)
+        extra = f", {workers - gpus * fit} worker(s) wait for a free share" if workers > gpus * fit else ""
+        return Placement(share, device, f"GPU placement: {share:g} GPU per trial, {fit} per GPU on each of "
+                                        f"{gpus} GPU(s){extra}{tail}")
+    q, r = divmod(workers, gpus)
+    if q == 0:
+        return Placement(1.0, device, f"GPU placement: 1 GPU per trial on {workers} of {gpus} GPU(s) "
+                                      f"(--workers {gpus} or more uses them all){tail}")
+    # Ray gives a fractional share the fullest GPU it fits on, so equal shares would leave GPUs
+    # idle when the workers are not a multiple of the GPUs (5 workers at 0.5 on 4 GPUs: 2+2+1+0).
+    # Instead gpus-r GPUs take q workers and r GPUs take q+1; the larger shares are placed first.
+    shares = (_share(q),) * (q * (gpus - r)) + (_share(q + 1),) * ((q + 1) * r)
+    per = f"{q}" if r == 0 else f"{q} or {q + 1}"
+    sizes = " or ".join(f"{x:g}" for x in sorted(set(shares), reverse=True))
+    return Placement(min(shares), device, f"GPU placement: {sizes} GPU per trial, {per} per GPU on each of "
+                                          f"{gpus} GPU(s){tail}", shares)
 
 
 def task_options(share: float, threads: int, cluster: bool) -> dict[str, Any]:
     """Ray options of a worker task: its CPUs (1 on a cluster, its threads locally) and GPU share."""
     return {"num_cpus": 1 if cluster else threads, "num_gpus": float(share), "max_retries": 3}
+
+
+def start_by_share(
+    remote: Any, shares: list[float], args: Callable[[float], tuple[Any, ...]], wait_s: float = 60.0,
+) -> list[Any]:
+    """Start one task per share, the largest shares first, each group once Ray has granted the GPUs
+    of the one before (a smaller share started earlier would fill a GPU meant for a larger one)."""
+    import ray
+
+    refs: list[Any] = []
+    groups = sorted(Counter(shares).items(), reverse=True)
+    for i, (share, n) in enumerate(groups):
+        before = float(ray.available_resources().get("GPU", 0.0))
+        refs += [remote.options(num_gpus=float(share)).remote(*args(share)) for _ in range(n)]
+        if share > 0 and i + 1 < len(groups):
+            deadline = time.monotonic() + wait_s
+            while (time.monotonic() < deadline
+                   and float(ray.available_resources().get("GPU", 0.0)) > before - n * share + 1e-6):
+                time.sleep(0.1)
+    return refs
 
 
 def _gpu_memory() -> int | None:
@@ -153,14 +205,16 @@ def _gpu_memory() -> int | None:
 
         if not torch.cuda.is_available():
             return None
-        return min(int(torch.cuda.get_device_properties(i).total_memory) for i in range(torch.cuda.device_count()))
+        return min(int(torch.cuda.get_device_properties(i).total_memory)
+                   for i in range(torch.cuda.device_count()))
 
     nodes = [n["NodeID"] for n in ray.nodes() if n.get("Alive") and n.get("Resources", {}).get("GPU", 0) >= 1]
     if not nodes:
         return None
     task = ray.remote(probe)
-    refs = [task.options(num_cpus=0, num_gpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(n, soft=False))
-            .remote() for n in nodes]
+    refs = [task.options(num_cpus=0, num_gpus=0,
+                         scheduling_strategy=NodeAffinitySchedulingStrategy(n, soft=False)).remote()
+            for n in nodes]
     try:
         sizes = [m for m in ray.get(refs, timeout=300) if m]
     except Exception:  # a node that cannot run the probe: placement falls back to a GPU per trial
@@ -256,17 +310,24 @@ def run_workers(
         out.write(placement.note + "\n")
     task = ray.remote(worker_task).options(**task_options(placement.share, threads, bool(opts.ray_address)))
     ckpt = str(opts.checkpoint_dir.resolve()) if opts.checkpoint_dir else None
-    refs = [task.remote(storage_url, names, placement.device, threads, run_id, ckpt, placement.share)
-            for _ in range(opts.workers)]
+    refs = start_by_share(task, placement.worker_shares(opts.workers),
+                          lambda share: (storage_url, names, placement.device, threads, run_id, ckpt, share))
     start = time.monotonic()
     last_final = -1
     last_print = 0.0
     tty = out.isatty()
     statuses: dict[str, PlanStatus] = {}
+    whole_gpu_ref: Any = None  # a worker with a GPU of its own, for retries of shared-GPU OOMs
     try:
         while True:
             ready, _ = ray.wait(refs, num_returns=len(refs), timeout=opts.refresh_s)
             statuses = {n: q.maintain(blocking=False) for n, q in queues.items()}  # also reaps stale trials
+            if (0 < placement.share < 1 and (whole_gpu_ref is None or whole_gpu_ref in ready)
+                    and any(st.whole_gpu_waiting for st in statuses.values())):
+                whole_gpu_ref = task.options(num_gpus=1).remote(
+                    storage_url, names, placement.device, threads, run_id, ckpt, 1.0)
+                refs.append(whole_gpu_ref)
+                out.write("A trial ran out of memory on a shared GPU: retrying it on a GPU of its own.\n")
             final = sum(s.final for s in statuses.values())
             changed = final != last_final
             if final != last_final:
@@ -290,7 +351,7 @@ def run_workers(
     except KeyboardInterrupt:
         out.write("\nStopping workers; their running trials go back to the queue...\n")
         for ref in refs:
-            ray.cancel(ref)  # raises KeyboardInterrupt in the task: it requeues its trial
+            ray.cancel(ref)  # interrupts the task (as SIGINT): it gives its trial back and returns
         ray.wait(refs, num_returns=len(refs), timeout=15)
         requeued = sum(
             q.requeue_running(lambda a: a.get("run_id") == run_id) for q in queues.values()

@@ -197,7 +197,26 @@ def open_storage(url: str, create: bool = True) -> RDBStorage:
         # WAL lets readers (the progress display, the dashboard) read while a worker writes.
         with storage.engine.connect() as conn:
             conn.exec_driver_sql("PRAGMA journal_mode=WAL")
+    if create:
+        resilient(lambda: ensure_indexes(storage), "creating archhpo's indexes")
     return storage
+
+
+# Indexes archhpo adds to Optuna's tables (named archhpo_*; created by launch/run, idempotent), so
+# that the queue's per-trial queries stay bounded as a study grows to 100,000 trials:
+# - claiming picks a study's oldest WAITING trial, and the upkeep reads its live (WAITING/RUNNING)
+#   trials: Optuna indexes trials.study_id alone, which makes both scan the whole study;
+# - the median rule reads the completed trials' values at one step.
+ARCHHPO_INDEXES = {
+    "archhpo_trials_study_state": "trials (study_id, state, trial_id)",
+    "archhpo_intermediate_step": "trial_intermediate_values (step, trial_id, intermediate_value)",
+}
+
+
+def ensure_indexes(storage: RDBStorage) -> None:
+    with storage.engine.begin() as conn:
+        for name, target in ARCHHPO_INDEXES.items():
+            conn.exec_driver_sql(f"CREATE INDEX IF NOT EXISTS {name} ON {target}")
 
 
 @contextlib.contextmanager

@@ -1,4 +1,15 @@
-"""The `archhpo` command line (SPEC §2). Every user error ends in one sentence and exit code 2."""
+"""The `archhpo` command line (SPEC §2). Every user error ends in one sentence and exit code 2.
+
+Options are defined once, in `archhpo.search._options`; the parser is built from them.  A
+command is a function taking the parsed namespace, registered with `register_command` (the
+parser lists commands in registration order):
+
+    register_command("report", cmd_report, "write the report", configure=add_report_flags)
+
+The command's options are those of `_options.OPTIONS` naming it in `commands` (e.g. REPORT);
+`configure(subparser)` may add more.  Its function receives every option filled in (line, then
+experiment file, then default) and `args.given`, the names given on the line or in the file.
+"""
 
 from __future__ import annotations
 
@@ -9,36 +20,47 @@ import json
 import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from archhpo.errors import ArchhpoError
 from archhpo.models import Family, family_names, get_family
+from archhpo.search._options import (
+    ARCH_OPTIONS,
+    FAMILY_COMMANDS,
+    LAUNCH,
+    RUN,
+    STUDY_COMMANDS,
+    TRAIN,
+    TRAINING_OPTIONS,
+    argv_value,
+    config_values,
+    default,
+    family_options,
+    load_config,
+    options_for,
+)
 
 EXIT_USER_ERROR = 2
 EXIT_INTERRUPTED = 130
 
 
 # ----------------------------------------------------------------------------- family flags
-def _family_from_argv(argv: Sequence[str]) -> str:
-    for i, arg in enumerate(argv):
-        if arg == "--family" and i + 1 < len(argv):
-            return argv[i + 1]
-        if arg.startswith("--family="):
-            return arg.split("=", 1)[1]
-    return "patchtst"
-
-
-def _add_family_flags(p: argparse.ArgumentParser, family: Family | None) -> None:
-    if family is None:
-        return
-    group = p.add_argument_group(f"{family.name} options")
-    for flag in family.flags:
-        group.add_argument(
-            "--" + flag.name.replace("_", "-"), dest=f"fam_{flag.name}", type=flag.type, default=None,
-            help=f"{flag.help} (default {flag.default})",
-        )
+def _family_from_argv(argv: Sequence[str], config: dict[str, Any] | None = None) -> str:
+    """The family whose flags the parser takes: --family on the line, else the experiment file's,
+    else (train --from) the best JSON's, else the default."""
+    argv = list(argv)
+    name = argv_value(argv, "--family") or (config or {}).get("family")
+    if name is None:
+        best = argv_value(argv, "--from")
+        if best:
+            try:
+                name = json.loads(Path(best).read_text()).get("family")
+            except (OSError, ValueError, AttributeError):
+                name = None  # train reports the unreadable file itself
+    return str(name) if name is not None else default("family")
 
 
 def _family_values(args: argparse.Namespace, family: Family, with_defaults: bool) -> dict[str, Any]:
@@ -110,14 +132,23 @@ def cmd_params(args: argparse.Namespace) -> int:
     return 0
 
 
-def _settings_from_args(args: argparse.Namespace, budget: str) -> Any:
+def _pins(args: argparse.Namespace) -> dict[str, list[int]]:
+    return {d: getattr(args, d) for d in ARCH_OPTIONS if getattr(args, d, None)}
+
+
+def _settings_from_args(args: argparse.Namespace, budget: str | None) -> Any:
     from archhpo.search._study import prepare_settings
 
     fam = get_family(args.family)
+    if "seeds" in args.given and not args.confirm:
+        raise ArchhpoError("--seeds S counts only with --confirm K (the confirmation phase); add --confirm "
+                           "or drop --seeds (paired seeds for every configuration: --paired-seeds S).")
     return prepare_settings(
         args.experiment, budget, family=args.family, n_trials=args.trials, data=args.data,
         horizon=args.horizon, threshold=args.threshold, seed=args.seed, quick=args.quick,
         tolerance=args.tolerance, pruner=args.pruner, family_options=_family_values(args, fam, False),
+        pins=_pins(args), fixed_params={k: getattr(args, k) for k in TRAINING_OPTIONS if getattr(args, k) is not None},
+        paired_seeds=args.paired_seeds, confirm=args.confirm, confirm_seeds=args.seeds,
     )
 
 
@@ -125,18 +156,50 @@ def _launch_all(args: argparse.Namespace) -> list[str]:
     from archhpo.search._storage import mask_url, open_storage, resolve_storage_url
     from archhpo.search._study import launch
 
+    if not args.experiment:
+        raise ArchhpoError("--experiment is required; give it on the line or as `experiment` in --config.")
     url = resolve_storage_url(args.storage)
-    settings = [_settings_from_args(args, b) for b in args.budget]  # validate all before writing
+    settings = [_settings_from_args(args, b) for b in (args.budget or [None])]  # validate all before writing
     storage = open_storage(url)
     names = []
     for s in settings:
         res = launch(url, s, storage=storage)
         verb = "created" if res.created else "reloaded"
         n1 = sum(e["phase"] == 1 for e in s.plan)
+        n3 = sum(e["phase"] == 3 for e in s.plan)
+        extra = f", {n3} confirmation slots" if n3 else ""
+        extra += f", {s.options['paired_seeds']} paired seeds" if s.options.get("paired_seeds") else ""
         print(f"{verb} study {s.study_name} on {mask_url(url)}: {len(s.archs)} architectures fit, "
-              f"{len(s.plan)} planned trials ({n1} in phase 1), {res.enqueued} newly queued",
+              f"{len(s.plan)} planned trials ({n1} in phase 1{extra}), {res.enqueued} newly queued",
               file=sys.stderr)
         names.append(s.study_name)
+    return names
+
+
+def _addressed_studies(args: argparse.Namespace, storage: Any) -> list[str]:
+    """worker/export: --study names, else {experiment}_{label} for each --budget (with the pins),
+    or the pinned study's label; with none of these, every study of the experiment."""
+    from archhpo.search._study import (
+        check_experiment,
+        experiment_studies,
+        load_study,
+        study_label,
+        study_name,
+    )
+
+    check_experiment(args.experiment)
+    names = list(args.study or [])
+    pins = _pins(args)
+    if args.budget or pins:
+        names += [study_name(args.experiment, study_label(b, pins)) for b in (args.budget or [None])]
+    if names:
+        for n in names:
+            load_study(storage, n)  # a clear error for a study that does not exist
+        return names
+    names = experiment_studies(storage, args.experiment)
+    if not names:
+        raise ArchhpoError(f"No archhpo study of experiment {args.experiment!r} in this storage; "
+                           "check --experiment and --storage.")
     return names
 
 
@@ -146,14 +209,12 @@ def cmd_launch(args: argparse.Namespace) -> int:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
-    from archhpo.budgets import budget_label
     from archhpo.search._queue import TrialQueue
-    from archhpo.search._storage import resolve_storage_url
-    from archhpo.search._study import check_experiment, study_name
+    from archhpo.search._storage import open_storage, resolve_storage_url
     from archhpo.workers import Worker
 
     url = resolve_storage_url(args.storage)
-    names = [study_name(check_experiment(args.experiment), budget_label(b)) for b in args.budget]
+    names = _addressed_studies(args, open_storage(url, create=False))
     queues = [TrialQueue(url, n) for n in names]
     # SIGTERM/SIGINT give the running trial back to the queue (same attempt) and exit 128+signal.
     summary = Worker(queues, device=args.device, threads=args.threads, checkpoint_dir=args.checkpoint_dir,
@@ -189,22 +250,11 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from archhpo.budgets import budget_label
     from archhpo.search._export import export_studies
     from archhpo.search._storage import open_storage, resolve_storage_url
-    from archhpo.search._study import check_experiment, experiment_studies, load_study, study_name
 
-    check_experiment(args.experiment)  # every refusal before the database is opened (or created)
     storage = open_storage(resolve_storage_url(args.storage), create=False)
-    if args.budget:
-        names = [study_name(args.experiment, budget_label(b)) for b in args.budget]
-        for n in names:
-            load_study(storage, n)  # a clear error for a study that does not exist
-    else:
-        names = experiment_studies(storage, args.experiment)
-        if not names:
-            raise ArchhpoError(f"No archhpo study of experiment {args.experiment!r} in this storage; "
-                               "check --experiment and --storage.")
+    names = _addressed_studies(args, storage)
     for path in export_studies(storage, names, Path(args.out)):
         print(path)
     return 0
@@ -224,114 +274,90 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
-# ----------------------------------------------------------------------------- parser
+# ----------------------------------------------------------------------------- commands and parser
+@dataclass(frozen=True)
+class Command:
+    name: str
+    func: Callable[[argparse.Namespace], int]
+    help: str
+    configure: Callable[[argparse.ArgumentParser], None] | None = None
+
+
+COMMANDS: dict[str, Command] = {}
+
+
+def register_command(
+    name: str,
+    func: Callable[[argparse.Namespace], int],
+    help: str,
+    configure: Callable[[argparse.ArgumentParser], None] | None = None,
+) -> None:
+    """Add (or replace) a subcommand: its options are those of _options.OPTIONS naming it, plus
+    whatever `configure(subparser)` adds; `func(args)` returns the exit code."""
+    COMMANDS[name] = Command(name, func, help, configure)
+
+
+register_command("grid", cmd_grid, "list the architectures that fit a budget")
+register_command("params", cmd_params, "exact parameter count of one configuration")
+register_command("launch", cmd_launch, "create (or reload) the study and its trial plan")
+register_command("worker", cmd_worker, "train planned trials until the plan is done")
+register_command("run", cmd_run, "launch + Ray workers + results, with live progress")
+register_command("export", cmd_export, "write the CSV and best JSON from the database")
+register_command("dashboard", cmd_dashboard, "optuna-dashboard on the storage (127.0.0.1 by default)")
+register_command("train", cmd_train, "train one configuration and print its metrics as JSON")
+
+
+def _command_options(command: str, family: Family | None) -> list[Any]:
+    extra = family_options(family) if command in FAMILY_COMMANDS else []
+    return [*options_for(command), *extra]
+
+
 def build_parser(family: Family | None) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="archhpo", description="Budgeted transformer architecture search.")
+    """The parser, with `family`'s flags on the commands that take family flags."""
+    p = argparse.ArgumentParser(prog="archhpo", description="Budgeted transformer architecture search.",
+                                allow_abbrev=False)
     p.add_argument("-v", "--verbose", action="store_true", help="log worker and trial details")
     sub = p.add_subparsers(dest="command", required=True)
     families = ", ".join(family_names())
-
-    def common_budget(sp: argparse.ArgumentParser, required: bool = True) -> None:
-        sp.add_argument("--budget", action="append", required=required, default=None,
-                        help="parameter budget such as 2M, 20M, 1.5B, 500K; repeat for several")
-
-    def storage(sp: argparse.ArgumentParser) -> None:
-        sp.add_argument("--storage", default=None,
-                        help="database URL (default $ARCHHPO_STORAGE, else sqlite:///archhpo.db)")
-
-    def checkpoint_flag(sp: argparse.ArgumentParser) -> None:
-        sp.add_argument("--checkpoint-dir", default=os.environ.get("ARCHHPO_CHECKPOINT_DIR", "checkpoints"),
-                        help="per-epoch checkpoints, so a retried trial resumes (shared storage on a cluster)")
-
-    def study_args(sp: argparse.ArgumentParser) -> None:
-        sp.add_argument("--experiment", required=True)
-        common_budget(sp)
-        sp.add_argument("--family", default="patchtst", help=f"model family: {families}")
-        sp.add_argument("--trials", type=int, default=50, help="planned trials per budget")
-        sp.add_argument("--data", default="synthetic", help="synthetic[:k=v,...] or a CSV/Parquet path")
-        sp.add_argument("--horizon", type=int, default=1)
-        sp.add_argument("--threshold", type=float, default=0.01)
-        sp.add_argument("--seed", type=int, default=0)
-        sp.add_argument("--tolerance", type=float, default=0.25)
-        sp.add_argument("--pruner", default="median", choices=["median", "none"])
-        sp.add_argument("--quick", action="store_true", help="small data and few epochs (minutes on a CPU)")
-        storage(sp)
-        _add_family_flags(sp, family)
-
-    sp = sub.add_parser("grid", help="list the architectures that fit a budget")
-    common_budget(sp)
-    sp.add_argument("--family", default="patchtst", help=f"model family: {families}")
-    sp.add_argument("--tolerance", type=float, default=0.25)
-    sp.add_argument("--format", choices=["table", "json", "csv"], default="table")
-    _add_family_flags(sp, family)
-    sp.set_defaults(func=cmd_grid)
-
-    def arch_flags(sp: argparse.ArgumentParser, required: bool) -> None:
-        sp.add_argument("--family", default="patchtst", help=f"model family: {families}")
-        for name in ("d-model", "n-layers", "n-heads", "d-ff"):
-            sp.add_argument(f"--{name}", type=int, required=required)
-        _add_family_flags(sp, family)
-
-    sp = sub.add_parser("params", help="exact parameter count of one configuration")
-    arch_flags(sp, True)
-    sp.add_argument("--format", choices=["text", "json"], default="text")
-    sp.set_defaults(func=cmd_params)
-
-    sp = sub.add_parser("launch", help="create (or reload) the study and its trial plan")
-    study_args(sp)
-    sp.set_defaults(func=cmd_launch)
-
-    sp = sub.add_parser("worker", help="train planned trials until the plan is done")
-    sp.add_argument("--experiment", required=True)
-    common_budget(sp)
-    storage(sp)
-    sp.add_argument("--device", default="auto", help="auto, cpu or cuda")
-    sp.add_argument("--threads", type=int, default=None, help="torch CPU threads")
-    checkpoint_flag(sp)
-    sp.set_defaults(func=cmd_worker)
-
-    sp = sub.add_parser("run", help="launch + Ray workers + results, with live progress")
-    study_args(sp)
-    sp.add_argument("--workers", type=int, default=2)
-    sp.add_argument("--ray-address", default=None, help="an existing Ray cluster (default: local Ray)")
-    sp.add_argument("--device", default="auto")
-    sp.add_argument("--gpus-per-trial", default=None,
-                    help="GPU share per trial (0.25 packs four on a GPU); default auto: sized from the "
-                         "memory estimate of the largest planned trial when the cluster has GPUs")
-    sp.add_argument("--out", default="results")
-    checkpoint_flag(sp)
-    sp.set_defaults(func=cmd_run)
-
-    sp = sub.add_parser("export", help="write the CSV and best JSON from the database")
-    sp.add_argument("--experiment", required=True)
-    common_budget(sp, required=False)
-    storage(sp)
-    sp.add_argument("--out", default="results")
-    sp.set_defaults(func=cmd_export)
-
-    sp = sub.add_parser("dashboard", help="optuna-dashboard on the storage (127.0.0.1 by default)")
-    storage(sp)
-    sp.add_argument("--host", default="127.0.0.1")
-    sp.add_argument("--port", type=int, default=8080)
-    sp.set_defaults(func=cmd_dashboard)
-
-    sp = sub.add_parser("train", help="train one configuration and print its metrics as JSON")
-    arch_flags(sp, False)
-    sp.add_argument("--from", dest="from_json", default=None, help="a *_best.json to reproduce")
-    sp.add_argument("--data", default=None)
-    sp.add_argument("--horizon", type=int, default=None)
-    sp.add_argument("--threshold", type=float, default=None)
-    sp.add_argument("--seed", type=int, default=None)
-    sp.add_argument("--quick", action="store_true")
-    for name, typ in (("learning-rate", float), ("epochs", int), ("batch-size", int),
-                      ("weight-decay", float), ("warmup-steps", int)):
-        sp.add_argument(f"--{name}", type=typ, default=None)
-    sp.add_argument("--device", default="auto")
-    sp.add_argument("--threads", type=int, default=None,
-                    help="torch CPU threads (a CPU replay is exact with the worker's thread count)")
-    sp.add_argument("--save", default=None, help="write the trained weights and config here (.pt)")
-    sp.set_defaults(func=cmd_train)
+    for cmd in COMMANDS.values():
+        description = cmd.help[0].upper() + cmd.help[1:] + "."
+        if cmd.name in FAMILY_COMMANDS:
+            shown = family.name if family else "none (unknown --family)"
+            description += (f" Family flags shown: {shown}; `archhpo {cmd.name} --family NAME --help` lists "
+                            f"another family's ({families}).")
+        if cmd.name in STUDY_COMMANDS:
+            description += " Every option can also come from an experiment file (--config); flags on the line win."
+        sp = sub.add_parser(cmd.name, help=cmd.help, description=description, allow_abbrev=False)
+        for o in options_for(cmd.name):
+            o.add_to(sp, cmd.name)
+        if cmd.name in FAMILY_COMMANDS and family is not None:
+            group = sp.add_argument_group(f"{family.name} options (--family {family.name})")
+            for o in family_options(family):
+                o.add_to(group, cmd.name)
+        if cmd.configure is not None:
+            cmd.configure(sp)
+        sp.set_defaults(func=cmd.func)
     return p
+
+
+def _complete(args: argparse.Namespace, family: Family | None, config: dict[str, Any], config_path: str | None) -> None:
+    """Fill every option of the command: the line, else the experiment file, else the default;
+    args.given = the names given on the line or in the file."""
+    command = args.command
+    file_values: dict[str, Any] = {}
+    if config and config_path:
+        keys = {o.name: o for o in [*_command_options(LAUNCH, family), *_command_options(RUN, family)]}
+        file_values = config_values(config, config_path, command, keys.values())
+    given = set()
+    for o in _command_options(command, family):
+        if hasattr(args, o.key):
+            given.add(o.name)
+        elif o.key in file_values:
+            setattr(args, o.key, file_values[o.key])
+            given.add(o.name)
+        else:
+            setattr(args, o.key, None if o.key.startswith("fam_") else o.default_for(command))
+    args.given = given
 
 
 def _hide_passwords_from_ps() -> None:
@@ -362,12 +388,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     _hide_passwords_from_ps()
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     try:
-        name = _family_from_argv(argv)
+        command = next((a for a in argv if not a.startswith("-")), None)
+        config_path = argv_value(argv, "--config") if command in STUDY_COMMANDS else None
+        config = load_config(config_path) if config_path else {}
+        name = _family_from_argv(argv, config) if command in (*FAMILY_COMMANDS, TRAIN) else default("family")
+        if command in FAMILY_COMMANDS and name not in family_names():
+            get_family(name)  # raises the clear unknown-family error (before --help, too)
         family = get_family(name) if name in family_names() else None
         parser = build_parser(family)
         args = parser.parse_args(argv)
-        if getattr(args, "family", None) is not None and args.family not in family_names():
-            get_family(args.family)  # raises the clear unknown-family error
+        _complete(args, family, config, config_path)
         logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                             format="%(asctime)s %(name)s %(levelname)s %(message)s")
         import optuna

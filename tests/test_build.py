@@ -26,10 +26,13 @@ from archhpo.search._space import SearchSpace
 from archhpo.search.cli import main as cli_main
 from archhpo.workers import TrainConfig, TrialSpec, Worker, build_trial, trial_seeds
 from archhpo.workers._train import trial_seed
-from tests.conftest import TINY_DATA, run_cli
+from tests.conftest import TINY_DATA
 
 SIGNAL_ENCODERS = ("sum", "linear", "linear-ortho", "linear-ppe", "mlp", "concat", "ci", "cat")
-SIGNAL_DATA = "multisignal:series=40,length=24"
+SIGNAL_DATA = "multisignal:series=36,length=12"
+# Past eval_every (20) for every encoder but `cat` (a token per step and channel: the slowest on a
+# CPU), whose 6 epochs still leave the warm-up after 2 of 6 steps (min_lr_ratio matters).
+SIGNAL_EPOCHS = {e: 6 if e == "cat" else 21 for e in SIGNAL_ENCODERS}
 
 # family, budget, data, family options, epochs
 CASES: dict[str, tuple[str, str, str, dict[str, Any], int]] = {
@@ -39,7 +42,8 @@ CASES: dict[str, tuple[str, str, str, dict[str, Any], int]] = {
     "ft_transformer-tabular": ("ft_transformer", "150K", "synthetic:symbols=20,steps=120", {"variant": "tabular"}, 2),
     "csn_transformer": ("csn_transformer", "400K", "synthetic:symbols=10,steps=120", {}, 2),
     "char_cls": ("char_cls", "150K", "synthetic:n=300", {}, 2),
-    **{f"signal-{e}": ("signal", "150K", SIGNAL_DATA, {"encoder": e, "channels": 4}, 21) for e in SIGNAL_ENCODERS},
+    **{f"signal-{e}": ("signal", "150K", SIGNAL_DATA, {"encoder": e, "channels": 4}, SIGNAL_EPOCHS[e])
+       for e in SIGNAL_ENCODERS},
 }
 
 
@@ -89,7 +93,7 @@ def test_train_from_best_json_gives_exactly_the_trials_value(case: str, tmp_path
     assert again["param_count"] == trial.user_attrs["param_count"]
     if family == "signal":
         assert again["params"]["eval_every"] == 20 and again["params"]["min_lr_ratio"] == 0.01
-        assert len(trial.intermediate_values) == 2, "validated at epochs 20 and 21 only (eval_every)"
+        assert sorted(trial.intermediate_values) == ([20, 21] if epochs > 20 else [epochs]), "eval_every 20"
         assert trial.user_attrs.get("encoder", fam_opts["encoder"]) == fam_opts["encoder"]
     assert trial.user_attrs["flops_per_sample"] > 0
     assert trial.user_attrs["train_flops"] == again["train_flops"] > 0, "flops per sample x samples trained"
@@ -109,23 +113,6 @@ def test_a_seeded_trial_replays_exactly_with_its_seed(paired: bool, tmp_path: Pa
     again = _train_from(best_path)
     assert again["seed"] == 5 and again["seeds"] == dataclasses.asdict(trial_seeds(3, 1, 5, paired))
     assert again["val_loss"] == trial.value
-
-
-def test_train_from_in_a_fresh_process_with_threads_matches_exactly(tmp_path: Path) -> None:
-    """The same, through the real command line (`python -m archhpo worker` / `train --threads 1`)."""
-    url = f"sqlite:///{tmp_path / 's.db'}"
-    s = _tiny_study(url, "cli", "signal", "150K", SIGNAL_DATA, {"encoder": "linear", "channels": 4}, 21)
-    res = run_cli("worker", "--experiment", "cli", "--budget", "150K", "--storage", url, "--threads", "1",
-                  "--device", "cpu", cwd=tmp_path)
-    assert res.returncode == 0, res.stderr[-2000:]
-    res = run_cli("export", "--experiment", "cli", "--storage", url, "--out", str(tmp_path), cwd=tmp_path)
-    assert res.returncode == 0, res.stderr[-2000:]
-    best = json.loads((tmp_path / f"cli_{s.budget}_best.json").read_text())
-    res = run_cli("train", "--from", str(tmp_path / f"cli_{s.budget}_best.json"), "--device", "cpu",
-                  "--threads", "1", cwd=tmp_path)
-    assert res.returncode == 0, res.stderr[-2000:]
-    out = json.loads(res.stdout.strip().splitlines()[-1])
-    assert out["val_loss"] == best["best_value"] and out["threads"] == 1
 
 
 def test_seeds_contract() -> None:

@@ -137,7 +137,7 @@ def test_a_fresh_database_is_created_at_a_tested_schema_version(storage_url: str
 
 @pytest.mark.parametrize("version", ["v3.0.0.d", "v9.9.9.a"])  # an older and a future Optuna schema
 def test_a_database_at_an_untested_schema_version_is_refused_before_writing(
-    storage_url: str, version: str
+    storage_url: str, version: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     settings = _settings()
     launch(storage_url, settings)
@@ -149,9 +149,10 @@ def test_a_database_at_an_untested_schema_version_is_refused_before_writing(
             attempt()
     common = ["--experiment", "contract", "--budget", "500K", "--storage", storage_url]
     sqlite_dir = Path(storage_url.split(":///", 1)[1]).parent if storage_url.startswith("sqlite") else None
-    res = run_cli("export", *common, "--out", str(sqlite_dir / "results") if sqlite_dir else "/nonexistent/out")
-    assert res.returncode == 2, res.stderr
-    assert f"schema version {version}" in res.stderr and res.stderr.count("\n") == 1, res.stderr
+    for command in (["export", "--out", str(sqlite_dir / "results") if sqlite_dir else "/nonexistent/out"],
+                    ["worker"], ["launch", "--quick", "--data", TINY_DATA, "--trials", "12"]):
+        code, err = _cli([*command, *common], capsys)
+        assert code == 2 and f"schema version {version}" in err and err.count("\n") == 1, err
     assert _snapshot(storage_url) == before, "a refused database is left exactly as it was"
 
 
@@ -360,44 +361,48 @@ REFUSED = [
 ]
 
 
-def test_refused_commands_write_nothing(tmp_path: Path) -> None:
+def _cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    """`archhpo ...` in this process (what a subprocess would run, without re-importing torch)."""
+    from archhpo.search.cli import main
+
+    capsys.readouterr()
+    code = main(argv)
+    return code, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", REFUSED, ids=[" ".join(c) for c in REFUSED])
+def test_refused_commands_write_nothing(
+    command: tuple[str, ...], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Each refused command leaves its folder empty: no database, no .lock, no results."""
-    procs = []
-    for i, (command, *extra) in enumerate(REFUSED):
-        cwd = tmp_path / f"c{i}"
-        cwd.mkdir()
-        args = [command, "--experiment", "refused", "--storage", f"sqlite:///{cwd / 'study.db'}"]
-        if command == "run":
-            args += ["--quick", "--data", TINY_DATA, "--out", str(cwd / "results"),
-                     "--checkpoint-dir", str(cwd / "ckpt")]
+    name, *extra = command
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("ARCHHPO_STORAGE", raising=False)
+    for storage in ([f"--storage=sqlite:///{tmp_path / 'study.db'}"], []):  # given, and the default archhpo.db
+        args = [name, "--experiment", "refused", *storage]
         if "--budget" not in extra:
             args += ["--budget", "500K"]
-        if command == "worker":
-            args += ["--checkpoint-dir", str(cwd / "ckpt")]
-        if command == "export":
-            args += ["--out", str(cwd / "results")]
-        procs.append((cwd, command, extra, subprocess.Popen(
-            [sys.executable, "-m", "archhpo", *args, *extra], cwd=cwd, text=True,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "ARCHHPO_STORAGE": ""})))
-    # The default storage (sqlite:///archhpo.db in the working directory) too.
-    default = tmp_path / "default"
-    default.mkdir()
-    procs.append((default, "run", ["--ray-address", "x:1"], subprocess.Popen(
-        [sys.executable, "-m", "archhpo", "run", "--experiment", "refused", "--budget", "500K", "--quick",
-         "--ray-address", "x:1"], cwd=default, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        env={k: v for k, v in os.environ.items() if k != "ARCHHPO_STORAGE"})))
-    for cwd, command, extra, proc in procs:
-        _, err = proc.communicate(timeout=240)
-        assert proc.returncode == 2, (command, extra, err)
-        assert err.startswith("archhpo: error: ") and err.count("\n") == 1, (command, extra, err)
-        assert sorted(p.name for p in cwd.iterdir()) == [], (command, extra, err)
+        if name == "run":
+            args += ["--quick", "--data", TINY_DATA]
+        code, err = _cli(args + extra, capsys)
+        assert code == 2, err
+        assert err.startswith("archhpo: error: ") and err.count("\n") == 1, err
+        assert sorted(p.name for p in tmp_path.iterdir()) == [], err
 
 
-def test_reading_commands_do_not_create_tables_in_an_empty_database(pg_url: str) -> None:
-    for command in ("worker", "export"):
-        res = run_cli(command, "--experiment", "refused", "--budget", "500K", "--storage", pg_url,
-                      "--out", "/nonexistent/results") if command == "export" else run_cli(
-            command, "--experiment", "refused", "--budget", "500K", "--storage", pg_url)
-        assert res.returncode == 2 and "holds no Optuna study tables" in res.stderr, res.stderr
-    assert _snapshot(pg_url) == {}
+def test_a_refused_run_writes_nothing_as_a_process(tmp_path: Path) -> None:
+    res = run_cli("run", "--experiment", "refused", "--budget", "500K", "--quick", "--workers", "0",
+                  cwd=tmp_path, env={"ARCHHPO_STORAGE": f"sqlite:///{tmp_path / 'study.db'}"})
+    assert res.returncode == 2 and "--workers must be at least 1" in res.stderr, res.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("name", ["worker", "export"])
+def test_reading_commands_do_not_create_tables_in_an_empty_database(
+    name: str, pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    code, err = _cli([name, "--experiment", "refused", "--budget", "500K", "--storage", pg_url], capsys)
+    assert code == 2 and "holds no Optuna study tables" in err, err
+    assert _snapshot(pg_url) == {} and list(tmp_path.iterdir()) == []

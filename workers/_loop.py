@@ -144,6 +144,7 @@ class Worker:
         dev_attrs = _device_fn("device_attrs")
         self.attrs = {
             "host": socket.gethostname(), "device": self._device_name(), "pid": os.getpid(),
+            "threads": torch.get_num_threads(),  # a CPU replay (`train --threads`) is exact with the same
             **(dev_attrs(self.device) if dev_attrs is not None else {}),
             **(extra_attrs or {}),
         }
@@ -160,7 +161,7 @@ class Worker:
     @property
     def shares_gpu(self) -> bool:
         try:
-            return float(self.attrs.get("gpu_share", 1.0)) < 1
+            return 0 < float(self.attrs.get("gpu_share", 1.0)) < 1
         except (TypeError, ValueError):
             return False
 
@@ -323,7 +324,8 @@ class Worker:
                 def save(st: dict[str, Any]) -> None:
                     if ckpt is None or should_stop() or st["epoch"] % self.checkpoint_every:
                         return  # a fenced-out attempt never writes again
-                    _atomic_save({"params": claim.params, "arch": claim.arch, **st}, ckpt)
+                    _atomic_save({"params": claim.params, "arch": claim.arch, "attempt": int(claim.attempt),
+                                  "trial_number": claim.number, "pid": os.getpid(), **st}, ckpt)
 
                 fam = built.family
                 try:

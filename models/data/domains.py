@@ -16,6 +16,7 @@ means; ``models.char_cls`` re-exports it.
 
 from __future__ import annotations
 
+import hashlib
 import random
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -294,7 +295,17 @@ def parse_data(text: str, options: Mapping[str, Any]) -> dict[str, Any]:
         return _parse_synthetic(text)
     path = Path(text).expanduser().resolve()
     _, labels, k = _read_csv(path)
-    return {"kind": "csv", "path": str(path), "num_classes": k, "n_rows": int(labels.shape[0])}
+    # Pin the file's content: a worker whose copy differs refuses it (load_data), as for every family.
+    return {"kind": "csv", "path": str(path), "num_classes": k, "n_rows": int(labels.shape[0]),
+            "sha256": _sha256(path)}
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
 
 
 def data_info(spec: Mapping[str, Any], options: Mapping[str, Any]) -> dict[str, Any]:
@@ -327,7 +338,13 @@ def load_data(spec: Mapping[str, Any], options: Mapping[str, Any]) -> TensorData
         k = 2
         source = f"synthetic:n={n},seed={int(spec.get('seed', 0))}"
     elif spec.get("kind") == "csv":
-        texts, labels, k = _read_csv(Path(spec["path"]))
+        path = Path(spec["path"])
+        if not path.is_file():
+            raise DataError(f"Data file {path} does not exist on this machine; copy it there at the same path.")
+        if spec.get("sha256") and _sha256(path) != spec["sha256"]:
+            raise DataError(f"Data file {path} has changed since the study recorded it; "
+                            "restore the original file or start a new study.")
+        texts, labels, k = _read_csv(path)
         if "num_classes" in spec and int(spec["num_classes"]) != k:
             raise DataError(
                 f"Data file {spec['path']} now has {k} classes but the study was launched with "

@@ -1,0 +1,286 @@
+"""The report's figures, drawn with matplotlib (Agg, no display) from a `trials_frame` frame.
+
+Each ``plot_*`` function takes the frame (and, for the loss-parameter figure, the fit) and returns
+a ``matplotlib.figure.Figure``, so a notebook can restyle or save it.  Scatter plots keep at
+most `max_points` points (a deterministic sample that always keeps each budget's best trial)
+and are rasterised in PDF output, so a 20,000-trial experiment stays quick and small.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")  # no display, ever (before anything imports pyplot)
+
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+
+from archhpo.search._frame import TRAINING_COLUMNS, best_and_runner_up, budgets_in, ranked  # noqa: E402
+
+MAX_POINTS = 3000
+_STYLE = {"font.size": 9, "axes.titlesize": 10, "axes.grid": True, "grid.alpha": 0.3}
+
+
+def budget_colors(frame: pd.DataFrame) -> dict[str, Any]:
+    """One colour per budget, smallest budget darkest (viridis), stable across figures."""
+    labels = budgets_in(frame)
+    cmap = matplotlib.colormaps["viridis"]
+    n = max(len(labels) - 1, 1)
+    return {b: cmap(0.85 * i / n) for i, b in enumerate(labels)}
+
+
+def _finished(frame: pd.DataFrame) -> pd.DataFrame:
+    """Trials with a validation loss (COMPLETE and PRUNED), confirmation retrains included."""
+    return frame[frame["state"].isin(["COMPLETE", "PRUNED"]) & frame["val_loss"].notna()]
+
+
+def _sample(df: pd.DataFrame, max_points: int, keep: pd.Index | None = None) -> pd.DataFrame:
+    if len(df) <= max_points:
+        return df
+    rng = np.random.default_rng(0)
+    pick = np.sort(rng.choice(len(df), size=max_points, replace=False))
+    out = df.iloc[pick]
+    if keep is not None:
+        extra = df.loc[df.index.intersection(keep).difference(out.index)]
+        out = pd.concat([out, extra])
+    return out
+
+
+def _figure(width: float = 6.4, height: float = 4.2, **kw: Any) -> Figure:
+    with matplotlib.rc_context(_STYLE):
+        return Figure(figsize=(width, height), layout="constrained", **kw)
+
+
+def _empty(ax: Any, text: str) -> None:
+    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, color="0.4", wrap=True)
+    ax.set_xticks([])
+    ax.set_yticks([])
+
+
+def _best_index(frame: pd.DataFrame) -> pd.Index:
+    return pd.Index([b.name for b, _ in best_and_runner_up(frame).values() if b is not None])
+
+
+def _scatter_by_budget(ax: Any, frame: pd.DataFrame, x: str, max_points: int, logx: bool = True,
+                       mark_best: bool = True) -> bool:
+    df = _finished(frame)
+    df = df[df[x].notna() & (df[x] > 0 if logx else True)]
+    if df.empty:
+        return False
+    best = _best_index(frame)
+    colors = budget_colors(frame)
+    shown = _sample(df, max_points, best)
+    size = 14 if len(shown) < 400 else 5
+    for budget, group in shown.groupby("budget", sort=False):
+        ax.scatter(group[x], group["val_loss"], s=size, alpha=0.55, color=colors[budget], lw=0,
+                   label=f"{budget} ({(df['budget'] == budget).sum()} trials)", rasterized=True)
+    if mark_best:
+        b = df.loc[df.index.intersection(best)]
+        ax.scatter(b[x], b["val_loss"], marker="*", s=160, color=[colors[v] for v in b["budget"]],
+                   edgecolor="black", lw=0.8, zorder=5, label="best per budget")
+    if logx:
+        ax.set_xscale("log")
+    ax.set_ylabel("validation loss")
+    if len(shown) < len(df):
+        ax.set_title(f"{len(shown):,} of {len(df):,} trials shown (random sample)", fontsize=8, loc="right")
+    return True
+
+
+def plot_loss_vs_params(frame: pd.DataFrame, fit: dict[str, Any] | None = None,
+                        max_points: int = MAX_POINTS) -> Figure:
+    """Validation loss against exact parameter count: every finished trial coloured by budget,
+    the best per budget as a star, and the fitted law with its 95% bootstrap band."""
+    from archhpo.search._fit import band, predict
+
+    fig = _figure()
+    ax = fig.add_subplot()
+    if not _scatter_by_budget(ax, frame, "param_count", max_points):
+        _empty(ax, "no finished trial")
+        return fig
+    ax.set_xlabel("parameters (exact count)")
+    if fit and fit.get("E"):
+        counts = _finished(frame)["param_count"]
+        lo, hi = math.log10(counts.min()) - 0.15, math.log10(counts.max()) + 0.15
+        n = np.logspace(lo, hi, 200)
+        low, high = band(fit, n)
+        ax.fill_between(n, low, high, color="tab:red", alpha=0.15, lw=0, label="95% bootstrap band")
+        e, a, alpha = (fit[k]["estimate"] for k in ("E", "A", "alpha"))
+        ax.plot(n, predict(fit, n), color="tab:red", lw=1.5,
+                label=f"L = {e:.3g} + {a:.3g}·N^-{alpha:.3g}")
+    elif fit and fit.get("reason"):
+        ax.text(0.02, 0.02, f"no fit: {fit['reason']}", transform=ax.transAxes, fontsize=7, color="0.35")
+    ax.legend(fontsize=7, loc="best")
+    fig.suptitle("Validation loss against parameter count")
+    return fig
+
+
+def plot_arch_plane(frame: pd.DataFrame) -> Figure:
+    """Per budget, the (d_model, n_layers) plane coloured by the best loss reached there, the
+    grid's extreme architectures ringed and the best cell starred."""
+    labels = budgets_in(frame)
+    cols = min(3, max(len(labels), 1))
+    rows = max(math.ceil(len(labels) / cols), 1)
+    fig = _figure(3.6 * cols + 0.6, 3.1 * rows)
+    axes = fig.subplots(rows, cols, squeeze=False).ravel()
+    df = _finished(frame)
+    df = df[df["d_model"].notna() & df["n_layers"].notna()]
+    for ax, budget in zip(axes, labels, strict=False):
+        ax.set_title(budget)
+        sub = df[df["budget"] == budget]
+        if sub.empty:
+            _empty(ax, "no finished trial")
+            continue
+        cells = sub.groupby(["d_model", "n_layers"], as_index=False)["val_loss"].min()
+        sc = ax.scatter(cells["d_model"], cells["n_layers"], c=cells["val_loss"], cmap="viridis_r", s=60,
+                        edgecolor="0.3", lw=0.3)
+        fig.colorbar(sc, ax=ax, label="best loss", shrink=0.85)
+        ext = sub[sub["extreme"].fillna("").astype(str) != ""]
+        if ext.empty:  # a CSV has no grid tags: ring the smallest and largest d_model and n_layers
+            picks = [sub.loc[sub[k].idxmin()] for k in ("d_model", "n_layers")]
+            picks += [sub.loc[sub[k].idxmax()] for k in ("d_model", "n_layers")]
+            ext = pd.DataFrame(picks)
+        ax.scatter(ext["d_model"], ext["n_layers"], s=150, facecolor="none", edgecolor="tab:red", lw=1.2,
+                   label="extremes")
+        best = cells.loc[cells["val_loss"].idxmin()]
+        ax.scatter([best["d_model"]], [best["n_layers"]], marker="*", s=170, color="white", edgecolor="black",
+                   zorder=5, label="best")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log", base=2)
+        ax.set_xlabel("d_model")
+        ax.set_ylabel("n_layers")
+        ax.legend(fontsize=6, loc="best")
+    for ax in axes[len(labels):]:
+        ax.set_visible(False)
+    if not labels:
+        _empty(axes[0], "no budget")
+    fig.suptitle("Best loss over the (d_model, n_layers) plane")
+    return fig
+
+
+def plot_loss_vs_depth_width(frame: pd.DataFrame, max_points: int = MAX_POINTS) -> Figure:
+    """Validation loss against the depth-to-width ratio n_layers / d_model, coloured by budget."""
+    fig = _figure()
+    ax = fig.add_subplot()
+    if not _scatter_by_budget(ax, frame, "depth_to_width", max_points):
+        _empty(ax, "no finished trial")
+        return fig
+    ax.set_xlabel("depth-to-width ratio n_layers / d_model")
+    ax.legend(fontsize=7, loc="best")
+    fig.suptitle("Validation loss against depth-to-width ratio")
+    return fig
+
+
+def plot_val_curves(frame: pd.DataFrame, top: int = 5) -> Figure:
+    """The per-epoch validation curves of each budget's `top` best trials."""
+    labels = budgets_in(frame)
+    cols = min(3, max(len(labels), 1))
+    rows = max(math.ceil(len(labels) / cols), 1)
+    fig = _figure(3.6 * cols, 2.9 * rows)
+    axes = fig.subplots(rows, cols, squeeze=False).ravel()
+    best = ranked(frame)
+    for ax, budget in zip(axes, labels, strict=False):
+        ax.set_title(budget)
+        sub = best[best["budget"] == budget].head(top)
+        drawn = 0
+        for rank, (_, row) in enumerate(sub.iterrows()):
+            curve = [(e, v) for e, v in row["val_curve"] if v is not None and math.isfinite(v)]
+            if not curve:
+                continue
+            xs, ys = zip(*curve, strict=True)
+            ax.plot(xs, ys, marker="o" if len(xs) < 15 else None, ms=3, lw=1.2,
+                    label=f"#{rank + 1} trial {int(row['trial'])} ({row['val_loss']:.4g})")
+            drawn += 1
+        if drawn:
+            ax.set_xlabel("epoch")
+            ax.set_ylabel("validation loss")
+            ax.legend(fontsize=6, loc="best")
+        else:
+            _empty(ax, "no per-epoch curves recorded")
+    for ax in axes[len(labels):]:
+        ax.set_visible(False)
+    if not labels:
+        _empty(axes[0], "no budget")
+    fig.suptitle(f"Validation curves of each budget's {top} best trials")
+    return fig
+
+
+def plot_phase1_params(frame: pd.DataFrame, max_points: int = MAX_POINTS) -> Figure:
+    """Phase-1 training parameters (learning rate, epochs, batch size, weight decay, warm-up)
+    against validation loss, coloured by budget (all trials when phases are unknown)."""
+    df = _finished(frame)
+    if df["phase"].notna().any():
+        df = df[df["phase"] == 1]
+    fig = _figure(11, 3.0)
+    axes = fig.subplots(1, len(TRAINING_COLUMNS), sharey=True)
+    colors = budget_colors(frame)
+    shown = _sample(df, max_points)
+    for ax, col in zip(axes, TRAINING_COLUMNS, strict=True):
+        ax.set_xlabel(col)
+        sub = shown[shown[col].notna()]
+        if sub.empty:
+            _empty(ax, "not recorded")
+            continue
+        for budget, group in sub.groupby("budget", sort=False):
+            ax.scatter(group[col], group["val_loss"], s=8, alpha=0.6, color=colors[budget], lw=0,
+                       label=budget, rasterized=True)
+        if col in ("learning_rate", "weight_decay"):
+            ax.set_xscale("log")
+        elif col in ("batch_size",):
+            ax.set_xscale("log", base=2)
+    axes[0].set_ylabel("validation loss")
+    if not shown.empty:
+        axes[-1].legend(fontsize=6, loc="best")
+    fig.suptitle("Phase-1 training parameters against validation loss")
+    return fig
+
+
+def plot_loss_vs_compute(frame: pd.DataFrame, max_points: int = MAX_POINTS) -> Figure:
+    """Validation loss against training compute (FLOPs of every sample trained on)."""
+    fig = _figure()
+    ax = fig.add_subplot()
+    if not _scatter_by_budget(ax, frame, "train_flops", max_points):
+        _empty(ax, "no training compute recorded (train_flops)")
+        return fig
+    ax.set_xlabel("training compute (FLOPs)")
+    ax.legend(fontsize=7, loc="best")
+    fig.suptitle("Validation loss against training compute")
+    return fig
+
+
+FIGURES = {
+    "loss_vs_params": "Validation loss against exact parameter count, with the fitted law",
+    "arch_plane": "Best loss over the (d_model, n_layers) plane, per budget",
+    "loss_vs_depth_width": "Validation loss against depth-to-width ratio",
+    "val_curves": "Validation curves of each budget's five best trials",
+    "phase1_params": "Phase-1 training parameters against validation loss",
+    "loss_vs_compute": "Validation loss against training compute",
+}
+
+
+def make_figures(frame: pd.DataFrame, fit: dict[str, Any] | None = None,
+                 max_points: int = MAX_POINTS) -> dict[str, Figure]:
+    """Every report figure, by file stem (see `FIGURES`)."""
+    return {
+        "loss_vs_params": plot_loss_vs_params(frame, fit, max_points),
+        "arch_plane": plot_arch_plane(frame),
+        "loss_vs_depth_width": plot_loss_vs_depth_width(frame, max_points),
+        "val_curves": plot_val_curves(frame),
+        "phase1_params": plot_phase1_params(frame, max_points),
+        "loss_vs_compute": plot_loss_vs_compute(frame, max_points),
+    }
+
+
+__all__ = [
+    "FIGURES",
+    "make_figures",
+    "plot_arch_plane",
+    "plot_loss_vs_compute",
+    "plot_loss_vs_depth_width",
+    "plot_loss_vs_params",
+    "plot_phase1_params",
+    "plot_val_curves",
+]

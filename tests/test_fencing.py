@@ -1,0 +1,132 @@
+"""Fenced attempts (issue 7 part 3): a worker paused (SIGSTOP) past the grace period loses its
+trial to a retry; when it resumes (SIGCONT) it notices within one heartbeat, stops training,
+never writes to the old trial again and never touches the retry's checkpoint; the slot ends with
+exactly one finished trial, and every checkpoint is gone once that finish is committed."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+import torch
+from optuna.trial import TrialState
+
+from archhpo.errors import TrialLost
+from archhpo.search import TrialQueue, launch, prepare_settings
+from tests.conftest import wait_for
+
+FAST_REAP = {"ARCHHPO_HEARTBEAT_S": "1", "ARCHHPO_GRACE_S": "4", "ARCHHPO_REAP_S": "1"}
+
+
+def _popen(*args: str, cwd: Path) -> subprocess.Popen[str]:
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", **FAST_REAP}
+    return subprocess.Popen([sys.executable, "-m", "archhpo", *args], cwd=cwd, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _trials(url: str, name: str) -> list[optuna.trial.FrozenTrial]:
+    return optuna.load_study(study_name=name, storage=url).get_trials(deepcopy=False)
+
+
+def test_a_paused_worker_is_fenced_out_and_never_touches_the_retry(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    s = prepare_settings("fence", "200K", n_trials=3, data="synthetic:steps=4000", quick=True, pruner="none")
+    entry = {**s.plan[0], "params": {**s.plan[0]["params"], "epochs": 4, "batch_size": 32}}
+    launch(url, dataclasses.replace(s, plan=[entry]))  # one planned trial: the retry is the only work
+    name = s.study_name
+    ck = tmp_path / "ck"
+    common = ["worker", "--experiment", "fence", "--budget", "200K", "--storage", url, "--threads", "1",
+              "--checkpoint-dir", str(ck)]
+    stale = _popen(*common, cwd=tmp_path)
+    rescuer = None
+    try:
+        first = ck / name / "slot00000.attempt1.pt"
+        assert wait_for(first.exists, timeout=240), "the first attempt checkpointed an epoch"
+        stale.send_signal(signal.SIGSTOP)  # paused past the grace period: reaped and retried
+        (old,) = _trials(url, name)
+        rescuer = _popen(*common, cwd=tmp_path)
+
+        def retry_running() -> bool:
+            return any(t.user_attrs.get("retry_of") == old.number and t.state == TrialState.RUNNING
+                       for t in _trials(url, name))
+
+        assert wait_for(retry_running, timeout=120, every=0.2), "reaped and retried while the worker was paused"
+        before = next(t for t in _trials(url, name) if t.number == old.number)
+        assert before.state == TrialState.FAIL and "fail_reason" not in before.user_attrs
+        stale.send_signal(signal.SIGCONT)
+        # The retry's checkpoint is only ever written by the rescuer, never by the resumed worker.
+        second = ck / name / "slot00000.attempt2.pt"
+        writers: set[int] = set()
+        end = time.monotonic() + 8
+        while time.monotonic() < end and rescuer.poll() is None:
+            if second.exists():
+                try:
+                    writers.add(int(torch.load(second, weights_only=False)["pid"]))
+                except (OSError, EOFError, RuntimeError, KeyError):
+                    pass  # replaced while we read it
+            time.sleep(0.2)
+        _, rescuer_err = rescuer.communicate(timeout=300)
+        _, stale_err = stale.communicate(timeout=60)
+    finally:
+        for p in (stale, rescuer):
+            if p is not None and p.poll() is None:
+                p.send_signal(signal.SIGCONT)
+                p.kill()
+                p.communicate()
+    assert rescuer.returncode == 0, rescuer_err[-2000:]
+    assert stale.returncode == 0, stale_err[-2000:]
+    assert "was reaped while this worker held it" in stale_err, stale_err[-2000:]
+    assert writers <= {rescuer.pid}, f"the retry's checkpoint was written by {writers} (rescuer {rescuer.pid})"
+    trials = _trials(url, name)
+    after = next(t for t in trials if t.number == old.number)
+    assert after.state == TrialState.FAIL
+    assert after.intermediate_values == before.intermediate_values, "no report after the fence"
+    assert after.user_attrs == before.user_attrs, "no attribute written after the fence"
+    assert after.values == before.values
+    finished = [t for t in trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
+    assert len(trials) == 2 and len(finished) == 1, "exactly one finished trial for the slot"
+    retry = finished[0]
+    assert retry.user_attrs["retry_of"] == old.number and retry.user_attrs["attempt"] == 2
+    assert retry.user_attrs["pid"] == rescuer.pid and retry.user_attrs["resumed_from_epoch"] >= 1
+    assert not list(ck.rglob("*.pt")), "both attempts' checkpoints are deleted after the committed finish"
+
+
+def test_heartbeat_report_finish_and_requeue_are_fenced(storage_url: str) -> None:
+    """The queue side: once a trial is reaped (or claimed again by someone else), its old claim
+    writes nothing: heartbeat says False, report raises TrialLost, finish and requeue say False."""
+    import sqlalchemy as sa
+
+    s = prepare_settings("fq", "200K", n_trials=4, data="synthetic:steps=700", quick=True, pruner="none")
+    launch(storage_url, s)
+    q = TrialQueue(storage_url, s.study_name)
+    c = q.claim({"host": "a"})
+    assert q.heartbeat(c) is True
+    q.report(c, 1, 0.5)
+    # Someone else's claim of the same trial (requeued by the driver, claimed again): ours is stale.
+    assert q.requeue(dataclasses.replace(c, token=None), "run stopped")
+    again = q.claim({"host": "b"})
+    assert again.trial_id == c.trial_id and again.token != c.token
+    assert q.heartbeat(c) is False
+    with pytest.raises(TrialLost):
+        q.report(c, 2, 0.1)
+    assert not q.finish(c, TrialState.COMPLETE, 0.1, {"x": 1})
+    assert not q.requeue(c)
+    assert q.heartbeat(again) is True and not q.report(again, 2, 0.4)
+    # Reaped: nobody's claim may write any more.
+    engine = sa.create_engine(storage_url)
+    with engine.begin() as conn:
+        conn.execute(sa.text("UPDATE trials SET state = 'FAIL' WHERE trial_id = :i"), {"i": again.trial_id})
+    engine.dispose()
+    assert q.heartbeat(again) is False
+    with pytest.raises(TrialLost):
+        q.report(again, 3, 0.2)
+    assert not q.finish(again, TrialState.COMPLETE, 0.1, {})
+    t = q.storage.get_trial(again.trial_id)
+    assert t.intermediate_values == {1: 0.5, 2: 0.4} and "x" not in t.user_attrs

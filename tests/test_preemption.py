@@ -1,0 +1,153 @@
+"""Preemption costs nothing (issue 7 part 2): SIGTERM or SIGINT to a real `archhpo worker`
+process, and ray.cancel of a Ray worker task, give the running trial back to the queue within a
+few seconds (WAITING, same attempt, no FAIL, its checkpoint kept for the next claim), and the
+worker exits cleanly (exit code 128 + the signal: 143 for SIGTERM, 130 for SIGINT)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from archhpo.search import TrialQueue
+from tests.conftest import run_cli, wait_for
+
+SLOW_DATA = "synthetic:steps=4000"  # epochs of a few seconds on one thread: a signal lands mid-trial
+
+
+def _popen(*args: str, cwd: Path) -> subprocess.Popen[str]:
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "ARCHHPO_HEARTBEAT_S": "1", "ARCHHPO_REAP_S": "1"}
+    return subprocess.Popen([sys.executable, "-m", "archhpo", *args], cwd=cwd, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _trials(url: str, name: str) -> list[optuna.trial.FrozenTrial]:
+    return optuna.load_study(study_name=name, storage=url).get_trials(deepcopy=False)
+
+
+def _launch(url: str, experiment: str) -> list[str]:
+    common = ["--experiment", experiment, "--budget", "200K", "--storage", url]
+    res = run_cli("launch", *common, "--trials", "3", "--quick", "--data", SLOW_DATA, "--pruner", "none")
+    assert res.returncode == 0, res.stderr
+    return common
+
+
+def _assert_given_back(url: str, name: str, number: int) -> None:
+    trials = _trials(url, name)
+    assert not [t for t in trials if t.state in (TrialState.FAIL, TrialState.RUNNING)], "no FAIL, none left RUNNING"
+    t = next(t for t in trials if t.number == number)
+    assert t.state == TrialState.WAITING and t.user_attrs["attempt"] == 1, "given back without spending an attempt"
+    assert "retry_of" not in t.user_attrs and len({x.user_attrs["plan_slot"] for x in trials}) == len(trials)
+
+
+def _stop_mid_trial(url: str, tmp_path: Path, sig: signal.Signals, experiment: str) -> None:
+    common = _launch(url, experiment)
+    ck = tmp_path / "ck"
+    worker = _popen("worker", *common, "--threads", "1", "--checkpoint-dir", str(ck), cwd=tmp_path)
+    try:
+        # One epoch done (its checkpoint written) and the trial still training.
+        assert wait_for(lambda: any(ck.rglob("*.attempt1.pt")), timeout=240), "no checkpoint was written"
+        running = [t for t in _trials(url, f"{experiment}_200K") if t.state == TrialState.RUNNING]
+        assert len(running) == 1
+        sent = time.monotonic()
+        worker.send_signal(sig)
+        assert wait_for(lambda: next(t for t in _trials(url, f"{experiment}_200K")
+                                     if t.number == running[0].number).state == TrialState.WAITING,
+                        timeout=30, every=0.1)
+        given_back_s = time.monotonic() - sent
+        _, err = worker.communicate(timeout=30)
+        exited_s = time.monotonic() - sent
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.communicate()
+    assert worker.returncode == 128 + sig, err[-2000:]
+    assert "Traceback" not in err, err[-2000:]
+    assert given_back_s < 5, f"the trial went back to the queue {given_back_s:.1f}s after {sig.name}"
+    assert exited_s < 10, f"the worker exited {exited_s:.1f}s after {sig.name}"
+    _assert_given_back(url, f"{experiment}_200K", running[0].number)
+    note = next(t for t in _trials(url, f"{experiment}_200K") if t.number == running[0].number).user_attrs
+    assert note["state_note"] == f"requeued: {sig.name}"
+    # The checkpoint stays for the next claim of the same attempt (the attempt is not over).
+    slot = running[0].user_attrs["plan_slot"]
+    assert (ck / f"{experiment}_200K" / f"slot{slot:05d}.attempt1.pt").exists()
+    q = TrialQueue(url, f"{experiment}_200K")
+    claim = q.claim({"host": "test"})
+    assert claim is not None and claim.number == running[0].number and claim.attempt == 1
+
+
+def test_sigterm_gives_the_trial_back_and_exits_143(storage_url: str, tmp_path: Path) -> None:
+    _stop_mid_trial(storage_url, tmp_path, signal.SIGTERM, "term")
+
+
+def test_sigint_gives_the_trial_back_and_exits_130(tmp_path: Path) -> None:
+    _stop_mid_trial(f"sqlite:///{tmp_path / 's.db'}", tmp_path, signal.SIGINT, "int")
+
+
+def test_a_given_back_trial_resumes_from_its_own_checkpoint(tmp_path: Path) -> None:
+    """After SIGTERM the next worker takes the same trial (same attempt) and resumes it."""
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    from archhpo.search import launch, prepare_settings
+
+    s = prepare_settings("resume", "200K", n_trials=3, data=SLOW_DATA, quick=True, pruner="none")
+    import dataclasses
+
+    s = dataclasses.replace(s, plan=[{**s.plan[0], "params": {**s.plan[0]["params"], "epochs": 4}}])
+    launch(url, s)
+    ck = tmp_path / "ck"
+    common = ["--experiment", "resume", "--budget", "200K", "--storage", url, "--threads", "1",
+              "--checkpoint-dir", str(ck)]
+    worker = _popen("worker", *common, cwd=tmp_path)
+    assert wait_for(lambda: any(ck.rglob("*.attempt1.pt")), timeout=240)
+    worker.send_signal(signal.SIGTERM)
+    _, err = worker.communicate(timeout=30)
+    assert worker.returncode == 143, err[-2000:]
+    res = run_cli(*["worker", *common], cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-2000:]
+    (trial,) = _trials(url, "resume_200K")
+    assert trial.state == TrialState.COMPLETE and trial.user_attrs["attempt"] == 1
+    assert trial.user_attrs["resumed_from_epoch"] >= 1
+    assert sorted(trial.intermediate_values) == [1, 2, 3, 4]
+    assert not list(ck.rglob("*.pt")), "the checkpoint is deleted once the finish is committed"
+
+
+@pytest.mark.ray
+def test_ray_cancel_gives_the_trial_back(tmp_path: Path) -> None:
+    import ray
+
+    from archhpo.search._ray_private import loopback_only
+    from archhpo.search._run import worker_task
+
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    _launch(url, "cancel")
+    with loopback_only():
+        ray.init(address="local", num_cpus=1, include_dashboard=False, logging_level="WARNING",
+                 _node_ip_address="127.0.0.1")
+    try:
+        ref = ray.remote(worker_task).options(num_cpus=1, max_retries=0).remote(
+            url, ["cancel_200K"], "cpu", 1, "run-test", str(tmp_path / "ck"))
+        assert wait_for(lambda: any((tmp_path / "ck").rglob("*.attempt1.pt")), timeout=240)
+        running = [t for t in _trials(url, "cancel_200K") if t.state == TrialState.RUNNING]
+        assert len(running) == 1
+        sent = time.monotonic()
+        ray.cancel(ref)
+        assert wait_for(lambda: next(t for t in _trials(url, "cancel_200K")
+                                     if t.number == running[0].number).state == TrialState.WAITING,
+                        timeout=30, every=0.1)
+        given_back_s = time.monotonic() - sent
+        try:
+            summary = ray.get(ref, timeout=60)
+        except ray.exceptions.TaskCancelledError:
+            summary = None
+        assert summary is None or summary["requeued"] == 1
+    finally:
+        ray.shutdown()
+    assert given_back_s < 5
+    _assert_given_back(url, "cancel_200K", running[0].number)
