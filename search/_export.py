@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import csv
 import datetime as dt
 import io
@@ -144,12 +145,31 @@ def best_path(out_dir: Path, settings: StudySettings) -> Path:
     return out_dir / f"{settings.experiment}_{settings.budget}_best.json"
 
 
+_STUDIES: collections.OrderedDict[tuple[int, str], tuple[RDBStorage, optuna.Study]] = collections.OrderedDict()
+
+
+def _loaded_study(storage: RDBStorage, name: str) -> optuna.Study:
+    """The same Study object for repeated exports (the driver exports whenever a trial finishes):
+    Optuna's caching storage then reads only trials that are new or were unfinished, not the
+    whole study each time.  A few (storage, study) pairs are kept, the least recently used dropped."""
+    key = (id(storage), name)
+    hit = _STUDIES.get(key)
+    if hit is not None and hit[0] is storage:
+        _STUDIES.move_to_end(key)
+        return hit[1]
+    study = load_study(storage, name)
+    _STUDIES[key] = (storage, study)
+    while len(_STUDIES) > 8:
+        _STUDIES.popitem(last=False)
+    return study
+
+
 def export_studies(storage: RDBStorage, names: list[str], out_dir: Path) -> list[Path]:
     """Write the experiment's CSV (all given studies) and one best JSON per study."""
     rows: list[dict[str, Any]] = []
     written = []
     for name in names:
-        study = load_study(storage, name)
+        study = _loaded_study(storage, name)
         settings = StudySettings.from_attrs(study.user_attrs, name)
         rows.extend(result_rows(study, settings))
         path = best_path(out_dir, settings)

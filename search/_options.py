@@ -180,12 +180,17 @@ OPTIONS: tuple[Option, ...] = (
     Option("workers", 2, int, "Ray workers", (RUN,)),
     Option("ray_address", None, str, "an existing Ray cluster (default: a private local Ray)", (RUN,),
            metavar="ADDR"),
-    Option("gpus_per_trial", "0", str, "GPU share per worker (0.25 packs four on a GPU) or auto (from the "
-           "memory estimate)", (RUN,), metavar="F"),
+    Option("gpus_per_trial", None, str, "GPU share per worker (0.25 packs four on a GPU) or auto; default: "
+           "sized from the memory estimate of the largest planned trial on a cluster with GPUs, else 0",
+           (RUN,), metavar="F"),
     Option("out", "results", str, "directory for the CSV, best JSON (and report)", (RUN, EXPORT, REPORT),
            metavar="DIR"),
     Option("csv", None, str, "an experiment_results.csv to read instead of a database; repeat for several",
            (REPORT,), repeat=True, metavar="FILE"),
+    Option("reference", None, str, "the choice paired differences are taken against (default: the first "
+           "listed)", (REPORT,), metavar="VALUE"),
+    Option("report", False, None, "also write the report (HTML, figures, scaling fit, summary)", (EXPORT,),
+           switch=True),
     Option("format", "table", str, "output format", (GRID,), choices=("table", "json", "csv")),
     Option("format", "text", str, "output format", (PARAMS,), choices=("text", "json"), dest="format"),
     Option("from_json", None, str, "a *_best.json to reproduce", (TRAIN,), flag="--from", metavar="BEST_JSON"),

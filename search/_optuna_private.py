@@ -28,6 +28,13 @@ def study_id_of(study: optuna.Study) -> int:
     return int(study._study_id)
 
 
+def rdb_storage_of(study: optuna.Study) -> optuna.storages.RDBStorage | None:
+    """The RDBStorage behind a study (Optuna wraps it in a private caching storage), else None."""
+    storage = study._storage
+    backend = getattr(storage, "_backend", storage)
+    return backend if isinstance(backend, optuna.storages.RDBStorage) else None
+
+
 def trial_id_of(trial: optuna.trial.FrozenTrial) -> int:
     """The database id of a trial (FrozenTrial keeps it in a private attribute)."""
     return int(trial._trial_id)

@@ -485,21 +485,32 @@ class TrialQueue:
             light = _LightTrial(tid, num, state, values.get(tid), attrs.get(tid, {}))
             if state in live_states:
                 live.append(light)
-            else:
-                c.final[tid] = light
+            elif tid not in c.final:
+                c.add_final(light)
             c.max_seen = max(c.max_seen, tid)
-        c.live = {t.trial_id for t in live}
-        return [*c.final.values(), *live]
+        c.live, c.live_trials = {t.trial_id for t in live}, live
+        c.last = [*c.final.values(), *live]
+        return c.last
 
     def _status(self, trials: list[_LightTrial]) -> tuple[PlanStatus, list[_LightTrial], bool]:
         plan = self.settings.plan
+        # Slots whose outcome is settled (a COMPLETE/PRUNED trial, or a final failure) never change:
+        # their contribution is kept, so a large study costs one light pass, not a plan's worth of work.
+        c = self._light if trials is self._light.last else _LightCache()  # any other list: from scratch
+        settled = c.settled
+        if c.pending is None or c.plan_id != id(plan):
+            c.pending, c.plan_id = {e["slot"]: e for e in plan if e["slot"] not in settled}, id(plan)
+            c.phases = {e["phase"] for e in plan}
+            c.phase2_slots = [e["slot"] for e in plan if e["phase"] == 2]
         by_slot: dict[int, list[_LightTrial]] = {}
-        for t in trials:
-            if "plan_slot" in t.user_attrs:
-                by_slot.setdefault(int(t.user_attrs["plan_slot"]), []).append(t)
+        # `trials` is _light_trials()'s list: its finished trials of settled slots are not looked at again.
+        for t in (*c.unsettled.values(), *c.live_trials) if trials is c.last else trials:
+            slot = t.user_attrs.get("plan_slot")
+            if slot is not None and int(slot) not in settled:
+                by_slot.setdefault(int(slot), []).append(t)
         st = PlanStatus(total=len(plan))
-        st.phase2_created = any(e["phase"] == 2 and e["slot"] in by_slot for e in plan)
-        has_phase3 = any(e["phase"] == 3 for e in plan)
+        st.phase2_created = any(s in by_slot or s in settled for s in c.phase2_slots)
+        has_phase3 = 3 in c.phases
         ranks = self._phase3() if has_phase3 else None
         assigned = {int(r["rank"]) for r in ranks} if ranks is not None else set()
         st.phase12_final = True
@@ -507,7 +518,8 @@ class TrialQueue:
         retry: list[_LightTrial] = []
         phase1_final = True
         durations: list[float] = []
-        for entry in plan:
+        st.complete, st.pruned, st.failed, st.final, st.retries = c.totals
+        for entry in list(c.pending.values()):
             ts = sorted(by_slot.get(entry["slot"], []), key=lambda t: t.number)
             final = False
             if any(t.state in (TrialState.RUNNING, TrialState.WAITING) for t in ts):
@@ -540,6 +552,8 @@ class TrialQueue:
                     st.failed += 1
             st.retries += sum(1 for t in ts if "retry_of" in t.user_attrs)
             st.final += final
+            if final and ts and trials is c.last:  # settled by its trials (not a skipped confirmation slot)
+                c.settle(entry["slot"], ts)
             if entry["phase"] == 1 and not final:
                 phase1_final = False
             if entry["phase"] in (1, 2) and not final:
@@ -547,11 +561,15 @@ class TrialQueue:
             if entry["phase"] == 3 and not ts and ranks is not None and int(entry["rank"]) in assigned:
                 st.phase3_pending = True  # assigned but not enqueued (upkeep stopped in between)
         # The best value of phases 1-2 (the study's answer); confirmation retrains are not in it.
-        values = [t.value for t in trials if t.state == TrialState.COMPLETE and t.value is not None
-                  and t.user_attrs.get("phase") != 3]
-        st.best_value = min(values) if values else None
-        st.mean_duration_s = sum(durations) / len(durations) if durations else None
-        if not st.phase2_created and any(e["phase"] == 2 for e in plan):
+        if trials is c.last:
+            st.best_value = c.best
+        else:
+            values = [t.value for t in trials if t.state == TrialState.COMPLETE and t.value is not None
+                      and t.user_attrs.get("phase") != 3]
+            st.best_value = min(values) if values else None
+        n_durations = len(durations) + c.duration_n
+        st.mean_duration_s = (sum(durations) + c.duration_sum) / n_durations if n_durations else None
+        if not st.phase2_created and c.phase2_slots:
             st.details["phase2"] = "waiting for phase 1"
         if has_phase3 and ranks is None:
             st.details["phase3"] = "waiting for phases 1 and 2"
@@ -618,9 +636,51 @@ class _LightCache:
     live: set[int] = field(default_factory=set)
     max_seen: int = 0
     loaded_at: float = field(default_factory=time.monotonic)
+    live_trials: list[_LightTrial] = field(default_factory=list)
+    last: list[_LightTrial] | None = None  # the list _light_trials returned last
+    # What _status keeps of slots whose outcome is settled (a COMPLETE/PRUNED trial or a final
+    # failure: it never changes): their counts, and finished trials of unsettled slots only.
+    settled: set[int] = field(default_factory=set)
+    unsettled: dict[int, _LightTrial] = field(default_factory=dict)  # finished trials of open slots
+    by_slot_ids: dict[int, list[int]] = field(default_factory=dict)
+    totals: list[int] = field(default_factory=lambda: [0, 0, 0, 0, 0])  # complete pruned failed final retries
+    duration_sum: float = 0.0
+    duration_n: int = 0
+    best: float | None = None  # best COMPLETE value of phases 1-2
+    pending: dict[int, dict[str, Any]] | None = None  # plan entries of unsettled slots
+    plan_id: int = 0
+    phases: set[int] = field(default_factory=set)
+    phase2_slots: list[int] = field(default_factory=list)
 
     def reset(self) -> None:
-        self.final, self.live, self.max_seen, self.loaded_at = {}, set(), 0, time.monotonic()
+        fresh = _LightCache()
+        self.__dict__.update(fresh.__dict__)
+
+    def add_final(self, t: _LightTrial) -> None:
+        self.final[t.trial_id] = t
+        slot = t.user_attrs.get("plan_slot")
+        if slot is None or int(slot) not in self.settled:
+            self.unsettled[t.trial_id] = t
+            if slot is not None:
+                self.by_slot_ids.setdefault(int(slot), []).append(t.trial_id)
+        if t.state == TrialState.COMPLETE and t.value is not None and t.user_attrs.get("phase") != 3:
+            self.best = t.value if self.best is None else min(self.best, t.value)
+
+    def settle(self, slot: int, ts: list[_LightTrial]) -> None:
+        outcome = next((t for t in ts if t.state in (TrialState.COMPLETE, TrialState.PRUNED)), None)
+        self.settled.add(slot)
+        if self.pending is not None:
+            self.pending.pop(slot, None)
+        for tid in self.by_slot_ids.pop(slot, []):
+            self.unsettled.pop(tid, None)
+        self.totals[0] += outcome is not None and outcome.state == TrialState.COMPLETE
+        self.totals[1] += outcome is not None and outcome.state == TrialState.PRUNED
+        self.totals[2] += outcome is None
+        self.totals[3] += 1
+        self.totals[4] += sum(1 for t in ts if "retry_of" in t.user_attrs)
+        if outcome is not None and "duration_s" in outcome.user_attrs:
+            self.duration_sum += float(outcome.user_attrs["duration_s"])
+            self.duration_n += 1
 
 
 def _attrs(s: Any, model: Any, trial_id: int) -> dict[str, Any]:

@@ -192,26 +192,43 @@ def start_by_share(
     return refs
 
 
+def _probe_gpu_memory() -> int | None:
+    """Memory of the smallest GPU this process can see, read without initialising CUDA here
+    (nvidia-smi first): a Ray worker process that initialised CUDA with every GPU visible would
+    ignore the CUDA_VISIBLE_DEVICES Ray gives a later task in the same process."""
+    import shutil
+    import subprocess
+
+    exe = shutil.which("nvidia-smi")
+    if exe:
+        try:
+            out = subprocess.run([exe, "--query-gpu=memory.total", "--format=csv,noheader,nounits"],
+                                 capture_output=True, text=True, timeout=30, check=True).stdout
+            mib = [int(float(x)) for x in out.split() if x.strip()]
+            if mib:
+                return min(mib) * 2**20
+        except (OSError, ValueError, subprocess.SubprocessError):
+            pass
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    return min(int(torch.cuda.get_device_properties(i).total_memory) for i in range(torch.cuda.device_count()))
+
+
 def _gpu_memory() -> int | None:
     """Memory of the smallest GPU of the cluster, or None without GPUs (or when it cannot be read).
 
     Probed by a task on every GPU node that asks for no GPU and no CPU, so it runs at once even on
-    a busy cluster, and sees every GPU of its node (SPEC §10)."""
+    a busy cluster, and sees every GPU of its node (SPEC §10); max_calls=1: its process exits
+    after it, so no later worker task inherits a process that has seen every GPU."""
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-    def probe() -> int | None:
-        import torch
-
-        if not torch.cuda.is_available():
-            return None
-        return min(int(torch.cuda.get_device_properties(i).total_memory)
-                   for i in range(torch.cuda.device_count()))
 
     nodes = [n["NodeID"] for n in ray.nodes() if n.get("Alive") and n.get("Resources", {}).get("GPU", 0) >= 1]
     if not nodes:
         return None
-    task = ray.remote(probe)
+    task = ray.remote(max_calls=1)(_probe_gpu_memory)  # max_calls cannot be given to .options()
     refs = [task.options(num_cpus=0, num_gpus=0,
                          scheduling_strategy=NodeAffinitySchedulingStrategy(n, soft=False)).remote()
             for n in nodes]
@@ -305,10 +322,16 @@ def run_workers(
                      include_dashboard=False,
                      logging_level="WARNING", _node_ip_address="127.0.0.1", configure_logging=True)
         threads = max(1, cpus // opts.workers)
-    placement = place_workers(list(queues.values()), opts)
+    try:
+        placement = place_workers(list(queues.values()), opts)
+    except BaseException:  # e.g. --device cuda on a cluster without GPUs: leave no Ray behind
+        ray.shutdown()
+        raise
     if placement.note:
         out.write(placement.note + "\n")
-    task = ray.remote(worker_task).options(**task_options(placement.share, threads, bool(opts.ray_address)))
+    # A RemoteFunction with these defaults (not .options(), whose wrapper cannot be re-optioned):
+    # start_by_share and the whole-GPU retry below give it other GPU shares.
+    task = ray.remote(**task_options(placement.share, threads, bool(opts.ray_address)))(worker_task)
     ckpt = str(opts.checkpoint_dir.resolve()) if opts.checkpoint_dir else None
     refs = start_by_share(task, placement.worker_shares(opts.workers),
                           lambda share: (storage_url, names, placement.device, threads, run_id, ckpt, share))

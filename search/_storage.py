@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import json
 import logging
 import os
 import random
@@ -246,6 +247,20 @@ def session_scope(storage: RDBStorage, write: bool = True) -> Iterator[orm.Sessi
         raise
     finally:
         session.close()
+
+
+def plan_slots_of(storage: RDBStorage, study_id: int) -> set[int]:
+    """The plan slots that have a trial (any state): one light query on the trials' plan_slot
+    attribute instead of loading every trial of the study."""
+    from archhpo.search._optuna_private import models as m
+
+    with read_scope(storage) as s:
+        texts = s.execute(
+            sqlalchemy.select(m.TrialUserAttributeModel.value_json)
+            .join(m.TrialModel, m.TrialModel.trial_id == m.TrialUserAttributeModel.trial_id)
+            .where(m.TrialModel.study_id == study_id, m.TrialUserAttributeModel.key == "plan_slot")
+        ).scalars().all()
+    return {int(json.loads(t)) for t in texts}
 
 
 def read_scope(storage: RDBStorage) -> contextlib.AbstractContextManager[orm.Session]:

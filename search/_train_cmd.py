@@ -18,6 +18,7 @@ import torch
 
 from archhpo.errors import ArchhpoError
 from archhpo.models import get_family
+from archhpo.search._options import default
 from archhpo.search._space import FULL_SPACE, QUICK_SPACE
 from archhpo.workers import TrainConfig, TrialSpec, build_trial, describe_result, resolve_device, train
 
@@ -46,9 +47,8 @@ def trial_spec_from_args(args: argparse.Namespace) -> TrialSpec:
     for key in ("horizon", "threshold", "seed"):
         if getattr(args, key, None) is not None:
             options[key] = getattr(args, key)
-    options.setdefault("horizon", 1)
-    options.setdefault("threshold", 0.01)
-    options.setdefault("seed", 0)
+    for key in ("horizon", "threshold", "seed"):
+        options.setdefault(key, default(key))  # one definition: search/_options.py
     if getattr(args, "quick", False):
         options["quick"] = True
     flag_values = {f.name: getattr(args, f"fam_{f.name}") for f in fam.flags

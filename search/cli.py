@@ -169,7 +169,8 @@ def _launch_all(args: argparse.Namespace) -> list[str]:
         n3 = sum(e["phase"] == 3 for e in s.plan)
         extra = f", {n3} confirmation slots" if n3 else ""
         extra += f", {s.options['paired_seeds']} paired seeds" if s.options.get("paired_seeds") else ""
-        print(f"{verb} study {s.study_name} on {mask_url(url)}: {len(s.archs)} architectures fit, "
+        fit = "architectures fit" if s.budget_value else "configurations"
+        print(f"{verb} study {s.study_name} on {mask_url(url)}: {len(s.archs)} {fit}, "
               f"{len(s.plan)} planned trials ({n1} in phase 1{extra}), {res.enqueued} newly queued",
               file=sys.stderr)
         names.append(s.study_name)
@@ -246,7 +247,22 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"{name}: {st.complete} complete, {st.pruned} pruned, {st.failed} failed; best val_loss {best}",
               file=sys.stderr)
     print(f"results in {Path(args.out).resolve()}", file=sys.stderr)
+    _report_after_run(args, url)
     return 0
+
+
+def _report_after_run(args: argparse.Namespace, url: str) -> None:
+    """`run` ends with the report of the whole experiment; a report that cannot be written is a
+    warning (the trials are done and exported), never a failed run."""
+    from archhpo.search._report import write_report
+
+    try:
+        report = write_report(args.experiment, storage=url, out=args.out)
+    except Exception as exc:  # noqa: BLE001
+        print(f"archhpo: warning: report not written ({type(exc).__name__}: {exc}); "
+              f"`archhpo report --experiment {args.experiment}` retries it", file=sys.stderr)
+        return
+    print(f"report: {report.html.resolve()}", file=sys.stderr)
 
 
 def cmd_export(args: argparse.Namespace) -> int:
@@ -257,6 +273,24 @@ def cmd_export(args: argparse.Namespace) -> int:
     names = _addressed_studies(args, storage)
     for path in export_studies(storage, names, Path(args.out)):
         print(path)
+    if args.report:
+        from archhpo.search._report import write_report
+
+        for path in write_report(args.experiment, storage=storage, out=args.out).files:
+            print(path)
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from archhpo.search._report import write_report
+
+    if args.csv and "storage" in args.given:
+        raise ArchhpoError("Pass either --storage or --csv, not both: the report reads one source.")
+    report = write_report(args.experiment, storage=args.storage, csv=args.csv, out=args.out,
+                          reference=args.reference)
+    for path in report.files:
+        print(path)
+    print(f"report: {report.html}", file=sys.stderr)
     return 0
 
 
@@ -305,6 +339,7 @@ register_command("run", cmd_run, "launch + Ray workers + results, with live prog
 register_command("export", cmd_export, "write the CSV and best JSON from the database")
 register_command("dashboard", cmd_dashboard, "optuna-dashboard on the storage (127.0.0.1 by default)")
 register_command("train", cmd_train, "train one configuration and print its metrics as JSON")
+register_command("report", cmd_report, "write the report: answer per budget, scaling fit, figures, tables")
 
 
 def _command_options(command: str, family: Family | None) -> list[Any]:

@@ -406,3 +406,43 @@ def test_reading_commands_do_not_create_tables_in_an_empty_database(
     code, err = _cli([name, "--experiment", "refused", "--budget", "500K", "--storage", pg_url], capsys)
     assert code == 2 and "holds no Optuna study tables" in err, err
     assert _snapshot(pg_url) == {} and list(tmp_path.iterdir()) == []
+
+
+# ----------------------------------------------------------------------------- bounded upkeep
+def test_a_long_lived_queue_reports_the_same_status_as_a_fresh_one(storage_url: str) -> None:
+    """The upkeep reads finished trials once and keeps what settled slots contribute; its status
+    must equal one computed from scratch at every step (complete, pruned, failed, lost, retried,
+    phase 2)."""
+    import dataclasses
+
+    settings = _settings()
+    launch(storage_url, settings)
+    long_lived = TrialQueue(storage_url, settings.study_name)
+    work = TrialQueue(storage_url, settings.study_name)
+
+    def same() -> None:
+        fresh = TrialQueue(storage_url, settings.study_name)
+        assert dataclasses.asdict(long_lived.status()) == dataclasses.asdict(fresh.status())
+        assert dataclasses.asdict(long_lived.maintain(blocking=False)) == dataclasses.asdict(fresh.status())
+        fresh.storage.engine.dispose()
+
+    same()
+    for i, state in enumerate([TrialState.COMPLETE] * 5 + [TrialState.PRUNED, TrialState.FAIL]):
+        c = work.claim(WORKER)
+        same()
+        work.finish(c, state, None if state == TrialState.FAIL else 0.5 + 0.01 * i,
+                    {"duration_s": 1.0 + i, **({"fail_reason": "nan"} if state == TrialState.FAIL else {})})
+        same()
+    lost = work.claim(WORKER)
+    _age_heartbeat(storage_url, lost.trial_id)
+    work.maintain()  # reaped, retried
+    same()
+    while (c := work.claim(WORKER)) is not None:
+        work.finish(c, TrialState.COMPLETE, 0.4, {"duration_s": 2.0})
+    same()
+    work.maintain()  # phase 2
+    same()
+    while (c := work.claim(WORKER)) is not None:
+        work.finish(c, TrialState.COMPLETE, 0.3, {"duration_s": 3.0})
+    same()
+    assert long_lived.maintain().done and long_lived.status().best_value == 0.3

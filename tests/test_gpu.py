@@ -145,6 +145,40 @@ def test_placement_packs_by_memory_and_spreads_over_every_gpu() -> None:
     assert share(None, "auto", 4, 16, small, None) == (1.0, "auto")
     note = choose_placement(None, "auto", 8, 32, small, 80 * GiB).note
     assert "0.25 GPU per trial" in note and "8 GPU" in note and "--device cpu" in note
+    assert "wait for a free share" in choose_placement(None, "auto", 2, 20, small, 80 * GiB).note
+    assert "--workers 8 or more" in choose_placement(None, "auto", 8, 2, small, 80 * GiB).note
+
+
+def _best_fit(shares: list[float], gpus: int) -> list[int]:
+    """Workers per GPU when each share, in order, goes to the fullest GPU it fits on (what Ray 2.60
+    does with fractional GPUs, checked on logical GPUs below)."""
+    free, count = [1.0] * gpus, [0] * gpus
+    for s in shares:
+        fits = [g for g in range(gpus) if free[g] >= s - 1e-9]
+        if not fits:
+            continue  # waits for a free share
+        g = min(fits, key=lambda g: (free[g], g))
+        free[g] -= s
+        count[g] += 1
+    return count
+
+
+def test_uneven_workers_still_reach_every_gpu() -> None:
+    """5 workers on 4 GPUs at an even 0.5 would fill GPUs 0 and 1, put one on GPU 2 and leave GPU 3
+    idle; the placement gives 3 of them a whole GPU and 2 a half, the whole ones started first."""
+    assert _best_fit([0.5] * 5, 4) == [2, 2, 1, 0]  # the trap
+    p = choose_placement(None, "auto", 4, 5, 1 * GiB, 80 * GiB)
+    assert p.worker_shares(5) == [1.0, 1.0, 1.0, 0.5, 0.5] and p.share == 0.5
+    assert "1 or 0.5 GPU per trial, 1 or 2 per GPU" in p.note
+    for gpus in range(1, 9):
+        for workers in range(1, 80):
+            p = choose_placement(None, "auto", gpus, workers, 1 * GiB, 80 * GiB)
+            shares = p.worker_shares(workers)
+            assert len(shares) == workers and shares == sorted(shares, reverse=True)
+            count = _best_fit(shares, gpus)
+            busy = min(workers, gpus * MAX_TRIALS_PER_GPU)
+            assert sum(count) == busy, (gpus, workers, count)  # nobody waits while a share is free
+            assert max(count) - min(count) <= 1, (gpus, workers, count)  # every GPU, evenly
 
 
 def test_placement_override_opt_out_and_cpu_clusters() -> None:
@@ -184,6 +218,20 @@ def test_largest_trial_counts_unchosen_confirmation_entries(tmp_path: Path) -> N
     assert auto_gpu_fraction([q], 80 * GiB) == 0.05  # the legacy helper still answers
 
 
+def test_gpu_memory_probe_reads_nvidia_smi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The probe reads nvidia-smi (no CUDA initialised in the Ray worker) and takes the smallest GPU."""
+    from archhpo.search._run import _probe_gpu_memory
+
+    fake = tmp_path / "nvidia-smi"
+    fake.write_text("#!/bin/sh\nprintf '81559\\n40960\\n'\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    assert _probe_gpu_memory() == 40960 * 2**20
+    fake.write_text("#!/bin/sh\nexit 9\n")  # a broken driver: fall back to torch (no GPU here)
+    if not torch.cuda.is_available():
+        assert _probe_gpu_memory() is None
+
+
 def test_task_options() -> None:
     assert task_options(0.25, 4, cluster=False) == {"num_cpus": 4, "num_gpus": 0.25, "max_retries": 3}
     assert task_options(0.0, 4, cluster=True)["num_cpus"] == 1
@@ -197,7 +245,7 @@ def logical_gpu_ray(monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped
 
     monkeypatch.setenv("RAY_USAGE_STATS_ENABLED", "0")
     with loopback_only():
-        ray.init(address="local", num_cpus=4, num_gpus=2, include_dashboard=False, logging_level="WARNING",
+        ray.init(address="local", num_cpus=4, num_gpus=3, include_dashboard=False, logging_level="WARNING",
                  _node_ip_address="127.0.0.1")
     try:
         yield ray
@@ -206,26 +254,30 @@ def logical_gpu_ray(monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped
 
 
 @pytest.mark.ray
-def test_ray_places_the_chosen_shares_spread_over_the_gpus(logical_gpu_ray) -> None:  # type: ignore[no-untyped-def]
-    """Four workers on two (logical) GPUs: a 0.5 share each, two per GPU, every GPU used; a task
-    with no share is told cpu."""
+def test_ray_places_the_chosen_shares_on_every_gpu(logical_gpu_ray) -> None:  # type: ignore[no-untyped-def]
+    """Four workers on three (logical) GPUs, started as `run` starts them: every GPU gets a worker,
+    one gets two; each task sees only its GPU."""
+    from collections import Counter
+
+    from archhpo.search._run import start_by_share
+
     ray = logical_gpu_ray
-    gpus = ray.cluster_resources()["GPU"]
-    p = choose_placement(None, "auto", gpus, 4, 1 * GiB, 80 * GiB)
-    assert p.share == 0.5
+    p = choose_placement(None, "auto", ray.cluster_resources()["GPU"], 4, 1 * GiB, 80 * GiB)
+    assert p.worker_shares(4) == [1.0, 1.0, 0.5, 0.5]
 
-    def probe(start: float) -> tuple[list[str], str | None]:
-        time.sleep(max(0.0, start - time.time()))  # all four hold their share at once
-        time.sleep(1.0)
+    def probe(start: float, share: float) -> tuple[list[str], str | None, float]:
+        time.sleep(max(0.0, start - time.time()) + 1.0)  # all four hold their share at once
         ids = ray.get_runtime_context().get_accelerator_ids()["GPU"]
-        return [str(i) for i in ids], os.environ.get("CUDA_VISIBLE_DEVICES")
+        return [str(i) for i in ids], os.environ.get("CUDA_VISIBLE_DEVICES"), share
 
-    task = ray.remote(probe).options(**task_options(p.share, 1, cluster=False))
-    start = time.time() + 2
-    got = ray.get([task.remote(start) for _ in range(4)], timeout=120)
-    ids = sorted(i for g, _ in got for i in g)
-    assert ids == ["0", "0", "1", "1"], got  # each GPU twice: spread, then packed
-    assert all(env == g[0] for g, env in got), got  # the task sees only its GPU
+    task = ray.remote(**task_options(p.share, 1, cluster=False))(probe)
+    start = time.time() + 3
+    got = ray.get(start_by_share(task, p.worker_shares(4), lambda share: (start, share)), timeout=120)
+    per_gpu = Counter(g[0] for g, _, _ in got)
+    assert sorted(per_gpu.values()) == [1, 1, 2] and len(per_gpu) == 3, got  # every GPU busy
+    assert all(len(g) == 1 and env == g[0] for g, env, _ in got), got  # the task sees only its GPU
+    halves = [g[0] for g, _, share in got if share == 0.5]
+    assert len(set(halves)) == 1, got  # the two halves share the third GPU
 
 
 @pytest.mark.ray
@@ -352,7 +404,8 @@ def test_a_tiny_trial_on_cuda_records_its_gpu(tmp_path: Path) -> None:
         a = t.user_attrs
         assert a["device"].startswith("cuda") and a["gpu_name"] == torch.cuda.get_device_name(0), a
         assert isinstance(a["gpu_index"], int) and a["samples_per_s"] > 0
-        assert 0 < a["peak_memory_gib"] <= a["memory_estimate_gib"] * 4, a
+        # measured beside the estimate (the peak also holds the data and cuBLAS's workspace)
+        assert 0 < a["peak_memory_gib"] <= a["memory_estimate_gib"] + 1.0, a
         if dense_bf16_peak_flops(a["gpu_name"]) is not None:
             assert 0 < a["mfu"] < 1, a
 

@@ -5,6 +5,7 @@ worker exits cleanly (exit code 128 + the signal: 143 for SIGTERM, 130 for SIGIN
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import subprocess
@@ -16,10 +17,11 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from archhpo.search import TrialQueue
+from archhpo.search import TrialQueue, launch, prepare_settings
 from tests.conftest import run_cli, wait_for
 
-SLOW_DATA = "synthetic:steps=4000"  # epochs of a few seconds on one thread: a signal lands mid-trial
+SLOW_DATA = "synthetic:steps=2000"  # epochs of a second or two on one thread
+EPOCHS = 4  # a signal sent once epoch 1 is checkpointed lands mid-trial
 
 
 def _popen(*args: str, cwd: Path) -> subprocess.Popen[str]:
@@ -32,11 +34,12 @@ def _trials(url: str, name: str) -> list[optuna.trial.FrozenTrial]:
     return optuna.load_study(study_name=name, storage=url).get_trials(deepcopy=False)
 
 
-def _launch(url: str, experiment: str) -> list[str]:
-    common = ["--experiment", experiment, "--budget", "200K", "--storage", url]
-    res = run_cli("launch", *common, "--trials", "3", "--quick", "--data", SLOW_DATA, "--pruner", "none")
-    assert res.returncode == 0, res.stderr
-    return common
+def _launch(url: str, experiment: str, n: int = 3) -> list[str]:
+    """n planned trials of EPOCHS epochs at batch size 32."""
+    s = prepare_settings(experiment, "200K", n_trials=3, data=SLOW_DATA, quick=True, pruner="none")
+    plan = [{**e, "params": {**e["params"], "epochs": EPOCHS, "batch_size": 32}} for e in s.plan[:n]]
+    launch(url, dataclasses.replace(s, plan=plan))
+    return ["--experiment", experiment, "--budget", "200K", "--storage", url]
 
 
 def _assert_given_back(url: str, name: str, number: int) -> None:
@@ -94,16 +97,8 @@ def test_sigint_gives_the_trial_back_and_exits_130(tmp_path: Path) -> None:
 def test_a_given_back_trial_resumes_from_its_own_checkpoint(tmp_path: Path) -> None:
     """After SIGTERM the next worker takes the same trial (same attempt) and resumes it."""
     url = f"sqlite:///{tmp_path / 's.db'}"
-    from archhpo.search import launch, prepare_settings
-
-    s = prepare_settings("resume", "200K", n_trials=3, data=SLOW_DATA, quick=True, pruner="none")
-    import dataclasses
-
-    s = dataclasses.replace(s, plan=[{**s.plan[0], "params": {**s.plan[0]["params"], "epochs": 4}}])
-    launch(url, s)
     ck = tmp_path / "ck"
-    common = ["--experiment", "resume", "--budget", "200K", "--storage", url, "--threads", "1",
-              "--checkpoint-dir", str(ck)]
+    common = [*_launch(url, "resume", n=1), "--threads", "1", "--checkpoint-dir", str(ck)]
     worker = _popen("worker", *common, cwd=tmp_path)
     assert wait_for(lambda: any(ck.rglob("*.attempt1.pt")), timeout=240)
     worker.send_signal(signal.SIGTERM)

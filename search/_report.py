@@ -1,0 +1,538 @@
+"""`archhpo report`: the answer per budget, the scaling-law fit, figures and tables, in one place.
+
+`write_report` reads an experiment (database or CSV files, via `trials_frame`) and writes into
+the output directory:
+
+- ``{experiment}_report.html``: one self-contained page (figures embedded as base64 PNG,
+  nothing fetched from the network): per budget the best architecture and how it was trained,
+  its loss, the runner-up (the best trial of another architecture) and the gap, the
+  confirmation result when one was run, the fitted law; the paired-choice table of a study with
+  categorical choices and paired seeds; then the figures.
+- ``{experiment}_figures/{name}.png`` and ``.pdf`` (see `archhpo.search._figures.FIGURES`).
+- ``{experiment}_scaling_fit.json`` (see `archhpo.search._fit`).
+- ``{experiment}_summary.csv``: one row per budget (`SUMMARY_COLUMNS` first).
+- ``{experiment}_choices.md`` and ``.csv`` when the experiment has categorical choices crossed
+  with paired seeds: per choice mean ± std over seeds, best epoch, parameter count and the
+  paired difference against a reference choice with a bootstrap 95% interval over seeds.
+
+Read from a database, each budget's answer is also saved as the study's note in
+optuna-dashboard, so the dashboard opens on it.
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import datetime as dt
+import html
+import io
+import json
+import math
+import os
+import sys
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from archhpo.errors import StudyError
+from archhpo.search._export import atomic_write
+from archhpo.search._fit import fit_json, fit_scaling_law
+from archhpo.search._frame import best_and_runner_up, budgets_in, trials_frame
+
+SUMMARY_COLUMNS = (
+    "budget", "best_trial", "d_model", "n_layers", "n_heads", "d_ff", "param_count", "val_loss",
+    "runner_up_val_loss", "n_complete", "n_pruned", "n_failed", "confirm_mean", "confirm_std",
+)
+SUMMARY_EXTRA = (
+    "gap", "runner_up_trial", "runner_up_d_model", "runner_up_n_layers", "runner_up_n_heads", "runner_up_d_ff",
+    "runner_up_param_count", "choice", "learning_rate", "epochs", "batch_size", "weight_decay", "warmup_steps",
+    "best_epoch", "train_flops", "confirm_n", "confirm_lead", "confirm_lead_ci95_lo", "confirm_lead_ci95_hi",
+    "confirm_within_noise",
+)
+CHOICE_COLUMNS = (
+    "budget", "choice", "n_seeds", "mean", "std", "best_epoch", "param_count", "reference", "n_pairs",
+    "diff_mean", "diff_ci95_lo", "diff_ci95_hi",
+)
+ARCH = ("d_model", "n_layers", "n_heads", "d_ff")
+
+
+@dataclass
+class Report:
+    """What `write_report` produced (paths) and computed (for callers that print a line)."""
+
+    html: Path
+    files: list[Path] = field(default_factory=list)
+    fit: dict[str, Any] = field(default_factory=dict)
+    summary: pd.DataFrame | None = None
+    notes_written: int = 0
+
+
+# ----------------------------------------------------------------------------- numbers
+def _f(x: Any) -> float | None:
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) else None
+
+
+def _i(x: Any) -> int | None:
+    v = _f(x)
+    return int(v) if v is not None else None
+
+
+def _fmt(x: Any, digits: int = 4) -> str:
+    v = _f(x)
+    return "–" if v is None else f"{v:.{digits}g}"
+
+
+def _count(x: Any) -> str:
+    v = _i(x)
+    return "–" if v is None else f"{v:,}"
+
+
+def bootstrap_ci(values: Sequence[float], n_boot: int = 2000, seed: int = 0) -> tuple[float, float]:
+    """Percentile 95% interval of the mean of `values` over resamples (with replacement)."""
+    x = np.asarray(values, dtype=float)
+    if len(x) < 2:
+        return (math.nan, math.nan)
+    rng = np.random.default_rng(seed)
+    means = x[rng.integers(0, len(x), size=(n_boot, len(x)))].mean(1)
+    lo, hi = np.percentile(means, [2.5, 97.5])
+    return float(lo), float(hi)
+
+
+# ----------------------------------------------------------------------------- confirmation
+def confirmation(frame: pd.DataFrame) -> dict[str, dict[str, Any]]:
+    """Per budget with phase-3 trials: `archhpo.search._confirm.confirmation_summary` of them."""
+    from archhpo.search._confirm import confirmation_summary
+
+    out: dict[str, dict[str, Any]] = {}
+    if not (frame["phase"] == 3).any():
+        return out
+    cols = [*ARCH, "param_count", "trial", "state", "phase", "seed", "val_loss", "choices", "best_epoch"]
+    for budget, group in frame.groupby("budget", sort=False):
+        if not (group["phase"] == 3).any():
+            continue
+        rows = group[cols].assign(rank=group["confirm_rank"]).to_dict("records")
+        out[str(budget)] = confirmation_summary(rows)
+    return out
+
+
+# ----------------------------------------------------------------------------- summary
+def _failed(group: pd.DataFrame) -> int:
+    fails = group[group["state"] == "FAIL"]
+    if "fail_reason" in fails and fails["fail_reason"].notna().any():
+        return int(fails["fail_reason"].notna().sum())  # a trial lost with its worker is retried, not final
+    return len(fails)
+
+
+def budget_summary(frame: pd.DataFrame, confirm: dict[str, dict[str, Any]] | None = None) -> pd.DataFrame:
+    """One row per budget (`SUMMARY_COLUMNS`, then `SUMMARY_EXTRA` and the best trial's family
+    metrics); budgets without a finished trial keep empty cells."""
+    confirm = confirmation(frame) if confirm is None else confirm
+    metrics = [c for c in frame.columns if c.startswith("val_") and c not in ("val_loss", "val_curve")]
+    picks = best_and_runner_up(frame)
+    rows = []
+    for budget in budgets_in(frame):
+        group = frame[frame["budget"] == budget]
+        best, runner = picks.get(budget, (None, None))
+        row: dict[str, Any] = {
+            "budget": budget,
+            "n_complete": int((group["state"] == "COMPLETE").sum()),
+            "n_pruned": int((group["state"] == "PRUNED").sum()),
+            "n_failed": _failed(group),
+        }
+        if best is not None:
+            row.update(best_trial=_i(best["trial"]), **{k: _i(best[k]) for k in (*ARCH, "param_count")},
+                       val_loss=_f(best["val_loss"]), choice=best["choice"],
+                       **{k: best[k] for k in ("learning_rate", "epochs", "batch_size", "weight_decay",
+                                               "warmup_steps", "best_epoch", "train_flops")},
+                       **{m: best[m] for m in metrics})
+        if runner is not None:
+            row.update(runner_up_val_loss=_f(runner["val_loss"]), runner_up_trial=_i(runner["trial"]),
+                       **{f"runner_up_{k}": _i(runner[k]) for k in (*ARCH, "param_count")})
+            row["gap"] = row["runner_up_val_loss"] - row["val_loss"]
+        c = confirm.get(budget)
+        if c and c["architectures"]:
+            top = c["architectures"][0]
+            row.update(confirm_mean=top["mean"], confirm_std=top["std"], confirm_n=top["n"])
+            comp = c.get("comparison")
+            if comp:
+                ci = comp.get("ci95") or [None, None]
+                row.update(confirm_lead=comp["lead"], confirm_lead_ci95_lo=ci[0], confirm_lead_ci95_hi=ci[1],
+                           confirm_within_noise=comp["within_noise"])
+        rows.append(row)
+    columns = [*SUMMARY_COLUMNS, *SUMMARY_EXTRA, *metrics]
+    return pd.DataFrame(rows, columns=columns)
+
+
+# ----------------------------------------------------------------------------- paired choices
+def _choice_order(frame: pd.DataFrame, labels: list[str]) -> list[str]:
+    order = frame.attrs.get("choice_order") or {}
+    if len(order) == 1:
+        listed = [str(v) for v in next(iter(order.values()))]
+        return sorted(labels, key=lambda v: listed.index(v) if v in listed else len(listed))
+    return labels  # several choice dimensions: first appearance
+
+
+def choice_table(frame: pd.DataFrame, reference: str | None = None, n_boot: int = 2000,
+                 seed: int = 0) -> pd.DataFrame:
+    """The paired-choice table (like the encoder audit's Table 1) for budgets whose trials
+    carry categorical choices crossed with paired seeds.
+
+    Per budget and choice: over seeds, the value of a seed is the best COMPLETE validation loss
+    of that choice's trials with that seed (confirmation retrains left out); ``mean``, ``std``
+    (n-1), ``best_epoch`` (mean over seeds of the selected trials' best epoch), ``param_count``
+    (median), and the paired difference ``choice - reference`` over the seeds both have, with a
+    percentile bootstrap 95% interval over seeds (`n_boot` resamples).  The reference is
+    `reference` (a choice label) or the first choice listed at launch.  Empty when no budget
+    has two or more choices with seeds.
+    """
+    ok = (frame["state"] == "COMPLETE") & frame["val_loss"].notna() & frame["seed"].notna()
+    ok &= frame["phase"].ne(3) | frame["phase"].isna()
+    df = frame[ok & (frame["choice"] != "")]
+    rows: list[dict[str, Any]] = []
+    all_labels: set[str] = set()
+    for budget, group in df.groupby("budget", sort=False):
+        labels = _choice_order(frame, list(dict.fromkeys(group.sort_values("trial")["choice"])))
+        all_labels.update(labels)
+        if len(labels) < 2:
+            continue
+        per: dict[str, pd.DataFrame] = {}
+        for label in labels:
+            sub = group[group["choice"] == label].sort_values(["val_loss", "trial"], kind="stable")
+            per[label] = sub.drop_duplicates("seed").set_index("seed")
+        ref = reference if reference is not None else labels[0]
+        if ref not in per:
+            continue
+        base = per[ref]["val_loss"]
+        for label in labels:
+            sel = per[label]
+            vals = sel["val_loss"]
+            common = vals.index.intersection(base.index)
+            diffs = (vals.loc[common] - base.loc[common]).to_numpy()
+            lo, hi = bootstrap_ci(diffs, n_boot, seed) if label != ref else (math.nan, math.nan)
+            epochs = sel["best_epoch"].dropna()
+            rows.append({
+                "budget": budget, "choice": label, "n_seeds": len(vals), "mean": float(vals.mean()),
+                "std": float(vals.std(ddof=1)) if len(vals) > 1 else math.nan,
+                "best_epoch": float(epochs.mean()) if len(epochs) else math.nan,
+                "param_count": float(sel["param_count"].median()), "reference": ref, "n_pairs": len(common),
+                "diff_mean": float(diffs.mean()) if len(diffs) and label != ref else (0.0 if label == ref else math.nan),
+                "diff_ci95_lo": lo, "diff_ci95_hi": hi,
+            })
+    if reference is not None and all_labels and reference not in all_labels:
+        raise StudyError(f"--reference {reference!r} is not one of the choices ({', '.join(sorted(all_labels))}); "
+                         "pick one of them.")
+    return pd.DataFrame(rows, columns=list(CHOICE_COLUMNS))
+
+
+def choice_markdown(table: pd.DataFrame, metric: str = "val_loss") -> str:
+    """The paired-choice table as Markdown, one section per budget."""
+    out = []
+    for budget, group in table.groupby("budget", sort=False):
+        ref = group["reference"].iloc[0]
+        out.append(f"### {budget}\n")
+        out.append(f"| choice | {metric} mean ± std (seeds) | best epoch | params | Δ vs {ref} [95% CI] (pairs) |")
+        out.append("|---|---|---|---|---|")
+        for _, r in group.iterrows():
+            std = f" ± {r['std']:.4f}" if _f(r["std"]) is not None else ""
+            if r["choice"] == ref:
+                diff = "reference"
+            elif _f(r["diff_ci95_lo"]) is not None:
+                diff = f"{r['diff_mean']:+.4f} [{r['diff_ci95_lo']:+.4f}, {r['diff_ci95_hi']:+.4f}] ({r['n_pairs']})"
+            else:
+                diff = f"{_fmt(r['diff_mean'])} ({r['n_pairs']})"
+            out.append(f"| {r['choice']} | {r['mean']:.4f}{std} ({r['n_seeds']}) | {_fmt(r['best_epoch'], 3)} | "
+                       f"{_count(r['param_count'])} | {diff} |")
+        out.append("")
+    return "\n".join(out)
+
+
+# ----------------------------------------------------------------------------- text pieces
+def _arch_text(row: Any) -> str:
+    text = f"d_model {_i(row['d_model'])}, {_i(row['n_layers'])} layers, {_i(row['n_heads'])} heads, d_ff {_i(row['d_ff'])}"
+    choice = row.get("choice") if hasattr(row, "get") else None
+    return f"{text} ({choice})" if choice else text
+
+
+def law_text(fit: dict[str, Any]) -> str:
+    if not fit.get("E"):
+        return f"No scaling law fitted: {fit.get('reason', 'no fit')}."
+    parts = []
+    for k in ("E", "A", "alpha"):
+        est, (lo, hi) = fit[k]["estimate"], fit[k]["ci95"]
+        parts.append(f"{k} = {_fmt(est)} [{_fmt(lo)}, {_fmt(hi)}]")
+    return (f"L(N) = E + A·N^-alpha fitted to the best trial of {fit['n_budgets']} budgets: " + ", ".join(parts)
+            + f" (95% bootstrap intervals, {fit['method'].get('bootstrap_resamples', 0)} resamples).")
+
+
+def budget_note(budget: str, srow: pd.Series, best: pd.Series | None, confirm: dict[str, Any] | None,
+                fit: dict[str, Any]) -> str:
+    """The Markdown answer of one budget (the optuna-dashboard study note)."""
+    when = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    lines = [f"## Answer for budget {budget} (archhpo report, {when})", ""]
+    if best is None:
+        lines.append(f"No finished trial: {_count(srow['n_failed'])} failed, {_count(srow['n_pruned'])} pruned.")
+    else:
+        lines.append(f"**Best:** trial {_i(best['trial'])}: {_arch_text(best)}, {_count(best['param_count'])} "
+                     f"parameters, validation loss **{_fmt(best['val_loss'])}**; trained with learning rate "
+                     f"{_fmt(best['learning_rate'], 3)}, {_i(best['epochs'])} epochs, batch {_i(best['batch_size'])}, "
+                     f"weight decay {_fmt(best['weight_decay'], 3)}, warm-up {_i(best['warmup_steps'])} steps.")
+        if _f(srow.get("runner_up_val_loss")) is not None:
+            lines.append("")
+            lines.append(f"**Runner-up:** trial {_i(srow['runner_up_trial'])} (d_model {_i(srow['runner_up_d_model'])}, "
+                         f"{_i(srow['runner_up_n_layers'])} layers), loss {_fmt(srow['runner_up_val_loss'])}; "
+                         f"gap {_fmt(srow['gap'], 3)}.")
+    if confirm:
+        lines += ["", f"**Confirmation:** {confirm['statement']}"]
+    lines += ["", f"**Scaling law:** {law_text(fit)}", "",
+              f"Trials: {_count(srow['n_complete'])} complete, {_count(srow['n_pruned'])} pruned, "
+              f"{_count(srow['n_failed'])} failed."]
+    return "\n".join(lines)
+
+
+def save_dashboard_notes(storage: Any, studies: dict[str, str], notes: dict[str, str]) -> int:
+    """Write each budget's answer as its study's optuna-dashboard note; returns how many."""
+    import warnings
+
+    from optuna_dashboard import save_note
+
+    from archhpo.search._study import load_study
+
+    n = 0
+    for budget, name in studies.items():
+        if budget not in notes:
+            continue
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            save_note(load_study(storage, name), notes[budget])
+        n += 1
+    return n
+
+
+# ----------------------------------------------------------------------------- HTML
+_CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:2em auto;max-width:1180px;
+color:#222;line-height:1.4;padding:0 1em}
+table{border-collapse:collapse;margin:.6em 0 1.2em;font-size:.88em}
+th,td{border:1px solid #ccc;padding:.3em .55em;text-align:left;vertical-align:top}
+th{background:#f2f2f2} td.n{text-align:right;font-variant-numeric:tabular-nums}
+figure{margin:1.2em 0} figure img{max-width:100%;border:1px solid #eee} figcaption{color:#555;font-size:.9em}
+.law{background:#f7f7fb;border-left:4px solid #6a5acd;padding:.6em 1em} .muted{color:#666}
+"""
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]], numeric: set[int] | None = None) -> str:
+    numeric = numeric or set()
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
+    body = []
+    for row in rows:
+        cells = "".join(
+            f"<td class='n'>{html.escape(str(c))}</td>" if i in numeric else f"<td>{html.escape(str(c))}</td>"
+            for i, c in enumerate(row)
+        )
+        body.append(f"<tr>{cells}</tr>")
+    return f"<table><tr>{head}</tr>{''.join(body)}</table>"
+
+
+def _png_data(fig: Any, dpi: int) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi)
+    return buf.getvalue()
+
+
+def render_html(experiment: str, frame: pd.DataFrame, summary: pd.DataFrame, fit: dict[str, Any],
+                confirm: dict[str, dict[str, Any]], choices: pd.DataFrame, images: dict[str, bytes],
+                files: Sequence[str]) -> str:
+    from archhpo.search._figures import FIGURES
+
+    picks = best_and_runner_up(frame)
+    when = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    source = frame.attrs.get("source", "?")
+    fams = ", ".join(sorted({str(f) for f in frame["family"].dropna()})) or "unknown"
+    parts = [
+        "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>",
+        f"<title>{html.escape(experiment)}: archhpo report</title><style>{_CSS}</style></head><body>",
+        f"<h1>{html.escape(experiment)}: architecture search report</h1>",
+        f"<p class='muted'>{len(frame):,} trials over {len(summary)} budgets, family {html.escape(fams)}, read from "
+        f"the {html.escape(source)}; written {when} by archhpo.</p>",
+        "<h2>The answer, per budget</h2>",
+    ]
+    rows = []
+    for _, s in summary.iterrows():
+        best, _runner = picks.get(s["budget"], (None, None))
+        if best is None:
+            rows.append([s["budget"], "no finished trial", "–", "–", "–", "–", "–", "–",
+                         f"{s['n_complete']}/{s['n_pruned']}/{s['n_failed']}"])
+            continue
+        trained = (f"lr {_fmt(best['learning_rate'], 3)}, {_count(best['epochs'])} ep, batch {_count(best['batch_size'])}, "
+                   f"wd {_fmt(best['weight_decay'], 3)}, warm-up {_count(best['warmup_steps'])}")
+        runner = (f"{_fmt(s['runner_up_val_loss'])} (trial {_i(s['runner_up_trial'])}: d_model "
+                  f"{_i(s['runner_up_d_model'])}, {_i(s['runner_up_n_layers'])} layers)"
+                  if _f(s["runner_up_val_loss"]) is not None else "–")
+        gap = (f"{s['gap']:.4g} ({s['gap'] / s['val_loss']:+.1%})"
+               if _f(s.get("gap")) is not None and s["val_loss"] else "–")
+        conf = "–"
+        if _f(s["confirm_mean"]) is not None:
+            conf = f"{s['confirm_mean']:.4g} ± {_fmt(s['confirm_std'], 3)} ({_i(s['confirm_n'])} seeds)"
+        rows.append([s["budget"], f"trial {_i(best['trial'])}: {_arch_text(best)}", _count(best["param_count"]),
+                     trained, _fmt(best["val_loss"]), runner, gap, conf,
+                     f"{s['n_complete']}/{s['n_pruned']}/{s['n_failed']}"])
+    parts.append(_table(["budget", "best architecture", "parameters", "trained with", "val loss", "runner-up",
+                         "gap", "confirmation mean ± std", "complete/pruned/failed"], rows, {2, 4, 6}))
+    metrics = [c for c in summary.columns if c.startswith("val_") and c != "val_loss"]
+    if metrics:
+        parts.append("<p>Family metrics of each budget's best trial (at its best epoch):</p>")
+        parts.append(_table(["budget", *metrics], [[s["budget"], *(_fmt(s[m]) for m in metrics)]
+                                                    for _, s in summary.iterrows()], set(range(1, len(metrics) + 1))))
+    parts.append(f"<p class='law'><b>Scaling law.</b> {html.escape(law_text(fit))}</p>")
+    if confirm:
+        parts.append("<h2>Confirmation (phase 3: the best architectures retrained with new seeds)</h2>")
+        for budget, c in confirm.items():
+            arows = []
+            for a in c["architectures"]:
+                arch = a["architecture"]
+                label = f"d_model {arch.get('d_model')}, {arch.get('n_layers')} layers, {arch.get('n_heads')} heads"
+                arows.append([a["rank"], label, _fmt(a.get("selection_value")), _fmt(a["mean"]), _fmt(a["std"], 3),
+                              a["n"]])
+            parts.append(f"<h3>{html.escape(budget)}</h3>")
+            parts.append(_table(["rank", "architecture", "selection loss", "mean", "std", "seeds"], arows,
+                                {0, 2, 3, 4, 5}))
+            parts.append(f"<p>{html.escape(c['statement'])}</p>")
+    if not choices.empty:
+        parts.append("<h2>Categorical choices over paired seeds</h2>")
+        parts.append("<p>Per choice, the best validation loss of each seed; the difference is paired seed by seed "
+                     "against the reference, with a bootstrap 95% interval over seeds.</p>")
+        for budget, group in choices.groupby("budget", sort=False):
+            ref = group["reference"].iloc[0]
+            crow = []
+            for _, r in group.iterrows():
+                if r["choice"] == ref:
+                    diff = "reference"
+                elif _f(r["diff_ci95_lo"]) is not None:
+                    diff = f"{r['diff_mean']:+.4f} [{r['diff_ci95_lo']:+.4f}, {r['diff_ci95_hi']:+.4f}]"
+                else:
+                    diff = _fmt(r["diff_mean"])
+                crow.append([r["choice"], f"{r['mean']:.4f} ± {_fmt(r['std'], 3)}", r["n_seeds"],
+                             _fmt(r["best_epoch"], 3), _count(r["param_count"]), diff, r["n_pairs"]])
+            parts.append(f"<h3>{html.escape(str(budget))}</h3>")
+            parts.append(_table(["choice", "mean ± std", "seeds", "best epoch", "params", f"Δ vs {ref} [95% CI]",
+                                 "pairs"], crow, {2, 3, 4, 6}))
+    parts.append("<h2>Figures</h2>")
+    for name, caption in FIGURES.items():
+        if name not in images:
+            continue
+        data = base64.b64encode(images[name]).decode("ascii")
+        parts.append(f"<figure><img alt='{html.escape(caption)}' src='data:image/png;base64,{data}'>"
+                     f"<figcaption>{html.escape(caption)} ({html.escape(name)}.png / .pdf)</figcaption></figure>")
+    parts.append("<h2>Files</h2><ul>" + "".join(f"<li>{html.escape(f)}</li>" for f in files) + "</ul>")
+    parts.append("</body></html>\n")
+    return "\n".join(parts)
+
+
+# ----------------------------------------------------------------------------- writing
+def _atomic_bytes(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _csv_text(df: pd.DataFrame) -> str:
+    buf = io.StringIO()
+    df.to_csv(buf, index=False, lineterminator="\n", quoting=csv.QUOTE_MINIMAL)
+    return buf.getvalue()
+
+
+def report_frame(frame: pd.DataFrame, out: str | Path = "results", experiment: str | None = None,
+                 reference: str | None = None, n_boot: int = 1000, storage: Any = None,
+                 png_dpi: int = 110) -> Report:
+    """Write every report file for a `trials_frame` frame into `out` (see the module docstring);
+    with `storage` (the frame's database) also the dashboard notes."""
+    experiment = experiment or frame.attrs.get("experiment") or "experiment"
+    out = Path(out)
+    fig_dir = out / f"{experiment}_figures"
+    confirm = confirmation(frame)
+    summary = budget_summary(frame, confirm)
+    fit = fit_scaling_law(frame, n_boot=n_boot)
+    choices = choice_table(frame, reference)
+    files: list[Path] = []
+
+    from archhpo.search._figures import make_figures
+
+    images: dict[str, bytes] = {}
+    for name, fig in make_figures(frame, fit).items():
+        png = _png_data(fig, png_dpi)
+        _atomic_bytes(fig_dir / f"{name}.png", png)
+        buf = io.BytesIO()
+        fig.savefig(buf, format="pdf", dpi=150)
+        _atomic_bytes(fig_dir / f"{name}.pdf", buf.getvalue())
+        images[name] = png
+        files += [fig_dir / f"{name}.png", fig_dir / f"{name}.pdf"]
+
+    fit_path = out / f"{experiment}_scaling_fit.json"
+    atomic_write(fit_path, json.dumps(fit_json(fit), indent=2) + "\n")
+    summary_path = out / f"{experiment}_summary.csv"
+    atomic_write(summary_path, _csv_text(summary))
+    files += [fit_path, summary_path]
+    if not choices.empty:
+        md_path, csv_path = out / f"{experiment}_choices.md", out / f"{experiment}_choices.csv"
+        atomic_write(md_path, f"# {experiment}: categorical choices over paired seeds\n\n" + choice_markdown(choices))
+        atomic_write(csv_path, _csv_text(choices))
+        files += [md_path, csv_path]
+    html_path = out / f"{experiment}_report.html"
+    shown = [str(p.relative_to(out)) for p in files]
+    atomic_write(html_path, render_html(experiment, frame, summary, fit, confirm, choices, images, shown))
+    report = Report(html=html_path, files=[html_path, *files], fit=fit, summary=summary)
+    if storage is not None and frame.attrs.get("studies"):
+        picks = best_and_runner_up(frame)
+        notes = {s["budget"]: budget_note(s["budget"], s, picks.get(s["budget"], (None, None))[0],
+                                          confirm.get(s["budget"]), fit)
+                 for _, s in summary.iterrows()}
+        try:
+            report.notes_written = save_dashboard_notes(storage, frame.attrs["studies"], notes)
+        except Exception as exc:  # the files are written; a read-only database keeps its notes
+            print(f"archhpo: warning: dashboard notes not written ({type(exc).__name__}: {exc})", file=sys.stderr)
+    return report
+
+
+def write_report(experiment: str, storage: Any = None, csv: str | Path | Sequence[str | Path] | None = None,
+                 out: str | Path = "results", reference: str | None = None, n_boot: int = 1000,
+                 notes: bool = True) -> Report:
+    """`archhpo report`: read the experiment (database, or `csv` files) and write its report
+    into `out`.  Read from a database, each budget's answer also becomes its study's note in
+    optuna-dashboard (unless `notes` is False)."""
+    if csv:
+        frame = trials_frame(experiment, csv=csv)
+        return report_frame(frame, out, experiment, reference, n_boot)
+    from archhpo.search._storage import open_storage, resolve_storage_url
+
+    if storage is None or isinstance(storage, str):
+        storage = open_storage(resolve_storage_url(storage))
+    frame = trials_frame(experiment, storage=storage)
+    return report_frame(frame, out, experiment, reference, n_boot, storage if notes else None)
+
+
+__all__ = [
+    "CHOICE_COLUMNS",
+    "SUMMARY_COLUMNS",
+    "Report",
+    "budget_summary",
+    "choice_markdown",
+    "choice_table",
+    "confirmation",
+    "report_frame",
+    "write_report",
+]
