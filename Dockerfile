@@ -32,13 +32,17 @@ WORKDIR /opt/archhpo
 
 # Dependencies first, read from pyproject.toml (the one place they are written), so that
 # editing the code does not reinstall torch and Ray. With TORCH_INDEX_URL set, torch (with
-# pyproject's version range) comes from that index before everything else.
+# pyproject's version range) comes from that index before everything else. pyproject bounds
+# optuna, optuna-dashboard, ray and SQLAlchemy below the next minor version (archhpo uses private
+# parts of Optuna and Ray, see search/_optuna_private.py and search/_ray_private.py), so the image
+# gets the same minor versions the tests pass on; the next step prints them in the build log.
 COPY pyproject.toml ./
 RUN python -c "import tomllib; print(*tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies'], sep=chr(10))" > /tmp/requirements.txt \
  && torch_req="$(grep -E '^torch([<>=!~ ;[]|$)' /tmp/requirements.txt)" \
  && if [ -n "${TORCH_INDEX_URL}" ]; then pip install --index-url "${TORCH_INDEX_URL}" "${torch_req}"; fi \
  && pip install -r /tmp/requirements.txt \
  && rm /tmp/requirements.txt
+RUN python -c "import optuna, optuna_dashboard, ray, sqlalchemy; print('optuna', optuna.__version__, 'optuna-dashboard', optuna_dashboard.__version__, 'ray', ray.__version__, 'sqlalchemy', sqlalchemy.__version__)"
 
 # The repository itself (.dockerignore keeps .env, .git, results and data out of the image).
 COPY . .

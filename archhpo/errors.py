@@ -39,7 +39,7 @@ class NonFiniteLoss(ArchhpoError):
     """The loss became NaN or infinite; the trial fails with this reason."""
 
 
-class TrialStopped(Exception):  # noqa: N818  (control flow, not an error a user sees)
+class TrialStopped(Exception):  # control flow, not an error a user sees
     """Training stopped between two steps because the worker was asked to stop (SIGTERM, SIGINT,
     a cancelled Ray task): the trial goes back to the queue without spending an attempt."""
 

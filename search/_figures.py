@@ -8,10 +8,12 @@ and are rasterised in PDF output, so a 20,000-trial experiment stays quick and s
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
 import matplotlib
+import matplotlib.ticker
 
 matplotlib.use("Agg")  # no display, ever (before anything imports pyplot)
 
@@ -50,9 +52,24 @@ def _sample(df: pd.DataFrame, max_points: int, keep: pd.Index | None = None) -> 
     return out
 
 
-def _figure(width: float = 6.4, height: float = 4.2, **kw: Any) -> Figure:
-    with matplotlib.rc_context(_STYLE):
-        return Figure(figsize=(width, height), layout="constrained", **kw)
+def _styled(func: Any) -> Any:
+    """Draw under the report's style (font sizes, grid) without touching global rcParams."""
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Figure:
+        with matplotlib.rc_context(_STYLE):
+            return func(*args, **kwargs)
+
+    return wrapper
+
+
+def _figure(width: float = 6.4, height: float = 4.2, wspace: float = 0.3, hspace: float = 0.5,
+            bottom: float = 0.55) -> Figure:
+    """A figure with fixed margins in inches (a constrained layout costs more than drawing at
+    20,000 trials, and these figures' labels are known in advance)."""
+    fig = Figure(figsize=(width, height))
+    fig.subplots_adjust(left=0.8 / width, right=1 - 0.25 / width, bottom=bottom / height, top=1 - 0.6 / height,
+                        wspace=wspace, hspace=hspace)
+    return fig
 
 
 def _empty(ax: Any, text: str) -> None:
@@ -90,6 +107,7 @@ def _scatter_by_budget(ax: Any, frame: pd.DataFrame, x: str, max_points: int, lo
     return True
 
 
+@_styled
 def plot_loss_vs_params(frame: pd.DataFrame, fit: dict[str, Any] | None = None,
                         max_points: int = MAX_POINTS) -> Figure:
     """Validation loss against exact parameter count: every finished trial coloured by budget,
@@ -113,18 +131,19 @@ def plot_loss_vs_params(frame: pd.DataFrame, fit: dict[str, Any] | None = None,
                 label=f"L = {e:.3g} + {a:.3g}·N^-{alpha:.3g}")
     elif fit and fit.get("reason"):
         ax.text(0.02, 0.02, f"no fit: {fit['reason']}", transform=ax.transAxes, fontsize=7, color="0.35")
-    ax.legend(fontsize=7, loc="best")
+    ax.legend(fontsize=7, loc="upper right")
     fig.suptitle("Validation loss against parameter count")
     return fig
 
 
+@_styled
 def plot_arch_plane(frame: pd.DataFrame) -> Figure:
     """Per budget, the (d_model, n_layers) plane coloured by the best loss reached there, the
     grid's extreme architectures ringed and the best cell starred."""
     labels = budgets_in(frame)
     cols = min(3, max(len(labels), 1))
     rows = max(math.ceil(len(labels) / cols), 1)
-    fig = _figure(3.6 * cols + 0.6, 3.1 * rows)
+    fig = _figure(4.2 * cols + 0.4, 3.3 * rows + 0.4, wspace=0.6, hspace=0.5)
     axes = fig.subplots(rows, cols, squeeze=False).ravel()
     df = _finished(frame)
     df = df[df["d_model"].notna() & df["n_layers"].notna()]
@@ -150,17 +169,23 @@ def plot_arch_plane(frame: pd.DataFrame) -> Figure:
                    zorder=5, label="best")
         ax.set_xscale("log", base=2)
         ax.set_yscale("log", base=2)
+        for axis, values in ((ax.xaxis, cells["d_model"]), (ax.yaxis, cells["n_layers"])):
+            ticks = sorted(set(values.astype(int)))
+            if len(ticks) > 8:
+                ticks = ticks[:: math.ceil(len(ticks) / 8)]
+            axis.set_ticks(ticks, [str(t) for t in ticks])
+            axis.set_minor_locator(matplotlib.ticker.NullLocator())
         ax.set_xlabel("d_model")
         ax.set_ylabel("n_layers")
-        ax.legend(fontsize=6, loc="best")
     for ax in axes[len(labels):]:
         ax.set_visible(False)
     if not labels:
         _empty(axes[0], "no budget")
-    fig.suptitle("Best loss over the (d_model, n_layers) plane")
+    fig.suptitle("Best loss over the (d_model, n_layers) plane (red rings: the grid's extremes; star: best)")
     return fig
 
 
+@_styled
 def plot_loss_vs_depth_width(frame: pd.DataFrame, max_points: int = MAX_POINTS) -> Figure:
     """Validation loss against the depth-to-width ratio n_layers / d_model, coloured by budget."""
     fig = _figure()
@@ -169,17 +194,18 @@ def plot_loss_vs_depth_width(frame: pd.DataFrame, max_points: int = MAX_POINTS) 
         _empty(ax, "no finished trial")
         return fig
     ax.set_xlabel("depth-to-width ratio n_layers / d_model")
-    ax.legend(fontsize=7, loc="best")
+    ax.legend(fontsize=7, loc="upper right")
     fig.suptitle("Validation loss against depth-to-width ratio")
     return fig
 
 
+@_styled
 def plot_val_curves(frame: pd.DataFrame, top: int = 5) -> Figure:
     """The per-epoch validation curves of each budget's `top` best trials."""
     labels = budgets_in(frame)
     cols = min(3, max(len(labels), 1))
     rows = max(math.ceil(len(labels) / cols), 1)
-    fig = _figure(3.6 * cols, 2.9 * rows)
+    fig = _figure(3.9 * cols + 0.3, 3.2 * rows + 0.4, wspace=0.3, hspace=0.5)
     axes = fig.subplots(rows, cols, squeeze=False).ravel()
     best = ranked(frame)
     for ax, budget in zip(axes, labels, strict=False):
@@ -197,7 +223,7 @@ def plot_val_curves(frame: pd.DataFrame, top: int = 5) -> Figure:
         if drawn:
             ax.set_xlabel("epoch")
             ax.set_ylabel("validation loss")
-            ax.legend(fontsize=6, loc="best")
+            ax.legend(fontsize=6, loc="upper right")
         else:
             _empty(ax, "no per-epoch curves recorded")
     for ax in axes[len(labels):]:
@@ -208,13 +234,14 @@ def plot_val_curves(frame: pd.DataFrame, top: int = 5) -> Figure:
     return fig
 
 
+@_styled
 def plot_phase1_params(frame: pd.DataFrame, max_points: int = MAX_POINTS) -> Figure:
     """Phase-1 training parameters (learning rate, epochs, batch size, weight decay, warm-up)
     against validation loss, coloured by budget (all trials when phases are unknown)."""
     df = _finished(frame)
     if df["phase"].notna().any():
         df = df[df["phase"] == 1]
-    fig = _figure(11, 3.0)
+    fig = _figure(11, 3.3, wspace=0.12, bottom=0.75)
     axes = fig.subplots(1, len(TRAINING_COLUMNS), sharey=True)
     colors = budget_colors(frame)
     shown = _sample(df, max_points)
@@ -233,11 +260,12 @@ def plot_phase1_params(frame: pd.DataFrame, max_points: int = MAX_POINTS) -> Fig
             ax.set_xscale("log", base=2)
     axes[0].set_ylabel("validation loss")
     if not shown.empty:
-        axes[-1].legend(fontsize=6, loc="best")
+        axes[-1].legend(fontsize=6, loc="upper right")
     fig.suptitle("Phase-1 training parameters against validation loss")
     return fig
 
 
+@_styled
 def plot_loss_vs_compute(frame: pd.DataFrame, max_points: int = MAX_POINTS) -> Figure:
     """Validation loss against training compute (FLOPs of every sample trained on)."""
     fig = _figure()
@@ -246,7 +274,7 @@ def plot_loss_vs_compute(frame: pd.DataFrame, max_points: int = MAX_POINTS) -> F
         _empty(ax, "no training compute recorded (train_flops)")
         return fig
     ax.set_xlabel("training compute (FLOPs)")
-    ax.legend(fontsize=7, loc="best")
+    ax.legend(fontsize=7, loc="upper right")
     fig.suptitle("Validation loss against training compute")
     return fig
 

@@ -114,6 +114,7 @@ def _finish(frame: pd.DataFrame, experiment: str, source: str) -> pd.DataFrame:
     frame["budget"] = frame["budget"].astype(str)
     frame["depth_to_width"] = frame["n_layers"] / frame["d_model"]
     # Budgets without a parseable label (pinned architectures) sort by their median count.
+    frame.loc[frame["budget_value"] <= 0, "budget_value"] = np.nan  # a study without a budget stores 0
     missing = frame["budget_value"].isna()
     if missing.any():
         med = frame.groupby("budget")["param_count"].median()
@@ -147,37 +148,85 @@ def _choice_order(archs: Sequence[dict[str, Any]], options: dict[str, Any]) -> d
     return order
 
 
-def _study_rows(study: Any, settings: Any) -> list[dict[str, Any]]:
+def _read_trials(storage: Any, study_id: int) -> dict[int, dict[str, Any]]:
+    """A study's finished trials straight from Optuna's tables, one query per table (loading
+    FrozenTrials through Optuna's ORM costs ~1 ms per trial, too slow for 20,000 trials)."""
+    import sqlalchemy as sa
+    from optuna.distributions import json_to_distribution
     from optuna.trial import TrialState
 
+    from archhpo.search._optuna_private import models as m
+
     states = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
+    trials: dict[int, dict[str, Any]] = {}
+    t = m.TrialModel.__table__.c
+    with storage.engine.connect() as conn:
+        rows = conn.execute(
+            sa.select(t.trial_id, t.number, t.state, t.datetime_complete)
+            .where(t.study_id == study_id, t.state.in_(states))
+        ).all()
+        for tid, number, state, done in rows:
+            trials[tid] = {"number": number, "state": state, "complete": done, "params": {}, "value": None,
+                           "attrs": {}, "curve": []}
+        if not trials:
+            return trials
+
+        def of_study(*columns: Any) -> Any:
+            return (sa.select(*columns).join(m.TrialModel.__table__, t.trial_id == columns[0])
+                    .where(t.study_id == study_id, t.state.in_(states)))
+
+        dists: dict[str, Any] = {}
+        p = m.TrialParamModel.__table__.c
+        for tid, name, value, dist in conn.execute(of_study(p.trial_id, p.param_name, p.param_value,
+                                                            p.distribution_json)):
+            d = dists.get(dist) or dists.setdefault(dist, json_to_distribution(dist))
+            trials[tid]["params"][name] = d.to_external_repr(value)
+        v = m.TrialValueModel.__table__.c
+        for tid, value, kind in conn.execute(of_study(v.trial_id, v.value, v.value_type).where(v.objective == 0)):
+            trials[tid]["value"] = m.TrialValueModel.stored_repr_to_value(value, kind)
+        u = m.TrialUserAttributeModel.__table__.c
+        for tid, key, text in conn.execute(of_study(u.trial_id, u.key, u.value_json)):
+            trials[tid]["attrs"][key] = json.loads(text)
+        iv = m.TrialIntermediateValueModel.__table__.c
+        to_value = m.TrialIntermediateValueModel.stored_repr_to_intermediate_value
+        for tid, step, value, kind in conn.execute(
+            of_study(iv.trial_id, iv.step, iv.intermediate_value, iv.intermediate_value_type)
+            .order_by(iv.trial_id, iv.step)
+        ):
+            val = value if value is not None else to_value(value, kind)
+            trials[tid]["curve"].append([int(step), val])
+    return trials
+
+
+def _study_rows(storage: Any, study_id: int, settings: Any) -> list[dict[str, Any]]:
     ranks = _plan_ranks(settings.plan)
     rows = []
-    for t in study.get_trials(deepcopy=False, states=states):
-        ua = t.user_attrs
-        idx = t.params.get("arch_idx")
+    for t in _read_trials(storage, study_id).values():
+        ua, params, curve = t["attrs"], t["params"], t["curve"]
+        idx = params.get("arch_idx")
         arch = settings.archs[int(idx)] if idx is not None and 0 <= int(idx) < len(settings.archs) else {}
-        curve = sorted((int(k), float(v)) for k, v in t.intermediate_values.items())
         finite = [v for _, v in curve if math.isfinite(v)]
-        if t.state == TrialState.COMPLETE:
-            value = t.value
-        elif t.state == TrialState.PRUNED:
+        state = t["state"].name
+        if state == "COMPLETE":
+            value = t["value"]
+        elif state == "PRUNED":
             value = min(finite) if finite else None
         else:
             value = None
         slot = ua.get("plan_slot")
         choices = arch.get("choices") or ua.get("choices") or {}
+        done = t["complete"]
         row = {
             "experiment": settings.experiment, "study": settings.study_name, "budget": settings.budget,
-            "budget_value": settings.budget_value, "trial": t.number, "state": t.state.name,
+            "budget_value": settings.budget_value, "trial": t["number"], "state": state,
             "phase": ua.get("phase"), "plan_slot": slot, "seed": ua.get("seed"),
-            "confirm_rank": ranks.get(int(slot)) if slot is not None else None,
+            "confirm_rank": ranks.get(int(slot), ua.get("rank")) if slot is not None else ua.get("rank"),
             "family": settings.family, "arch_idx": idx,
             **{k: arch.get(k, ua.get(k)) for k in ARCH_COLUMNS},
             "extreme": arch.get("extreme", ""), "choices": dict(choices),
-            **{k: t.params.get(k) for k in TRAINING_COLUMNS},
-            "val_loss": value, "val_curve": [list(p) for p in curve],
-            "timestamp": t.datetime_complete.astimezone().isoformat() if t.datetime_complete else None,
+            **{k: params.get(k) for k in TRAINING_COLUMNS},
+            "val_loss": value, "val_curve": curve,
+            "timestamp": done.astimezone().isoformat() if done else None,  # Optuna stores naive local time
             "fail_reason": ua.get("fail_reason"),
             **{k: ua.get(k) for k in (*NUMERIC_EXTRA, "host", "device", "gpu_name")},
         }
@@ -188,34 +237,56 @@ def _study_rows(study: Any, settings: Any) -> list[dict[str, Any]]:
     return rows
 
 
+def _experiment_studies(storage: Any, experiment: str) -> list[tuple[int, str]]:
+    """(study_id, name) of every archhpo study of the experiment, smallest budget first; read
+    from the study attribute table alone (optuna.get_all_study_summaries loads every trial)."""
+    import sqlalchemy as sa
+
+    from archhpo.search._optuna_private import models as m
+
+    attr = m.StudyUserAttributeModel
+    with storage.engine.connect() as conn:
+        found = conn.execute(
+            sa.select(m.StudyModel.study_id, m.StudyModel.study_name, attr.key, attr.value_json)
+            .join(attr, attr.study_id == m.StudyModel.study_id)
+            .where(attr.key.in_(("archhpo_experiment", "archhpo_budget_value")))
+        ).all()
+        planned = {sid for (sid,) in conn.execute(sa.select(attr.study_id).where(attr.key == "archhpo_plan"))}
+    info: dict[int, dict[str, Any]] = {}
+    for sid, name, key, text in found:
+        info.setdefault(sid, {"name": name})[key] = json.loads(text)
+    mine = [(d.get("archhpo_budget_value") or 0, d["name"], sid) for sid, d in info.items()
+            if d.get("archhpo_experiment") == experiment and sid in planned]
+    return [(sid, name) for _, name, sid in sorted(mine)]
+
+
 def frame_from_storage(storage: Any, experiment: str, budgets: Sequence[str] | None = None) -> pd.DataFrame:
     """Every budget (study) of `experiment` in an open RDBStorage (or a URL), as one frame."""
     from archhpo.search._storage import open_storage, resolve_storage_url
-    from archhpo.search._study import StudySettings, check_experiment, experiment_studies, load_study
+    from archhpo.search._study import StudySettings, check_experiment, load_study
 
     if storage is None or isinstance(storage, str):
-        storage = open_storage(resolve_storage_url(storage))
+        storage = open_storage(resolve_storage_url(storage), create=False)
     check_experiment(experiment)
-    names = experiment_studies(storage, experiment)
+    found = _experiment_studies(storage, experiment)
     if budgets:
         from archhpo.budgets import budget_label
 
         wanted = {f"{experiment}_{budget_label(b)}" for b in budgets}
-        names = [n for n in names if n in wanted]
-    if not names:
+        found = [(sid, n) for sid, n in found if n in wanted]
+    if not found:
         raise StudyError(f"No archhpo study of experiment {experiment!r} in this storage; "
                          "check --experiment and --storage.")
     rows: list[dict[str, Any]] = []
     studies: dict[str, str] = {}
     order: dict[str, list[Any]] = {}
-    for name in names:
-        study = load_study(storage, name)
-        settings = StudySettings.from_attrs(study.user_attrs, name)
+    for study_id, name in found:
+        settings = StudySettings.from_attrs(load_study(storage, name).user_attrs, name)
         studies[settings.budget] = name
         for k, vals in _choice_order(settings.archs, settings.options).items():
             order.setdefault(k, [])
             order[k] += [v for v in vals if v not in order[k]]
-        rows += _study_rows(study, settings)
+        rows += _study_rows(storage, study_id, settings)
     frame = pd.DataFrame(rows) if rows else pd.DataFrame(columns=list(FRAME_COLUMNS))
     frame.attrs.update({"experiment": experiment, "studies": studies, "choice_order": order})
     if not rows:  # studies exist but nothing has finished: keep one empty row set per budget

@@ -12,11 +12,11 @@ fills slots that have no trial, so it is idempotent however many workers run it 
 
 from __future__ import annotations
 
+import bisect
 import datetime as dt
 import json
 import math
 import os
-import statistics
 import time
 import uuid
 import warnings
@@ -116,6 +116,7 @@ class TrialQueue:
         self.reap_s = float(os.environ.get("ARCHHPO_REAP_S", "30"))
         self._phase3_cache: list[dict[str, Any]] | None = None  # confirmation assignment, once made
         self._light = _LightCache()  # finished trials, read once (see _light_trials)
+        self._completed = _CompletedValues()  # the median rule's values (see _completed_values)
 
     # ----------------------------------------------------------------------------- claiming
     def claim(self, worker_attrs: dict[str, Any]) -> Claim | None:
@@ -202,12 +203,12 @@ class TrialQueue:
         )
 
     # ----------------------------------------------------------------------- during a trial
-    def _owned(self, s: Any, claim: Claim) -> bool:
-        """The fence: the trial is still RUNNING and still held by this claim (row locked on
-        PostgreSQL, the whole database on SQLite, until the caller's transaction ends)."""
-        state = s.execute(
-            sa.select(m.TrialModel.state).where(m.TrialModel.trial_id == claim.trial_id).with_for_update()
-        ).scalar_one_or_none()
+    def _owned(self, s: Any, claim: Claim, lock: bool = True) -> bool:
+        """The fence: the trial is still RUNNING and still held by this claim (with `lock`, the row
+        stays locked on PostgreSQL until the caller's transaction ends, so the reaper cannot fail it
+        in between; SQLite's write transactions hold the whole database anyway)."""
+        q = sa.select(m.TrialModel.state).where(m.TrialModel.trial_id == claim.trial_id)
+        state = s.execute(q.with_for_update() if lock else q).scalar_one_or_none()
         if state != TrialState.RUNNING:
             return False
         if claim.token is None:
@@ -225,7 +226,9 @@ class TrialQueue:
         reaped while this worker was paused or cut off, then the worker must stop."""
         def once() -> bool:
             with session_scope(self.storage) as s:
-                if not self._owned(s, claim):
+                # No row lock: a worker paused inside its (frequent) beat must not block the reaper
+                # on PostgreSQL; a beat that lands just after a reap only delays the next check.
+                if not self._owned(s, claim, lock=False):
                     return False
                 hb = s.execute(
                     sa.select(m.TrialHeartbeatModel).where(m.TrialHeartbeatModel.trial_id == claim.trial_id)
@@ -278,17 +281,36 @@ class TrialQueue:
         n_warmup_steps, n_startup_trials = median_pruner_settings(pruner)
         if step < n_warmup_steps:
             return False
-        with read_scope(self.storage) as s:
-            values = s.execute(
-                sa.select(m.TrialIntermediateValueModel.intermediate_value)
-                .join(m.TrialModel, m.TrialModel.trial_id == m.TrialIntermediateValueModel.trial_id)
-                .where(m.TrialModel.study_id == self.study_id, m.TrialModel.state == TrialState.COMPLETE,
-                       m.TrialIntermediateValueModel.step == step)
-            ).scalars().all()
-        finite = [v for v in values if v is not None and math.isfinite(v)]
+        finite = self._completed_values(step)
         if len(finite) < n_startup_trials:
             return False
-        return best > statistics.median(finite)
+        return best > _sorted_median(finite)
+
+    def _completed_values(self, step: int) -> list[float]:
+        """The finite values at `step` of every COMPLETE trial, sorted.
+
+        Kept between reports and topped up with the trials completed since: a trial's value row
+        is written by the transaction that completes it, so reading value rows newer than the last
+        seen (less a margin for finishes still committing: ids are taken before commit) finds them
+        all.  Each report then reads a bounded number of rows, whatever the study's size."""
+        c = self._completed
+        V, T, IV = m.TrialValueModel, m.TrialModel, m.TrialIntermediateValueModel
+        with read_scope(self.storage) as s:
+            rows = s.execute(
+                sa.select(V.trial_value_id, V.trial_id).join(T, T.trial_id == V.trial_id)
+                .where(T.study_id == self.study_id, T.state == TrialState.COMPLETE, V.objective == 0,
+                       V.trial_value_id > c.mark - _CompletedValues.ID_MARGIN)
+            ).all()
+            new = sorted({tid for _, tid in rows} - c.trials)
+            for i in range(0, len(new), 500):
+                for at, value in s.execute(
+                    sa.select(IV.step, IV.intermediate_value).where(IV.trial_id.in_(new[i:i + 500]))
+                ):
+                    if value is not None and math.isfinite(value):
+                        bisect.insort(c.by_step.setdefault(at, []), value)
+        c.trials.update(new)
+        c.mark = max([c.mark, *(vid for vid, _ in rows)])
+        return c.by_step.get(step, [])
 
     # ------------------------------------------------------------------------- finishing
     def finish(
@@ -367,7 +389,7 @@ class TrialQueue:
                         "attempt": attempt, "retry_of": t.number, **extra,
                     },
                 )
-            needs_phase2 = any(e["phase"] == 2 for e in self.settings.plan) and not status.phase2_created
+            needs_phase2 = bool(self._light.phase2_slots) and not status.phase2_created  # (set by _status)
             if phase1_final and needs_phase2:
                 params = self._best_phase1_params(trials)
                 self.study.set_user_attr("archhpo_phase2_params", params)
@@ -519,6 +541,7 @@ class TrialQueue:
         phase1_final = True
         durations: list[float] = []
         st.complete, st.pruned, st.failed, st.final, st.retries = c.totals
+        settled_durations = (c.duration_sum, c.duration_n)  # before this call settles more slots
         for entry in list(c.pending.values()):
             ts = sorted(by_slot.get(entry["slot"], []), key=lambda t: t.number)
             final = False
@@ -567,8 +590,8 @@ class TrialQueue:
             values = [t.value for t in trials if t.state == TrialState.COMPLETE and t.value is not None
                       and t.user_attrs.get("phase") != 3]
             st.best_value = min(values) if values else None
-        n_durations = len(durations) + c.duration_n
-        st.mean_duration_s = (sum(durations) + c.duration_sum) / n_durations if n_durations else None
+        n_durations = len(durations) + settled_durations[1]
+        st.mean_duration_s = (sum(durations) + settled_durations[0]) / n_durations if n_durations else None
         if not st.phase2_created and c.phase2_slots:
             st.details["phase2"] = "waiting for phase 1"
         if has_phase3 and ranks is None:
@@ -625,6 +648,21 @@ class _LightTrial:
     state: TrialState
     value: float | None
     user_attrs: dict[str, Any]
+
+
+@dataclass
+class _CompletedValues:
+    """The intermediate values of COMPLETE trials by step, sorted, and which trials they cover."""
+
+    ID_MARGIN = 256  # value rows re-read below the newest seen: finishes in flight commit later
+    by_step: dict[int, list[float]] = field(default_factory=dict)
+    trials: set[int] = field(default_factory=set)
+    mark: int = 0  # the newest trial_values id seen
+
+
+def _sorted_median(values: list[float]) -> float:
+    n = len(values)
+    return values[n // 2] if n % 2 else (values[n // 2 - 1] + values[n // 2]) / 2
 
 
 @dataclass

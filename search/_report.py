@@ -40,7 +40,6 @@ import numpy as np
 import pandas as pd
 
 from archhpo.errors import StudyError
-from archhpo.search._export import atomic_write
 from archhpo.search._fit import fit_json, fit_scaling_law
 from archhpo.search._frame import best_and_runner_up, budgets_in, trials_frame
 
@@ -59,6 +58,11 @@ CHOICE_COLUMNS = (
     "diff_mean", "diff_ci95_lo", "diff_ci95_hi",
 )
 ARCH = ("d_model", "n_layers", "n_heads", "d_ff")
+_INT_COLUMNS = (
+    "best_trial", *ARCH, "param_count", "n_complete", "n_pruned", "n_failed", "runner_up_trial",
+    *(f"runner_up_{k}" for k in (*ARCH, "param_count")), "epochs", "batch_size", "warmup_steps", "best_epoch",
+    "train_flops", "confirm_n",
+)
 
 
 @dataclass
@@ -169,7 +173,10 @@ def budget_summary(frame: pd.DataFrame, confirm: dict[str, dict[str, Any]] | Non
                            confirm_within_noise=comp["within_noise"])
         rows.append(row)
     columns = [*SUMMARY_COLUMNS, *SUMMARY_EXTRA, *metrics]
-    return pd.DataFrame(rows, columns=columns)
+    table = pd.DataFrame(rows, columns=columns)
+    for col in _INT_COLUMNS:  # whole numbers stay whole in the CSV although some budgets lack them
+        table[col] = pd.to_numeric(table[col], errors="coerce").round().astype("Int64")
+    return table
 
 
 # ----------------------------------------------------------------------------- paired choices
@@ -444,10 +451,17 @@ def _atomic_bytes(path: Path, data: bytes) -> None:
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # a report is for sharing: the usual permissions, not mkstemp's 0600
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _atomic_text(path: Path, text: str) -> None:
+    _atomic_bytes(path, text.encode("utf-8"))
 
 
 def _csv_text(df: pd.DataFrame) -> str:
@@ -483,18 +497,18 @@ def report_frame(frame: pd.DataFrame, out: str | Path = "results", experiment: s
         files += [fig_dir / f"{name}.png", fig_dir / f"{name}.pdf"]
 
     fit_path = out / f"{experiment}_scaling_fit.json"
-    atomic_write(fit_path, json.dumps(fit_json(fit), indent=2) + "\n")
+    _atomic_text(fit_path, json.dumps(fit_json(fit), indent=2) + "\n")
     summary_path = out / f"{experiment}_summary.csv"
-    atomic_write(summary_path, _csv_text(summary))
+    _atomic_text(summary_path, _csv_text(summary))
     files += [fit_path, summary_path]
     if not choices.empty:
         md_path, csv_path = out / f"{experiment}_choices.md", out / f"{experiment}_choices.csv"
-        atomic_write(md_path, f"# {experiment}: categorical choices over paired seeds\n\n" + choice_markdown(choices))
-        atomic_write(csv_path, _csv_text(choices))
+        _atomic_text(md_path, f"# {experiment}: categorical choices over paired seeds\n\n" + choice_markdown(choices))
+        _atomic_text(csv_path, _csv_text(choices))
         files += [md_path, csv_path]
     html_path = out / f"{experiment}_report.html"
     shown = [str(p.relative_to(out)) for p in files]
-    atomic_write(html_path, render_html(experiment, frame, summary, fit, confirm, choices, images, shown))
+    _atomic_text(html_path, render_html(experiment, frame, summary, fit, confirm, choices, images, shown))
     report = Report(html=html_path, files=[html_path, *files], fit=fit, summary=summary)
     if storage is not None and frame.attrs.get("studies"):
         picks = best_and_runner_up(frame)
@@ -520,7 +534,7 @@ def write_report(experiment: str, storage: Any = None, csv: str | Path | Sequenc
     from archhpo.search._storage import open_storage, resolve_storage_url
 
     if storage is None or isinstance(storage, str):
-        storage = open_storage(resolve_storage_url(storage))
+        storage = open_storage(resolve_storage_url(storage), create=False)
     frame = trials_frame(experiment, storage=storage)
     return report_frame(frame, out, experiment, reference, n_boot, storage if notes else None)
 

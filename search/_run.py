@@ -337,6 +337,7 @@ def run_workers(
                           lambda share: (storage_url, names, placement.device, threads, run_id, ckpt, share))
     start = time.monotonic()
     last_final = -1
+    next_export = 0.0
     last_print = 0.0
     tty = out.isatty()
     statuses: dict[str, PlanStatus] = {}
@@ -347,15 +348,18 @@ def run_workers(
             statuses = {n: q.maintain(blocking=False) for n, q in queues.items()}  # also reaps stale trials
             if (0 < placement.share < 1 and (whole_gpu_ref is None or whole_gpu_ref in ready)
                     and any(st.whole_gpu_waiting for st in statuses.values())):
-                whole_gpu_ref = task.options(num_gpus=1).remote(
+                whole = {**task_options(placement.share, threads, bool(opts.ray_address)), "num_gpus": 1}
+                whole_gpu_ref = ray.remote(worker_task).options(**whole).remote(
                     storage_url, names, placement.device, threads, run_id, ckpt, 1.0)
                 refs.append(whole_gpu_ref)
                 out.write("A trial ran out of memory on a shared GPU: retrying it on a GPU of its own.\n")
             final = sum(s.final for s in statuses.values())
             changed = final != last_final
-            if final != last_final:
+            if final != last_final and time.monotonic() >= next_export:
+                # Exporting is O(trials): at most ~10% of the driver's time goes to it in a large study.
+                began = time.monotonic()
                 export_studies(storage, names, opts.out_dir)
-                last_final = final
+                last_final, next_export = final, time.monotonic() + 9 * (time.monotonic() - began)
             now = time.monotonic()
             if tty or changed or now - last_print > 10:  # piped: a line per change or every 10 s
                 line = progress_line(statuses, opts.workers, now - start)

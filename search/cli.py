@@ -362,7 +362,9 @@ def build_parser(family: Family | None) -> argparse.ArgumentParser:
                             f"another family's ({families}).")
         if cmd.name in STUDY_COMMANDS:
             description += " Every option can also come from an experiment file (--config); flags on the line win."
-        sp = sub.add_parser(cmd.name, help=cmd.help, description=description, allow_abbrev=False)
+        # conflict_handler="resolve": a command's `configure` may redefine one of its options.
+        sp = sub.add_parser(cmd.name, help=cmd.help, description=description, allow_abbrev=False,
+                            conflict_handler="resolve")
         for o in options_for(cmd.name):
             o.add_to(sp, cmd.name)
         if cmd.name in FAMILY_COMMANDS and family is not None:

@@ -164,3 +164,18 @@ def test_paired_and_confirm_together_are_refused_before_writing(tmp_path: Path) 
     assert rc == 2 and not db.exists()
     with pytest.raises(ArchhpoError):
         prepare_settings("x", "200K", paired_seeds=-1)
+
+
+def test_relaunch_identity_covers_pins_seeds_and_confirmation(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    base = {"family": "signal", "data": SIGNAL_DATA, "quick": True, "pins": PIN}
+    launch(url, prepare_settings("id", None, **base, paired_seeds=2))
+    with pytest.raises(StudyError, match="options"):
+        launch(url, prepare_settings("id", None, **base, paired_seeds=3))
+    with pytest.raises(StudyError, match="space"):
+        launch(url, prepare_settings("id", None, **base, paired_seeds=2, fixed_params={"epochs": 4}))
+    launch(url, prepare_settings("id", "150K", family="signal", data=SIGNAL_DATA, quick=True, n_trials=6))
+    with pytest.raises(StudyError, match="options"):
+        launch(url, prepare_settings("id", "150K", family="signal", data=SIGNAL_DATA, quick=True, n_trials=6,
+                                     confirm=1, confirm_seeds=2))
+    assert launch(url, prepare_settings("id", None, **base, paired_seeds=2)).enqueued == 0

@@ -446,3 +446,41 @@ def test_a_long_lived_queue_reports_the_same_status_as_a_fresh_one(storage_url: 
         work.finish(c, TrialState.COMPLETE, 0.3, {"duration_s": 3.0})
     same()
     assert long_lived.maintain().done and long_lived.status().best_value == 0.3
+
+
+def test_launch_creates_the_indexes_that_keep_claims_bounded(storage_url: str) -> None:
+    from archhpo.search._storage import ARCHHPO_INDEXES
+
+    launch(storage_url, _settings())
+    engine = sa.create_engine(storage_url, poolclass=sa.pool.NullPool)
+    try:
+        with engine.connect() as conn:
+            insp = sa.inspect(conn)
+            names = {ix["name"] for table in ("trials", "trial_intermediate_values")
+                     for ix in insp.get_indexes(table)}
+    finally:
+        engine.dispose()
+    assert set(ARCHHPO_INDEXES) <= names
+    launch(storage_url, _settings())  # again: idempotent
+
+
+def test_the_median_rule_sees_trials_completed_by_other_workers_since_its_last_report(storage_url: str) -> None:
+    """The median rule keeps the completed values between reports; trials completed by another
+    worker afterwards must count at this worker's next report, exactly as a fresh query would."""
+    settings = _settings()  # quick: warm-up 1 epoch, 5 startup trials
+    launch(storage_url, settings)
+    a, b = TrialQueue(storage_url, settings.study_name), TrialQueue(storage_url, settings.study_name)
+    mine = a.claim(WORKER)
+    assert not a.report(mine, 1, 0.9), "nothing completed yet"
+    for i in range(5):
+        c = b.claim(WORKER)
+        b.report(c, 1, 0.5 + 0.1 * i)  # 0.5 .. 0.9: median 0.7
+        b.finish(c, TrialState.COMPLETE, 0.5 + 0.1 * i, {})
+    assert a.report(mine, 2, 0.75) is False, "no completed trial has epoch 2"
+    assert a._should_prune(1, 0.75) and not a._should_prune(1, 0.65)
+    c = b.claim(WORKER)
+    b.report(c, 1, 0.1)
+    b.finish(c, TrialState.COMPLETE, 0.1, {})  # median now (0.6 + 0.7) / 2 = 0.65
+    assert a._should_prune(1, 0.66) and not a._should_prune(1, 0.64)
+    fresh = TrialQueue(storage_url, settings.study_name)
+    assert fresh._completed_values(1) == a._completed_values(1) == [0.1, 0.5, 0.6, 0.7, 0.8, 0.9]

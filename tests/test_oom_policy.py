@@ -79,3 +79,26 @@ def test_whole_gpu_trials_are_claimed_by_any_worker_but_a_sharing_one(tmp_path: 
     assert q.claim({"gpu_share": 0.5}) is None
     c = q.claim({"gpu_share": 0.0})  # a CPU task (Ray num_gpus 0) is not sharing a GPU
     assert c is not None and c.whole_gpu
+
+
+@pytest.mark.ray
+def test_run_starts_a_worker_with_a_whole_gpu_for_the_retry(tmp_path: Path) -> None:
+    """`run` with workers sharing a (logical) GPU: a waiting whole-GPU retry gets a worker task with
+    num_gpus=1 of its own; the sharing worker leaves it alone and steps aside once only it is left."""
+    import io
+
+    from archhpo.search._run import RunOptions, run_workers
+
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    s = prepare_settings("wg", "200K", n_trials=4, data=TINY_DATA, quick=True, pruner="none")
+    launch(url, dataclasses.replace(s, plan=s.plan[:2]))
+    q = TrialQueue(url, s.study_name)
+    first = min(q.storage.get_all_trials(q.study_id), key=lambda t: t.number)
+    q.storage.set_trial_user_attr(trial_id_of(first), "whole_gpu", True)  # as upkeep marks a shared OOM's retry
+    out = io.StringIO()
+    st = run_workers(url, [s.study_name], RunOptions(workers=1, gpus_per_trial=0.5, out_dir=tmp_path / "o",
+                                                     refresh_s=0.5, local_gpus=1), out=out)[s.study_name]
+    assert st.done and st.complete == 2, out.getvalue()
+    assert "on a GPU of its own" in out.getvalue()
+    shares = {t.number: t.user_attrs["gpu_share"] for t in q.storage.get_all_trials(q.study_id)}
+    assert shares[first.number] == 1.0 and set(shares.values()) == {0.5, 1.0}, shares

@@ -146,3 +146,23 @@ def test_ray_cancel_gives_the_trial_back(tmp_path: Path) -> None:
         ray.shutdown()
     assert given_back_s < 5
     _assert_given_back(url, "cancel_200K", running[0].number)
+
+
+def test_the_trainer_stops_between_two_steps_when_asked() -> None:
+    from archhpo.errors import TrialStopped
+    from archhpo.models import get_family
+    from archhpo.workers import TrainConfig, train
+
+    fam = get_family("patchtst")
+    spec = fam.parse_data("synthetic:steps=700", {"quick": True})
+    data = fam.load_data(spec, {"quick": True})
+    model = fam.build(fam.config_for({"d_model": 16, "n_layers": 1, "n_heads": 2, "d_ff": 32}, fam.data_info(spec, {})))
+    asked = []
+
+    def should_stop() -> bool:
+        asked.append(1)
+        return len(asked) > 3
+
+    with pytest.raises(TrialStopped):
+        train(model, data, fam.loss, TrainConfig(epochs=2, batch_size=32, warmup_steps=0), should_stop=should_stop)
+    assert len(asked) == 4, "asked before every step; stopped before the 4th"

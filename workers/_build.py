@@ -33,7 +33,7 @@ from archhpo.workers._train import TrainConfig, trial_seed
 # The planned training parameters (the search space's keys): they always win over a family's
 # train_defaults, which fill in the rest of TrainConfig (min_lr_ratio, eval_every, grad_clip, ...).
 PLANNED_KEYS = ("learning_rate", "epochs", "batch_size", "weight_decay", "warmup_steps")
-DATA_CACHE_SIZE = 4  # datasets a worker keeps loaded (on its device) across trials
+DATA_CACHE_SIZE = 2  # datasets a worker keeps loaded (on its device) across trials (paired plans are seed-major)
 
 
 @dataclass(frozen=True)
@@ -173,8 +173,7 @@ def build_trial(
         before_build(cfg, tcfg, data)
     torch.manual_seed(seeds.init)  # right before building: the weights depend on nothing else
     model = fam.build(cfg).to(device)
-    flops = getattr(fam, "flops_per_sample", None)
     return BuiltTrial(
-        model=model, data=data, train_config=tcfg, seeds=seeds, config=cfg, family=fam,
-        baseline_loss=baseline, flops_per_sample=int(flops(cfg)) if flops is not None else None,
+        model=model, data=data, train_config=tcfg, seeds=seeds, config=cfg, family=fam, baseline_loss=baseline,
+        flops_per_sample=int(fam.flops_per_sample(cfg)) if fam.flops_per_sample is not None else None,
     )

@@ -20,7 +20,7 @@ from archhpo.errors import ArchhpoError, NonFiniteLoss, TrialStopped
 from archhpo.models import TensorDataset
 
 
-class StopTraining(Exception):  # noqa: N818
+class StopTraining(Exception):
     """Raised by an on_eval callback to stop early (a pruned trial).
 
     On its way out of ``train`` it gets ``samples`` (trained by this call) and ``seconds``
