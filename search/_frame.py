@@ -28,6 +28,7 @@ depth_to_width      n_layers / d_model
 fail_reason         why a FAIL trial failed (None for a trial lost with its worker)
 val_<metric>        family metrics at the best epoch (char_cls: val_accuracy, val_f1, ...)
 host, device, mfu, peak_memory_gib, gpu_name   where it ran, when recorded
+trial_id            Optuna's database id of the trial (database only; for `load_curves`)
 =================== =====================================================================
 
 ``frame.attrs`` holds ``experiment``, ``source`` (``"storage"`` or ``"csv"``), ``studies``
@@ -148,9 +149,10 @@ def _choice_order(archs: Sequence[dict[str, Any]], options: dict[str, Any]) -> d
     return order
 
 
-def _read_trials(storage: Any, study_id: int) -> dict[int, dict[str, Any]]:
+def _read_trials(storage: Any, study_id: int, curves: bool = True) -> dict[int, dict[str, Any]]:
     """A study's finished trials straight from Optuna's tables, one query per table (loading
-    FrozenTrials through Optuna's ORM costs ~1 ms per trial, too slow for 20,000 trials)."""
+    FrozenTrials through Optuna's ORM costs ~1 ms per trial, too slow for 20,000 trials).
+    curves=False reads each trial's best intermediate value (SQL MIN) instead of its curve."""
     import sqlalchemy as sa
     from optuna.distributions import json_to_distribution
     from optuna.trial import TrialState
@@ -167,7 +169,7 @@ def _read_trials(storage: Any, study_id: int) -> dict[int, dict[str, Any]]:
         ).all()
         for tid, number, state, done in rows:
             trials[tid] = {"number": number, "state": state, "complete": done, "params": {}, "value": None,
-                           "attrs": {}, "curve": []}
+                           "attrs": {}, "curve": [], "best": None}
         if not trials:
             return trials
 
@@ -188,29 +190,43 @@ def _read_trials(storage: Any, study_id: int) -> dict[int, dict[str, Any]]:
         for tid, key, text in conn.execute(of_study(u.trial_id, u.key, u.value_json)):
             trials[tid]["attrs"][key] = json.loads(text)
         iv = m.TrialIntermediateValueModel.__table__.c
+        for tid, best in conn.execute(of_study(iv.trial_id, sa.func.min(iv.intermediate_value))
+                                      .group_by(iv.trial_id)):
+            trials[tid]["best"] = best  # NaN and inf are stored as NULL: the best finite value
+        if not curves:
+            return trials
+        # Curves: the finite values (nearly all rows) without the enum column, whose per-row
+        # conversion doubles the cost; the few NaN/inf epochs in a second query.
+        iv = m.TrialIntermediateValueModel.__table__.c
         to_value = m.TrialIntermediateValueModel.stored_repr_to_intermediate_value
+        points: dict[int, list[tuple[int, float]]] = {}
+        for tid, step, value in conn.execute(
+            of_study(iv.trial_id, iv.step, iv.intermediate_value).where(iv.intermediate_value.is_not(None))
+        ):
+            points.setdefault(tid, []).append((step, value))
         for tid, step, value, kind in conn.execute(
             of_study(iv.trial_id, iv.step, iv.intermediate_value, iv.intermediate_value_type)
-            .order_by(iv.trial_id, iv.step)
+            .where(iv.intermediate_value.is_(None))
         ):
-            val = value if value is not None else to_value(value, kind)
-            trials[tid]["curve"].append([int(step), val])
+            points.setdefault(tid, []).append((step, to_value(value, kind)))
+        for tid, pts in points.items():
+            pts.sort()
+            trials[tid]["curve"] = [[int(e), float(v)] for e, v in pts]
     return trials
 
 
-def _study_rows(storage: Any, study_id: int, settings: Any) -> list[dict[str, Any]]:
+def _study_rows(storage: Any, study_id: int, settings: Any, curves: bool = True) -> list[dict[str, Any]]:
     ranks = _plan_ranks(settings.plan)
     rows = []
-    for t in _read_trials(storage, study_id).values():
+    for tid, t in _read_trials(storage, study_id, curves).items():
         ua, params, curve = t["attrs"], t["params"], t["curve"]
         idx = params.get("arch_idx")
         arch = settings.archs[int(idx)] if idx is not None and 0 <= int(idx) < len(settings.archs) else {}
-        finite = [v for _, v in curve if math.isfinite(v)]
         state = t["state"].name
         if state == "COMPLETE":
             value = t["value"]
         elif state == "PRUNED":
-            value = min(finite) if finite else None
+            value = t["best"]  # the best validation loss it reached
         else:
             value = None
         slot = ua.get("plan_slot")
@@ -225,7 +241,7 @@ def _study_rows(storage: Any, study_id: int, settings: Any) -> list[dict[str, An
             **{k: arch.get(k, ua.get(k)) for k in ARCH_COLUMNS},
             "extreme": arch.get("extreme", ""), "choices": dict(choices),
             **{k: params.get(k) for k in TRAINING_COLUMNS},
-            "val_loss": value, "val_curve": curve,
+            "val_loss": value, "val_curve": curve, "trial_id": tid,
             "timestamp": done.astimezone().isoformat() if done else None,  # Optuna stores naive local time
             "fail_reason": ua.get("fail_reason"),
             **{k: ua.get(k) for k in (*NUMERIC_EXTRA, "host", "device", "gpu_name")},
@@ -260,8 +276,11 @@ def _experiment_studies(storage: Any, experiment: str) -> list[tuple[int, str]]:
     return [(sid, name) for _, name, sid in sorted(mine)]
 
 
-def frame_from_storage(storage: Any, experiment: str, budgets: Sequence[str] | None = None) -> pd.DataFrame:
-    """Every budget (study) of `experiment` in an open RDBStorage (or a URL), as one frame."""
+def frame_from_storage(storage: Any, experiment: str, budgets: Sequence[str] | None = None,
+                       curves: bool = True) -> pd.DataFrame:
+    """Every budget (study) of `experiment` in an open RDBStorage (or a URL), as one frame;
+    curves=False leaves ``val_curve`` empty (reading 20,000 curves takes seconds): fill the
+    rows you need with `load_curves`."""
     from archhpo.search._storage import open_storage, resolve_storage_url
     from archhpo.search._study import StudySettings, check_experiment, load_study
 
@@ -286,12 +305,36 @@ def frame_from_storage(storage: Any, experiment: str, budgets: Sequence[str] | N
         for k, vals in _choice_order(settings.archs, settings.options).items():
             order.setdefault(k, [])
             order[k] += [v for v in vals if v not in order[k]]
-        rows += _study_rows(storage, study_id, settings)
+        rows += _study_rows(storage, study_id, settings, curves)
     frame = pd.DataFrame(rows) if rows else pd.DataFrame(columns=list(FRAME_COLUMNS))
-    frame.attrs.update({"experiment": experiment, "studies": studies, "choice_order": order})
+    frame.attrs.update({"experiment": experiment, "studies": studies, "choice_order": order,
+                        "curves": curves})
     if not rows:  # studies exist but nothing has finished: keep one empty row set per budget
         frame.attrs["empty_budgets"] = list(studies)
     return _finish(frame, experiment, "storage")
+
+
+def load_curves(frame: pd.DataFrame, storage: Any, index: Iterable[Any]) -> None:
+    """Fill ``val_curve`` of the rows `index` of a database frame read with curves=False."""
+    import sqlalchemy as sa
+
+    from archhpo.search._optuna_private import models as m
+
+    index = [i for i in index if pd.notna(frame.at[i, "trial_id"])]
+    if not index:
+        return
+    ids = {int(frame.at[i, "trial_id"]): i for i in index}
+    iv = m.TrialIntermediateValueModel.__table__.c
+    to_value = m.TrialIntermediateValueModel.stored_repr_to_intermediate_value
+    points: dict[int, list[tuple[int, float]]] = {}
+    with storage.engine.connect() as conn:
+        for tid, step, value, kind in conn.execute(
+            sa.select(iv.trial_id, iv.step, iv.intermediate_value, iv.intermediate_value_type)
+            .where(iv.trial_id.in_(list(ids)))
+        ):
+            points.setdefault(tid, []).append((step, value if value is not None else to_value(value, kind)))
+    for tid, i in ids.items():
+        frame.at[i, "val_curve"] = [[int(e), float(v)] for e, v in sorted(points.get(tid, []))]
 
 
 # ----------------------------------------------------------------------------- from CSV files
@@ -356,12 +399,15 @@ def trials_frame(
     storage: Any = None,
     csv: str | Path | Sequence[str | Path] | None = None,
     budgets: Sequence[str] | None = None,
+    curves: bool = True,
 ) -> pd.DataFrame:
     """An experiment's trials as a pandas DataFrame (see the module docstring for the columns).
 
     Read from the database (`storage`: a URL, an open RDBStorage, or None for
     ``$ARCHHPO_STORAGE`` / ``sqlite:///archhpo.db``) or, when `csv` is given, from one or more
-    ``experiment_results.csv`` files written by archhpo.  Example::
+    ``experiment_results.csv`` files written by archhpo.  ``curves=False`` (database only) skips
+    the per-epoch curves, the slow part of a 20,000-trial read (`load_curves` fills chosen rows).
+    Example::
 
         from archhpo import trials_frame, fit_scaling_law, plot_loss_vs_params
         df = trials_frame("demo", storage="sqlite:///archhpo.db")
@@ -378,7 +424,7 @@ def trials_frame(
         return frame
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # Optuna's experimental-feature warnings
-        return frame_from_storage(storage, experiment, budgets)
+        return frame_from_storage(storage, experiment, budgets, curves)
 
 
 # ----------------------------------------------------------------------------- selections
@@ -425,6 +471,7 @@ __all__ = [
     "choice_label",
     "frame_from_csv",
     "frame_from_storage",
+    "load_curves",
     "ranked",
     "trials_frame",
 ]

@@ -41,7 +41,7 @@ import pandas as pd
 
 from archhpo.errors import StudyError
 from archhpo.search._fit import fit_json, fit_scaling_law
-from archhpo.search._frame import best_and_runner_up, budgets_in, trials_frame
+from archhpo.search._frame import best_and_runner_up, budgets_in, load_curves, ranked, trials_frame
 
 SUMMARY_COLUMNS = (
     "budget", "best_trial", "d_model", "n_layers", "n_heads", "d_ff", "param_count", "val_loss",
@@ -58,6 +58,7 @@ CHOICE_COLUMNS = (
     "diff_mean", "diff_ci95_lo", "diff_ci95_hi",
 )
 ARCH = ("d_model", "n_layers", "n_heads", "d_ff")
+CURVES_SHOWN = 5  # validation curves drawn per budget (the best trials)
 _INT_COLUMNS = (
     "best_trial", *ARCH, "param_count", "n_complete", "n_pruned", "n_failed", "runner_up_trial",
     *(f"runner_up_{k}" for k in (*ARCH, "param_count")), "epochs", "batch_size", "warmup_steps", "best_epoch",
@@ -535,7 +536,9 @@ def write_report(experiment: str, storage: Any = None, csv: str | Path | Sequenc
 
     if storage is None or isinstance(storage, str):
         storage = open_storage(resolve_storage_url(storage), create=False)
-    frame = trials_frame(experiment, storage=storage)
+    frame = trials_frame(experiment, storage=storage, curves=False)
+    top = ranked(frame).groupby("budget", sort=False).head(CURVES_SHOWN)
+    load_curves(frame, storage, top.index)  # only the curves the figures draw
     return report_frame(frame, out, experiment, reference, n_boot, storage if notes else None)
 
 

@@ -91,6 +91,10 @@ def train_command(args: argparse.Namespace) -> dict[str, Any]:
     device = resolve_device(args.device)
     if getattr(args, "threads", None):
         torch.set_num_threads(int(args.threads))
+    if device.type == "cuda":  # the worker's CUDA settings (TF32 outside bf16 autocast)
+        from archhpo.workers._device import configure_cuda_speed
+
+        configure_cuda_speed()
     built = build_trial(trial, device)
     fam, cfg = built.family, built.config
     start = time.perf_counter()

@@ -276,3 +276,28 @@ def test_end_to_end_from_a_sqlite_study_with_dashboard_notes(tmp_path: Path) -> 
     out2 = tmp_path / "exported"
     assert main(["export", "--experiment", "e2e", "--storage", url, "--out", str(out2), "--report"]) == 0
     assert (out2 / "e2e_report.html").is_file() and (out2 / "experiment_results.csv").is_file()
+
+
+def test_paired_choices_from_a_sqlite_study(tmp_path: Path) -> None:
+    """A pinned-architecture study with --encoder sum,linear and --paired-seeds 3 (issue 10): the
+    table pairs each seed's values; the reference is the first encoder listed."""
+    url = f"sqlite:///{tmp_path / 'paired.db'}"
+    settings = prepare_settings("pair", None, family="signal", family_options={"encoder": ["sum", "linear"]},
+                                pins={"d_model": 32, "n_layers": 2, "n_heads": 2, "d_ff": 64}, paired_seeds=3,
+                                quick=True, n_trials=6)
+    launch(url, settings)
+    q = TrialQueue(url, settings.study_name)
+    while (claim := q.claim({"host": "test", "device": "cpu"})) is not None:
+        encoder = claim.arch["choices"]["encoder"]
+        seed = q.storage.get_trial(claim.trial_id).user_attrs["seed"]
+        loss = 2.2 + 0.1 * seed + (0.3 if encoder == "sum" else 0.0)
+        q.report(claim, 1, loss + 0.5)
+        q.finish(claim, TrialState.COMPLETE, loss, {"best_epoch": 2, "duration_s": 0.1})
+    report = write_report("pair", storage=url, out=tmp_path / "r", n_boot=200)
+    table = pd.read_csv(tmp_path / "r" / "pair_choices.csv")
+    assert list(table["choice"]) == ["sum", "linear"] and (table["reference"] == "sum").all()
+    assert (table["n_seeds"] == 3).all()
+    lin = table.set_index("choice").loc["linear"]
+    assert lin["diff_mean"] == pytest.approx(-0.3) and lin["n_pairs"] == 3
+    assert report.summary is not None and report.summary["budget"].tolist() == [settings.budget]
+    assert report.fit["E"] is None and report.notes_written == 1
