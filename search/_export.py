@@ -34,15 +34,22 @@ CSV_COLUMNS = SPEC_COLUMNS + EXTRA_COLUMNS
 RESULTS_CSV = "experiment_results.csv"
 
 
-def atomic_write(path: Path, text: str) -> None:
-    """Write via a temporary file in the same directory and rename: readers never see half a file."""
+def atomic_write(path: Path, content: str | bytes) -> None:
+    """Write via a temporary file in the same directory and rename: readers never see half a file.
+
+    The file gets the usual permissions (0666 less the umask), not mkstemp's 0600: results and
+    reports are for sharing."""
+    data = content.encode("utf-8") if isinstance(content, str) else content
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w", newline="") as fh:
-            fh.write(text)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -108,6 +108,8 @@ def _finish(frame: pd.DataFrame, experiment: str, source: str) -> pd.DataFrame:
     for col in metric_cols:
         frame[col] = pd.to_numeric(frame[col], errors="coerce").astype(float)
     frame["val_loss"] = frame["val_loss"].where(np.isfinite(frame["val_loss"]))  # inf -> NaN
+    if frame["trial"].notna().all():
+        frame["trial"] = frame["trial"].astype("int64")
     frame["choices"] = [c if isinstance(c, dict) else {} for c in frame["choices"]]
     frame["choice"] = [choice_label(c) for c in frame["choices"]]
     frame["val_curve"] = [c if isinstance(c, list) else [] for c in frame["val_curve"]]
@@ -309,8 +311,8 @@ def frame_from_storage(storage: Any, experiment: str, budgets: Sequence[str] | N
     frame = pd.DataFrame(rows) if rows else pd.DataFrame(columns=list(FRAME_COLUMNS))
     frame.attrs.update({"experiment": experiment, "studies": studies, "choice_order": order,
                         "curves": curves})
-    if not rows:  # studies exist but nothing has finished: keep one empty row set per budget
-        frame.attrs["empty_budgets"] = list(studies)
+    finished = {r["budget"] for r in rows}
+    frame.attrs["empty_budgets"] = [b for b in studies if b not in finished]  # nothing finished there yet
     return _finish(frame, experiment, "storage")
 
 

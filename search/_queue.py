@@ -695,6 +695,8 @@ class _LightCache:
         self.__dict__.update(fresh.__dict__)
 
     def add_final(self, t: _LightTrial) -> None:
+        if t.trial_id in self.final:  # (the heartbeat thread's upkeep may race the main thread's)
+            return
         self.final[t.trial_id] = t
         slot = t.user_attrs.get("plan_slot")
         if slot is None or int(slot) not in self.settled:
@@ -705,6 +707,8 @@ class _LightCache:
             self.best = t.value if self.best is None else min(self.best, t.value)
 
     def settle(self, slot: int, ts: list[_LightTrial]) -> None:
+        if slot in self.settled:  # counted once, whichever thread gets here first
+            return
         outcome = next((t for t in ts if t.state in (TrialState.COMPLETE, TrialState.PRUNED)), None)
         self.settled.add(slot)
         if self.pending is not None:

@@ -28,9 +28,7 @@ import html
 import io
 import json
 import math
-import os
 import sys
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,6 +38,7 @@ import numpy as np
 import pandas as pd
 
 from archhpo.errors import StudyError
+from archhpo.search._export import atomic_write
 from archhpo.search._fit import fit_json, fit_scaling_law
 from archhpo.search._frame import best_and_runner_up, budgets_in, load_curves, ranked, trials_frame
 
@@ -446,25 +445,6 @@ def render_html(experiment: str, frame: pd.DataFrame, summary: pd.DataFrame, fit
 
 
 # ----------------------------------------------------------------------------- writing
-def _atomic_bytes(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # a report is for sharing: the usual permissions, not mkstemp's 0600
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def _atomic_text(path: Path, text: str) -> None:
-    _atomic_bytes(path, text.encode("utf-8"))
-
-
 def _csv_text(df: pd.DataFrame) -> str:
     buf = io.StringIO()
     df.to_csv(buf, index=False, lineterminator="\n", quoting=csv.QUOTE_MINIMAL)
@@ -490,26 +470,26 @@ def report_frame(frame: pd.DataFrame, out: str | Path = "results", experiment: s
     images: dict[str, bytes] = {}
     for name, fig in make_figures(frame, fit).items():
         png = _png_data(fig, png_dpi)
-        _atomic_bytes(fig_dir / f"{name}.png", png)
+        atomic_write(fig_dir / f"{name}.png", png)
         buf = io.BytesIO()
         fig.savefig(buf, format="pdf", dpi=150)
-        _atomic_bytes(fig_dir / f"{name}.pdf", buf.getvalue())
+        atomic_write(fig_dir / f"{name}.pdf", buf.getvalue())
         images[name] = png
         files += [fig_dir / f"{name}.png", fig_dir / f"{name}.pdf"]
 
     fit_path = out / f"{experiment}_scaling_fit.json"
-    _atomic_text(fit_path, json.dumps(fit_json(fit), indent=2) + "\n")
+    atomic_write(fit_path, json.dumps(fit_json(fit), indent=2) + "\n")
     summary_path = out / f"{experiment}_summary.csv"
-    _atomic_text(summary_path, _csv_text(summary))
+    atomic_write(summary_path, _csv_text(summary))
     files += [fit_path, summary_path]
     if not choices.empty:
         md_path, csv_path = out / f"{experiment}_choices.md", out / f"{experiment}_choices.csv"
-        _atomic_text(md_path, f"# {experiment}: categorical choices over paired seeds\n\n" + choice_markdown(choices))
-        _atomic_text(csv_path, _csv_text(choices))
+        atomic_write(md_path, f"# {experiment}: categorical choices over paired seeds\n\n" + choice_markdown(choices))
+        atomic_write(csv_path, _csv_text(choices))
         files += [md_path, csv_path]
     html_path = out / f"{experiment}_report.html"
     shown = [str(p.relative_to(out)) for p in files]
-    _atomic_text(html_path, render_html(experiment, frame, summary, fit, confirm, choices, images, shown))
+    atomic_write(html_path, render_html(experiment, frame, summary, fit, confirm, choices, images, shown))
     report = Report(html=html_path, files=[html_path, *files], fit=fit, summary=summary)
     if storage is not None and frame.attrs.get("studies"):
         picks = best_and_runner_up(frame)

@@ -215,9 +215,15 @@ ARCHHPO_INDEXES = {
 
 
 def ensure_indexes(storage: RDBStorage) -> None:
-    with storage.engine.begin() as conn:
-        for name, target in ARCHHPO_INDEXES.items():
-            conn.exec_driver_sql(f"CREATE INDEX IF NOT EXISTS {name} ON {target}")
+    # Look first: CREATE INDEX takes a table lock (briefly blocking writers) even when the index exists.
+    with storage.engine.connect() as conn:
+        inspector = sqlalchemy.inspect(conn)
+        have = {ix["name"] for table in ("trials", "trial_intermediate_values") for ix in inspector.get_indexes(table)}
+    missing = {name: target for name, target in ARCHHPO_INDEXES.items() if name not in have}
+    if missing:
+        with storage.engine.begin() as conn:
+            for name, target in missing.items():
+                conn.exec_driver_sql(f"CREATE INDEX IF NOT EXISTS {name} ON {target}")
 
 
 @contextlib.contextmanager

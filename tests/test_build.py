@@ -126,6 +126,10 @@ def test_seeds_contract() -> None:
     paired = trial_seeds(3, 7, seed=2, paired=True)  # paired: the seed drives the data too
     assert paired.data == 2 and paired.init == conf.init and paired.batches == conf.batches
     assert trial_seeds(3, 7, seed=4).init != conf.init
+    # confirmation seed s never repeats an ordinary trial's seeds (slot s of a seed-0 study)
+    for s in range(5):
+        replicate, ordinary = trial_seeds(0, 9, seed=s), trial_seeds(0, s)
+        assert (replicate.init, replicate.batches) != (ordinary.init, ordinary.batches)
 
 
 def _spec(**kw: Any) -> TrialSpec:

@@ -64,7 +64,9 @@ def test_worker_for_a_study_that_does_not_exist(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'empty.db'}"
     res = run_cli("worker", "--experiment", "ghost", "--budget", "2M", "--storage", url, cwd=tmp_path)
     assert res.returncode != 0 and "Traceback" not in res.stderr
-    assert "ghost_2M" in res.stderr and "archhpo launch" in res.stderr
+    # No database at all: said so, and not created (issue 7 part 4: refused means nothing written).
+    assert "No study database at" in res.stderr and "archhpo launch" in res.stderr
+    assert not (tmp_path / "empty.db").exists()
 
 
 def test_sqlite_cannot_serve_a_remote_ray_cluster(tmp_path: Path) -> None:

@@ -256,11 +256,13 @@ def test_end_to_end_from_a_sqlite_study_with_dashboard_notes(tmp_path: Path) -> 
     for budget in ("100K", "200K", "500K"):
         _drive(url, budget, rng)
     _drive(url, "1M", rng, fail_all=True)
+    launch(url, prepare_settings("e2e", "2M", family="patchtst", data=TINY_DATA, quick=True, n_trials=6))  # not run
     out = tmp_path / "results"
     assert main(["report", "--experiment", "e2e", "--storage", url, "--out", str(out)]) == 0
-    fit, summary, html = _check_files(out, "e2e", 4)
+    fit, summary, html = _check_files(out, "e2e", 5)
     by = {s["budget"]: s for s in summary}
-    assert set(by) == {"100K", "200K", "500K", "1M"}
+    assert set(by) == {"100K", "200K", "500K", "1M", "2M"}
+    assert by["2M"]["n_complete"] == "0" and by["2M"]["best_trial"] == ""
     assert by["1M"]["n_failed"] == "6" and by["1M"]["best_trial"] == ""
     assert by["200K"]["val_accuracy"] == "0.6" and int(by["200K"]["n_complete"]) >= 5
     assert fit["n_budgets"] == 3 and fit["alpha"]["estimate"] > 0

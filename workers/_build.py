@@ -15,6 +15,9 @@ Seeds (``trial_seeds``), for a trial of plan slot ``slot`` in a study seeded ``s
 - seeded trial of a study that is not paired (confirmation): the study's data; ``seed`` drives
   the init and the batch order (slot-independent, so every confirmed configuration sees the same
   seeds).
+
+Replicate seeds are kept apart from slot seeds (``REPLICATE_BASE + seed``): confirmation seed 2
+must not repeat the ordinary trial of plan slot 2, or "new seeds" would retrain a seen run.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from archhpo.workers._train import TrainConfig, trial_seed
 # The planned training parameters (the search space's keys): they always win over a family's
 # train_defaults, which fill in the rest of TrainConfig (min_lr_ratio, eval_every, grad_clip, ...).
 PLANNED_KEYS = ("learning_rate", "epochs", "batch_size", "weight_decay", "warmup_steps")
+REPLICATE_BASE = 1_000_000  # above any plan slot: replicate seeds never coincide with slot seeds
 DATA_CACHE_SIZE = 2  # datasets a worker keeps loaded (on its device) across trials (paired plans are seed-major)
 
 
@@ -49,7 +53,7 @@ def trial_seeds(study_seed: int, slot: int, seed: int | None = None, paired: boo
     if seed is None:
         return Seeds(data=study_seed, init=trial_seed(study_seed, int(slot)), batches=int(slot))
     s = int(seed)
-    return Seeds(data=s if paired else study_seed, init=s, batches=s)
+    return Seeds(data=s if paired else study_seed, init=REPLICATE_BASE + s, batches=REPLICATE_BASE + s)
 
 
 @dataclass
