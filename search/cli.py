@@ -180,6 +180,7 @@ def _launch_all(args: argparse.Namespace) -> list[str]:
 def _addressed_studies(args: argparse.Namespace, storage: Any) -> list[str]:
     """worker/export: --study names, else {experiment}_{label} for each --budget (with the pins),
     or the pinned study's label; with none of these, every study of the experiment."""
+    from archhpo.search._storage import resilient
     from archhpo.search._study import (
         check_experiment,
         experiment_studies,
@@ -194,10 +195,10 @@ def _addressed_studies(args: argparse.Namespace, storage: Any) -> list[str]:
     if args.budget or pins:
         names += [study_name(args.experiment, study_label(b, pins)) for b in (args.budget or [None])]
     if names:
-        for n in names:
-            load_study(storage, n)  # a clear error for a study that does not exist
+        for n in names:  # a clear error for a study that does not exist; a dropped connection is retried
+            resilient(lambda n=n: load_study(storage, n), "loading the study")
         return names
-    names = experiment_studies(storage, args.experiment)
+    names = resilient(lambda: experiment_studies(storage, args.experiment), "listing the studies")
     if not names:
         raise ArchhpoError(f"No archhpo study of experiment {args.experiment!r} in this storage; "
                            "check --experiment and --storage.")
