@@ -16,7 +16,6 @@ means; ``models.char_cls`` re-exports it.
 
 from __future__ import annotations
 
-import hashlib
 import random
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -27,6 +26,7 @@ import torch
 
 from archhpo.errors import DataError
 from archhpo.models._family import TensorDataset
+from archhpo.models.data import file_sha256 as _sha256
 
 # ---------------------------------------------------------------------------------------------
 # Encoding
@@ -299,13 +299,6 @@ def parse_data(text: str, options: Mapping[str, Any]) -> dict[str, Any]:
     return {"kind": "csv", "path": str(path), "num_classes": k, "n_rows": int(labels.shape[0]),
             "sha256": _sha256(path)}
 
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def data_info(spec: Mapping[str, Any], options: Mapping[str, Any]) -> dict[str, Any]:

@@ -17,7 +17,6 @@ spec pins the content by sha256; ``quick`` does not shrink files.
 from __future__ import annotations
 
 import functools
-import hashlib
 import math
 import os
 from collections.abc import Mapping
@@ -31,6 +30,7 @@ import torch
 
 from archhpo.errors import DataError
 from archhpo.models._family import TensorDataset
+from archhpo.models.data import file_sha256 as _sha256
 
 DEFAULT_FEATURES = 8
 DEFAULT_SYMBOLS = 100
@@ -367,13 +367,6 @@ def _file_panel(path: str, fmt: str, mtime_ns: int, size: int) -> _Panel:
         n_symbols=len(symbol_names), n_sectors=len(sector_names), feature_names=tuple(feature_cols),
     )
 
-
-def _sha256(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _read_table(path: str, fmt: str, name: str) -> pa.Table:

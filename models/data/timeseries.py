@@ -19,7 +19,6 @@ ends at t = i+L-1):
 
 from __future__ import annotations
 
-import hashlib
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -35,6 +34,7 @@ import torch
 
 from archhpo.errors import DataError
 from archhpo.models._family import TensorDataset
+from archhpo.models.data import file_sha256 as _sha256
 
 DEFAULT_FEATURES = 8
 # Task defaults of the labels; archhpo's --horizon/--threshold options take them from here.
@@ -146,13 +146,6 @@ def _parse_file(text: str, o: _Options) -> dict[str, Any]:
     spec.update(date_column=date_column, features=names, sha256=_sha256(path), rows=len(price))
     return spec
 
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 # --------------------------------------------------------------------------- file reading
