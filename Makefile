@@ -4,6 +4,8 @@ PY := $(VENV)/bin/python
 # Installed first and explicitly: a CPU machine with the 2.13.0 CPU wheel on disk takes it,
 # a GPU machine gets PyPI's CUDA build of the same release.
 TORCH_VERSION ?= 2.13.0
+# Two pytest-xdist workers: CI has 2 cores; tests that start Ray share one worker (tests/conftest.py).
+TEST_WORKERS ?= 2
 export RAY_USAGE_STATS_ENABLED := 0
 
 .PHONY: install demo test lint bench clean
@@ -23,7 +25,7 @@ lint: install
 	$(PY) -m ruff check archhpo budgets models search workers tests bench
 
 test: install lint
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
 
 bench: install
 	$(PY) bench/trainer_throughput.py

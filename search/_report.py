@@ -205,10 +205,10 @@ def choice_table(frame: pd.DataFrame, reference: str | None = None, n_boot: int 
     ok &= frame["phase"].ne(3) | frame["phase"].isna()
     df = frame[ok & (frame["choice"] != "")]
     rows: list[dict[str, Any]] = []
-    all_labels: set[str] = set()
+    # Every planned choice, finished or not: a reference whose seeds are still running is valid.
+    all_labels = set(frame.loc[frame["choice"] != "", "choice"])
     for budget, group in df.groupby("budget", sort=False):
         labels = _choice_order(frame, list(dict.fromkeys(group.sort_values("trial")["choice"])))
-        all_labels.update(labels)
         if len(labels) < 2:
             continue
         per: dict[str, pd.DataFrame] = {}
@@ -216,9 +216,9 @@ def choice_table(frame: pd.DataFrame, reference: str | None = None, n_boot: int 
             sub = group[group["choice"] == label].sort_values(["val_loss", "trial"], kind="stable")
             per[label] = sub.drop_duplicates("seed").set_index("seed")
         ref = reference if reference is not None else labels[0]
-        if ref not in per:
-            continue
-        base = per[ref]["val_loss"]
+        # A study still running may have no finished reference seed yet: its rows are shown, with
+        # no pairs, rather than the budget left out.
+        base = per[ref]["val_loss"] if ref in per else pd.Series(dtype=float)
         for label in labels:
             sel = per[label]
             vals = sel["val_loss"]
@@ -240,6 +240,18 @@ def choice_table(frame: pd.DataFrame, reference: str | None = None, n_boot: int 
     return pd.DataFrame(rows, columns=list(CHOICE_COLUMNS))
 
 
+def _diff_text(r: pd.Series, ref: str) -> str:
+    """A choice's paired difference against the reference: "+0.0123 [-0.0010, +0.0250]", or the
+    bare mean where one pair gives no interval, "–" where no seed is shared."""
+    if r["choice"] == ref:
+        return "reference"
+    if _f(r["diff_mean"]) is None:
+        return "–"
+    if _f(r["diff_ci95_lo"]) is None:
+        return f"{r['diff_mean']:+.4f}"
+    return f"{r['diff_mean']:+.4f} [{r['diff_ci95_lo']:+.4f}, {r['diff_ci95_hi']:+.4f}]"
+
+
 def choice_markdown(table: pd.DataFrame, metric: str = "val_loss") -> str:
     """The paired-choice table as Markdown, one section per budget."""
     out = []
@@ -250,12 +262,8 @@ def choice_markdown(table: pd.DataFrame, metric: str = "val_loss") -> str:
         out.append("|---|---|---|---|---|")
         for _, r in group.iterrows():
             std = f" ± {r['std']:.4f}" if _f(r["std"]) is not None else ""
-            if r["choice"] == ref:
-                diff = "reference"
-            elif _f(r["diff_ci95_lo"]) is not None:
-                diff = f"{r['diff_mean']:+.4f} [{r['diff_ci95_lo']:+.4f}, {r['diff_ci95_hi']:+.4f}] ({r['n_pairs']})"
-            else:
-                diff = f"{_fmt(r['diff_mean'])} ({r['n_pairs']})"
+            diff = _diff_text(r, ref)
+            diff += f" ({r['n_pairs']})" if diff != "reference" else ""
             out.append(f"| {r['choice']} | {r['mean']:.4f}{std} ({r['n_seeds']}) | {_fmt(r['best_epoch'], 3)} | "
                        f"{_count(r['param_count'])} | {diff} |")
         out.append("")
@@ -421,12 +429,7 @@ def render_html(experiment: str, frame: pd.DataFrame, summary: pd.DataFrame, fit
             ref = group["reference"].iloc[0]
             crow = []
             for _, r in group.iterrows():
-                if r["choice"] == ref:
-                    diff = "reference"
-                elif _f(r["diff_ci95_lo"]) is not None:
-                    diff = f"{r['diff_mean']:+.4f} [{r['diff_ci95_lo']:+.4f}, {r['diff_ci95_hi']:+.4f}]"
-                else:
-                    diff = _fmt(r["diff_mean"])
+                diff = _diff_text(r, ref)
                 crow.append([r["choice"], f"{r['mean']:.4f} ± {_fmt(r['std'], 3)}", r["n_seeds"],
                              _fmt(r["best_epoch"], 3), _count(r["param_count"]), diff, r["n_pairs"]])
             parts.append(f"<h3>{html.escape(str(budget))}</h3>")

@@ -27,6 +27,16 @@ REPO = Path(__file__).resolve().parents[1]
 TINY_DATA = "synthetic:steps=700"  # ~500 training windows: a quick trial takes about a second
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the group marks
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """`make test` runs `pytest -n 2 --dist loadgroup`: every test that starts a Ray instance goes to
+    one xdist worker, one after another, so two Ray clusters (each with its raylet, GCS and
+    workers) never compete for a 2-core CI machine; the rest spreads over both workers."""
+    for item in items:
+        if item.get_closest_marker("ray") is not None:
+            item.add_marker(pytest.mark.xdist_group("ray"))
+
+
 def _pg_answers(host: str, port: int, user: str = "postgres", dbname: str = "postgres") -> bool:
     try:
         import psycopg2

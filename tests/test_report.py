@@ -18,7 +18,7 @@ from optuna.trial import TrialState
 from archhpo.errors import StudyError
 from archhpo.search import TrialQueue, launch, prepare_settings
 from archhpo.search._frame import trials_frame
-from archhpo.search._report import SUMMARY_COLUMNS, choice_table, write_report
+from archhpo.search._report import SUMMARY_COLUMNS, choice_markdown, choice_table, write_report
 from archhpo.search.cli import main
 from tests.conftest import TINY_DATA
 
@@ -191,6 +191,29 @@ def test_paired_choice_table_markdown_csv_and_html(tmp_path: Path) -> None:
     assert main(["report", "--experiment", "audit", "--csv", str(path), "--out", str(tmp_path / "r2"),
                  "--reference", "cat"]) == 0
     assert (pd.read_csv(tmp_path / "r2" / "audit_choices.csv")["reference"] == "cat").all()
+
+
+def test_paired_choice_table_of_a_study_still_running(tmp_path: Path) -> None:
+    """Part-way through (the audit after its first seeds): every finished choice has a row; one
+    shared seed gives a bare difference, none gives "–", and a reference with no finished seed
+    yet leaves the budget in the table rather than dropping it."""
+    rows = _paired_rows(seeds=2)
+    keep = [r for r in rows if not (json.loads(r["choices"])["encoder"] == "cat" and r["seed"] == 1)]
+    frame = trials_frame("audit", csv=_write(keep, tmp_path / "p.csv"))
+    md = choice_markdown(choice_table(frame, reference="cat"))
+    cat = next(r for r in keep if json.loads(r["choices"])["encoder"] == "cat")
+    lin0 = next(r for r in keep if json.loads(r["choices"])["encoder"] == "linear" and r["seed"] == 0)
+    lin = [r["val_loss"] for r in keep if json.loads(r["choices"])["encoder"] == "linear"]
+    assert (f"| linear | {np.mean(lin):.4f} ± {np.std(lin, ddof=1):.4f} (2) | 7.5 | 18,600 | "
+            f"{lin0['val_loss'] - cat['val_loss']:+.4f} (1) |") in md  # one pair: the difference, no interval
+    body = md.split("|---|---|---|---|---|")[1]
+    assert "| cat | " in body and "| reference |" in body and "[" not in body
+    cat_running = [{**r, "state": "RUNNING", "val_loss": ""} if json.loads(r["choices"])["encoder"] == "cat" else r
+                   for r in rows]
+    table = choice_table(trials_frame("audit", csv=_write(cat_running, tmp_path / "q.csv")), reference="cat")
+    assert list(table["choice"]) == ["sum", "linear"] and (table["n_pairs"] == 0).all()
+    assert table["diff_mean"].isna().all()
+    assert "| – (0) |" in choice_markdown(table)
 
 
 def test_confirmation_rows_give_mean_std_and_the_paired_verdict(tmp_path: Path) -> None:
