@@ -34,7 +34,7 @@ WORKDIR /opt/archhpo
 # editing the code does not reinstall torch and Ray. With TORCH_INDEX_URL set, torch (with
 # pyproject's version range) comes from that index before everything else. pyproject bounds
 # optuna, optuna-dashboard, ray and SQLAlchemy below the next minor version (archhpo uses private
-# parts of Optuna and Ray, see search/_optuna_private.py and search/_ray_private.py), so the image
+# parts of Optuna and Ray, see search/_optuna_private.py and cluster/_ray_private.py), so the image
 # gets the same minor versions the tests pass on; the next step prints them in the build log.
 COPY pyproject.toml ./
 RUN python -c "import tomllib; print(*tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies'], sep=chr(10))" > /tmp/requirements.txt \

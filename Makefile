@@ -22,7 +22,7 @@ demo: install
 	$(VENV)/bin/archhpo run --experiment demo --budget 100K --budget 200K --budget 400K --trials 6 --quick --workers 2 --out results
 
 lint: install
-	$(PY) -m ruff check archhpo budgets models search workers tests bench
+	$(PY) -m ruff check archhpo budgets cluster models report search workers tests bench
 
 test: install lint
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup

@@ -2,6 +2,6 @@
 
 import sys
 
-from archhpo.search.cli import main
+from archhpo.cli import main
 
 sys.exit(main())

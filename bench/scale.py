@@ -142,7 +142,7 @@ def measure(url: str, name: str, settings: Any, trials: int, repeats: int, out_d
             export: bool) -> dict[str, Any]:
     from optuna.trial import TrialState
 
-    from archhpo.search._export import export_studies
+    from archhpo.report._export import export_studies
     from archhpo.search._queue import TrialQueue
     from archhpo.search._study import launch
 

@@ -1,15 +1,9 @@
-"""Search: study creation, the trial plan and queue, Ray orchestration, export and the CLI."""
+"""The study: search space, trial plan, queue, storage, launch and pruning.
+
+The analysis of a study (export, report, fit, figures) is `archhpo.report`; the Ray pool that
+starts workers is `archhpo.cluster`; the command line is `archhpo.cli`."""
 
 from archhpo.errors import StorageError, StudyError
-from archhpo.search._confirm import confirmation_summary, paired_summary
-from archhpo.search._export import (
-    CSV_COLUMNS,
-    RESULTS_CSV,
-    SPEC_COLUMNS,
-    best_summary,
-    export_studies,
-    result_rows,
-)
 from archhpo.search._plan import PlanEntry, make_plan, plan_sizes, spread_order
 from archhpo.search._queue import Claim, PlanStatus, TrialQueue
 from archhpo.search._space import FULL_SPACE, PARAM_NAMES, QUICK_SPACE, SearchSpace
@@ -33,13 +27,10 @@ from archhpo.search._study import (
 )
 
 __all__ = [
-    "CSV_COLUMNS",
     "DEFAULT_STORAGE",
     "FULL_SPACE",
     "PARAM_NAMES",
     "QUICK_SPACE",
-    "RESULTS_CSV",
-    "SPEC_COLUMNS",
     "Claim",
     "LaunchResult",
     "PlanEntry",
@@ -49,21 +40,16 @@ __all__ = [
     "StudyError",
     "StudySettings",
     "TrialQueue",
-    "best_summary",
-    "confirmation_summary",
     "experiment_studies",
-    "export_studies",
     "launch",
     "make_plan",
     "mask_url",
     "open_storage",
     "open_study",
-    "paired_summary",
     "plan_lock",
     "plan_sizes",
     "prepare_settings",
     "resolve_storage_url",
-    "result_rows",
     "session_scope",
     "spread_order",
     "study_label",

@@ -17,6 +17,7 @@ from typing import Any
 import optuna
 from optuna.storages import RDBStorage
 
+from archhpo._options import default as _default
 from archhpo.budgets import (
     ARCH_DIMS,
     GridRow,
@@ -31,7 +32,6 @@ from archhpo.budgets import (
 )
 from archhpo.errors import BudgetError, ConfigError, StorageError, StudyError
 from archhpo.models import Family, get_family
-from archhpo.search._options import default as _default
 from archhpo.search._optuna_private import rdb_storage_of, study_id_of
 from archhpo.search._plan import PlanEntry, make_plan
 from archhpo.search._space import FULL_SPACE, QUICK_SPACE, TRAINING_PARAMS, SearchSpace

@@ -22,10 +22,10 @@ from typing import Any
 import pytest
 import torch
 
+from archhpo.cli import main as cli_main
+from archhpo.report._export import export_studies
 from archhpo.search import TrialQueue, launch, prepare_settings
-from archhpo.search._export import export_studies
 from archhpo.search._space import SearchSpace
-from archhpo.search.cli import main as cli_main
 from archhpo.workers import TrainConfig, TrialSpec, Worker, build_trial, trial_seeds
 from archhpo.workers._train import trial_seed
 from tests.conftest import TINY_DATA

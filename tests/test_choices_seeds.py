@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from archhpo.cli import main
 from archhpo.errors import ArchhpoError, BudgetError, ConfigError, StudyError
-from archhpo.search import SPEC_COLUMNS, TrialQueue, launch, prepare_settings, study_label
-from archhpo.search.cli import main
+from archhpo.report import SPEC_COLUMNS
+from archhpo.search import TrialQueue, launch, prepare_settings, study_label
 from tests.conftest import TINY_DATA
 
 SIGNAL_DATA = "multisignal:series=32"

@@ -21,8 +21,8 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
+from archhpo.cluster._run import RunOptions, auto_gpu_fraction, run_workers
 from archhpo.search import TrialQueue, launch, prepare_settings
-from archhpo.search._run import RunOptions, auto_gpu_fraction, run_workers
 from tests.conftest import REPO, TINY_DATA, run_cli
 
 GiB = 2**30

@@ -13,7 +13,9 @@ from pathlib import Path
 import pytest
 from optuna.trial import TrialState
 
+from archhpo.cli import main
 from archhpo.errors import BudgetError
+from archhpo.report._export import csv_text
 from archhpo.search import (
     CSV_COLUMNS,
     SPEC_COLUMNS,
@@ -24,8 +26,6 @@ from archhpo.search import (
     open_storage,
     prepare_settings,
 )
-from archhpo.search._export import csv_text
-from archhpo.search.cli import main
 from tests.conftest import TINY_DATA
 
 WORKER = {"host": "test", "device": "cpu"}

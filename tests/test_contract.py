@@ -1,7 +1,7 @@
 """Pinned contracts with Optuna and Ray, and the storage guarantees around them (issue 7).
 
 - Every private Optuna/Ray part is used in one module each (search/_optuna_private.py,
-  search/_ray_private.py).
+  cluster/_ray_private.py).
 - A database whose Optuna schema version archhpo was not tested with is refused before
   anything is written; a fresh database is created at a tested version.
 - Trials written by the queue (complete, pruned, failed, retried, phase 2) read back identically
@@ -33,13 +33,14 @@ import sqlalchemy as sa
 from optuna.trial import TrialState
 
 from archhpo.errors import StorageError
-from archhpo.search import TrialQueue, export_studies, launch, open_storage, prepare_settings
+from archhpo.report import export_studies
+from archhpo.search import TrialQueue, launch, open_storage, prepare_settings
 from archhpo.search._optuna_private import TESTED_SCHEMA_VERSIONS
 from tests.conftest import REPO, TINY_DATA, run_cli
 
 WORKER = {"host": "contract", "device": "cpu"}
-PINNED = {"search/_optuna_private.py", "search/_ray_private.py"}
-PACKAGE_DIRS = ("archhpo", "budgets", "models", "search", "workers")
+PINNED = {"search/_optuna_private.py", "cluster/_ray_private.py"}
+PACKAGE_DIRS = ("archhpo", "budgets", "cluster", "models", "report", "search", "workers")
 
 
 # ----------------------------------------------------------------------------- private parts
@@ -79,7 +80,7 @@ def test_private_optuna_and_ray_parts_live_in_one_module_each() -> None:
     assert not offenders, "private Optuna/Ray parts outside the pinned modules:\n" + "\n".join(offenders)
     # ...and the check itself sees them where they are.
     assert _private_uses(REPO / "search/_optuna_private.py")
-    assert _private_uses(REPO / "search/_ray_private.py")
+    assert _private_uses(REPO / "cluster/_ray_private.py")
 
 
 def test_dependency_upper_bounds_admit_the_tested_versions() -> None:
@@ -363,7 +364,7 @@ REFUSED = [
 
 def _cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
     """`archhpo ...` in this process (what a subprocess would run, without re-importing torch)."""
-    from archhpo.search.cli import main
+    from archhpo.cli import main
 
     capsys.readouterr()
     code = main(argv)

@@ -16,7 +16,7 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from archhpo.search import CSV_COLUMNS
+from archhpo.report import CSV_COLUMNS
 from tests.conftest import TINY_DATA, run_cli, wait_for
 
 BEST_KEYS = {"experiment", "budget", "best_params", "best_value", "n_trials_completed", "n_trials_pruned",

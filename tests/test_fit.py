@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from scipy.optimize import minimize
 
-from archhpo.search._fit import _bounds, _lm_batch, _objective, fit_json, fit_law, predict
+from archhpo.report._fit import _bounds, _lm_batch, _objective, fit_json, fit_law, predict
 
 LAWS = [(1.7, 400.0, 0.34), (0.25, 30.0, 0.28), (3.0, 2000.0, 0.5)]
 

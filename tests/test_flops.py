@@ -155,7 +155,7 @@ def test_count_flops_restores_mode_and_clears_grads() -> None:
 def test_params_and_grid_show_flops(capsys: pytest.CaptureFixture[str]) -> None:
     import json
 
-    from archhpo.search.cli import main
+    from archhpo.cli import main
 
     family = get_family("signal")
     arch = {"d_model": 64, "n_layers": 2, "n_heads": 4, "d_ff": 128}

@@ -22,14 +22,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from archhpo.errors import ArchhpoError
-from archhpo.search._run import (
+from archhpo.cluster._run import (
     CUDA_CONTEXT_BYTES,
     MAX_TRIALS_PER_GPU,
     choose_placement,
     largest_trial_bytes,
     task_options,
 )
+from archhpo.errors import ArchhpoError
 from archhpo.workers import _device
 from archhpo.workers._device import (
     dense_bf16_peak_flops,
@@ -198,8 +198,8 @@ def test_placement_override_opt_out_and_cpu_clusters() -> None:
 
 
 def test_largest_trial_counts_unchosen_confirmation_entries(tmp_path: Path) -> None:
+    from archhpo.cluster._run import auto_gpu_fraction
     from archhpo.search import TrialQueue, launch, prepare_settings
-    from archhpo.search._run import auto_gpu_fraction
 
     s = prepare_settings("gp", "2M", n_trials=6, seed=0)
     launch(f"sqlite:///{tmp_path / 'g.db'}", s)
@@ -220,7 +220,7 @@ def test_largest_trial_counts_unchosen_confirmation_entries(tmp_path: Path) -> N
 
 def test_gpu_memory_probe_reads_nvidia_smi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The probe reads nvidia-smi (no CUDA initialised in the Ray worker) and takes the smallest GPU."""
-    from archhpo.search._run import _probe_gpu_memory
+    from archhpo.cluster._run import _probe_gpu_memory
 
     fake = tmp_path / "nvidia-smi"
     fake.write_text("#!/bin/sh\nprintf '81559\\n40960\\n'\n")
@@ -241,7 +241,7 @@ def test_task_options() -> None:
 @pytest.fixture
 def logical_gpu_ray(monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
     ray = pytest.importorskip("ray")
-    from archhpo.search._ray_private import loopback_only
+    from archhpo.cluster._ray_private import loopback_only
 
     monkeypatch.setenv("RAY_USAGE_STATS_ENABLED", "0")
     with loopback_only():
@@ -259,7 +259,7 @@ def test_ray_places_the_chosen_shares_on_every_gpu(logical_gpu_ray) -> None:  # 
     one gets two; each task sees only its GPU."""
     from collections import Counter
 
-    from archhpo.search._run import start_by_share
+    from archhpo.cluster._run import start_by_share
 
     ray = logical_gpu_ray
     p = choose_placement(None, "auto", ray.cluster_resources()["GPU"], 4, 1 * GiB, 80 * GiB)
@@ -288,8 +288,8 @@ def test_run_on_logical_gpus_records_the_share_and_trains(tmp_path: Path) -> Non
 
     import optuna
 
+    from archhpo.cluster._run import RunOptions, run_workers
     from archhpo.search import launch, prepare_settings
-    from archhpo.search._run import RunOptions, run_workers
 
     url = f"sqlite:///{tmp_path / 'lg.db'}"
     s = prepare_settings("lg", "200K", n_trials=3, data=TINY_DATA, quick=True, pruner="none", seed=0)
@@ -342,7 +342,7 @@ def test_worker_and_train_run_without_ray_or_postgres_drivers(tmp_path: Path) ->
             pass
         else:
             sys.exit("the blocker did not work")
-        from archhpo.search.cli import main
+        from archhpo.cli import main
         common = ["--experiment", "po", "--budget", "200K", "--storage", {db!r}]
         assert main(["launch", *common, "--trials", "3", "--quick", "--data", {TINY_DATA!r}]) == 0
         assert main(["worker", *common, "--device", "cpu", "--threads", "1"]) == 0

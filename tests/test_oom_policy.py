@@ -87,7 +87,7 @@ def test_run_starts_a_worker_with_a_whole_gpu_for_the_retry(tmp_path: Path) -> N
     num_gpus=1 of its own; the sharing worker leaves it alone and steps aside once only it is left."""
     import io
 
-    from archhpo.search._run import RunOptions, run_workers
+    from archhpo.cluster._run import RunOptions, run_workers
 
     url = f"sqlite:///{tmp_path / 's.db'}"
     s = prepare_settings("wg", "200K", n_trials=4, data=TINY_DATA, quick=True, pruner="none")

@@ -1,5 +1,5 @@
 """One source for options: the parser, prepare_settings and experiment files (--config) all take
-their defaults from search/_options.py; --help shows the named family's flags; flags on the line
+their defaults from archhpo/_options.py; --help shows the named family's flags; flags on the line
 win over the file; unknown keys are refused before anything is written."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from pathlib import Path
 import optuna
 import pytest
 
+from archhpo._options import OPTIONS, default, options_for
+from archhpo.cli._main import COMMANDS, build_parser, main, register_command
 from archhpo.models import family_names, get_family
 from archhpo.search import prepare_settings
-from archhpo.search._options import OPTIONS, default, options_for
-from archhpo.search.cli import COMMANDS, build_parser, main, register_command
 from tests.conftest import TINY_DATA
 
 
@@ -63,7 +63,7 @@ def test_every_default_is_defined_once() -> None:
         assert sig[param].default == default(names.get(param, param)), param
     import argparse
 
-    from archhpo.search.cli import _complete
+    from archhpo.cli._main import _complete
 
     args = build_parser(get_family("patchtst")).parse_args(["launch", "--experiment", "e", "--budget", "2M"])
     _complete(args, get_family("patchtst"), {}, None)
@@ -105,12 +105,12 @@ workers = 3          # a run-only key: launch ignores it
 
 
 def test_experiment_file_holds_family_choices_pins_and_yaml(tmp_path: Path) -> None:
-    from archhpo.search.cli import _complete
+    from archhpo.cli._main import _complete
 
     fam = get_family("signal")
     cfg = _toml(tmp_path, 'family = "signal"\nencoder = ["sum", "linear"]\nd-model = 64\nn_layers = [2, 3]\n'
                           'paired_seeds = 2\nepochs = 300\n')
-    from archhpo.search._options import load_config
+    from archhpo._options import load_config
 
     args = build_parser(fam).parse_args(["launch", "--experiment", "e", "--n-layers", "4"])
     _complete(args, fam, load_config(str(cfg)), str(cfg))

@@ -117,8 +117,8 @@ def test_a_given_back_trial_resumes_from_its_own_checkpoint(tmp_path: Path) -> N
 def test_ray_cancel_gives_the_trial_back(tmp_path: Path) -> None:
     import ray
 
-    from archhpo.search._ray_private import loopback_only
-    from archhpo.search._run import worker_task
+    from archhpo.cluster._ray_private import loopback_only
+    from archhpo.cluster._run import worker_task
 
     url = f"sqlite:///{tmp_path / 's.db'}"
     _launch(url, "cancel")

@@ -15,11 +15,11 @@ import pandas as pd
 import pytest
 from optuna.trial import TrialState
 
+from archhpo.cli import main
 from archhpo.errors import StudyError
+from archhpo.report._frame import trials_frame
+from archhpo.report._page import SUMMARY_COLUMNS, choice_markdown, choice_table, write_report
 from archhpo.search import TrialQueue, launch, prepare_settings
-from archhpo.search._frame import trials_frame
-from archhpo.search._report import SUMMARY_COLUMNS, choice_markdown, choice_table, write_report
-from archhpo.search.cli import main
 from tests.conftest import TINY_DATA
 
 OLD_COLUMNS = (

@@ -26,7 +26,7 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-import archhpo.search._run
+import archhpo.cluster._run
 from archhpo.search._storage import mask_url, take_password
 from tests.conftest import TINY_DATA, wait_for
 
@@ -131,7 +131,7 @@ def test_ray_tasks_get_a_password_free_url(pg_url: str, tmp_path: Path, monkeypa
         seen.append(url)
         return {}
 
-    monkeypatch.setattr(archhpo.search._run, "run_workers", fake_run_workers)
+    monkeypatch.setattr(archhpo.cluster._run, "run_workers", fake_run_workers)
     rc = cli.main(["run", "--storage", secret, "--experiment", "argv", "--budget", "200K", "--trials", "3",
                    "--quick", "--data", TINY_DATA, "--out", str(tmp_path / "o")])
     assert rc == 0

@@ -21,7 +21,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from archhpo.search._frame import TRAINING_COLUMNS, best_and_runner_up, budgets_in, ranked  # noqa: E402
+from archhpo.report._frame import TRAINING_COLUMNS, best_and_runner_up, budgets_in, ranked  # noqa: E402
 
 MAX_POINTS = 3000
 _STYLE = {"font.size": 9, "axes.titlesize": 10, "axes.grid": True, "grid.alpha": 0.3}
@@ -112,7 +112,7 @@ def plot_loss_vs_params(frame: pd.DataFrame, fit: dict[str, Any] | None = None,
                         max_points: int = MAX_POINTS) -> Figure:
     """Validation loss against exact parameter count: every finished trial coloured by budget,
     the best per budget as a star, and the fitted law with its 95% bootstrap band."""
-    from archhpo.search._fit import band, predict
+    from archhpo.report._fit import band, predict
 
     fig = _figure()
     ax = fig.add_subplot()

@@ -273,7 +273,7 @@ def fit_scaling_law(frame: Any, *, n_boot: int = N_BOOT, seed: int = 0, delta: f
     fewer than three points E, A and alpha are None and ``reason`` says why.  The returned
     dict is what ``{experiment}_scaling_fit.json`` holds, plus ``samples`` (bootstrap
     (E, A, alpha) rows) for drawing the band with `band`."""
-    from archhpo.search._frame import best_and_runner_up
+    from archhpo.report._frame import best_and_runner_up
 
     labels, ns, losses, trials = [], [], [], []
     for budget, (best, _) in best_and_runner_up(frame).items():

@@ -2,7 +2,7 @@
 
 Each option has one `Option` below: its name (the argparse dest and the key of an experiment
 file), type, default, help, the commands that take it and whether it is stored in the study.
-The parser (`archhpo.search.cli`), `prepare_settings`, `archhpo train` and the experiment files
+The parser (`archhpo.cli`), `prepare_settings`, `archhpo train` and the experiment files
 of `launch`/`run` (``--config study.toml``) all read them from here; nothing restates a default.
 A family's own flags (``--encoder``, ``--num-features``) come from its ``Family.flags`` and are
 turned into options by `family_options`.

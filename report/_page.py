@@ -8,8 +8,8 @@ the output directory:
   its loss, the runner-up (the best trial of another architecture) and the gap, the
   confirmation result when one was run, the fitted law; the paired-choice table of a study with
   categorical choices and paired seeds; then the figures.
-- ``{experiment}_figures/{name}.png`` and ``.pdf`` (see `archhpo.search._figures.FIGURES`).
-- ``{experiment}_scaling_fit.json`` (see `archhpo.search._fit`).
+- ``{experiment}_figures/{name}.png`` and ``.pdf`` (see `archhpo.report._figures.FIGURES`).
+- ``{experiment}_scaling_fit.json`` (see `archhpo.report._fit`).
 - ``{experiment}_summary.csv``: one row per budget (`SUMMARY_COLUMNS` first).
 - ``{experiment}_choices.md`` and ``.csv`` when the experiment has categorical choices crossed
   with paired seeds: per choice mean ± std over seeds, best epoch, parameter count and the
@@ -38,9 +38,9 @@ import numpy as np
 import pandas as pd
 
 from archhpo.errors import StudyError
-from archhpo.search._export import atomic_write
-from archhpo.search._fit import fit_json, fit_scaling_law
-from archhpo.search._frame import best_and_runner_up, budgets_in, load_curves, ranked, trials_frame
+from archhpo.report._export import atomic_write
+from archhpo.report._fit import fit_json, fit_scaling_law
+from archhpo.report._frame import best_and_runner_up, budgets_in, load_curves, ranked, trials_frame
 
 SUMMARY_COLUMNS = (
     "budget", "best_trial", "d_model", "n_layers", "n_heads", "d_ff", "param_count", "val_loss",
@@ -113,8 +113,8 @@ def bootstrap_ci(values: Sequence[float], n_boot: int = 2000, seed: int = 0) -> 
 
 # ----------------------------------------------------------------------------- confirmation
 def confirmation(frame: pd.DataFrame) -> dict[str, dict[str, Any]]:
-    """Per budget with phase-3 trials: `archhpo.search._confirm.confirmation_summary` of them."""
-    from archhpo.search._confirm import confirmation_summary
+    """Per budget with phase-3 trials: `archhpo.report._confirm.confirmation_summary` of them."""
+    from archhpo.report._confirm import confirmation_summary
 
     out: dict[str, dict[str, Any]] = {}
     if not (frame["phase"] == 3).any():
@@ -366,7 +366,7 @@ def _png_data(fig: Any, dpi: int) -> bytes:
 def render_html(experiment: str, frame: pd.DataFrame, summary: pd.DataFrame, fit: dict[str, Any],
                 confirm: dict[str, dict[str, Any]], choices: pd.DataFrame, images: dict[str, bytes],
                 files: Sequence[str]) -> str:
-    from archhpo.search._figures import FIGURES
+    from archhpo.report._figures import FIGURES
 
     picks = best_and_runner_up(frame)
     when = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
@@ -468,7 +468,7 @@ def report_frame(frame: pd.DataFrame, out: str | Path = "results", experiment: s
     choices = choice_table(frame, reference)
     files: list[Path] = []
 
-    from archhpo.search._figures import make_figures
+    from archhpo.report._figures import make_figures
 
     images: dict[str, bytes] = {}
     for name, fig in make_figures(frame, fit).items():

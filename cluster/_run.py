@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+from archhpo.cluster._ray_private import loopback_only
 from archhpo.errors import ArchhpoError
-from archhpo.search._export import export_studies
+from archhpo.report._export import export_studies
 from archhpo.search._queue import PlanStatus, TrialQueue
-from archhpo.search._ray_private import loopback_only
 from archhpo.search._storage import is_sqlite, mask_url, open_storage
 
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")

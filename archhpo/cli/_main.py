@@ -1,6 +1,6 @@
 """The `archhpo` command line (SPEC §2). Every user error ends in one sentence and exit code 2.
 
-Options are defined once, in `archhpo.search._options`; the parser is built from them.  A
+Options are defined once, in `archhpo._options`; the parser is built from them.  A
 command is a function taking the parsed namespace, registered with `register_command` (the
 parser lists commands in registration order):
 
@@ -25,9 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from archhpo.errors import ArchhpoError
-from archhpo.models import Family, family_names, get_family
-from archhpo.search._options import (
+from archhpo._options import (
     ARCH_OPTIONS,
     FAMILY_COMMANDS,
     LAUNCH,
@@ -42,6 +40,8 @@ from archhpo.search._options import (
     load_config,
     options_for,
 )
+from archhpo.errors import ArchhpoError
+from archhpo.models import Family, family_names, get_family
 
 EXIT_USER_ERROR = 2
 EXIT_INTERRUPTED = 130
@@ -226,7 +226,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from archhpo.search._run import RunOptions, check_run_options, run_workers
+    from archhpo.cluster._run import RunOptions, check_run_options, run_workers
     from archhpo.search._storage import resolve_storage_url
 
     gpus = args.gpus_per_trial  # checked before anything is written
@@ -255,7 +255,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 def _report_after_run(args: argparse.Namespace, url: str) -> None:
     """`run` ends with the report of the whole experiment; a report that cannot be written is a
     warning (the trials are done and exported), never a failed run."""
-    from archhpo.search._report import write_report
+    from archhpo.report._page import write_report
 
     try:
         report = write_report(args.experiment, storage=url, out=args.out)
@@ -267,7 +267,7 @@ def _report_after_run(args: argparse.Namespace, url: str) -> None:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from archhpo.search._export import export_studies
+    from archhpo.report._export import export_studies
     from archhpo.search._storage import open_storage, resolve_storage_url
 
     storage = open_storage(resolve_storage_url(args.storage), create=False)
@@ -275,7 +275,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     for path in export_studies(storage, names, Path(args.out)):
         print(path)
     if args.report:
-        from archhpo.search._report import write_report
+        from archhpo.report._page import write_report
 
         for path in write_report(args.experiment, storage=storage, out=args.out).files:
             print(path)
@@ -283,7 +283,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from archhpo.search._report import write_report
+    from archhpo.report._page import write_report
 
     if args.csv and "storage" in args.given:
         raise ArchhpoError("Pass either --storage or --csv, not both: the report reads one source.")
@@ -296,14 +296,14 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_dashboard(args: argparse.Namespace) -> int:
-    from archhpo.search._dashboard import serve
+    from archhpo.cli._dashboard import serve
 
     serve(args.storage, args.host, args.port)
     return 0
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from archhpo.search._train_cmd import train_command
+    from archhpo.cli._train import train_command
 
     print(json.dumps(train_command(args)))
     return 0
@@ -413,7 +413,7 @@ def _hide_passwords_from_ps() -> None:
             words = [w.decode(errors="replace") for w in fh.read().split(b"\0") if w]
     except OSError:
         return
-    from archhpo.search._ray_private import setproctitle
+    from archhpo.cluster._ray_private import setproctitle
 
     set_title = setproctitle()  # ships with Ray; rewrites the argv memory ps reads
     if set_title is None:

@@ -16,7 +16,7 @@ import optuna
 from optuna.storages import RDBStorage
 from optuna.trial import FrozenTrial, TrialState
 
-from archhpo.search._confirm import confirmation_summary, paired_summary
+from archhpo.report._confirm import confirmation_summary, paired_summary
 from archhpo.search._space import PARAM_NAMES
 from archhpo.search._study import StudySettings, load_study
 

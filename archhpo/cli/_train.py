@@ -16,9 +16,9 @@ from typing import Any
 
 import torch
 
+from archhpo._options import default
 from archhpo.errors import ArchhpoError
 from archhpo.models import get_family
-from archhpo.search._options import default
 from archhpo.search._space import FULL_SPACE, QUICK_SPACE
 from archhpo.workers import TrainConfig, TrialSpec, build_trial, describe_result, resolve_device, train
 
@@ -48,7 +48,7 @@ def trial_spec_from_args(args: argparse.Namespace) -> TrialSpec:
         if getattr(args, key, None) is not None:
             options[key] = getattr(args, key)
     for key in ("horizon", "threshold", "seed"):
-        options.setdefault(key, default(key))  # one definition: search/_options.py
+        options.setdefault(key, default(key))  # one definition: archhpo/_options.py
     if getattr(args, "quick", False):
         options["quick"] = True
     flag_values = {f.name: getattr(args, f"fam_{f.name}") for f in fam.flags
