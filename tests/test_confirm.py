@@ -15,17 +15,9 @@ from optuna.trial import TrialState
 
 from archhpo.cli import main
 from archhpo.errors import BudgetError
+from archhpo.report import CSV_COLUMNS, SPEC_COLUMNS, confirmation_summary, export_studies
 from archhpo.report._export import csv_text
-from archhpo.search import (
-    CSV_COLUMNS,
-    SPEC_COLUMNS,
-    TrialQueue,
-    confirmation_summary,
-    export_studies,
-    launch,
-    open_storage,
-    prepare_settings,
-)
+from archhpo.search import TrialQueue, launch, open_storage, prepare_settings
 from tests.conftest import TINY_DATA
 
 WORKER = {"host": "test", "device": "cpu"}

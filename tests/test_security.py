@@ -119,7 +119,7 @@ def test_password_in_url_moves_to_pgpassword(monkeypatch: pytest.MonkeyPatch) ->
 def test_ray_tasks_get_a_password_free_url(pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """What `archhpo run` hands to run_workers (and so to every Ray task's arguments) has no password;
     the password reaches the workers through PGPASSWORD, inherited by the Ray processes."""
-    from archhpo.search import cli
+    from archhpo.cli import _main as cli
 
     monkeypatch.delenv("PGPASSWORD", raising=False)
     canary = f"Canary-{uuid.uuid4().hex}"
