@@ -119,7 +119,7 @@ def confirmation(frame: pd.DataFrame) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     if not (frame["phase"] == 3).any():
         return out
-    cols = [*ARCH, "param_count", "trial", "state", "phase", "seed", "val_loss", "choices", "best_epoch"]
+    cols = [*ARCH, "param_count", "trial", "state", "phase", "seed", "val_loss", "choices", "best_epoch", "fail_reason"]
     for budget, group in frame.groupby("budget", sort=False):
         if not (group["phase"] == 3).any():
             continue
