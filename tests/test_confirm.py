@@ -4,6 +4,7 @@ retried like any slot, exported as phase 3, and summarised with a paired compari
 from __future__ import annotations
 
 import csv
+import html
 import io
 import json
 import statistics
@@ -299,3 +300,48 @@ def test_confirmation_end_to_end_with_a_real_worker(storage_url: str, tmp_path: 
                  "--storage", storage_url]) == 0
     assert len(open_storage(storage_url).get_all_trials(TrialQueue(storage_url, "cf_200K").study_id)) == 8
     assert export_studies(open_storage(storage_url), ["cf_200K"], out)
+
+
+def test_every_confirmation_trial_finishes_under_the_default_pruner(storage_url: str, tmp_path: Path) -> None:
+    """Issue 20: `--confirm 2 --seeds 3` with the default (median) pruner and real workers ends with
+    2 architectures x 3 seeds trained to the end and a seed-by-seed comparison of rank 0 and 1."""
+    import torch
+
+    from archhpo.workers import Worker
+
+    torch.set_num_threads(1)
+    out = tmp_path / "res"
+    assert main(["launch", "--experiment", "cf", "--budget", "200K", "--trials", "5", "--quick", "--epochs", "4",
+                 "--data", TINY_DATA, "--confirm", "2", "--seeds", "3", "--storage", storage_url]) == 0
+    q = TrialQueue(storage_url, "cf_200K")
+    assert q.settings.pruner == "median" and q.median_rule is not None
+    threads = [threading.Thread(target=Worker([TrialQueue(storage_url, "cf_200K")], device="cpu", threads=1).run)
+               for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(600)
+    trials = q.storage.get_all_trials(q.study_id)
+    phase3 = [t for t in trials if t.user_attrs.get("phase") == 3]
+    assert len(phase3) == 6 and all(t.state == TrialState.COMPLETE for t in phase3), \
+        [(t.number, t.state.name) for t in phase3]
+    assert all(len(t.intermediate_values) == 4 for t in phase3), "every replicate trained all 4 epochs"
+    assert main(["export", "--experiment", "cf", "--storage", storage_url, "--out", str(out)]) == 0
+    conf = json.loads((out / "cf_200K_best.json").read_text())["confirmation"]
+    assert conf["n_architectures"] == 2 and conf["seeds"] == [0, 1, 2] and conf["unfinished"] == []
+    values = {(t.user_attrs["rank"], t.user_attrs["seed"]): t.value for t in phase3}
+    for a in conf["architectures"]:
+        mine = [values[(a["rank"], s)] for s in range(3)]
+        assert a["n"] == 3 and a["mean"] == pytest.approx(statistics.fmean(mine))
+        assert a["std"] == pytest.approx(statistics.stdev(mine))
+    c = conf["comparison"]
+    diffs = [values[(1, s)] - values[(0, s)] for s in range(3)]
+    assert c["n_pairs"] == 3 and c["unpaired_seeds"] == [] and c["differences"] == pytest.approx(diffs)
+    half = 4.302652729911275 * statistics.stdev(diffs) / 3 ** 0.5  # t(0.975, df=2) * se
+    assert c["ci95"] == pytest.approx([statistics.fmean(diffs) - half, statistics.fmean(diffs) + half])
+    assert c["within_noise"] == (c["ci95"][0] <= 0 <= c["ci95"][1])
+    assert ("within seed noise" in conf["statement"]) == c["within_noise"]
+    # The report shows the same confirmation.
+    assert main(["report", "--experiment", "cf", "--storage", storage_url, "--out", str(out)]) == 0
+    page = (out / "cf_report.html").read_text()
+    assert "3 complete pairs" in page and html.escape(conf["statement"]) in page
