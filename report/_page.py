@@ -251,7 +251,7 @@ def _diff_text(r: pd.Series, ref: str) -> str:
     if _f(r["diff_mean"]) is None:
         return "–"
     if _f(r["diff_ci95_lo"]) is None:
-        return f"{r['diff_mean']:+.4f} (no interval from {r['n_pairs']} pair{'s' if r['n_pairs'] != 1 else ''})"
+        return f"{r['diff_mean']:+.4f}"
     return f"{r['diff_mean']:+.4f} [{r['diff_ci95_lo']:+.4f}, {r['diff_ci95_hi']:+.4f}]"
 
 

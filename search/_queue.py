@@ -269,16 +269,16 @@ class TrialQueue:
                     ))
                 else:
                     row.intermediate_value, row.intermediate_value_type = stored, kind
-            return self._should_prune(claim, step)
+            # Only trials a pruner may judge alone (never a confirmation or paired-seed trial).
+            return prunable(claim) and self._should_prune(step, claim.best_value)
 
         return resilient(once, "report")
 
-    def _should_prune(self, claim: Claim, step: int) -> bool:
-        """The study's pruner on this trial, for trials a pruner may judge alone (`prunable`:
-        never a confirmation or paired-seed trial)."""
-        if self.median_rule is None or not prunable(claim):
+    def _should_prune(self, step: int, best: float) -> bool:
+        """The study's pruning rule (MedianRule, or none) for a trial whose best loss is `best`."""
+        if self.median_rule is None:
             return False
-        return self.median_rule.stops(step, claim.best_value, self._completed_values(step))
+        return self.median_rule.stops(step, best, self._completed_values(step))
 
     def _completed_values(self, step: int) -> list[float]:
         """The finite values at `step` of every COMPLETE trial, sorted.

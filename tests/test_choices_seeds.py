@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -213,3 +214,19 @@ def test_paired_study_stays_paired_under_the_default_pruner(storage_url: str, tm
     diffs = [best[("linear", s)] - best[("sum", s)] for s in range(3)]
     assert float(table["linear"]["diff_mean"]) == pytest.approx(sum(diffs) / 3)
     assert float(table["linear"]["diff_ci95_lo"]) <= float(table["linear"]["diff_ci95_hi"])
+
+
+def test_the_choice_table_gives_no_interval_from_fewer_than_three_pairs(tmp_path: Path) -> None:
+    """Two pairs: the difference and its count, no interval; three pairs: an interval."""
+    from archhpo.report._frame import trials_frame
+    from archhpo.report._page import choice_markdown, choice_table
+    from tests.test_report import _paired_rows, _write
+
+    for seeds, interval in ((2, False), (3, True)):
+        frame = trials_frame("audit", csv=_write(_paired_rows(seeds=seeds), tmp_path / f"p{seeds}.csv"))
+        table = choice_table(frame, n_boot=200).set_index("choice")
+        assert (table["n_pairs"] == seeds).all()
+        lin = table.loc["linear"]
+        assert math.isfinite(lin["diff_mean"]) and math.isfinite(lin["diff_ci95_lo"]) == interval
+        row = next(line for line in choice_markdown(table.reset_index()).splitlines() if line.startswith("| linear"))
+        assert row.endswith(f"] ({seeds}) |") == interval and row.endswith(f"{lin['diff_mean']:+.4f} ({seeds}) |") != interval
