@@ -241,13 +241,33 @@ def test_only_search_trials_are_prunable() -> None:
     assert not any(prunable(PlanEntry(**e)) for e in paired.plan)
 
 
+def test_the_median_rule_decides_as_optunas_median_pruner_does() -> None:
+    """One definition of the rule: MedianRule.stops and the MedianPruner built from it agree."""
+    import optuna
+
+    rule = MedianRule.for_study(quick=True)
+    study = optuna.create_study(pruner=rule.optuna_pruner())
+    for v in (1.0, 2.0, 3.0, 4.0, 5.0):
+        t = study.ask()
+        t.report(v, 1)
+        study.tell(t, v)
+    decisions = []
+    for step, best in ((0, 9.0), (1, 2.9), (1, 3.0), (1, 3.1), (2, 9.0)):
+        t = study.ask()
+        t.report(best, step)
+        mine = rule.stops(step, best, [1.0, 2.0, 3.0, 4.0, 5.0] if step == 1 else [])
+        assert t.should_prune() == mine, (step, best)
+        decisions.append(mine)
+        study.tell(t, state=TrialState.FAIL)  # kept out of the completed trials
+    assert decisions == [False, False, False, True, False]
+
+
 def test_the_median_rule_stops_search_trials_and_never_replicates(storage_url: str) -> None:
     s = _settings(pruner="median", n_trials=6, confirm=1, confirm_seeds=2)  # warm-up 1 epoch (quick)
     launch(storage_url, s)
     q = TrialQueue(storage_url, s.study_name)
     rule = MedianRule.for_study(quick=True)
     assert (rule.n_startup_trials, rule.n_warmup_steps) == (5, 1)
-    assert rule.optuna_pruner()._n_startup_trials == 5  # the Optuna twin carries the same settings
     for value in (1.0, 2.0, 3.0, 4.0, 5.0):  # five finished trials: median 3.0 at epoch 1
         c = q.claim(WORKER)
         assert c is not None and c.phase == 1
