@@ -56,26 +56,32 @@ def _row_from_trial(t: Any, archs: Sequence[Mapping[str, Any]] | None) -> dict[s
     row.update(
         trial=t.number, state=t.state.name, phase=ua.get("phase"), seed=ua.get("seed"), rank=ua.get("rank"),
         val_loss=t.value, choices=arch.get("choices", ua.get("choices", {})),
-        best_epoch=ua.get("best_epoch"),
+        best_epoch=ua.get("best_epoch"), fail_reason=ua.get("fail_reason"),
     )
     return row
 
 
-def _rows(trials_or_rows: Iterable[Any], archs: Sequence[Mapping[str, Any]] | None) -> list[dict[str, Any]]:
+def _all_rows(trials_or_rows: Iterable[Any], archs: Sequence[Mapping[str, Any]] | None) -> list[dict[str, Any]]:
+    """Every trial or row, whatever its state, with the keys the summaries read."""
     out = []
     for item in trials_or_rows:
         row = dict(item) if isinstance(item, Mapping) else _row_from_trial(item, archs)
-        state = str(row.get("state") or "COMPLETE").upper()
-        value = _num(row.get("val_loss", row.get("value")))
-        if state != "COMPLETE" or value is None:
-            continue  # pruned, failed and unfinished trials have no comparable value
+        reason = row.get("fail_reason")
         out.append({
             "trial": _int(row.get("trial")), "phase": _int(row.get("phase")) or 1,
-            "seed": _int(row.get("seed")), "rank": _int(row.get("rank")), "value": value,
+            "seed": _int(row.get("seed")), "rank": _int(row.get("rank")),
+            "state": str(row.get("state") or "COMPLETE").upper(),
+            "value": _num(row.get("val_loss", row.get("value"))),
             "arch": {k: _int(row.get(k)) for k in (*ARCH_KEYS, "param_count")},
             "choices": _choices(row.get("choices")), "best_epoch": _int(row.get("best_epoch")),
+            "reason": reason if isinstance(reason, str) and reason else None,
         })
     return out
+
+
+def _rows(trials_or_rows: Iterable[Any], archs: Sequence[Mapping[str, Any]] | None) -> list[dict[str, Any]]:
+    # Pruned, failed and unfinished trials have no comparable value.
+    return [r for r in _all_rows(trials_or_rows, archs) if r["state"] == "COMPLETE" and r["value"] is not None]
 
 
 def _key(r: Mapping[str, Any]) -> str:
@@ -100,8 +106,12 @@ def seed_stats(values: Mapping[int, float]) -> dict[str, Any]:
     }
 
 
+MIN_PAIRS = 3  # fewer complete pairs give no interval: 2 pairs leave 1 degree of freedom (t = 12.7)
+
+
 def paired_difference(a: Mapping[int, float], b: Mapping[int, float], level: float = 0.95) -> dict[str, Any]:
-    """b - a over the seeds both have: mean, std, standard error and the t interval."""
+    """b - a over the seeds both have: mean, std, standard error, and the t interval from
+    MIN_PAIRS pairs on (None below)."""
     seeds = sorted(set(a) & set(b))
     diffs = [b[s] - a[s] for s in seeds]
     out: dict[str, Any] = {"n_pairs": len(diffs), "seeds": seeds, "differences": diffs,
@@ -109,9 +119,10 @@ def paired_difference(a: Mapping[int, float], b: Mapping[int, float], level: flo
                            "ci95": None}
     if len(diffs) > 1:
         sd = statistics.stdev(diffs)
-        se = sd / math.sqrt(len(diffs))
-        half = t_quantile(len(diffs), level) * se
-        out.update(std=sd, se=se, ci95=[out["mean"] - half, out["mean"] + half])
+        out.update(std=sd, se=sd / math.sqrt(len(diffs)))
+    if len(diffs) >= MIN_PAIRS:
+        half = t_quantile(len(diffs), level) * out["se"]
+        out["ci95"] = [out["mean"] - half, out["mean"] + half]
     return out
 
 
@@ -125,8 +136,9 @@ def lead_statement(lead: Mapping[str, Any], winner: str = "the winner", other: s
     if n == 0 or mean is None:
         return f"No seed has finished for both {winner} and {other}; nothing to compare yet."
     if ci is None:
-        return (f"{winner.capitalize()} leads {other} by {_fmt(mean)} on the one seed both finished; "
-                "two or more seeds are needed to judge seed noise.")
+        pairs = "the one seed both finished" if n == 1 else f"{n} seeds"
+        return (f"{winner.capitalize()} leads {other} by {_fmt(mean)} on {pairs}; {MIN_PAIRS} or more complete "
+                "pairs are needed to judge seed noise.")
     interval = f"paired 95% interval [{_fmt(ci[0])}, {_fmt(ci[1])}] over {n} seeds"
     if ci[0] <= 0 <= ci[1]:
         if mean >= 0:
@@ -139,6 +151,88 @@ def lead_statement(lead: Mapping[str, Any], winner: str = "the winner", other: s
             "phase-1/2 ranking does not hold up.")
 
 
+def _selection(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per configuration, its best phase-1/2 trial (what plan upkeep ranked it by)."""
+    selection: dict[str, dict[str, Any]] = {}
+    for r in rows:
+        if r["phase"] in (1, 2):
+            cur = selection.get(_key(r))
+            if cur is None or (r["value"], r["trial"] or 0) < (cur["value"], cur["trial"] or 0):
+                selection[_key(r)] = r
+    return selection
+
+
+def _ranked(confirm: list[dict[str, Any]], selection: Mapping[str, dict[str, Any]]
+            ) -> list[tuple[int, list[dict[str, Any]]]]:
+    """The confirmed configurations with their rank: the trials' "rank" where they carry it,
+    else the position by selection value."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for r in confirm:
+        groups.setdefault(_key(r), []).append(r)
+    order = sorted(groups, key=lambda k: (selection[k]["value"], selection[k]["trial"] or 0)
+                   if k in selection else (math.inf, 0))
+    ranked = []
+    for pos, key in enumerate(order):
+        explicit = {r["rank"] for r in groups[key] if r["rank"] is not None}
+        ranked.append((min(explicit) if explicit else pos, groups[key]))
+    return sorted(ranked, key=lambda item: item[0])
+
+
+def _architecture(rank: int, members: list[dict[str, Any]], sel: Mapping[str, Any] | None) -> dict[str, Any]:
+    values = {r["seed"]: r["value"] for r in sorted(members, key=lambda r: r["trial"] or 0)}
+    return {
+        "rank": rank, "architecture": members[0]["arch"], "choices": members[0]["choices"],
+        "selection_value": sel["value"] if sel else None, "selection_trial": sel["trial"] if sel else None,
+        **seed_stats(values),
+    }
+
+
+def _unfinished(rows: list[dict[str, Any]], archs_out: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The confirmation slots (rank, seed) without a finished trial, each with its last attempt:
+    trial, state and the worker's reason (FAIL for good, or still WAITING/RUNNING)."""
+    rank_of = {_key({"arch": a["architecture"], "choices": a["choices"]}): a["rank"] for a in archs_out}
+    done = {(a["rank"], int(s)) for a in archs_out for s in a["values"]}
+    last: dict[tuple[int | None, int], dict[str, Any]] = {}
+    for r in sorted((r for r in rows if r["phase"] == 3 and r["seed"] is not None), key=lambda r: r["trial"] or 0):
+        rank = r["rank"] if r["rank"] is not None else rank_of.get(_key(r))
+        last[(rank, r["seed"])] = r
+    return [{"rank": rank, "seed": seed, "trial": r["trial"], "state": r["state"], "reason": r["reason"]}
+            for (rank, seed), r in sorted(last.items(), key=lambda kv: (kv[0][0] is None, kv[0][0] or 0, kv[0][1]))
+            if (rank, seed) not in done]
+
+
+def _comparison(by_rank: Mapping[int, dict[str, Any]], seeds: list[int]) -> tuple[dict[str, Any] | None, str]:
+    """Rank 0 against rank 1, seed by seed over their complete pairs, and the sentence saying it."""
+    if not (0 in by_rank and 1 in by_rank):
+        if by_rank:
+            return None, "Only one architecture was confirmed; there is no runner-up to compare with."
+        return None, "No confirmation trial has finished yet."
+    win = {int(s): v for s, v in by_rank[0]["values"].items()}
+    run = {int(s): v for s, v in by_rank[1]["values"].items()}
+    lead = paired_difference(win, run)
+    ci = lead["ci95"]
+    unpaired = [s for s in seeds if s not in lead["seeds"]]
+    comparison = {
+        "winner_rank": 0, "runner_up_rank": 1, "n_pairs": lead["n_pairs"], "seeds": lead["seeds"],
+        "unpaired_seeds": unpaired, "differences": lead["differences"], "lead": lead["mean"], "std": lead["std"],
+        "se": lead["se"], "ci95": ci, "within_noise": (ci[0] <= 0 <= ci[1]) if ci else None,
+    }
+    statement = lead_statement(lead)
+    if unpaired:
+        statement += (f" Seed(s) {', '.join(map(str, unpaired))} lack a finished trial of rank 0 or 1 and are left "
+                      f"out: the comparison uses {lead['n_pairs']} complete pair(s) of {len(seeds)} seeds.")
+    return comparison, statement
+
+
+def _unfinished_text(missing: list[dict[str, Any]]) -> str:
+    if not missing:
+        return ""
+    named = "; ".join(
+        f"rank {m['rank']} seed {m['seed']} (trial {m['trial']}, {m['state']}"
+        + (f": {m['reason']})" if m["reason"] else ")") for m in missing)
+    return f" Confirmation trials without a result: {named}."
+
+
 def confirmation_summary(
     trials_or_rows: Iterable[Any], archs: Sequence[Mapping[str, Any]] | None = None
 ) -> dict[str, Any]:
@@ -147,66 +241,34 @@ def confirmation_summary(
     trials_or_rows: Optuna FrozenTrials of the study (pass `archs` = StudySettings.archs to take
     the architecture from the study, else it is read from the trials' user attributes), or result
     rows as `experiment_results.csv` holds them (dicts with d_model, n_layers, n_heads, d_ff,
-    param_count, choices, phase, seed, state, val_loss, trial; an optional rank).  Only COMPLETE
-    trials count.  A confirmed architecture's rank is its "rank" attribute when the rows carry
-    it, else its position by best phase-1/2 value (how plan upkeep ranked it).
+    param_count, choices, phase, seed, state, val_loss, trial; optional rank and fail_reason).
+    Only COMPLETE trials give values; the others are named in "unfinished".  A confirmed
+    architecture's rank is its "rank" attribute when the rows carry it, else its position by best
+    phase-1/2 value (how plan upkeep ranked it).
 
     Returns {"n_architectures", "seeds", "architectures": [{"rank", "architecture", "choices",
     "selection_value", "selection_trial", "n", "mean", "std", "values": {seed: value}}, ...],
-    "comparison": {"winner_rank": 0, "runner_up_rank": 1, "n_pairs", "seeds", "differences",
-    "lead": mean(runner-up - winner), "std", "se", "ci95", "within_noise"} or None, "statement"}.
+    "comparison": {"winner_rank": 0, "runner_up_rank": 1, "n_pairs", "seeds", "unpaired_seeds",
+    "differences", "lead": mean(runner-up - winner), "std", "se", "ci95" (None below MIN_PAIRS
+    pairs), "within_noise"} or None, "unfinished": [{"rank", "seed", "trial", "state", "reason"}],
+    "statement"}.
     """
-    rows = _rows(trials_or_rows, archs)
-    selection: dict[str, dict[str, Any]] = {}
-    for r in rows:
-        if r["phase"] in (1, 2):
-            cur = selection.get(_key(r))
-            if cur is None or (r["value"], r["trial"] or 0) < (cur["value"], cur["trial"] or 0):
-                selection[_key(r)] = r
-    confirm = [r for r in rows if r["phase"] == 3 and r["seed"] is not None]
-    groups: dict[str, list[dict[str, Any]]] = {}
-    for r in confirm:
-        groups.setdefault(_key(r), []).append(r)
-    ranked: list[tuple[int, str]] = []
-    order = sorted(groups, key=lambda k: (selection[k]["value"], selection[k]["trial"] or 0)
-                   if k in selection else (math.inf, 0))
-    for pos, key in enumerate(order):
-        explicit = {r["rank"] for r in groups[key] if r["rank"] is not None}
-        ranked.append((min(explicit) if explicit else pos, key))
-    ranked.sort()
-    archs_out = []
-    for rank, key in ranked:
-        members = groups[key]
-        values = {r["seed"]: r["value"] for r in sorted(members, key=lambda r: r["trial"] or 0)}
-        sel = selection.get(key)
-        archs_out.append({
-            "rank": rank, "architecture": members[0]["arch"], "choices": members[0]["choices"],
-            "selection_value": sel["value"] if sel else None, "selection_trial": sel["trial"] if sel else None,
-            **seed_stats(values),
-        })
-    by_rank = {a["rank"]: a for a in archs_out}
-    comparison = None
-    if 0 in by_rank and 1 in by_rank:
-        win = {int(s): v for s, v in by_rank[0]["values"].items()}
-        run = {int(s): v for s, v in by_rank[1]["values"].items()}
-        lead = paired_difference(win, run)
-        ci = lead["ci95"]
-        comparison = {
-            "winner_rank": 0, "runner_up_rank": 1, "n_pairs": lead["n_pairs"], "seeds": lead["seeds"],
-            "differences": lead["differences"], "lead": lead["mean"], "std": lead["std"], "se": lead["se"],
-            "ci95": ci, "within_noise": (ci[0] <= 0 <= ci[1]) if ci else None,
-        }
-        statement = lead_statement(lead)
-    elif archs_out:
-        statement = "Only one architecture was confirmed; there is no runner-up to compare with."
-    else:
-        statement = "No confirmation trial has finished yet."
+    rows = _all_rows(trials_or_rows, archs)
+    done = [r for r in rows if r["state"] == "COMPLETE" and r["value"] is not None]
+    selection = _selection(done)
+    confirm = [r for r in done if r["phase"] == 3 and r["seed"] is not None]
+    archs_out = [_architecture(rank, members, selection.get(_key(members[0])))
+                 for rank, members in _ranked(confirm, selection)]
+    seeds = sorted({r["seed"] for r in rows if r["phase"] == 3 and r["seed"] is not None})
+    comparison, statement = _comparison({a["rank"]: a for a in archs_out}, seeds)
+    unfinished = _unfinished(rows, archs_out)
     return {
         "n_architectures": len(archs_out),
-        "seeds": sorted({r["seed"] for r in confirm}),
+        "seeds": seeds,
         "architectures": archs_out,
         "comparison": comparison,
-        "statement": statement,
+        "unfinished": unfinished,
+        "statement": statement + _unfinished_text(unfinished),
     }
 
 
@@ -229,4 +291,4 @@ def paired_summary(
     return out
 
 
-__all__ = ["confirmation_summary", "lead_statement", "paired_difference", "paired_summary", "seed_stats"]
+__all__ = ["MIN_PAIRS", "confirmation_summary", "lead_statement", "paired_difference", "paired_summary", "seed_stats"]

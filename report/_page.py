@@ -13,7 +13,8 @@ the output directory:
 - ``{experiment}_summary.csv``: one row per budget (`SUMMARY_COLUMNS` first).
 - ``{experiment}_choices.md`` and ``.csv`` when the experiment has categorical choices crossed
   with paired seeds: per choice mean ± std over seeds, best epoch, parameter count and the
-  paired difference against a reference choice with a bootstrap 95% interval over seeds.
+  paired difference against a reference choice with its number of pairs and a bootstrap 95%
+  interval over seeds (none from fewer than 3 pairs).
 
 Read from a database, each budget's answer is also saved as the study's note in
 optuna-dashboard, so the dashboard opens on it.
@@ -38,6 +39,7 @@ import numpy as np
 import pandas as pd
 
 from archhpo.errors import StudyError
+from archhpo.report._confirm import MIN_PAIRS, confirmation_summary
 from archhpo.report._export import atomic_write
 from archhpo.report._fit import fit_json, fit_scaling_law
 from archhpo.report._frame import best_and_runner_up, budgets_in, load_curves, ranked, trials_frame
@@ -114,12 +116,10 @@ def bootstrap_ci(values: Sequence[float], n_boot: int = 2000, seed: int = 0) -> 
 # ----------------------------------------------------------------------------- confirmation
 def confirmation(frame: pd.DataFrame) -> dict[str, dict[str, Any]]:
     """Per budget with phase-3 trials: `archhpo.report._confirm.confirmation_summary` of them."""
-    from archhpo.report._confirm import confirmation_summary
-
     out: dict[str, dict[str, Any]] = {}
     if not (frame["phase"] == 3).any():
         return out
-    cols = [*ARCH, "param_count", "trial", "state", "phase", "seed", "val_loss", "choices", "best_epoch"]
+    cols = [*ARCH, "param_count", "trial", "state", "phase", "seed", "val_loss", "choices", "best_epoch", "fail_reason"]
     for budget, group in frame.groupby("budget", sort=False):
         if not (group["phase"] == 3).any():
             continue
@@ -196,8 +196,9 @@ def choice_table(frame: pd.DataFrame, reference: str | None = None, n_boot: int 
     Per budget and choice: over seeds, the value of a seed is the best COMPLETE validation loss
     of that choice's trials with that seed (confirmation retrains left out); ``mean``, ``std``
     (n-1), ``best_epoch`` (mean over seeds of the selected trials' best epoch), ``param_count``
-    (median), and the paired difference ``choice - reference`` over the seeds both have, with a
-    percentile bootstrap 95% interval over seeds (`n_boot` resamples).  The reference is
+    (median), and the paired difference ``choice - reference`` over the ``n_pairs`` seeds both
+    have, with a percentile bootstrap 95% interval over seeds (`n_boot` resamples) when there are
+    MIN_PAIRS pairs or more.  The reference is
     `reference` (a choice label) or the first choice listed at launch.  Empty when no budget
     has two or more choices with seeds.
     """
@@ -224,7 +225,9 @@ def choice_table(frame: pd.DataFrame, reference: str | None = None, n_boot: int 
             vals = sel["val_loss"]
             common = vals.index.intersection(base.index)
             diffs = (vals.loc[common] - base.loc[common]).to_numpy()
-            lo, hi = bootstrap_ci(diffs, n_boot, seed) if label != ref else (math.nan, math.nan)
+            # No interval from fewer than MIN_PAIRS pairs: a bootstrap of two values is two points.
+            lo, hi = (bootstrap_ci(diffs, n_boot, seed) if label != ref and len(diffs) >= MIN_PAIRS
+                      else (math.nan, math.nan))
             epochs = sel["best_epoch"].dropna()
             rows.append({
                 "budget": budget, "choice": label, "n_seeds": len(vals), "mean": float(vals.mean()),
@@ -242,7 +245,7 @@ def choice_table(frame: pd.DataFrame, reference: str | None = None, n_boot: int 
 
 def _diff_text(r: pd.Series, ref: str) -> str:
     """A choice's paired difference against the reference: "+0.0123 [-0.0010, +0.0250]", or the
-    bare mean where one pair gives no interval, "–" where no seed is shared."""
+    bare mean where fewer than MIN_PAIRS pairs give no interval, "–" where no seed is shared."""
     if r["choice"] == ref:
         return "reference"
     if _f(r["diff_mean"]) is None:
@@ -408,33 +411,7 @@ def render_html(experiment: str, frame: pd.DataFrame, summary: pd.DataFrame, fit
         parts.append(_table(["budget", *metrics], [[s["budget"], *(_fmt(s[m]) for m in metrics)]
                                                     for _, s in summary.iterrows()], set(range(1, len(metrics) + 1))))
     parts.append(f"<p class='law'><b>Scaling law.</b> {html.escape(law_text(fit))}</p>")
-    if confirm:
-        parts.append("<h2>Confirmation (phase 3: the best architectures retrained with new seeds)</h2>")
-        for budget, c in confirm.items():
-            arows = []
-            for a in c["architectures"]:
-                arch = a["architecture"]
-                label = f"d_model {arch.get('d_model')}, {arch.get('n_layers')} layers, {arch.get('n_heads')} heads"
-                arows.append([a["rank"], label, _fmt(a.get("selection_value")), _fmt(a["mean"]), _fmt(a["std"], 3),
-                              a["n"]])
-            parts.append(f"<h3>{html.escape(budget)}</h3>")
-            parts.append(_table(["rank", "architecture", "selection loss", "mean", "std", "seeds"], arows,
-                                {0, 2, 3, 4, 5}))
-            parts.append(f"<p>{html.escape(c['statement'])}</p>")
-    if not choices.empty:
-        parts.append("<h2>Categorical choices over paired seeds</h2>")
-        parts.append("<p>Per choice, the best validation loss of each seed; the difference is paired seed by seed "
-                     "against the reference, with a bootstrap 95% interval over seeds.</p>")
-        for budget, group in choices.groupby("budget", sort=False):
-            ref = group["reference"].iloc[0]
-            crow = []
-            for _, r in group.iterrows():
-                diff = _diff_text(r, ref)
-                crow.append([r["choice"], f"{r['mean']:.4f} ± {_fmt(r['std'], 3)}", r["n_seeds"],
-                             _fmt(r["best_epoch"], 3), _count(r["param_count"]), diff, r["n_pairs"]])
-            parts.append(f"<h3>{html.escape(str(budget))}</h3>")
-            parts.append(_table(["choice", "mean ± std", "seeds", "best epoch", "params", f"Δ vs {ref} [95% CI]",
-                                 "pairs"], crow, {2, 3, 4, 6}))
+    parts += confirmation_html(confirm) + choices_html(choices)
     parts.append("<h2>Figures</h2>")
     for name, caption in FIGURES.items():
         if name not in images:
@@ -445,6 +422,52 @@ def render_html(experiment: str, frame: pd.DataFrame, summary: pd.DataFrame, fit
     parts.append("<h2>Files</h2><ul>" + "".join(f"<li>{html.escape(f)}</li>" for f in files) + "</ul>")
     parts.append("</body></html>\n")
     return "\n".join(parts)
+
+
+def confirmation_html(confirm: dict[str, dict[str, Any]]) -> list[str]:
+    """Per budget: each confirmed architecture's mean ± std over its seeds, rank 0 against rank 1
+    seed by seed with the number of complete pairs, and the confirmation's statement."""
+    if not confirm:
+        return []
+    parts = ["<h2>Confirmation (phase 3: the best architectures retrained with new seeds)</h2>"]
+    for budget, c in confirm.items():
+        arows = []
+        for a in c["architectures"]:
+            arch = a["architecture"]
+            label = f"d_model {arch.get('d_model')}, {arch.get('n_layers')} layers, {arch.get('n_heads')} heads"
+            arows.append([a["rank"], label, _fmt(a.get("selection_value")), _fmt(a["mean"]), _fmt(a["std"], 3),
+                          f"{a['n']} of {len(c['seeds'])}"])
+        parts.append(f"<h3>{html.escape(budget)}</h3>")
+        parts.append(_table(["rank", "architecture", "selection loss", "mean", "std", "seeds"], arows, {0, 2, 3, 4}))
+        comp = c.get("comparison")
+        if comp:
+            by_rank = {a["rank"]: a["values"] for a in c["architectures"]}
+            prow = [[s, _fmt(by_rank[0][str(s)]), _fmt(by_rank[1][str(s)]), f"{d:+.4f}"]
+                    for s, d in zip(comp["seeds"], comp["differences"], strict=True)]
+            parts.append(f"<p>Rank 0 against rank 1, seed by seed: {comp['n_pairs']} complete pairs of "
+                         f"{len(c['seeds'])} seeds.</p>")
+            parts.append(_table(["seed", "rank 0 loss", "rank 1 loss", "rank 1 − rank 0"], prow, {0, 1, 2, 3}))
+        parts.append(f"<p>{html.escape(c['statement'])}</p>")
+    return parts
+
+
+def choices_html(choices: pd.DataFrame) -> list[str]:
+    """The paired-choice table per budget; every difference names its number of pairs."""
+    if choices.empty:
+        return []
+    parts = ["<h2>Categorical choices over paired seeds</h2>",
+             "<p>Per choice, the best validation loss of each seed; the difference is paired seed by seed "
+             f"against the reference, with a bootstrap 95% interval over seeds from {MIN_PAIRS} pairs on.</p>"]
+    for budget, group in choices.groupby("budget", sort=False):
+        ref = group["reference"].iloc[0]
+        crow = []
+        for _, r in group.iterrows():
+            crow.append([r["choice"], f"{r['mean']:.4f} ± {_fmt(r['std'], 3)}", r["n_seeds"],
+                         _fmt(r["best_epoch"], 3), _count(r["param_count"]), _diff_text(r, ref), r["n_pairs"]])
+        parts.append(f"<h3>{html.escape(str(budget))}</h3>")
+        parts.append(_table(["choice", "mean ± std", "seeds", "best epoch", "params", f"Δ vs {ref} [95% CI]",
+                             "pairs"], crow, {2, 3, 4, 6}))
+    return parts
 
 
 # ----------------------------------------------------------------------------- writing

@@ -9,8 +9,6 @@ pyproject.toml bounds optuna below the next minor version for the same reason.
 
 from __future__ import annotations
 
-from typing import Any
-
 import optuna
 from optuna.storages._rdb import models  # noqa: F401  (re-exported: `from ..._optuna_private import models as m`)
 
@@ -39,7 +37,3 @@ def trial_id_of(trial: optuna.trial.FrozenTrial) -> int:
     """The database id of a trial (FrozenTrial keeps it in a private attribute)."""
     return int(trial._trial_id)
 
-
-def median_pruner_settings(pruner: Any) -> tuple[int, int]:
-    """(n_warmup_steps, n_startup_trials) of a MedianPruner (private attributes in Optuna)."""
-    return int(pruner._n_warmup_steps), int(pruner._n_startup_trials)

@@ -25,8 +25,9 @@ from __future__ import annotations
 import json
 import math
 import random
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from archhpo.budgets import GridRow
 from archhpo.errors import BudgetError
@@ -49,6 +50,27 @@ class PlanEntry:
         if self.rank is None:
             del d["rank"]
         return d
+
+
+class _Seeded(Protocol):
+    @property
+    def phase(self) -> int: ...
+    @property
+    def seed(self) -> int | None: ...
+
+
+def prunable(entry: _Seeded | Mapping[str, Any]) -> bool:
+    """Whether a pruner (median, halving, any other) may stop this trial on its own.
+
+    Confirmation (phase 3) and paired-seed trials never are: each is one seed of a replicate set,
+    and stopping the seeds that trail at an early epoch would leave means and variances of the
+    survivors only.  Every pruning rule consults this one predicate before it judges a trial.
+    `entry`: a PlanEntry, a plan entry dict or a queue Claim (anything with a phase and a seed)."""
+    if isinstance(entry, Mapping):
+        phase, seed = entry.get("phase"), entry.get("seed")
+    else:
+        phase, seed = entry.phase, entry.seed
+    return phase != 3 and seed is None
 
 
 def spread_order(rows: list[GridRow], seed: int = 0) -> list[int]:

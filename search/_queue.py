@@ -31,8 +31,9 @@ from optuna.storages import RDBStorage, fail_stale_trials
 from optuna.trial import TrialState
 
 from archhpo.errors import TrialLost
-from archhpo.search._optuna_private import median_pruner_settings, study_id_of, trial_id_of
 from archhpo.search._optuna_private import models as m
+from archhpo.search._optuna_private import study_id_of, trial_id_of
+from archhpo.search._plan import prunable
 from archhpo.search._space import TRAINING_PARAMS, SearchSpace
 from archhpo.search._storage import (
     HEARTBEAT_INTERVAL_S,
@@ -42,7 +43,7 @@ from archhpo.search._storage import (
     resilient,
     session_scope,
 )
-from archhpo.search._study import StudySettings, enqueue_missing, load_study, make_pruner
+from archhpo.search._study import MedianRule, StudySettings, enqueue_missing, load_study
 
 MAX_ATTEMPTS = 2  # a trial whose worker vanished is retried once with the same parameters
 FINAL_FAIL_KEY = "fail_reason"  # set by a worker: a deliberate FAIL (NaN, OOM, refused) is final
@@ -107,7 +108,9 @@ class TrialQueue:
         self.study_id = study_id_of(self.study)
         self.settings = StudySettings.from_attrs(self.study.user_attrs, name)
         self.name = name
-        self.pruner = make_pruner(self.settings.pruner, bool(self.settings.options.get("quick")))
+        # None: the study prunes nothing (--pruner none).
+        self.median_rule = (MedianRule.for_study(bool(self.settings.options.get("quick")))
+                            if self.settings.pruner == "median" else None)
         space: SearchSpace = self.settings.search_space
         self.distributions = space.distributions(len(self.settings.archs))
         self._dist_json = {k: distribution_to_json(v) for k, v in self.distributions.items()}
@@ -266,25 +269,16 @@ class TrialQueue:
                     ))
                 else:
                     row.intermediate_value, row.intermediate_value_type = stored, kind
-            return self._should_prune(step, claim.best_value)
+            # Only trials a pruner may judge alone (never a confirmation or paired-seed trial).
+            return prunable(claim) and self._should_prune(step, claim.best_value)
 
         return resilient(once, "report")
 
     def _should_prune(self, step: int, best: float) -> bool:
-        """Optuna's median rule in one query: stop when the trial's best loss so far is worse than
-        the median of the completed trials' losses at the same epoch.  (Asking MedianPruner
-        itself reloads every trial of the study on each report: ~90 ms at 320 waiting trials.)"""
-        if self.settings.pruner == "none":
+        """The study's pruning rule (MedianRule, or none) for a trial whose best loss is `best`."""
+        if self.median_rule is None:
             return False
-        pruner = self.pruner
-        assert isinstance(pruner, optuna.pruners.MedianPruner)
-        n_warmup_steps, n_startup_trials = median_pruner_settings(pruner)
-        if step < n_warmup_steps:
-            return False
-        finite = self._completed_values(step)
-        if len(finite) < n_startup_trials:
-            return False
-        return best > _sorted_median(finite)
+        return self.median_rule.stops(step, best, self._completed_values(step))
 
     def _completed_values(self, step: int) -> list[float]:
         """The finite values at `step` of every COMPLETE trial, sorted.
@@ -687,11 +681,6 @@ class _CompletedValues:
     by_step: dict[int, list[float]] = field(default_factory=dict)
     trials: set[int] = field(default_factory=set)
     mark: int = 0  # the newest trial_values id seen
-
-
-def _sorted_median(values: list[float]) -> float:
-    n = len(values)
-    return values[n // 2] if n % 2 else (values[n // 2 - 1] + values[n // 2]) / 2
 
 
 @dataclass

@@ -120,11 +120,44 @@ class StudySettings:
         return cls(**{k: v for k, v in fields.items() if k in known})
 
 
+@dataclass(frozen=True)
+class MedianRule:
+    """Optuna's median rule (MedianPruner's), defined once: stop a trial at epoch `step` when
+    its best loss so far is worse than the median of the COMPLETE trials' losses at that epoch,
+    once `n_startup_trials` of them have a value there and from epoch `n_warmup_steps` on.
+
+    The queue applies it in one query (search/_queue.py: asking MedianPruner itself reloads
+    every trial of the study on each report); `optuna_pruner` is the same rule for a plain
+    Optuna loop (the baseline in bench/).  Which trials it may judge at all: `prunable`."""
+
+    n_startup_trials: int = 5  # finished trials before the median means anything
+    n_warmup_steps: int = 10  # never before the model had a fair start
+
+    @classmethod
+    def for_study(cls, quick: bool) -> MedianRule:
+        return cls(n_warmup_steps=1) if quick else cls()
+
+    def stops(self, step: int, best: float, completed: Sequence[float]) -> bool:
+        """`completed`: the finite values of the COMPLETE trials at `step`, sorted."""
+        if step < self.n_warmup_steps or len(completed) < self.n_startup_trials:
+            return False
+        return best > _sorted_median(completed)
+
+    def optuna_pruner(self) -> optuna.pruners.MedianPruner:
+        return optuna.pruners.MedianPruner(n_startup_trials=self.n_startup_trials,
+                                           n_warmup_steps=self.n_warmup_steps)
+
+
+def _sorted_median(values: Sequence[float]) -> float:
+    n = len(values)
+    mid = n // 2
+    return values[mid] if n % 2 else (values[mid - 1] + values[mid]) / 2
+
+
 def make_pruner(name: str, quick: bool) -> optuna.pruners.BasePruner:
-    if name == "none":
-        return optuna.pruners.NopPruner()
-    # Median rule after a few finished trials; never before the model had a fair start.
-    return optuna.pruners.MedianPruner(n_startup_trials=5, n_warmup_steps=1 if quick else 10)
+    """The study's pruner as an Optuna object, for plain Optuna loops (archhpo's queue applies
+    the MedianRule directly)."""
+    return optuna.pruners.NopPruner() if name == "none" else MedianRule.for_study(quick).optuna_pruner()
 
 
 def load_study(storage: RDBStorage, name: str) -> optuna.Study:
@@ -405,6 +438,7 @@ def experiment_studies(storage: RDBStorage, experiment: str) -> list[str]:
 
 __all__ = [
     "LaunchResult",
+    "MedianRule",
     "StorageError",
     "StudyError",
     "StudySettings",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -180,3 +181,52 @@ def test_relaunch_identity_covers_pins_seeds_and_confirmation(tmp_path: Path) ->
         launch(url, prepare_settings("id", "150K", family="signal", data=SIGNAL_DATA, quick=True, n_trials=6,
                                      confirm=1, confirm_seeds=2))
     assert launch(url, prepare_settings("id", None, **base, paired_seeds=2)).enqueued == 0
+
+
+def test_paired_study_stays_paired_under_the_default_pruner(storage_url: str, tmp_path: Path) -> None:
+    """Issue 15 part 4: with the default (median) pruner, every (configuration, seed) of a paired
+    study trains to the end, and the choice table gives each difference over all pairs with its
+    count (an interval only from 3 pairs on)."""
+    import torch
+
+    from archhpo.workers import Worker
+
+    torch.set_num_threads(1)
+    pins = ["--d-model", "64", "--n-layers", "2,3", "--n-heads", "4", "--d-ff", "128"]
+    assert main(["launch", "--experiment", "enc", "--family", "signal", "--data", SIGNAL_DATA, "--quick",
+                 "--epochs", "3", "--storage", storage_url, *pins, "--encoder", "sum,linear",
+                 "--paired-seeds", "3"]) == 0
+    q = TrialQueue(storage_url, "enc_d64-L2+3-h4-ff128")
+    assert q.settings.pruner == "median" and len(q.settings.plan) == 4 * 3
+    Worker([q], device="cpu", threads=1).run()
+    trials = q.storage.get_all_trials(q.study_id)
+    assert sorted(t.state.name for t in trials) == ["COMPLETE"] * 12, [(t.number, t.state.name) for t in trials]
+    # The signal family validates every 20 epochs and at the last: each trial reached epoch 3.
+    assert all(max(t.intermediate_values) == 3 for t in trials), "every seed trained all 3 epochs"
+    out = tmp_path / "res"
+    assert main(["report", "--experiment", "enc", "--storage", storage_url, "--out", str(out)]) == 0
+    table = {r["choice"]: r for r in csv.DictReader((out / "enc_choices.csv").open())}
+    assert set(table) == {"sum", "linear"} and table["linear"]["n_pairs"] == "3"
+    best = {}  # per (encoder, seed): the best of its two architectures
+    for t in trials:
+        key = (t.user_attrs["choices"]["encoder"], t.user_attrs["seed"])
+        best[key] = min(best.get(key, t.value), t.value)
+    diffs = [best[("linear", s)] - best[("sum", s)] for s in range(3)]
+    assert float(table["linear"]["diff_mean"]) == pytest.approx(sum(diffs) / 3)
+    assert float(table["linear"]["diff_ci95_lo"]) <= float(table["linear"]["diff_ci95_hi"])
+
+
+def test_the_choice_table_gives_no_interval_from_fewer_than_three_pairs(tmp_path: Path) -> None:
+    """Two pairs: the difference and its count, no interval; three pairs: an interval."""
+    from archhpo.report._frame import trials_frame
+    from archhpo.report._page import choice_markdown, choice_table
+    from tests.test_report import _paired_rows, _write
+
+    for seeds, interval in ((2, False), (3, True)):
+        frame = trials_frame("audit", csv=_write(_paired_rows(seeds=seeds), tmp_path / f"p{seeds}.csv"))
+        table = choice_table(frame, n_boot=200).set_index("choice")
+        assert (table["n_pairs"] == seeds).all()
+        lin = table.loc["linear"]
+        assert math.isfinite(lin["diff_mean"]) and math.isfinite(lin["diff_ci95_lo"]) == interval
+        row = next(line for line in choice_markdown(table.reset_index()).splitlines() if line.startswith("| linear"))
+        assert row.endswith(f"] ({seeds}) |") == interval and row.endswith(f"{lin['diff_mean']:+.4f} ({seeds}) |") != interval

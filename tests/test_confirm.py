@@ -4,6 +4,7 @@ retried like any slot, exported as phase 3, and summarised with a paired compari
 from __future__ import annotations
 
 import csv
+import html
 import io
 import json
 import statistics
@@ -17,7 +18,9 @@ from archhpo.cli import main
 from archhpo.errors import BudgetError
 from archhpo.report import CSV_COLUMNS, SPEC_COLUMNS, confirmation_summary, export_studies
 from archhpo.report._export import csv_text
-from archhpo.search import TrialQueue, launch, open_storage, prepare_settings
+from archhpo.search import PlanEntry, TrialQueue, launch, open_storage, prepare_settings
+from archhpo.search._plan import prunable
+from archhpo.search._study import MedianRule
 from tests.conftest import TINY_DATA
 
 WORKER = {"host": "test", "device": "cpu"}
@@ -194,10 +197,94 @@ def test_summary_of_a_real_lead_and_of_csv_rows() -> None:
 
 def test_summary_with_one_seed_or_one_architecture() -> None:
     out = confirmation_summary(_rows([0.5], [0.6]))
-    assert out["comparison"]["ci95"] is None and "two or more seeds" in out["statement"]
+    assert out["comparison"]["ci95"] is None and "3 or more complete pairs" in out["statement"]
     only = [r for r in _rows([0.5, 0.6], [0.6, 0.7]) if r["d_model"] == 64]
     assert confirmation_summary(only)["comparison"] is None
     assert confirmation_summary([])["statement"].startswith("No confirmation")
+
+
+def test_two_pairs_give_no_interval() -> None:
+    out = confirmation_summary(_rows([0.50, 0.52], [0.60, 0.61]))
+    c = out["comparison"]
+    assert c["n_pairs"] == 2 and c["lead"] == pytest.approx(0.095) and c["ci95"] is None
+    assert c["within_noise"] is None and "on 2 seeds; 3 or more complete pairs" in out["statement"]
+
+
+def test_summary_names_unfinished_trials_and_compares_complete_pairs_only() -> None:
+    win, run = [0.50, 0.52, 0.49, 0.51], [0.51, 0.50, 0.52, 0.50]
+    rows = _rows(win, run)
+    lost = next(r for r in rows if r["phase"] == 3 and r["seed"] == 2 and r["d_model"] == 128)
+    lost.update(state="FAIL", val_loss=None, fail_reason="NaN loss at epoch 2")
+    waiting = next(r for r in rows if r["phase"] == 3 and r["seed"] == 3 and r["d_model"] == 64)
+    waiting.update(state="RUNNING", val_loss=None)
+    out = confirmation_summary(rows)
+    a0, a1 = out["architectures"]
+    assert (a0["n"], a1["n"]) == (3, 3) and a1["mean"] == pytest.approx(statistics.fmean([0.51, 0.50, 0.50]))
+    c = out["comparison"]
+    assert c["n_pairs"] == 2 and c["seeds"] == [0, 1] and c["unpaired_seeds"] == [2, 3]
+    assert c["differences"] == pytest.approx([0.01, -0.02]) and c["ci95"] is None
+    assert out["unfinished"] == [
+        {"rank": 0, "seed": 3, "trial": waiting["trial"], "state": "RUNNING", "reason": None},
+        {"rank": 1, "seed": 2, "trial": lost["trial"], "state": "FAIL", "reason": "NaN loss at epoch 2"},
+    ]
+    assert "the comparison uses 2 complete pair(s) of 4 seeds" in out["statement"]
+    assert f"rank 1 seed 2 (trial {lost['trial']}, FAIL: NaN loss at epoch 2)" in out["statement"]
+
+
+# ----------------------------------------------------------------------------- pruning
+def test_only_search_trials_are_prunable() -> None:
+    confirm = _settings(pruner="median")
+    assert [prunable(e) for e in confirm.plan] == [e["phase"] != 3 for e in confirm.plan]
+    assert any(prunable(e) for e in confirm.plan) and not all(prunable(e) for e in confirm.plan)
+    paired = prepare_settings("pf", "500K", n_trials=4, data=TINY_DATA, quick=True, paired_seeds=2)
+    assert paired.plan and not any(prunable(e) for e in paired.plan)
+    assert not any(prunable(PlanEntry(**e)) for e in paired.plan)
+
+
+def test_the_median_rule_decides_as_optunas_median_pruner_does() -> None:
+    """One definition of the rule: MedianRule.stops and the MedianPruner built from it agree."""
+    import optuna
+
+    rule = MedianRule.for_study(quick=True)
+    study = optuna.create_study(pruner=rule.optuna_pruner())
+    for v in (1.0, 2.0, 3.0, 4.0, 5.0):
+        t = study.ask()
+        t.report(v, 1)
+        study.tell(t, v)
+    decisions = []
+    for step, best in ((0, 9.0), (1, 2.9), (1, 3.0), (1, 3.1), (2, 9.0)):
+        t = study.ask()
+        t.report(best, step)
+        mine = rule.stops(step, best, [1.0, 2.0, 3.0, 4.0, 5.0] if step == 1 else [])
+        assert t.should_prune() == mine, (step, best)
+        decisions.append(mine)
+        study.tell(t, state=TrialState.FAIL)  # kept out of the completed trials
+    assert decisions == [False, False, False, True, False]
+
+
+def test_the_median_rule_stops_search_trials_and_never_replicates(storage_url: str) -> None:
+    s = _settings(pruner="median", n_trials=6, confirm=1, confirm_seeds=2)  # warm-up 1 epoch (quick)
+    launch(storage_url, s)
+    q = TrialQueue(storage_url, s.study_name)
+    rule = MedianRule.for_study(quick=True)
+    assert (rule.n_startup_trials, rule.n_warmup_steps) == (5, 1)
+    for value in (1.0, 2.0, 3.0, 4.0, 5.0):  # five finished trials: median 3.0 at epoch 1
+        c = q.claim(WORKER)
+        assert c is not None and c.phase == 1
+        assert not q.report(c, 1, value), "fewer than five finished trials: nothing is pruned yet"
+        q.finish(c, TrialState.COMPLETE, value, {"duration_s": 0.1})
+    c = q.claim(WORKER)
+    assert c is not None and c.phase in (1, 2) and prunable(c)
+    assert not q.report(c, 0, 9.0), "epoch 0 is warm-up"
+    assert q.report(c, 1, 3.5), "worse than the median at epoch 1: the search trial is pruned"
+    q.finish(c, TrialState.PRUNED, None, {"duration_s": 0.1})
+    assert q.maintain().phase12_final  # creates phase 3
+    replicates = []
+    while (c := q.claim(WORKER)) is not None:
+        replicates.append(c)
+        assert c.phase == 3 and not prunable(c)
+        assert not q.report(c, 1, 100.0) and not q.report(c, 2, 100.0), "a replicate is never pruned"
+    assert len(replicates) == 2
 
 
 # ----------------------------------------------------------------------------- end to end
@@ -233,3 +320,48 @@ def test_confirmation_end_to_end_with_a_real_worker(storage_url: str, tmp_path: 
                  "--storage", storage_url]) == 0
     assert len(open_storage(storage_url).get_all_trials(TrialQueue(storage_url, "cf_200K").study_id)) == 8
     assert export_studies(open_storage(storage_url), ["cf_200K"], out)
+
+
+def test_every_confirmation_trial_finishes_under_the_default_pruner(storage_url: str, tmp_path: Path) -> None:
+    """Issue 20: `--confirm 2 --seeds 3` with the default (median) pruner and real workers ends with
+    2 architectures x 3 seeds trained to the end and a seed-by-seed comparison of rank 0 and 1."""
+    import torch
+
+    from archhpo.workers import Worker
+
+    torch.set_num_threads(1)
+    out = tmp_path / "res"
+    assert main(["launch", "--experiment", "cf", "--budget", "200K", "--trials", "5", "--quick", "--epochs", "4",
+                 "--data", TINY_DATA, "--confirm", "2", "--seeds", "3", "--storage", storage_url]) == 0
+    q = TrialQueue(storage_url, "cf_200K")
+    assert q.settings.pruner == "median" and q.median_rule is not None
+    threads = [threading.Thread(target=Worker([TrialQueue(storage_url, "cf_200K")], device="cpu", threads=1).run)
+               for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(600)
+    trials = q.storage.get_all_trials(q.study_id)
+    phase3 = [t for t in trials if t.user_attrs.get("phase") == 3]
+    assert len(phase3) == 6 and all(t.state == TrialState.COMPLETE for t in phase3), \
+        [(t.number, t.state.name) for t in phase3]
+    assert all(len(t.intermediate_values) == 4 for t in phase3), "every replicate trained all 4 epochs"
+    assert main(["export", "--experiment", "cf", "--storage", storage_url, "--out", str(out)]) == 0
+    conf = json.loads((out / "cf_200K_best.json").read_text())["confirmation"]
+    assert conf["n_architectures"] == 2 and conf["seeds"] == [0, 1, 2] and conf["unfinished"] == []
+    values = {(t.user_attrs["rank"], t.user_attrs["seed"]): t.value for t in phase3}
+    for a in conf["architectures"]:
+        mine = [values[(a["rank"], s)] for s in range(3)]
+        assert a["n"] == 3 and a["mean"] == pytest.approx(statistics.fmean(mine))
+        assert a["std"] == pytest.approx(statistics.stdev(mine))
+    c = conf["comparison"]
+    diffs = [values[(1, s)] - values[(0, s)] for s in range(3)]
+    assert c["n_pairs"] == 3 and c["unpaired_seeds"] == [] and c["differences"] == pytest.approx(diffs)
+    half = 4.302652729911275 * statistics.stdev(diffs) / 3 ** 0.5  # t(0.975, df=2) * se
+    assert c["ci95"] == pytest.approx([statistics.fmean(diffs) - half, statistics.fmean(diffs) + half])
+    assert c["within_noise"] == (c["ci95"][0] <= 0 <= c["ci95"][1])
+    assert ("within seed noise" in conf["statement"]) == c["within_noise"]
+    # The report shows the same confirmation.
+    assert main(["report", "--experiment", "cf", "--storage", storage_url, "--out", str(out)]) == 0
+    page = (out / "cf_report.html").read_text()
+    assert "3 complete pairs" in page and html.escape(conf["statement"]) in page
