@@ -16,6 +16,7 @@ sum,linear``) becomes a dimension of the study's grid, and the architecture flag
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
 import tomllib
 from collections.abc import Callable, Iterable, Mapping
@@ -281,7 +282,10 @@ def config_values(config: Mapping[str, Any], path: str, command: str, opts: Iter
         o = by_key.get(key)
         if o is None:
             known = ", ".join(sorted(by_key))
-            raise ArchhpoError(f"Unknown key {raw_key!r} in {path}; an experiment file takes only these keys: {known}.")
+            near = difflib.get_close_matches(key, list(by_key), n=1)
+            hint = f"did you mean {near[0]}? " if near else ""
+            raise ArchhpoError(f"Unknown key {raw_key!r} in {path}; {hint}an experiment file takes only these "
+                               f"keys: {known}.")
         if command not in o.commands:
             continue  # e.g. `workers` read by launch
         out[o.key] = _convert(o, raw_key, value, path, command)

@@ -299,6 +299,13 @@ def check_run_options(storage_url: str, opts: RunOptions) -> None:
         raise ArchhpoError(f"--workers must be at least 1, got {opts.workers}.")
 
 
+def finished_plans(storage_url: str, names: list[str]) -> dict[str, PlanStatus] | None:
+    """The studies' statuses when every plan is done (nothing for a worker to do), else None."""
+    storage = open_storage(storage_url, create=False)
+    statuses = {n: TrialQueue(storage_url, n, storage=storage).maintain() for n in names}
+    return statuses if all(st.done for st in statuses.values()) else None
+
+
 def run_workers(
     storage_url: str, names: list[str], opts: RunOptions, out: TextIO = sys.stderr
 ) -> dict[str, PlanStatus]:
