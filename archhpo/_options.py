@@ -154,7 +154,9 @@ OPTIONS: tuple[Option, ...] = (
            (GRID, *STUDY_COMMANDS), stored=True),
     Option("pruner", "median", str, "stop trials worse than the median (median) or never (none)",
            STUDY_COMMANDS, stored=True, choices=("median", "none")),
-    Option("quick", False, None, "small data and few epochs (minutes on a CPU)", (*STUDY_COMMANDS, TRAIN),
+    Option("quick", False, None, "small data and few epochs (minutes on a CPU); replaces the family's own "
+           "training defaults (e.g. signal's batch 32, lr 3e-4) with the quick search space; --epochs etc. "
+           "still win", (*STUDY_COMMANDS, TRAIN),
            stored=True, switch=True),
     Option("paired_seeds", 0, int, "train every planned configuration with seeds 0..S-1 (seed s fixes data, "
            "split and initialisation, the same for every configuration); 0 = off", STUDY_COMMANDS,
@@ -178,7 +180,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("threads", None, int, "torch CPU threads", (WORKER, TRAIN)),
     Option("checkpoint_dir", "checkpoints", str, "per-epoch checkpoints, so a retried trial resumes (shared "
            "storage on a cluster)", (WORKER, RUN), env="ARCHHPO_CHECKPOINT_DIR", metavar="DIR"),
-    Option("workers", 2, int, "Ray workers", (RUN,)),
+    Option("workers", None, int, "Ray workers (default: one per GPU of the cluster, else 2)", (RUN,)),
     Option("ray_address", None, str, "an existing Ray cluster (default: a private local Ray)", (RUN,),
            metavar="ADDR"),
     Option("gpus_per_trial", None, str, "GPU share per worker (0.25 packs four on a GPU) or auto; default: "

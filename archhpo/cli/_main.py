@@ -46,6 +46,7 @@ from archhpo.models import Family, family_names, get_family
 
 EXIT_USER_ERROR = 2
 EXIT_INTERRUPTED = 130
+EXIT_UNHEALTHY = 3  # `worker`: a sticky CUDA fault; do not reuse this process or its GPU context
 
 
 # ----------------------------------------------------------------------------- family flags
@@ -222,7 +223,10 @@ def cmd_worker(args: argparse.Namespace) -> int:
     # SIGTERM/SIGINT give the running trial back to the queue (same attempt) and exit 128+signal.
     summary = Worker(queues, device=args.device, threads=args.threads, checkpoint_dir=args.checkpoint_dir,
                      handle_signals=True).run()
-    print(json.dumps({"worker": "stopped" if summary.signal else "done", **summary.__dict__}), file=sys.stderr)
+    state = "unhealthy" if summary.unhealthy else "stopped" if summary.signal else "done"
+    print(json.dumps({"worker": state, **summary.__dict__}), file=sys.stderr)
+    if summary.unhealthy:  # its trial is back in the queue; a supervisor starts a fresh process
+        return EXIT_UNHEALTHY
     return 128 + summary.signal if summary.signal else 0
 
 
