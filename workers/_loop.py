@@ -129,10 +129,26 @@ class _TrialRun:
 
 
 def _atomic_save(obj: dict[str, Any], path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
+    for last in (False, True):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            torch.save(obj, tmp)
+        except (FileNotFoundError, RuntimeError) as exc:  # another worker just removed the empty folder
+            if last or path.parent.exists():
+                raise exc from None
+            continue
+        os.replace(tmp, path)
+        return
+
+
+def _remove_empty(*folders: Path) -> None:
+    """Remove folders left empty (innermost first); one another worker is writing into stays."""
+    for folder in folders:
+        try:
+            folder.rmdir()
+        except OSError:  # not empty, or already gone
+            return
 
 
 class Worker:
@@ -245,6 +261,8 @@ class Worker:
             path = self._checkpoint_path(queue, claim, attempt)
             if path is not None:
                 path.unlink(missing_ok=True)
+        if self.checkpoint_dir is not None:  # the demo leaves no empty checkpoints/ folders behind
+            _remove_empty(self.checkpoint_dir / queue.name, self.checkpoint_dir)
 
     # ------------------------------------------------------------------------ the loop
     def run(self) -> WorkerSummary:
