@@ -180,6 +180,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("threads", None, int, "torch CPU threads", (WORKER, TRAIN)),
     Option("checkpoint_dir", "checkpoints", str, "per-epoch checkpoints, so a retried trial resumes (shared "
            "storage on a cluster)", (WORKER, RUN), env="ARCHHPO_CHECKPOINT_DIR", metavar="DIR"),
+    Option("checkpoint_every", 1, int, "write a trial's checkpoint every N validated epochs (a retry resumes from "
+           "the last one; larger N: less I/O, more epochs repeated after a failure)", (WORKER, RUN), metavar="N"),
     Option("workers", None, int, "Ray workers (default: one per GPU of the cluster, else 2)", (RUN,)),
     Option("ray_address", None, str, "an existing Ray cluster (default: a private local Ray)", (RUN,),
            metavar="ADDR"),

@@ -24,7 +24,7 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
 def worker_task(
     storage_url: str, names: list[str], device: str, threads: int, run_id: str, checkpoint_dir: str | None,
-    gpu_share: float = 0.0,
+    gpu_share: float = 0.0, checkpoint_every: int = 1,
 ) -> dict[str, Any]:
     """Body of one Ray worker: the plain worker loop over the studies (importable by Ray).
 
@@ -46,7 +46,7 @@ def worker_task(
     # ray.cancel(ref) interrupts the task's main thread like SIGINT: with the worker's handlers the
     # trial stops between two steps and goes back to the queue (same attempt), and the task returns.
     worker = Worker(queues, device=device, threads=threads, extra_attrs=attrs, checkpoint_dir=checkpoint_dir,
-                    handle_signals=True)
+                    checkpoint_every=checkpoint_every, handle_signals=True)
     return {**worker.run().__dict__, "gpu_share": float(gpu_share)}
 
 
@@ -287,6 +287,7 @@ class RunOptions:
     gpus_per_trial: float | str | None = None  # a share; None or "auto": from the memory estimate
     out_dir: Path = Path("results")
     checkpoint_dir: Path | None = None
+    checkpoint_every: int = 1  # validated epochs between two checkpoints of a trial
     refresh_s: float = 1.0
     local_gpus: int | None = None  # GPUs of a local Ray instance (default: detected; tests: logical)
 
@@ -324,6 +325,8 @@ def check_run_options(storage_url: str, opts: RunOptions) -> None:
             "An SQLite file cannot be shared by workers on other machines; pass a PostgreSQL --storage "
             "(postgresql+psycopg2://user@host:5432/db) when using --ray-address."
         )
+    if opts.checkpoint_every < 1:
+        raise ArchhpoError(f"--checkpoint-every must be at least 1 epoch, got {opts.checkpoint_every}.")
     if opts.workers is not None and opts.workers < 1:
         raise ArchhpoError(f"--workers must be at least 1, got {opts.workers}.")
 
@@ -400,7 +403,8 @@ class _Pool:
         self.placement = Placement(0.0, "cpu", "")
 
     def args(self, share: float) -> tuple[Any, ...]:
-        return (self.url, self.names, self.placement.device, self.threads, self.run_id, self.ckpt, share)
+        return (self.url, self.names, self.placement.device, self.threads, self.run_id, self.ckpt, share,
+                self.opts.checkpoint_every)
 
     def task(self, share: float) -> Any:
         return gpu_task(share, self.threads, bool(self.opts.ray_address))

@@ -208,3 +208,45 @@ def test_run_on_a_finished_study_says_so_without_starting_ray(tmp_path: Path) ->
     assert res.returncode == 0, res.stderr
     assert "finished; nothing to run" in res.stderr
     assert "trials 1/1 done" not in res.stderr, "no worker pool was started"
+
+
+def test_the_checkpoint_cadence_is_a_flag(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import archhpo.workers._loop as loop
+
+    saved: list[int] = []
+    monkeypatch.setattr(loop, "_atomic_save", lambda obj, path: saved.append(int(obj["epoch"])))
+    q = _queue(f"sqlite:///{tmp_path / 's.db'}", trials=1)
+    Worker([q], device="cpu", threads=1, checkpoint_dir=tmp_path / "ck", checkpoint_every=2).run()
+    (trial,) = q.storage.get_all_trials(q.study_id)
+    epochs = int(trial.params["epochs"])
+    assert saved == list(range(2, epochs + 1, 2))
+    assert "--checkpoint-every N" in run_cli("run", "--help", cwd=tmp_path).stdout
+    res = run_cli("run", "--experiment", "x", "--budget", "200K", "--checkpoint-every", "0", cwd=tmp_path)
+    assert res.returncode == 2 and "--checkpoint-every must be at least 1" in res.stderr
+    assert not list(tmp_path.glob("*.db"))
+
+
+def _gpu_e2e():  # type: ignore[no-untyped-def]
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gpu_e2e", Path(__file__).parent.parent / "bench" / "gpu_e2e.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_gpu_e2e_honours_an_inherited_cuda_visible_devices() -> None:
+    bench = _gpu_e2e()
+    assert bench.visible_gpus(2, "2,3") == ["2", "3"], "a SLURM allocation of GPUs 2,3 stays on 2,3"
+    assert bench.visible_gpus(2, None) == ["0", "1"]
+    assert bench.visible_gpus(2, "") == ["0", "1"]
+
+
+def test_gpu_e2e_names_a_gpu_missing_from_the_peak_table(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("ARCHHPO_PEAK_BF16_FLOPS", raising=False)
+    bench = _gpu_e2e()
+    assert bench.missing_peak(["NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB"]) is None
+    why = bench.missing_peak(["NVIDIA H100 80GB HBM3", "Tesla V100-SXM2-32GB"])
+    assert why is not None and why.count(".") == 1 and why.endswith(".")
+    assert "Tesla V100-SXM2-32GB" in why and "ARCHHPO_PEAK_BF16_FLOPS" in why

@@ -222,7 +222,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     queues = [TrialQueue(url, n) for n in names]
     # SIGTERM/SIGINT give the running trial back to the queue (same attempt) and exit 128+signal.
     summary = Worker(queues, device=args.device, threads=args.threads, checkpoint_dir=args.checkpoint_dir,
-                     handle_signals=True).run()
+                     checkpoint_every=args.checkpoint_every, handle_signals=True).run()
     state = "unhealthy" if summary.unhealthy else "stopped" if summary.signal else "done"
     print(json.dumps({"worker": state, **summary.__dict__}), file=sys.stderr)
     if summary.unhealthy:  # its trial is back in the queue; a supervisor starts a fresh process
@@ -244,7 +244,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             raise ArchhpoError(f"--gpus-per-trial {gpus} must lie between 0 and the GPUs of one node.")
     url = resolve_storage_url(args.storage)
     opts = RunOptions(workers=args.workers, ray_address=args.ray_address, device=args.device,
-                      gpus_per_trial=gpus, out_dir=Path(args.out), checkpoint_dir=Path(args.checkpoint_dir))
+                      gpus_per_trial=gpus, out_dir=Path(args.out), checkpoint_dir=Path(args.checkpoint_dir),
+                      checkpoint_every=args.checkpoint_every)
     check_run_options(url, opts)  # refused means nothing written: before _launch_all opens the database
     names = _launch_all(args)
     statuses = finished_plans(url, names)
