@@ -161,7 +161,7 @@ MEASURE = textwrap.dedent("""
     import json, resource, sys, torch
     from archhpo.search import prepare_settings
     from archhpo.workers import TrialSpec, build_trial, estimate_training_bytes, trial_shape
-    enc = sys.argv[1]
+    enc, batch = sys.argv[1], int(sys.argv[2])
     s = prepare_settings("m", None, family="signal", family_options={"encoder": enc},
                          pins={"d_model": 64, "n_layers": 3, "n_heads": 4, "d_ff": 256})
     a = s.archs[0]
@@ -174,28 +174,32 @@ MEASURE = textwrap.dedent("""
     before = rss()
     opt = torch.optim.AdamW(built.model.parameters())
     for i in range(2):
-        idx = torch.arange(i * 32, (i + 1) * 32) % d.n_train
+        idx = torch.arange(i * batch, (i + 1) * batch) % d.n_train
         fam.loss(built.model(*(t[idx] for t in d.train_inputs)), d.train_target[idx]).backward()
         opt.step(); opt.zero_grad(set_to_none=True)
     built.model.eval()
     with torch.no_grad():
         built.model(*(t[:1024] for t in d.val_inputs))
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - before
-    shape = trial_shape(fam, built.config, a, 32, min(1024, d.n_val))
-    print(json.dumps({"peak": peak, "estimate": estimate_training_bytes(shape, "cpu")}))
+    shape = trial_shape(fam, built.config, a, batch, min(1024, d.n_val))
+    readme = trial_shape(fam, built.config, a, 32, min(1024, d.n_val))  # study.toml's batch
+    print(json.dumps({"peak": peak, "estimate": estimate_training_bytes(shape, "cpu"),
+                      "readme": estimate_training_bytes(readme, "cpu")}))
 """)
 
 
-@pytest.mark.parametrize("encoder", ["sum", "cat", "ci"])
-def test_the_cpu_estimate_covers_the_measured_peak_without_refusing_what_fits(encoder: str) -> None:
+@pytest.mark.parametrize(("encoder", "batch"), [("sum", 32), ("ci", 32), ("cat", 8)])
+def test_the_cpu_estimate_covers_the_measured_peak_without_refusing_what_fits(encoder: str, batch: int) -> None:
     """The README's study.toml (signal, d_model 64, 3 layers, batch 32): measured peak RSS growth
-    of training and evaluation against the estimate, in a fresh process each."""
-    res = subprocess.run([sys.executable, "-c", MEASURE, encoder], capture_output=True, text=True, timeout=600,
+    of training and evaluation against the estimate, in a fresh process each (cat at batch 8: at
+    32 it peaks at 8.8 GiB, too much beside a parallel test run; estimated 10.5 GiB)."""
+    res = subprocess.run([sys.executable, "-c", MEASURE, encoder, str(batch)], capture_output=True, text=True,
+                         timeout=600,
                          cwd=Path(__file__).parent.parent)
     assert res.returncode == 0, res.stderr
     got = json.loads(res.stdout.strip().splitlines()[-1])
     assert got["peak"] <= got["estimate"] <= 1.6 * got["peak"] + 2**28, got
-    assert got["estimate"] < 14 * 2**30, "fits a 24 GiB machine (SAFETY of its free memory)"
+    assert got["readme"] < 0.85 * 13 * 2**30, "study.toml's trials fit a 24 GiB machine with 13 GiB free"
 
 
 def test_run_on_a_finished_study_says_so_without_starting_ray(tmp_path: Path) -> None:
@@ -248,5 +252,25 @@ def test_gpu_e2e_names_a_gpu_missing_from_the_peak_table(monkeypatch: pytest.Mon
     bench = _gpu_e2e()
     assert bench.missing_peak(["NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB"]) is None
     why = bench.missing_peak(["NVIDIA H100 80GB HBM3", "Tesla V100-SXM2-32GB"])
-    assert why is not None and why.count(".") == 1 and why.endswith(".")
+    assert why is not None and "\n" not in why and why.endswith(".")
     assert "Tesla V100-SXM2-32GB" in why and "ARCHHPO_PEAK_BF16_FLOPS" in why
+
+
+def test_samples_per_s_times_only_the_training_steps() -> None:
+    """Validation, database calls (on_eval) and checkpoints are not training time."""
+    import time
+
+    from archhpo.models import get_family
+    from archhpo.models._family import TensorDataset
+    from archhpo.workers import TrainConfig, train
+
+    torch.manual_seed(0)
+    fam = get_family("patchtst")
+    model = fam.build(fam.config_for({"d_model": 16, "n_layers": 1, "n_heads": 2, "d_ff": 32},
+                                     {"num_features": 2, "dropout": 0.0}))
+    x = torch.randn(96, 60, 2)
+    data = TensorDataset((x[:64],), (x[:64, -1, 0] > 0).float(), (x[64:],), (x[64:, -1, 0] > 0).float())
+    res = train(model, data, fam.loss, TrainConfig(epochs=3, batch_size=32, warmup_steps=0),
+                on_eval=lambda e, v: time.sleep(0.4), checkpoint=lambda st: time.sleep(0.4))
+    assert res.duration_s - res.train_s >= 6 * 0.4
+    assert res.samples == 3 * 64 and res.samples_per_s == pytest.approx(res.samples / res.train_s)

@@ -42,6 +42,7 @@ from archhpo.workers._build import BuiltTrial, DataCache, TrialSpec, build_trial
 from archhpo.workers._memory import (
     check_fits,
     estimate_training_bytes,
+    host_build_slot,
     is_oom,
     is_sticky_cuda_error,
     tensor_bytes,
@@ -365,7 +366,9 @@ class Worker:
             check_fits(need, self.device, f"Trial {run.claim.number} ({shape.param_count:,} params)",
                        resident=shape.data_bytes)  # the dataset is loaded already
 
-        built = build_trial(spec, self.device, data_cache=self._data, before_build=check_memory)
+        params = int(run.claim.arch["param_count"])
+        with host_build_slot(params, self.device, f"trial {run.claim.number} ({params:,} params)"):
+            built = build_trial(spec, self.device, data_cache=self._data, before_build=check_memory)
         run.attrs["baseline_val_loss"] = built.baseline_loss
         if built.flops_per_sample is not None:
             run.attrs["flops_per_sample"] = built.flops_per_sample
@@ -400,7 +403,7 @@ class Worker:
             run.state, run.value = TrialState.COMPLETE, result.best_val_loss
             run.attrs.update(train_loss=result.train_loss, best_epoch=result.best_epoch,
                              **{f"val_{k}": v for k, v in result.metrics.items()})
-            samples, seconds = result.samples, result.duration_s
+            samples, seconds = result.samples, result.train_s
         except StopTraining as stop:
             run.state, run.value = TrialState.PRUNED, run.best
             run.attrs["pruned_at_epoch"] = stop.args[0]

@@ -13,8 +13,13 @@ memory-efficient kernels keep none, and bf16 autocast halves the saved activatio
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
+import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -125,3 +130,28 @@ def check_fits(needed: int, device: torch.device, what: str, resident: int = 0) 
             f"{what} needs about {needed / 2**30:.1f} GiB to train but {device.type} has "
             f"{free / 2**30:.1f} GiB free; run it on a larger device or lower the batch size"
         )
+
+
+LARGE_MODEL_PARAMS = 50_000_000  # models from here on are built one at a time per host
+HOST_BUILD_LOCK = Path(tempfile.gettempdir()) / f"archhpo-build-{os.getuid()}.lock"
+
+
+@contextlib.contextmanager
+def host_build_slot(param_count: int, device: torch.device, what: str) -> Iterator[None]:
+    """Build a large model only once the host has the RAM for it, one build at a time per host.
+
+    A model is built in host memory (4 B/param) before it moves to the GPU, and workers on one
+    node (8 GPUs, 8 workers) start together: each reading the free RAM alone would see it all and
+    all build at once.  Under a host-wide lock the check and the build are one step, so the next
+    worker's check sees what the previous build took."""
+    if param_count < LARGE_MODEL_PARAMS:
+        yield
+        return
+    with open(HOST_BUILD_LOCK, "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            if device.type != "cpu":  # on CPU the trial's own check counts the weights
+                check_fits(4 * param_count, torch.device("cpu"), f"Building {what} in host memory")
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
