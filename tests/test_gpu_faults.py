@@ -274,3 +274,35 @@ def test_samples_per_s_times_only_the_training_steps() -> None:
                 on_eval=lambda e, v: time.sleep(0.4), checkpoint=lambda st: time.sleep(0.4))
     assert res.duration_s - res.train_s >= 6 * 0.4
     assert res.samples == 3 * 64 and res.samples_per_s == pytest.approx(res.samples / res.train_s)
+
+
+def test_large_models_are_built_one_at_a_time_per_host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """While another worker of the host holds the build slot, a large trial waits to be built."""
+    import fcntl
+    import threading
+    import time
+
+    from tests.conftest import wait_for
+
+    monkeypatch.setattr(archhpo.workers._memory, "LARGE_MODEL_PARAMS", 1)
+    monkeypatch.setattr(archhpo.workers._memory, "HOST_BUILD_LOCK", tmp_path / "build.lock")
+    fam = archhpo.models.patchtst.FAMILY
+    built: list[int] = []
+
+    def build(cfg):  # type: ignore[no-untyped-def]
+        built.append(1)
+        return fam.build(cfg)
+
+    monkeypatch.setattr(archhpo.models.patchtst, "FAMILY", dataclasses.replace(fam, build=build))
+    q = _queue(f"sqlite:///{tmp_path / 's.db'}", trials=1)
+    worker = Worker([q], device="cpu", threads=1)
+    with open(tmp_path / "build.lock", "a") as other:
+        fcntl.flock(other, fcntl.LOCK_EX)  # another worker is building
+        thread = threading.Thread(target=worker.run)
+        thread.start()
+        assert wait_for(lambda: q.storage.get_all_trials(q.study_id)[0].state == TrialState.RUNNING, timeout=120)
+        time.sleep(2.0)
+        assert not built, "the trial waits for the slot"
+        fcntl.flock(other, fcntl.LOCK_UN)
+    thread.join(timeout=300)
+    assert built and q.storage.get_all_trials(q.study_id)[0].state == TrialState.COMPLETE
