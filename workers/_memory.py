@@ -30,7 +30,7 @@ SAFETY = 0.85  # never plan to use more than this share of what is free (one fac
 CUDA_CONTEXT_BYTES = 2**30  # per process: CUDA context, cuBLAS workspace, allocator slack (an allowance)
 CPU_ALLOWANCE_BYTES = 2**28  # thread pools and oneDNN workspace beyond the tensors (~0.2 GiB measured)
 TRAIN_MAPS_CPU = 4  # attention maps per layer kept for backward on CPU (3.4 measured)
-EVAL_MAPS_CPU = 2  # scores and softmax of the layer being evaluated (no_grad keeps nothing)
+EVAL_MAPS_CPU = 3  # scores, masked scores, softmax of the layer being evaluated (2.9 measured)
 ACT_FLOATS_D, ACT_FLOATS_FF = 20, 4  # saved floats per token and layer: 20*d_model + 4*d_ff (1.24x measured)
 
 # Errors after which the CUDA context is unusable: every later kernel of the process fails too.
