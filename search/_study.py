@@ -418,7 +418,8 @@ def open_study(storage_url: str, experiment: str, budget: str) -> tuple[RDBStora
 def experiment_studies(storage: RDBStorage, experiment: str) -> list[str]:
     """Names of every archhpo study of this experiment in the storage, smallest budget first."""
     found = []
-    for summary in optuna.get_all_study_summaries(storage=storage, include_best_trial=False):
+    # get_all_studies, not get_all_study_summaries: the summaries load every trial of every study.
+    for summary in storage.get_all_studies():
         attrs = summary.user_attrs
         if attrs.get("archhpo_experiment") == experiment and "archhpo_plan" in attrs:
             found.append((attrs.get("archhpo_budget_value", 0), summary.study_name))
