@@ -4,7 +4,7 @@ The estimate sizes a trial before anything is built, so a trial that cannot fit 
 a reason instead of taking the machine down (a 2B model on a 24 GiB CPU host, say); cluster
 placement sizes GPU shares with the same function and the same SAFETY factor.
 
-Calibrated against measured CPU peaks (`tests/test_memory.py`, the `signal` family's sum, cat
+Calibrated against measured CPU peaks (`tests/test_gpu_faults.py`, the `signal` family's sum, cat
 and ci encoders at d_model 64, 3 layers, batch 32: 0.41, 8.8 and 2.0 GiB measured, the estimate
 1.2-1.3x above each): CPU attention goes through SDPA's math path (a causal mask, dropout),
 which keeps about 3.4 maps of heads x T^2 floats per layer for backward; on CUDA SDPA's
