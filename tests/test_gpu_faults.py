@@ -225,9 +225,11 @@ def test_the_checkpoint_cadence_is_a_flag(tmp_path: Path, monkeypatch: pytest.Mo
     epochs = int(trial.params["epochs"])
     assert saved == list(range(2, epochs + 1, 2))
     assert "--checkpoint-every N" in run_cli("run", "--help", cwd=tmp_path).stdout
-    res = run_cli("run", "--experiment", "x", "--budget", "200K", "--checkpoint-every", "0", cwd=tmp_path)
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    res = run_cli("run", "--experiment", "x", "--budget", "200K", "--checkpoint-every", "0", cwd=fresh)
     assert res.returncode == 2 and "--checkpoint-every must be at least 1" in res.stderr
-    assert not list(tmp_path.glob("*.db"))
+    assert not list(fresh.iterdir()), "nothing written"
 
 
 def _gpu_e2e():  # type: ignore[no-untyped-def]
