@@ -16,6 +16,7 @@ sum,linear``) becomes a dimension of the study's grid, and the architecture flag
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
 import tomllib
 from collections.abc import Callable, Iterable, Mapping
@@ -153,7 +154,9 @@ OPTIONS: tuple[Option, ...] = (
            (GRID, *STUDY_COMMANDS), stored=True),
     Option("pruner", "median", str, "stop trials worse than the median (median) or never (none)",
            STUDY_COMMANDS, stored=True, choices=("median", "none")),
-    Option("quick", False, None, "small data and few epochs (minutes on a CPU)", (*STUDY_COMMANDS, TRAIN),
+    Option("quick", False, None, "small data and few epochs (minutes on a CPU); replaces the family's own "
+           "training defaults (e.g. signal's batch 32, lr 3e-4) with the quick search space; --epochs etc. "
+           "still win", (*STUDY_COMMANDS, TRAIN),
            stored=True, switch=True),
     Option("paired_seeds", 0, int, "train every planned configuration with seeds 0..S-1 (seed s fixes data, "
            "split and initialisation, the same for every configuration); 0 = off", STUDY_COMMANDS,
@@ -177,7 +180,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("threads", None, int, "torch CPU threads", (WORKER, TRAIN)),
     Option("checkpoint_dir", "checkpoints", str, "per-epoch checkpoints, so a retried trial resumes (shared "
            "storage on a cluster)", (WORKER, RUN), env="ARCHHPO_CHECKPOINT_DIR", metavar="DIR"),
-    Option("workers", 2, int, "Ray workers", (RUN,)),
+    Option("checkpoint_every", 1, int, "write a trial's checkpoint every N validated epochs (a retry resumes from "
+           "the last one; larger N: less I/O, more epochs repeated after a failure)", (WORKER, RUN), metavar="N"),
+    Option("workers", None, int, "Ray workers (default: one per GPU of the cluster, else 2)", (RUN,)),
     Option("ray_address", None, str, "an existing Ray cluster (default: a private local Ray)", (RUN,),
            metavar="ADDR"),
     Option("gpus_per_trial", None, str, "GPU share per worker (0.25 packs four on a GPU) or auto; default: "
@@ -281,7 +286,10 @@ def config_values(config: Mapping[str, Any], path: str, command: str, opts: Iter
         o = by_key.get(key)
         if o is None:
             known = ", ".join(sorted(by_key))
-            raise ArchhpoError(f"Unknown key {raw_key!r} in {path}; an experiment file takes only these keys: {known}.")
+            near = difflib.get_close_matches(key, list(by_key), n=1)
+            hint = f"did you mean {near[0]}? " if near else ""
+            raise ArchhpoError(f"Unknown key {raw_key!r} in {path}; {hint}an experiment file takes only these "
+                               f"keys: {known}.")
         if command not in o.commands:
             continue  # e.g. `workers` read by launch
         out[o.key] = _convert(o, raw_key, value, path, command)

@@ -53,7 +53,7 @@ from archhpo.workers._device import (
     mfu,
     release_memory,
 )
-from archhpo.workers._memory import estimate_training_bytes
+from archhpo.workers._memory import estimate_training_bytes, is_oom, tensor_bytes, trial_shape
 from archhpo.workers._train import train
 
 FAMILY = "patchtst"
@@ -96,10 +96,6 @@ def _data_spec() -> tuple[dict[str, Any], dict[str, Any]]:
     return spec, fam.data_info(spec, {})
 
 
-def _is_oom(exc: BaseException) -> bool:
-    return isinstance(exc, torch.cuda.OutOfMemoryError) or "out of memory" in str(exc).lower()
-
-
 def _epoch(model: torch.nn.Module, data: TensorDataset, cfg: Any, loss: Any, device: torch.device) -> float:
     """Seconds of one trainer epoch (its validation included, as in a trial), device-synchronised."""
     _sync(device)
@@ -122,9 +118,12 @@ def measure(
     n_params = sum(p.numel() for p in model.parameters())
     row: dict[str, Any] = {"arch": arch, "params": n_params, "batch": batch, "compile": compile_mode or "eager",
                            "flops_per_sample": built.flops_per_sample,
-                           "estimate_gib": round(estimate_training_bytes(
-                               n_params, batch, fam.tokens(built.config) if fam.tokens else 64, arch["d_model"],
-                               arch["n_layers"], arch["n_heads"], arch["d_ff"]) / 2**30, 2)}
+                           "estimate_gib": round(estimate_training_bytes(trial_shape(
+                               fam, built.config, {**arch, "param_count": n_params}, batch,
+                               min(built.train_config.eval_batch_size, built.data.n_val),
+                               tensor_bytes(*built.data.train_inputs, built.data.train_target,
+                                            *built.data.val_inputs, built.data.val_target)),
+                               device.type) / 2**30, 2)}
     if compile_mode is not None:
         model = torch.compile(model, mode=None if compile_mode == "default" else compile_mode)
     if device.type == "cuda":
@@ -155,9 +154,9 @@ def _guarded(fn: Any, *args: Any, **kw: Any) -> dict[str, Any]:
     try:
         return fn(*args, **kw)
     except Exception as exc:
-        kind = "out of memory" if _is_oom(exc) else type(exc).__name__
+        kind = "out of memory" if is_oom(exc) else type(exc).__name__
         print(f"  ... {kind}: {str(exc).splitlines()[0][:300] if str(exc) else ''}", file=sys.stderr)
-        if not _is_oom(exc):
+        if not is_oom(exc):
             traceback.print_exc(file=sys.stderr)
         release_memory(torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu"))
         return {"error": f"{kind}: {str(exc)[:500]}"}

@@ -60,6 +60,25 @@ def trial_rows(db: Path) -> list[dict[str, Any]]:
         con.close()
 
 
+def visible_gpus(count: int, inherited: str | None) -> list[str]:
+    """The GPUs the workers may use, as CUDA_VISIBLE_DEVICES entries: the inherited list (a SLURM
+    allocation of GPUs 2,3 stays on 2,3), else 0..count-1."""
+    if inherited is not None and inherited.strip():
+        return [g.strip() for g in inherited.split(",") if g.strip()]
+    return [str(i) for i in range(count)]
+
+
+def missing_peak(names: list[str]) -> str | None:
+    """One sentence for a GPU without a dense bf16 peak (its trials could record no MFU), else None."""
+    from archhpo.workers._device import PEAK_ENV, dense_bf16_peak_flops
+
+    for name in dict.fromkeys(names):
+        if dense_bf16_peak_flops(name) is None:
+            return (f"{name} is not in archhpo's table of GPU peaks (workers/_device.py), so its trials "
+                    f"cannot record MFU; set {PEAK_ENV} to its dense bf16 peak in FLOP/s and run again.")
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -77,6 +96,10 @@ def main(argv: list[str] | None = None) -> int:
     if not args.cpu_smoke and not torch.cuda.is_available():
         print(NO_GPU, file=sys.stderr)
         return 2
+    if not args.cpu_smoke and (why := missing_peak([torch.cuda.get_device_name(i)
+                                                     for i in range(torch.cuda.device_count())])):
+        print(why, file=sys.stderr)
+        return 2
     work = Path(args.keep or tempfile.mkdtemp(prefix="archhpo-gpu-e2e-"))
     work.mkdir(parents=True, exist_ok=True)
     db = work / "e2e.db"
@@ -90,10 +113,11 @@ def main(argv: list[str] | None = None) -> int:
     if res.returncode:
         print(res.stderr, file=sys.stderr)
         return 1
-    n_gpus = torch.cuda.device_count() if device == "cuda" else 0
+    gpus = visible_gpus(torch.cuda.device_count(), os.environ.get("CUDA_VISIBLE_DEVICES")) if device == "cuda" else []
     procs = []
     for i in range(args.workers):
-        env = {**os.environ, "CUDA_VISIBLE_DEVICES": str(i % n_gpus)} if n_gpus else {**os.environ, "OMP_NUM_THREADS": "1"}
+        env = ({**os.environ, "CUDA_VISIBLE_DEVICES": gpus[i % len(gpus)]} if gpus
+               else {**os.environ, "OMP_NUM_THREADS": "1"})
         log = open(work / f"worker{i}.log", "w")  # noqa: SIM115 - closed below
         procs.append((subprocess.Popen(
             [sys.executable, "-m", "archhpo", "worker", "--experiment", "gpue2e", *budgets, "--storage", url,
@@ -143,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
 
     mfus = sorted(m for r in finished if (m := r["attrs"].get("mfu")) is not None)
     summary = {
-        "gpu": torch.cuda.get_device_name(0) if n_gpus else None, "gpus": n_gpus, "torch": torch.__version__, "workers": args.workers,
+        "gpu": torch.cuda.get_device_name(0) if gpus else None, "gpus": gpus, "torch": torch.__version__, "workers": args.workers,
         "trials": len(rows), "finished": len(finished), "complete": sum(r["state"] == "COMPLETE" for r in rows),
         "devices": sorted({str(r["attrs"].get("device")) for r in finished}),
         "peak_memory_gib_max": max((r["attrs"].get("peak_memory_gib") or 0 for r in finished), default=None),

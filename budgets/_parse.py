@@ -7,7 +7,7 @@ import re
 from archhpo.errors import BudgetError
 
 _SUFFIX = {"": 1, "K": 10**3, "M": 10**6, "B": 10**9, "G": 10**9}
-_PATTERN = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMBG]?)\s*$", re.IGNORECASE)
+_PATTERN = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*([KMBG]?)\s*$", re.IGNORECASE)
 
 
 

@@ -35,6 +35,20 @@ def loopback_only() -> Iterator[None]:
             os.environ[_LOCAL_ONLY_ENV] = old_env
 
 
+def token_auth_without_advice() -> None:
+    """Token authentication for a new local instance, asked for explicitly (RAY_AUTH_MODE=token).
+
+    Ray enables it by default anyway, but then logs "Token authentication is enabled... Set
+    RAY_AUTH_MODE=disabled to opt out", advice to weaken security.  Setting the variable alone is
+    not enough once Ray is imported: its cached config is refreshed as Ray's own default does.
+    A mode the user set (token or disabled) is left as it is."""
+    if os.environ.get("RAY_AUTH_MODE") is not None:
+        return
+    from ray._private.authentication.authentication_token_setup import _enable_token_auth
+
+    _enable_token_auth()  # sets RAY_AUTH_MODE=token and refreshes the config, without the warning
+
+
 def setproctitle() -> Callable[[str], None] | None:
     """Ray's setproctitle (it rewrites the argv memory that ps reads), or None without Ray."""
     try:

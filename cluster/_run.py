@@ -12,18 +12,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from archhpo.cluster._ray_private import loopback_only
+from archhpo.cluster._ray_private import loopback_only, token_auth_without_advice
 from archhpo.errors import ArchhpoError
 from archhpo.report._export import export_studies
 from archhpo.search._queue import PlanStatus, TrialQueue
 from archhpo.search._storage import is_sqlite, mask_url, open_storage
+from archhpo.workers._memory import CUDA_CONTEXT_BYTES, SAFETY
 
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
 
 def worker_task(
     storage_url: str, names: list[str], device: str, threads: int, run_id: str, checkpoint_dir: str | None,
-    gpu_share: float = 0.0,
+    gpu_share: float = 0.0, checkpoint_every: int = 1,
 ) -> dict[str, Any]:
     """Body of one Ray worker: the plain worker loop over the studies (importable by Ray).
 
@@ -45,23 +46,22 @@ def worker_task(
     # ray.cancel(ref) interrupts the task's main thread like SIGINT: with the worker's handlers the
     # trial stops between two steps and goes back to the queue (same attempt), and the task returns.
     worker = Worker(queues, device=device, threads=threads, extra_attrs=attrs, checkpoint_dir=checkpoint_dir,
-                    handle_signals=True)
-    return worker.run().__dict__
+                    checkpoint_every=checkpoint_every, handle_signals=True)
+    return {**worker.run().__dict__, "gpu_share": float(gpu_share)}
 
 
 # ----------------------------------------------------------------------------------- GPU placement
 MAX_TRIALS_PER_GPU = 8  # the packing bench/gpu.py measures (1, 2, 4, 8 trials on one GPU)
-CUDA_CONTEXT_BYTES = 2**30  # per process: CUDA context, cuBLAS workspace, allocator slack (an allowance)
-GPU_SAFETY = 0.85  # plan to use at most this share of a GPU's memory
 
 
 def largest_trial_bytes(queues: list[TrialQueue]) -> int:
-    """The training-memory estimate of the largest trial the studies plan, at the largest batch size.
+    """The training-memory estimate on a GPU of the largest trial the studies plan, at the largest
+    batch size (workers._memory sizes it, as every worker's own fit check does).
 
     Plan entries whose architecture is not chosen yet (confirmation trials) count as any of the
     study's architectures."""
     from archhpo.models import get_family
-    from archhpo.workers import estimate_training_bytes
+    from archhpo.workers import TrainConfig, estimate_training_bytes, trial_shape
 
     need = 0
     for q in queues:
@@ -70,21 +70,13 @@ def largest_trial_bytes(queues: list[TrialQueue]) -> int:
         batches = list(s.search_space.batch_size)
         batches += [int(e["params"]["batch_size"]) for e in s.plan
                     if (e.get("params") or {}).get("batch_size")]
-        batch = max(batches)
         idx = {e.get("arch_idx") for e in s.plan}
         rows = s.archs if None in idx else [s.archs[i] for i in idx]
         for a in rows:
             cfg = fam.config_for(a, {**s.info, **(a.get("choices") or {})})
-            tokens = fam.tokens(cfg) if fam.tokens else 64
-            need = max(need, estimate_training_bytes(a["param_count"], batch, tokens, a["d_model"], a["n_layers"],
-                                                     a["n_heads"], a["d_ff"]))
+            shape = trial_shape(fam, cfg, a, max(batches), TrainConfig.eval_batch_size)
+            need = max(need, estimate_training_bytes(shape, "cuda"))
     return need
-
-
-def auto_gpu_fraction(queues: list[TrialQueue], gpu_bytes: int) -> float:
-    """The GPU share the largest planned trial needs, in steps of 1/20 (at least 0.05)."""
-    share = largest_trial_bytes(queues) / (GPU_SAFETY * gpu_bytes)
-    return float(min(1.0, max(0.05, -(-share * 20 // 1) / 20)))
 
 
 def _share(k: int) -> float:
@@ -118,36 +110,52 @@ def choose_placement(
     """
     gpus = int(cluster_gpus)
     if device == "cpu":
-        if isinstance(requested, float | int) and requested > 0:
-            raise ArchhpoError(
-                f"--device cpu trains on CPUs; drop --gpus-per-trial {requested:g} or the --device.")
-        return Placement(0.0, "cpu", "--device cpu: trials train on CPU" + (
-            f" (the cluster's {gpus} GPU(s) stay unused)" if gpus else ""))
+        return _cpu_placement(requested, gpus)
     if isinstance(requested, float | int):
-        share = float(requested)
-        if share == 0:
-            if device.startswith("cuda"):
-                raise ArchhpoError("--device cuda needs a GPU share; drop --gpus-per-trial 0.")
-            return Placement(0.0, "cpu", "--gpus-per-trial 0: trials train on CPU" + (
-                f" (the cluster's {gpus} GPU(s) stay unused)" if gpus else ""))
-        note = f"--gpus-per-trial {share:g}: {share:g} GPU per trial"
-        if gpus < 1:
-            note += " (the cluster has no GPU now: the workers wait until one joins)"
-        return Placement(share, device, note)
+        return _requested_placement(float(requested), device, gpus)
     if gpus < 1:
         if device.startswith("cuda"):
             raise ArchhpoError(
                 "--device cuda was asked for but the Ray cluster has no GPU; use --device cpu or auto.")
         return Placement(0.0, "cpu", "")  # a CPU cluster: nothing to say
+    fit, why = _trials_per_gpu(need_bytes, gpu_bytes)
+    return _packed_placement(device, gpus, max(1, workers), fit,
+                             f"; {why}; --gpus-per-trial overrides, --device cpu opts out")
+
+
+def _unused(gpus: int) -> str:
+    return f" (the cluster's {gpus} GPU(s) stay unused)" if gpus else ""
+
+
+def _cpu_placement(requested: float | str | None, gpus: int) -> Placement:
+    if isinstance(requested, float | int) and requested > 0:
+        raise ArchhpoError(f"--device cpu trains on CPUs; drop --gpus-per-trial {requested:g} or the --device.")
+    return Placement(0.0, "cpu", "--device cpu: trials train on CPU" + _unused(gpus))
+
+
+def _requested_placement(share: float, device: str, gpus: int) -> Placement:
+    """--gpus-per-trial F as given."""
+    if share == 0:
+        if device.startswith("cuda"):
+            raise ArchhpoError("--device cuda needs a GPU share; drop --gpus-per-trial 0.")
+        return Placement(0.0, "cpu", "--gpus-per-trial 0: trials train on CPU" + _unused(gpus))
+    note = f"--gpus-per-trial {share:g}: {share:g} GPU per trial"
+    if gpus < 1:
+        note += " (the cluster has no GPU now: the workers wait until one joins)"
+    return Placement(share, device, note)
+
+
+def _trials_per_gpu(need_bytes: int | None, gpu_bytes: int | None) -> tuple[int, str]:
+    """How many of the largest planned trial fit on one GPU (each with its CUDA context), and why."""
     if need_bytes is None or gpu_bytes is None:
-        fit, why = 1, "GPU memory unknown: one trial per GPU"
-    else:
-        fit = int(GPU_SAFETY * gpu_bytes // (need_bytes + CUDA_CONTEXT_BYTES))
-        fit = max(1, min(fit, MAX_TRIALS_PER_GPU))
-        why = (f"largest planned trial about {need_bytes / 2**30:.1f} GiB of {gpu_bytes / 2**30:.0f} GiB, "
-               f"{fit} fit on a GPU")
-    workers = max(1, workers)
-    tail = f"; {why}; --gpus-per-trial overrides, --device cpu opts out"
+        return 1, "GPU memory unknown: one trial per GPU"
+    fit = max(1, min(int(SAFETY * gpu_bytes // (need_bytes + CUDA_CONTEXT_BYTES)), MAX_TRIALS_PER_GPU))
+    return fit, (f"largest planned trial about {need_bytes / 2**30:.1f} GiB of {gpu_bytes / 2**30:.0f} GiB, "
+                 f"{fit} fit on a GPU")
+
+
+def _packed_placement(device: str, gpus: int, workers: int, fit: int, tail: str) -> Placement:
+    """At most `fit` workers per GPU, but never fewer GPUs used than the workers could cover."""
     if workers >= gpus * fit:  # every GPU full; any further worker waits for a free share
         share = _share(fit)
         extra = f", {workers - gpus * fit} worker(s) wait for a free share" if workers > gpus * fit else ""
@@ -168,22 +176,40 @@ def choose_placement(
 
 
 def task_options(share: float, threads: int, cluster: bool) -> dict[str, Any]:
-    """Ray options of a worker task: its CPUs (1 on a cluster, its threads locally) and GPU share."""
-    return {"num_cpus": 1 if cluster else threads, "num_gpus": float(share), "max_retries": 3}
+    """Ray options of a worker task: its CPUs (1 on a cluster, its threads locally) and GPU share.
+
+    A task with a GPU share runs in a fresh process that exits after it (max_calls=1): a process
+    that already ran a GPU task may hold another GPU's CUDA_VISIBLE_DEVICES, a CUDA context with
+    its neighbours' cached blocks, or one poisoned by a sticky CUDA fault."""
+    opts: dict[str, Any] = {"num_cpus": 1 if cluster else threads, "num_gpus": float(share), "max_retries": 3}
+    if share > 0:
+        opts["max_calls"] = 1
+    return opts
+
+
+def gpu_task(share: float, threads: int, cluster: bool) -> Any:
+    """The Ray remote function of worker_task with these options (max_calls cannot be given to
+    .options(), so every share gets its own RemoteFunction)."""
+    import ray
+
+    return ray.remote(**task_options(share, threads, cluster))(worker_task)
 
 
 def start_by_share(
-    remote: Any, shares: list[float], args: Callable[[float], tuple[Any, ...]], wait_s: float = 60.0,
+    remote: Callable[[float], Any], shares: list[float], args: Callable[[float], tuple[Any, ...]],
+    wait_s: float = 60.0,
 ) -> list[Any]:
-    """Start one task per share, the largest shares first, each group once Ray has granted the GPUs
-    of the one before (a smaller share started earlier would fill a GPU meant for a larger one)."""
+    """Start one task per share (`remote(share)`: its RemoteFunction), the largest shares first,
+    each group once Ray has granted the GPUs of the one before (a smaller share started earlier
+    would fill a GPU meant for a larger one)."""
     import ray
 
     refs: list[Any] = []
     groups = sorted(Counter(shares).items(), reverse=True)
     for i, (share, n) in enumerate(groups):
         before = float(ray.available_resources().get("GPU", 0.0))
-        refs += [remote.options(num_gpus=float(share)).remote(*args(share)) for _ in range(n)]
+        task = remote(share)  # the RemoteFunction of this share (max_calls=1 with a GPU share)
+        refs += [task.remote(*args(share)) for _ in range(n)]
         if share > 0 and i + 1 < len(groups):
             deadline = time.monotonic() + wait_s
             while (time.monotonic() < deadline
@@ -250,14 +276,18 @@ def place_workers(queues: list[TrialQueue], opts: RunOptions) -> Placement:
     return choose_placement(opts.gpus_per_trial, opts.device, gpus, opts.workers, need, mem)
 
 
+DEFAULT_WORKERS = 2  # workers on a cluster without GPUs (with GPUs: one per GPU)
+
+
 @dataclass
 class RunOptions:
-    workers: int = 2
+    workers: int | None = None  # None: one per GPU of the cluster, else DEFAULT_WORKERS
     ray_address: str | None = None
     device: str = "auto"
     gpus_per_trial: float | str | None = None  # a share; None or "auto": from the memory estimate
     out_dir: Path = Path("results")
     checkpoint_dir: Path | None = None
+    checkpoint_every: int = 1  # validated epochs between two checkpoints of a trial
     refresh_s: float = 1.0
     local_gpus: int | None = None  # GPUs of a local Ray instance (default: detected; tests: logical)
 
@@ -295,8 +325,17 @@ def check_run_options(storage_url: str, opts: RunOptions) -> None:
             "An SQLite file cannot be shared by workers on other machines; pass a PostgreSQL --storage "
             "(postgresql+psycopg2://user@host:5432/db) when using --ray-address."
         )
-    if opts.workers < 1:
+    if opts.checkpoint_every < 1:
+        raise ArchhpoError(f"--checkpoint-every must be at least 1 epoch, got {opts.checkpoint_every}.")
+    if opts.workers is not None and opts.workers < 1:
         raise ArchhpoError(f"--workers must be at least 1, got {opts.workers}.")
+
+
+def finished_plans(storage_url: str, names: list[str]) -> dict[str, PlanStatus] | None:
+    """The studies' statuses when every plan is done (nothing for a worker to do), else None."""
+    storage = open_storage(storage_url, create=False)
+    statuses = {n: TrialQueue(storage_url, n, storage=storage).maintain() for n in names}
+    return statuses if all(st.done for st in statuses.values()) else None
 
 
 def run_workers(
@@ -307,87 +346,150 @@ def run_workers(
 
     check_run_options(storage_url, opts)
     storage = open_storage(storage_url, create=False)
-    queues = {n: TrialQueue(storage_url, n, storage=storage) for n in names}
-    run_id = uuid.uuid4().hex[:12]
+    pool = _Pool(storage_url, names, opts, out, storage)
+    pool.threads = _start_ray(opts)
+    try:
+        pool.start()
+        statuses = pool.supervise()
+        export_studies(storage, names, opts.out_dir)
+        return statuses
+    except KeyboardInterrupt:
+        pool.stop()
+        raise
+    finally:
+        ray.shutdown()
+
+
+def _start_ray(opts: RunOptions) -> int:
+    """Join the cluster at --ray-address, else start a private local one; the threads per worker."""
+    import ray
+
     cpus = os.cpu_count() or 1
     if opts.ray_address:
         ray.init(address=opts.ray_address, logging_level="WARNING",
                  runtime_env={"env_vars": {"RAY_USAGE_STATS_ENABLED": "0"}})
-        threads = 1
-    else:
-        # A private local instance: random ports, bound to loopback, no dashboard.
-        # address="local": never attach to some other Ray already running on this machine.
-        with loopback_only():  # every listener on 127.0.0.1, not just the dashboard
-            ray.init(address="local", num_cpus=max(cpus, opts.workers), num_gpus=opts.local_gpus,
-                     include_dashboard=False,
-                     logging_level="WARNING", _node_ip_address="127.0.0.1", configure_logging=True)
-        threads = max(1, cpus // opts.workers)
-    try:
-        placement = place_workers(list(queues.values()), opts)
-    except BaseException:  # e.g. --device cuda on a cluster without GPUs: leave no Ray behind
-        ray.shutdown()
-        raise
-    if placement.note:
-        out.write(placement.note + "\n")
-    # A RemoteFunction with these defaults (not .options(), whose wrapper cannot be re-optioned):
-    # start_by_share and the whole-GPU retry below give it other GPU shares.
-    task = ray.remote(**task_options(placement.share, threads, bool(opts.ray_address)))(worker_task)
-    ckpt = str(opts.checkpoint_dir.resolve()) if opts.checkpoint_dir else None
-    refs = start_by_share(task, placement.worker_shares(opts.workers),
-                          lambda share: (storage_url, names, placement.device, threads, run_id, ckpt, share))
-    start = time.monotonic()
-    last_final = -1
-    next_export = 0.0
-    last_print = 0.0
-    tty = out.isatty()
-    statuses: dict[str, PlanStatus] = {}
-    whole_gpu_ref: Any = None  # a worker with a GPU of its own, for retries of shared-GPU OOMs
-    try:
+        return 1
+    # A private local instance: random ports, bound to loopback, no dashboard; address="local":
+    # never attach to some other Ray already running on this machine.
+    token_auth_without_advice()
+    with loopback_only():  # every listener on 127.0.0.1, not just the dashboard
+        ray.init(address="local", num_cpus=max(cpus, opts.workers or 1), num_gpus=opts.local_gpus,
+                 include_dashboard=False, logging_level="WARNING", _node_ip_address="127.0.0.1",
+                 configure_logging=True)
+    return max(1, cpus // max(1, opts.workers or _cluster_gpus() or DEFAULT_WORKERS))
+
+
+def _cluster_gpus() -> int:
+    import ray
+
+    return int(ray.cluster_resources().get("GPU", 0))
+
+
+MAX_REPLACEMENTS = 3  # workers stopped by a sticky CUDA fault that are replaced in one run
+
+
+class _Pool:
+    """The worker tasks of one `run`, and the driver's supervision loop."""
+
+    def __init__(self, storage_url: str, names: list[str], opts: RunOptions, out: TextIO, storage: Any) -> None:
+        self.url, self.names, self.opts, self.out, self.storage = storage_url, names, opts, out, storage
+        self.queues = {n: TrialQueue(storage_url, n, storage=storage) for n in names}
+        self.run_id = uuid.uuid4().hex[:12]
+        self.ckpt = str(opts.checkpoint_dir.resolve()) if opts.checkpoint_dir else None
+        self.threads = 1
+        self.refs: list[Any] = []
+        self.whole_gpu_ref: Any = None  # a worker with a GPU of its own, for retries of shared-GPU OOMs
+        self.replaced = 0
+        self.placement = Placement(0.0, "cpu", "")
+
+    def args(self, share: float) -> tuple[Any, ...]:
+        return (self.url, self.names, self.placement.device, self.threads, self.run_id, self.ckpt, share,
+                self.opts.checkpoint_every)
+
+    def task(self, share: float) -> Any:
+        return gpu_task(share, self.threads, bool(self.opts.ray_address))
+
+    def start(self) -> None:
+        if self.opts.workers is None:  # one worker per GPU of the cluster, else DEFAULT_WORKERS
+            self.opts.workers = _cluster_gpus() or DEFAULT_WORKERS
+        self.placement = place_workers(list(self.queues.values()), self.opts)
+        if self.placement.note:
+            self.out.write(self.placement.note + "\n")
+        self.refs = start_by_share(self.task, self.placement.worker_shares(self.opts.workers), self.args)
+
+    def supervise(self) -> dict[str, PlanStatus]:
+        import ray
+
+        start, last_final, exported, next_export, last_print = time.monotonic(), -1, -1, 0.0, 0.0
+        tty = self.out.isatty()
         while True:
-            ready, _ = ray.wait(refs, num_returns=len(refs), timeout=opts.refresh_s)
-            statuses = {n: q.maintain(blocking=False) for n, q in queues.items()}  # also reaps stale trials
-            if (0 < placement.share < 1 and (whole_gpu_ref is None or whole_gpu_ref in ready)
-                    and any(st.whole_gpu_waiting for st in statuses.values())):
-                whole = {**task_options(placement.share, threads, bool(opts.ray_address)), "num_gpus": 1}
-                whole_gpu_ref = ray.remote(worker_task).options(**whole).remote(
-                    storage_url, names, placement.device, threads, run_id, ckpt, 1.0)
-                refs.append(whole_gpu_ref)
-                out.write("A trial ran out of memory on a shared GPU: retrying it on a GPU of its own.\n")
+            ready, _ = ray.wait(self.refs, num_returns=len(self.refs), timeout=self.opts.refresh_s)
+            statuses = {n: q.maintain(blocking=False) for n, q in self.queues.items()}  # also reaps
+            self._whole_gpu_retry(ready, statuses)
+            self._replace_unhealthy(ready, statuses)
+            ready = [r for r in ready if r in self.refs]  # a replaced worker's ref is gone
             final = sum(s.final for s in statuses.values())
-            changed = final != last_final
-            if final != last_final and time.monotonic() >= next_export:
+            if final != exported and time.monotonic() >= next_export:
                 # Exporting is O(trials): at most ~10% of the driver's time goes to it in a large study.
                 began = time.monotonic()
-                export_studies(storage, names, opts.out_dir)
-                last_final, next_export = final, time.monotonic() + 9 * (time.monotonic() - began)
+                export_studies(self.storage, self.names, self.opts.out_dir)
+                exported = final
+                next_export = time.monotonic() + 9 * (time.monotonic() - began)
             now = time.monotonic()
-            if tty or changed or now - last_print > 10:  # piped: a line per change or every 10 s
-                line = progress_line(statuses, opts.workers, now - start)
-                out.write(("\r" + line + "\x1b[K") if tty else line + "\n")
-                out.flush()
+            if tty or final != last_final or now - last_print > 10:  # piped: a line per change or every 10 s
+                line = progress_line(statuses, self.opts.workers or 1, now - start)
+                self.out.write(("\r" + line + "\x1b[K") if tty else line + "\n")
+                self.out.flush()
                 last_print = now
-            if len(ready) == len(refs):
+            last_final = final
+            if len(ready) == len(self.refs):
                 for ref in ready:
                     ray.get(ref)  # surface a worker that died with an error
                 break
         if tty:
-            out.write("\n")
-        statuses = {n: q.maintain() for n, q in queues.items()}
-        export_studies(storage, names, opts.out_dir)
-        return statuses
-    except KeyboardInterrupt:
-        out.write("\nStopping workers; their running trials go back to the queue...\n")
-        for ref in refs:
+            self.out.write("\n")
+        return {n: q.maintain() for n, q in self.queues.items()}
+
+    def _whole_gpu_retry(self, ready: list[Any], statuses: dict[str, PlanStatus]) -> None:
+        """A worker with a whole GPU (a fresh process) for retries of shared-GPU OOMs and refusals."""
+        if not (0 < self.placement.share < 1 and (self.whole_gpu_ref is None or self.whole_gpu_ref in ready)
+                and any(st.whole_gpu_waiting for st in statuses.values())):
+            return
+        self.whole_gpu_ref = self.task(1.0).remote(*self.args(1.0))
+        self.refs.append(self.whole_gpu_ref)
+        self.out.write("A trial ran out of memory on a shared GPU: retrying it on a GPU of its own.\n")
+
+    def _replace_unhealthy(self, ready: list[Any], statuses: dict[str, PlanStatus]) -> None:
+        """A worker stopped by a sticky CUDA fault gave its trial back and its process exited; while
+        work is left, a fresh process takes its place (at most MAX_REPLACEMENTS times a run)."""
+        import ray
+
+        for ref in ready:
+            try:
+                result = ray.get(ref)
+            except Exception:  # noqa: BLE001 - a task that died: surfaced once every task is done
+                continue
+            if not (isinstance(result, dict) and result.get("unhealthy")):
+                continue
+            self.refs.remove(ref)
+            self.out.write(f"A worker stopped after a CUDA fault ({result['unhealthy'][:200]}); its trial "
+                           "went back to the queue.\n")
+            if self.replaced < MAX_REPLACEMENTS and not all(st.done for st in statuses.values()):
+                share = float(result.get("gpu_share", self.placement.share))
+                self.refs.append(self.task(share).remote(*self.args(share)))
+                self.replaced += 1
+
+    def stop(self) -> None:
+        """Ctrl-C: cancel the tasks (each gives its trial back) and requeue what is left."""
+        import ray
+
+        self.out.write("\nStopping workers; their running trials go back to the queue...\n")
+        for ref in self.refs:
             ray.cancel(ref)  # interrupts the task (as SIGINT): it gives its trial back and returns
-        ray.wait(refs, num_returns=len(refs), timeout=15)
-        requeued = sum(
-            q.requeue_running(lambda a: a.get("run_id") == run_id) for q in queues.values()
-        )  # safety net for a task that could not clean up
-        export_studies(storage, names, opts.out_dir)
-        out.write(f"Stopped; {requeued} trial(s) requeued by the driver. Run the same command to resume.\n")
-        raise
-    finally:
-        ray.shutdown()
+        ray.wait(self.refs, num_returns=len(self.refs), timeout=15)
+        requeued = sum(q.requeue_running(lambda a: a.get("run_id") == self.run_id) for q in self.queues.values())
+        export_studies(self.storage, self.names, self.opts.out_dir)
+        self.out.write(f"Stopped; {requeued} trial(s) requeued by the driver. Run the same command to resume.\n")
 
 
 def describe_storage(url: str) -> str:

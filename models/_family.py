@@ -105,6 +105,8 @@ class Family:
     description: str = ""
     train_defaults: Mapping[str, Any] = field(default_factory=dict)
     tokens: Callable[[Any], int] | None = None  # sequence length seen by attention (memory estimate)
+    # independent attention sequences per sample (ci: one per channel), each of tokens/sequences
+    sequences: Callable[[Any], int] | None = None
     flops_per_sample: Callable[[Any], int] | None = None
     """Forward+backward FLOPs of one training sample (FlopCounterMode's count); every family sets it."""
 

@@ -373,6 +373,7 @@ FAMILY = Family(
     ),
     # cat: a token per (step, channel); ci: the backbone runs C times (C× the activations).
     tokens=lambda c: c.seq_len * (c.channels if c.encoder in ("cat", "ci") else 1),
+    sequences=lambda c: c.channels if c.encoder == "ci" else 1,  # ci attends within each channel
     flops_per_sample=flops_per_sample,
     description="Causal multi-channel signal transformer predicting the next step's quantile bin.",
     train_defaults={

@@ -18,7 +18,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from archhpo.report._confirm import confirmation_summary, paired_summary
 from archhpo.search._space import PARAM_NAMES
-from archhpo.search._study import StudySettings, load_study
+from archhpo.search._study import StudySettings, experiment_studies, load_study
 
 SPEC_COLUMNS = (
     "experiment", "trial", "budget", "horizon", "d_model", "n_layers", "n_heads", "d_ff", "param_count",
@@ -172,16 +172,25 @@ def _loaded_study(storage: RDBStorage, name: str) -> optuna.Study:
 
 
 def export_studies(storage: RDBStorage, names: list[str], out_dir: Path) -> list[Path]:
-    """Write the experiment's CSV (all given studies) and one best JSON per study."""
-    rows: list[dict[str, Any]] = []
+    """Write one best JSON per given study and the experiment's CSV.
+
+    The CSV holds every study of the given studies' experiments, so `export --budget 200K` of a
+    multi-budget experiment refreshes that budget's rows and keeps the others'."""
+    settings = {}
     written = []
     for name in names:
         study = _loaded_study(storage, name)
-        settings = StudySettings.from_attrs(study.user_attrs, name)
-        rows.extend(result_rows(study, settings))
-        path = best_path(out_dir, settings)
-        atomic_write(path, json.dumps(best_summary(study, settings), indent=2) + "\n")
+        settings[name] = StudySettings.from_attrs(study.user_attrs, name)
+        path = best_path(out_dir, settings[name])
+        atomic_write(path, json.dumps(best_summary(study, settings[name]), indent=2) + "\n")
         written.append(path)
+    everything = list(names)
+    for experiment in dict.fromkeys(s.experiment for s in settings.values()):
+        everything += [n for n in experiment_studies(storage, experiment) if n not in everything]
+    rows: list[dict[str, Any]] = []
+    for name in everything:
+        study = _loaded_study(storage, name)
+        rows.extend(result_rows(study, settings.get(name) or StudySettings.from_attrs(study.user_attrs, name)))
     csv_path = out_dir / RESULTS_CSV
     atomic_write(csv_path, csv_text(rows))
     return [csv_path, *written]

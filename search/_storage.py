@@ -41,7 +41,21 @@ log = logging.getLogger("archhpo.storage")
 def resolve_storage_url(url: str | None) -> str:
     """--storage, else $ARCHHPO_STORAGE, else an SQLite file in the working directory; any
     password moves to PGPASSWORD."""
-    return take_password(url or os.environ.get("ARCHHPO_STORAGE") or DEFAULT_STORAGE)
+    return take_password(check_scheme(url or os.environ.get("ARCHHPO_STORAGE") or DEFAULT_STORAGE))
+
+
+SCHEMES = ("sqlite", "postgresql")  # SQLAlchemy dialects archhpo is tested on (any driver: +psycopg2)
+
+
+def check_scheme(url: str) -> str:
+    """The URL itself, or StorageError naming the supported schemes (before any driver is tried)."""
+    scheme = url.split("://", 1)[0].split("+", 1)[0].lower() if "://" in url else ""
+    if scheme not in SCHEMES:
+        raise StorageError(
+            f"--storage {mask_url(url)} uses an unsupported database; archhpo supports sqlite:///FILE and "
+            "postgresql+psycopg2://user@host:5432/db."
+        )
+    return url
 
 
 def take_password(url: str) -> str:
@@ -158,6 +172,7 @@ def open_storage(url: str, create: bool = True) -> RDBStorage:
     (worker, export, dashboard) refuses a database that has none.  Either way a database whose
     Optuna schema version archhpo was not tested with is refused (check_schema).
     """
+    check_scheme(url)
     if is_sqlite(url):
         path = sqlite_path(url)
         if path is not None and not path.parent.is_dir():

@@ -342,6 +342,28 @@ _IDENTITY = ("family", "tolerance", "data", "options", "n_trials", "pruner", "bu
              "space")
 
 
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _differences(stored: StudySettings, new: StudySettings) -> list[str]:
+    """'n_trials: stored 4, now 6' for each identity setting that differs (a dict such as
+    `options` by its differing keys), so a refused relaunch shows what to repeat."""
+    out = []
+    for key in _IDENTITY:
+        old, now = getattr(stored, key), getattr(new, key)
+        if old == now:
+            continue
+        if isinstance(old, dict) and isinstance(now, dict):
+            for k in sorted(set(old) | set(now), key=str):
+                if old.get(k) != now.get(k):
+                    out.append(f"{key}.{k}: stored {_short(old.get(k))}, now {_short(now.get(k))}")
+        else:
+            out.append(f"{key}: stored {_short(old)}, now {_short(now)}")
+    return out
+
+
 def launch(storage_url: str, settings: StudySettings, storage: RDBStorage | None = None) -> LaunchResult:
     """Create the study and enqueue phase 1, or reload it; launching twice never duplicates."""
     storage = storage or open_storage(storage_url)
@@ -363,10 +385,10 @@ def launch(storage_url: str, settings: StudySettings, storage: RDBStorage | None
             stored = settings
         else:
             stored = StudySettings.from_attrs(attrs, name)
-            diffs = [k for k in _IDENTITY if getattr(stored, k) != getattr(settings, k)]
+            diffs = _differences(stored, settings)
             if diffs:
                 raise StudyError(
-                    f"Study {name!r} already exists with different settings ({', '.join(diffs)}); "
+                    f"Study {name!r} already exists with different settings ({'; '.join(diffs)}); "
                     "launch under a new --experiment name or repeat the original options."
                 )
         enqueued = enqueue_missing(study, stored, phase=1)
@@ -429,7 +451,8 @@ def open_study(storage_url: str, experiment: str, budget: str) -> tuple[RDBStora
 def experiment_studies(storage: RDBStorage, experiment: str) -> list[str]:
     """Names of every archhpo study of this experiment in the storage, smallest budget first."""
     found = []
-    for summary in optuna.get_all_study_summaries(storage=storage, include_best_trial=False):
+    # get_all_studies, not get_all_study_summaries: the summaries load every trial of every study.
+    for summary in storage.get_all_studies():
         attrs = summary.user_attrs
         if attrs.get("archhpo_experiment") == experiment and "archhpo_plan" in attrs:
             found.append((attrs.get("archhpo_budget_value", 0), summary.study_name))

@@ -9,7 +9,6 @@ of the machine's routable address, which is the one thing that differs from seve
 
 from __future__ import annotations
 
-import math
 import os
 import shutil
 import tempfile
@@ -21,7 +20,7 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from archhpo.cluster._run import RunOptions, auto_gpu_fraction, run_workers
+from archhpo.cluster._run import RunOptions, run_workers
 from archhpo.search import TrialQueue, launch, prepare_settings
 from tests.conftest import REPO, TINY_DATA, run_cli
 
@@ -83,8 +82,9 @@ def test_trials_run_on_more_than_one_ray_node(ray_cluster, pg_url: str, tmp_path
 
 # ----------------------------------------------------------------------------- --gpus-per-trial auto
 def test_gpus_per_trial_auto_scales_with_the_architecture(tmp_path: Path) -> None:
-    from archhpo.models import get_family
-    from archhpo.workers import estimate_training_bytes
+    """Placement packs fewer trials on a GPU as the planned architectures grow (one sizing:
+    workers._memory, the same the workers' own fit check uses)."""
+    from archhpo.cluster._run import MAX_TRIALS_PER_GPU, _trials_per_gpu, largest_trial_bytes
 
     url = f"sqlite:///{tmp_path / 'gpu.db'}"
     budgets = ["2M", "20M", "200M", "2B"]
@@ -93,41 +93,17 @@ def test_gpus_per_trial_auto_scales_with_the_architecture(tmp_path: Path) -> Non
         s = prepare_settings("gpu", b, n_trials=10, seed=0)
         launch(url, s)
         queues[b] = TrialQueue(url, s.study_name)
-
-    def need(q: TrialQueue) -> int:  # the largest planned trial's estimate, computed independently
-        fam, batch = get_family(q.settings.family), max(q.settings.search_space.batch_size)
-        most = 0
-        for e in q.settings.plan:
-            a = q.settings.archs[e["arch_idx"]]
-            tokens = fam.tokens(fam.config_for(a, q.settings.info)) if fam.tokens else 64
-            most = max(most, estimate_training_bytes(a["param_count"], batch, tokens, a["d_model"],
-                                                     a["n_layers"], a["n_heads"], a["d_ff"]))
-        return most
-
+    need = {b: largest_trial_bytes([queues[b]]) for b in budgets}
+    assert [need[b] for b in budgets] == sorted(need.values())
+    assert largest_trial_bytes(list(queues.values())) == need["2B"]  # several studies: the largest
     for gpu in (8 * GiB, 40 * GiB, 80 * GiB, 141 * GiB):
-        fr = [auto_gpu_fraction([queues[b]], gpu) for b in budgets]
-        for b, f in zip(budgets, fr, strict=True):
-            assert 0.05 <= f <= 1.0 and math.isclose(f * 20, round(f * 20)), (b, gpu, f)
-            if f < 1.0:  # the share holds the estimate, with no more than one step of slack beyond 20 %
-                assert f * gpu >= need(queues[b]), (b, gpu, f)
-                assert (f - 0.05) * gpu < need(queues[b]) / 0.8, (b, gpu, f)
-        assert fr == sorted(fr), f"a bigger budget never gets a smaller share: {dict(zip(budgets, fr, strict=True))}"
-        # several studies at once: the share of the largest architecture of any of them
-        assert auto_gpu_fraction(list(queues.values()), gpu) == max(fr)
-
-    at80 = {b: auto_gpu_fraction([queues[b]], 80 * GiB) for b in budgets}
-    assert at80["2M"] <= 0.1, "many small trials share an 80 GiB GPU"
-    assert at80["2M"] < at80["200M"] < at80["2B"]
-    # A 2B trial (~30 GiB of weights + AdamW state before activations) takes most of an 80 GiB GPU;
-    # no two of them ever share one.  On a 40 GiB GPU it gets the whole device.
-    assert at80["2B"] > 0.5
-    assert auto_gpu_fraction([queues["2B"]], 40 * GiB) == 1.0
-    # the extremes: a tiny GPU caps at one whole GPU, a huge one floors at 0.05
-    assert auto_gpu_fraction([queues["2M"]], 1 * GiB // 64) == 1.0
-    assert auto_gpu_fraction([queues["2M"]], 10**15) == 0.05
-    # a lightweight stand-in with the same .settings gives the same answer
-    stand_in = SimpleNamespace(settings=queues["20M"].settings)
-    assert auto_gpu_fraction([stand_in], 80 * GiB) == at80["20M"]  # type: ignore[list-item]
+        fits = [_trials_per_gpu(need[b], gpu)[0] for b in budgets]
+        assert fits == sorted(fits, reverse=True), f"a bigger budget never packs more: {fits}"
+    # A 2B trial (~30 GiB of weights + AdamW state before activations) never shares a GPU.
+    assert _trials_per_gpu(need["2B"], 80 * GiB)[0] == 1
+    assert _trials_per_gpu(need["2M"], 80 * GiB)[0] == MAX_TRIALS_PER_GPU
+    stand_in = SimpleNamespace(settings=queues["20M"].settings)  # the same .settings, the same answer
+    assert largest_trial_bytes([stand_in]) == need["20M"]  # type: ignore[list-item]
 
 
 @pytest.mark.parametrize("value", ["lots", "-0.5", "nan", "9"])

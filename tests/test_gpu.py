@@ -18,6 +18,7 @@ import textwrap
 import time
 import types
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -198,7 +199,6 @@ def test_placement_override_opt_out_and_cpu_clusters() -> None:
 
 
 def test_largest_trial_counts_unchosen_confirmation_entries(tmp_path: Path) -> None:
-    from archhpo.cluster._run import auto_gpu_fraction
     from archhpo.search import TrialQueue, launch, prepare_settings
 
     s = prepare_settings("gp", "2M", n_trials=6, seed=0)
@@ -215,7 +215,6 @@ def test_largest_trial_counts_unchosen_confirmation_entries(tmp_path: Path) -> N
         family=s.family, info=s.info, archs=s.archs, search_space=s.search_space,
         plan=[{"arch_idx": i} for i in range(len(s.archs))]))
     assert every == largest_trial_bytes([rows]) >= planned  # type: ignore[list-item]
-    assert auto_gpu_fraction([q], 80 * GiB) == 0.05  # the legacy helper still answers
 
 
 def test_gpu_memory_probe_reads_nvidia_smi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -233,8 +232,11 @@ def test_gpu_memory_probe_reads_nvidia_smi(tmp_path: Path, monkeypatch: pytest.M
 
 
 def test_task_options() -> None:
-    assert task_options(0.25, 4, cluster=False) == {"num_cpus": 4, "num_gpus": 0.25, "max_retries": 3}
-    assert task_options(0.0, 4, cluster=True)["num_cpus"] == 1
+    """Every task with a GPU share runs in a fresh process (max_calls=1), the whole-GPU retry too."""
+    assert task_options(0.25, 4, cluster=False) == {"num_cpus": 4, "num_gpus": 0.25, "max_retries": 3,
+                                                    "max_calls": 1}
+    assert task_options(1.0, 4, cluster=False)["max_calls"] == 1
+    assert task_options(0.0, 4, cluster=True) == {"num_cpus": 1, "num_gpus": 0.0, "max_retries": 3}
 
 
 # ------------------------------------------------------------------------------ Ray, logical GPUs
@@ -270,7 +272,9 @@ def test_ray_places_the_chosen_shares_on_every_gpu(logical_gpu_ray) -> None:  # 
         ids = ray.get_runtime_context().get_accelerator_ids()["GPU"]
         return [str(i) for i in ids], os.environ.get("CUDA_VISIBLE_DEVICES"), share
 
-    task = ray.remote(**task_options(p.share, 1, cluster=False))(probe)
+    def task(share: float) -> Any:
+        return ray.remote(**task_options(share, 1, cluster=False))(probe)
+
     start = time.time() + 3
     got = ray.get(start_by_share(task, p.worker_shares(4), lambda share: (start, share)), timeout=120)
     per_gpu = Counter(g[0] for g, _, _ in got)

@@ -15,7 +15,15 @@ import archhpo.workers._memory
 from archhpo.errors import MemoryRefused, NonFiniteLoss
 from archhpo.models import TensorDataset, get_family
 from archhpo.search import TrialQueue, launch, prepare_settings
-from archhpo.workers import StopTraining, TrainConfig, Worker, check_fits, estimate_training_bytes, train
+from archhpo.workers import (
+    StopTraining,
+    TrainConfig,
+    TrialShape,
+    Worker,
+    check_fits,
+    estimate_training_bytes,
+    train,
+)
 from archhpo.workers._train import lr_lambda
 from tests.conftest import TINY_DATA
 
@@ -73,10 +81,13 @@ def test_a_2b_trial_is_refused_on_a_24_gib_machine(tmp_path, monkeypatch) -> Non
 
 
 def test_memory_estimate_scales_with_parameters_and_batch() -> None:
-    small = estimate_training_bytes(2_000_000, 64, 11, 64, 48, 8, 256)
+    def shape(params: int, batch: int, d: int = 64, heads: int = 8, d_ff: int = 256) -> TrialShape:
+        return TrialShape(params, batch, 1024, 11, 1, d, 48, heads, d_ff)
+
+    small = estimate_training_bytes(shape(2_000_000, 64), "cpu")
     assert 16 * 2_000_000 < small < 2**30
-    assert estimate_training_bytes(2_000_000, 256, 11, 64, 48, 8, 256) > small
-    assert estimate_training_bytes(2_000_000_000, 32, 11, 2048, 48, 32, 8192) > 32 * 10**9
+    assert estimate_training_bytes(shape(2_000_000, 256), "cpu") > small
+    assert estimate_training_bytes(shape(2_000_000_000, 32, 2048, 32, 8192), "cuda") > 32 * 10**9
     with pytest.raises(MemoryRefused):
         check_fits(10**15, torch.device("cpu"), "huge")
 

@@ -3,7 +3,17 @@
 from archhpo.errors import MemoryRefused, NonFiniteLoss, TrialLost, TrialStopped
 from archhpo.workers._build import BuiltTrial, DataCache, Seeds, TrialSpec, build_trial, trial_seeds
 from archhpo.workers._loop import QueueLike, Worker, WorkerSummary
-from archhpo.workers._memory import available_bytes, check_fits, estimate_training_bytes
+from archhpo.workers._memory import (
+    CUDA_CONTEXT_BYTES,
+    SAFETY,
+    TrialShape,
+    available_bytes,
+    check_fits,
+    estimate_training_bytes,
+    is_oom,
+    is_sticky_cuda_error,
+    trial_shape,
+)
 from archhpo.workers._train import (
     StopTraining,
     TrainConfig,
@@ -16,6 +26,8 @@ from archhpo.workers._train import (
 )
 
 __all__ = [
+    "CUDA_CONTEXT_BYTES",
+    "SAFETY",
     "BuiltTrial",
     "DataCache",
     "MemoryRefused",
@@ -26,6 +38,7 @@ __all__ = [
     "TrainConfig",
     "TrainResult",
     "TrialLost",
+    "TrialShape",
     "TrialSpec",
     "TrialStopped",
     "Worker",
@@ -36,8 +49,11 @@ __all__ = [
     "describe_result",
     "estimate_training_bytes",
     "evaluate",
+    "is_oom",
+    "is_sticky_cuda_error",
     "resolve_device",
     "train",
     "trial_seed",
     "trial_seeds",
+    "trial_shape",
 ]

@@ -143,14 +143,16 @@ def device_peak_flops(device: torch.device | str) -> float | None:
     return dense_bf16_peak_flops(torch.cuda.get_device_name(_cuda_index(device)))
 
 
-def mfu(train_flops: float, seconds: float, device: torch.device | str) -> float | None:
+def mfu(train_flops: float, seconds: float, device: torch.device | str, share: float = 1.0) -> float | None:
     """Model FLOPs utilisation: achieved training FLOP/s over the device's dense bf16 peak.
 
-    `device` is a torch device or a GPU name; None on CPU, for an unknown GPU or without time."""
+    `device` is a torch device or a GPU name; None on CPU, for an unknown GPU or without time.
+    `share` is the part of the GPU the trial was given (0.25: four packed on it): its MFU is
+    measured against that part of the peak, so four packed trials at full speed each read 1."""
     peak = device_peak_flops(device)
-    if peak is None or seconds <= 0 or train_flops < 0:
+    if peak is None or seconds <= 0 or train_flops < 0 or not 0 < share <= 1:
         return None
-    return float(train_flops) / float(seconds) / peak
+    return float(train_flops) / float(seconds) / (peak * share)
 
 
 def configure_cuda_speed() -> None:

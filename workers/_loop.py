@@ -27,7 +27,7 @@ import socket
 import threading
 import time
 import traceback
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -39,7 +39,15 @@ from archhpo.errors import ArchhpoError, MemoryRefused, NonFiniteLoss, TrialLost
 from archhpo.models import get_family
 from archhpo.workers import _device
 from archhpo.workers._build import BuiltTrial, DataCache, TrialSpec, build_trial
-from archhpo.workers._memory import check_fits, estimate_training_bytes
+from archhpo.workers._memory import (
+    check_fits,
+    estimate_training_bytes,
+    host_build_slot,
+    is_oom,
+    is_sticky_cuda_error,
+    tensor_bytes,
+    trial_shape,
+)
 from archhpo.workers._train import StopTraining, TrainConfig, resolve_device, train
 
 log = logging.getLogger("archhpo.worker")
@@ -65,6 +73,7 @@ class WorkerSummary:
     lost: int = 0  # reaped while this worker held them (the retry elsewhere counts)
     requeued: int = 0  # given back to the queue because the worker was stopped
     signal: int | None = None  # the signal that stopped the worker (SIGTERM 15, SIGINT 2), if any
+    unhealthy: str | None = None  # a sticky CUDA fault stopped the worker: exit non-zero, never reuse
     trials: list[int] = field(default_factory=list)
 
 
@@ -98,23 +107,49 @@ class _Heartbeat(threading.Thread):
                 log.warning("heartbeat for trial %s failed: %s", self.claim.number, exc)
 
 
-def _is_oom(exc: BaseException) -> bool:
-    if isinstance(exc, MemoryError | torch.cuda.OutOfMemoryError):
-        return True
-    text = str(exc).lower()
-    return isinstance(exc, RuntimeError) and ("out of memory" in text or "can't allocate memory" in text)
+@dataclass
+class _TrialRun:
+    """One claimed trial on its way through the loop, and what its conclusion writes."""
+
+    queue: QueueLike
+    claim: Any
+    beat: _Heartbeat
+    attrs: dict[str, Any] = field(default_factory=dict)
+    state: TrialState = TrialState.FAIL
+    value: float | None = None
+    outcome: str = "finish"  # finish | requeue (stopped) | lost (fenced out) | unhealthy (CUDA fault)
+    best: float = float("inf")
+    start: float = field(default_factory=time.perf_counter)
+
+    @property
+    def spec_seed(self) -> int | None:
+        return getattr(self.claim, "seed", None)
+
+    def should_stop(self, stop_event: threading.Event) -> bool:
+        return stop_event.is_set() or self.beat.lost.is_set()
 
 
 def _atomic_save(obj: dict[str, Any], path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
+    for last in (False, True):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            torch.save(obj, tmp)
+        except (FileNotFoundError, RuntimeError) as exc:  # another worker just removed the empty folder
+            if last or path.parent.exists():
+                raise exc from None
+            continue
+        os.replace(tmp, path)
+        return
 
 
-def _device_fn(name: str) -> Callable[..., Any] | None:
-    """A function of workers._device (the GPU helpers), or None where this version lacks it."""
-    return getattr(_device, name, None)
+def _remove_empty(*folders: Path) -> None:
+    """Remove folders left empty (innermost first); one another worker is writing into stays."""
+    for folder in folders:
+        try:
+            folder.rmdir()
+        except OSError:  # not empty, or already gone
+            return
 
 
 class Worker:
@@ -134,18 +169,18 @@ class Worker:
         self.device = resolve_device(device)
         if threads:
             torch.set_num_threads(threads)
-        if self.device.type == "cuda" and (speed := _device_fn("configure_cuda_speed")) is not None:
-            speed()  # TF32 for the fp32 matmuls left outside bf16 autocast
+        if self.device.type == "cuda":
+            _device.configure_cuda_speed()  # TF32 for the fp32 matmuls left outside bf16 autocast
         self.checkpoint_dir = Path(checkpoint_dir).resolve() if checkpoint_dir else None
         self.checkpoint_every = max(1, checkpoint_every)
         self.handle_signals = handle_signals
         self.stop_event = threading.Event()
         self.signal_received: int | None = None
-        dev_attrs = _device_fn("device_attrs")
+        self.unhealthy: str | None = None  # a sticky CUDA fault: the worker stops, its process exits
         self.attrs = {
             "host": socket.gethostname(), "device": self._device_name(), "pid": os.getpid(),
             "threads": torch.get_num_threads(),  # a CPU replay (`train --threads`) is exact with the same
-            **(dev_attrs(self.device) if dev_attrs is not None else {}),
+            **_device.device_attrs(self.device),
             **(extra_attrs or {}),
         }
         self._data = DataCache()
@@ -158,12 +193,17 @@ class Worker:
             return f"cuda:{torch.cuda.get_device_name(self.device)}"
         return "cpu"
 
+    def _gpu_share(self) -> float:
+        """This worker's share of its GPU (Ray's num_gpus; 1 when it has the GPU to itself)."""
+        try:
+            share = float(self.attrs.get("gpu_share", 1.0))
+        except (TypeError, ValueError):
+            return 1.0
+        return share if 0 < share <= 1 else 1.0
+
     @property
     def shares_gpu(self) -> bool:
-        try:
-            return 0 < float(self.attrs.get("gpu_share", 1.0)) < 1
-        except (TypeError, ValueError):
-            return False
+        return self._gpu_share() < 1
 
     # ------------------------------------------------------------------------ signals
     @contextlib.contextmanager
@@ -206,7 +246,9 @@ class Worker:
             if path is None or not path.exists():
                 continue
             try:
-                state = torch.load(path, map_location=self.device, weights_only=False)
+                # To the CPU: train() copies it into the model and optimizer, and nothing of it is
+                # left in the GPU allocator once the trial ends.
+                state = torch.load(path, map_location="cpu", weights_only=False)
             except Exception as exc:  # a torn or foreign file: try an older one, else start over
                 log.warning("ignoring unreadable checkpoint %s: %s", path, exc)
                 continue
@@ -220,18 +262,21 @@ class Worker:
             path = self._checkpoint_path(queue, claim, attempt)
             if path is not None:
                 path.unlink(missing_ok=True)
+        if self.checkpoint_dir is not None:  # the demo leaves no empty checkpoints/ folders behind
+            _remove_empty(self.checkpoint_dir / queue.name, self.checkpoint_dir)
 
     # ------------------------------------------------------------------------ the loop
     def run(self) -> WorkerSummary:
         summary = WorkerSummary()
         with self._signals():
             pending = list(self.queues)
-            while pending and not self.stop_event.is_set():
+            while pending and not self.stop_event.is_set() and self.unhealthy is None:
                 claim, queue = self._next(pending)
                 if claim is None:
                     break
                 self._run_trial(queue, claim, summary)
         summary.signal = self.signal_received
+        summary.unhealthy = self.unhealthy
         return summary
 
     def _next(self, pending: list[QueueLike]) -> tuple[Any, Any]:
@@ -273,132 +318,159 @@ class Worker:
             seed=getattr(claim, "seed", None),
         )
 
+    # ------------------------------------------------------------------------ one trial
     def _run_trial(self, queue: QueueLike, claim: Any, summary: WorkerSummary) -> None:
-        beat = _Heartbeat(queue, claim, getattr(queue, "heartbeat_s", 15.0), getattr(queue, "reap_s", 30.0))
-        beat.start()
-        attrs: dict[str, Any] = {}
-        spec = self._spec(queue, claim)
-        if spec.seed is not None:
-            attrs["seed"] = spec.seed
-        state, value = TrialState.FAIL, None
-        outcome = "finish"
-        start = time.perf_counter()
-        built: BuiltTrial | None = None
-        if (reset := _device_fn("reset_peak_memory")) is not None:
-            reset(self.device)
-
-        def should_stop() -> bool:
-            return self.stop_event.is_set() or beat.lost.is_set()
-
+        """Claimed -> built (after the fit check) -> trained -> concluded (finished, given back or lost)."""
+        run = _TrialRun(queue, claim, _Heartbeat(queue, claim, getattr(queue, "heartbeat_s", 15.0),
+                                                 getattr(queue, "reap_s", 30.0)))
+        run.beat.start()
+        if run.spec_seed is not None:
+            run.attrs["seed"] = run.spec_seed
+        _device.reset_peak_memory(self.device)
         try:
-            try:
-                def check_memory(cfg: Any, tcfg: TrainConfig, data: Any) -> None:
-                    a = claim.arch
-                    tokens = built_family.tokens(cfg) if built_family.tokens else 64
-                    need = estimate_training_bytes(
-                        int(a["param_count"]), int(tcfg.batch_size), tokens, int(a["d_model"]),
-                        int(a["n_layers"]), int(a["n_heads"]), int(a["d_ff"]),
-                    )
-                    attrs["memory_estimate_gib"] = round(need / 2**30, 3)
-                    check_fits(need, self.device, f"Trial {claim.number} ({int(a['param_count']):,} params)")
-
-                built_family = get_family(spec.family)
-                built = build_trial(spec, self.device, data_cache=self._data, before_build=check_memory)
-                attrs["baseline_val_loss"] = built.baseline_loss
-                if built.flops_per_sample is not None:
-                    attrs["flops_per_sample"] = built.flops_per_sample
-                ckpt = self._checkpoint_path(queue, claim)
-                resume = self._load_resume(queue, claim)
-                best = {"val": float("inf")}
-                if resume is not None:
-                    attrs["resumed_from_epoch"] = int(resume["epoch"])
-                    for h in resume["history"]:  # the retry carries the dead attempt's curve
-                        queue.report(claim, int(h["epoch"]), float(h["val_loss"]))
-                        best["val"] = min(best["val"], float(h["val_loss"]))
-
-                def on_eval(epoch: int, val: float) -> None:
-                    best["val"] = min(best["val"], val)
-                    if queue.report(claim, epoch, val):  # raises TrialLost when fenced out
-                        raise StopTraining(epoch)
-
-                def save(st: dict[str, Any]) -> None:
-                    if ckpt is None or should_stop() or st["epoch"] % self.checkpoint_every:
-                        return  # a fenced-out attempt never writes again
-                    _atomic_save({"params": claim.params, "arch": claim.arch, "attempt": int(claim.attempt),
-                                  "trial_number": claim.number, "pid": os.getpid(), **st}, ckpt)
-
-                fam = built.family
-                try:
-                    result = train(built.model, built.data, fam.loss, built.train_config, metrics_fn=fam.metrics,
-                                   on_eval=on_eval, checkpoint=save if ckpt is not None else None,
-                                   resume=resume, should_stop=should_stop)
-                    state, value = TrialState.COMPLETE, result.best_val_loss
-                    attrs.update(train_loss=result.train_loss, best_epoch=result.best_epoch,
-                                 **{f"val_{k}": v for k, v in result.metrics.items()})
-                    samples, seconds = result.samples, result.duration_s
-                except StopTraining as stop:
-                    state, value = TrialState.PRUNED, best["val"]
-                    attrs["pruned_at_epoch"] = stop.args[0]
-                    samples, seconds = int(getattr(stop, "samples", 0)), float(getattr(stop, "seconds", 0.0))
-                attrs.update(self._throughput(built, samples, seconds))
-            except TrialStopped:
-                raise
-            except (NonFiniteLoss, MemoryRefused) as exc:
-                attrs["fail_reason"] = str(exc)
-            except (ArchhpoError, ValueError) as exc:
-                attrs["fail_reason"] = f"{type(exc).__name__}: {exc}"
-            except Exception as exc:
-                if _is_oom(exc):
-                    attrs["fail_reason"] = f"out of memory on {self.attrs['device']}: {str(exc)[:300]}"
-                    if self.shares_gpu:  # retried once on a GPU of its own (plan upkeep)
-                        attrs["oom_shared"] = True
-                else:
-                    attrs["fail_reason"] = f"{type(exc).__name__}: {exc}"[:1000]
-                    log.error("trial %s crashed:\n%s", claim.number, traceback.format_exc())
+            self._attempt(run)
         except TrialStopped as exc:
-            outcome = "lost" if (isinstance(exc, TrialLost) or beat.lost.is_set()) else "requeue"
+            run.outcome = "lost" if (isinstance(exc, TrialLost) or run.beat.lost.is_set()) else "requeue"
         except BaseException:
             # A second signal, a Ray cancel: give the trial back so it is neither lost nor RUNNING.
-            beat.stopped.set()
+            run.beat.stopped.set()
             queue.requeue(claim, "worker stopped")
             raise
         finally:
-            beat.stopped.set()
-            built = None  # drop the model, optimizer state and activations before the next trial
-            if self.device.type == "cuda":
-                release = _device_fn("release_memory")
-                if release is not None:
-                    release(self.device)
-                else:
-                    gc.collect()
-                    torch.cuda.empty_cache()
-        if outcome == "lost":
+            run.beat.stopped.set()
+            self._release()
+        self._conclude(run, summary)
+
+    def _attempt(self, run: _TrialRun) -> None:
+        """Build and train; a failure the trial caused is recorded in run.attrs (fail_reason)."""
+        try:
+            built = self._build(run)
+            self._train(run, built)
+        except TrialStopped:
+            raise
+        except Exception as exc:  # noqa: BLE001 - every failure is classified below
+            self._classify_failure(run, exc)
+
+    def _build(self, run: _TrialRun) -> BuiltTrial:
+        """The model and data on the device, once the memory estimate says the trial fits."""
+        spec = self._spec(run.queue, run.claim)
+        family = get_family(spec.family)
+
+        def check_memory(cfg: Any, tcfg: TrainConfig, data: Any) -> None:
+            on_device = tensor_bytes(*data.train_inputs, data.train_target, *data.val_inputs, data.val_target)
+            shape = trial_shape(family, cfg, run.claim.arch, min(int(tcfg.batch_size), data.n_train),
+                                min(int(tcfg.eval_batch_size), max(1, data.n_val)),
+                                on_device if self.device.type == "cuda" else 0)
+            need = estimate_training_bytes(shape, self.device.type)
+            run.attrs["memory_estimate_gib"] = round(need / 2**30, 3)
+            check_fits(need, self.device, f"Trial {run.claim.number} ({shape.param_count:,} params)",
+                       resident=shape.data_bytes)  # the dataset is loaded already
+
+        params = int(run.claim.arch["param_count"])
+        with host_build_slot(params, self.device, f"trial {run.claim.number} ({params:,} params)"):
+            built = build_trial(spec, self.device, data_cache=self._data, before_build=check_memory)
+        run.attrs["baseline_val_loss"] = built.baseline_loss
+        if built.flops_per_sample is not None:
+            run.attrs["flops_per_sample"] = built.flops_per_sample
+        return built
+
+    def _train(self, run: _TrialRun, built: BuiltTrial) -> None:
+        queue, claim = run.queue, run.claim
+        ckpt = self._checkpoint_path(queue, claim)
+        resume = self._load_resume(queue, claim)
+        if resume is not None:
+            run.attrs["resumed_from_epoch"] = int(resume["epoch"])
+            for h in resume["history"]:  # the retry carries the dead attempt's curve
+                queue.report(claim, int(h["epoch"]), float(h["val_loss"]))
+                run.best = min(run.best, float(h["val_loss"]))
+
+        def on_eval(epoch: int, val: float) -> None:
+            run.best = min(run.best, val)
+            if queue.report(claim, epoch, val):  # raises TrialLost when fenced out
+                raise StopTraining(epoch)
+
+        def save(st: dict[str, Any]) -> None:
+            if ckpt is None or run.should_stop(self.stop_event) or st["epoch"] % self.checkpoint_every:
+                return  # a fenced-out attempt never writes again
+            _atomic_save({"params": claim.params, "arch": claim.arch, "attempt": int(claim.attempt),
+                          "trial_number": claim.number, "pid": os.getpid(), **st}, ckpt)
+
+        fam = built.family
+        try:
+            result = train(built.model, built.data, fam.loss, built.train_config, metrics_fn=fam.metrics,
+                           on_eval=on_eval, checkpoint=save if ckpt is not None else None, resume=resume,
+                           should_stop=lambda: run.should_stop(self.stop_event))
+            run.state, run.value = TrialState.COMPLETE, result.best_val_loss
+            run.attrs.update(train_loss=result.train_loss, best_epoch=result.best_epoch,
+                             **{f"val_{k}": v for k, v in result.metrics.items()})
+            samples, seconds = result.samples, result.train_s
+        except StopTraining as stop:
+            run.state, run.value = TrialState.PRUNED, run.best
+            run.attrs["pruned_at_epoch"] = stop.args[0]
+            samples, seconds = int(getattr(stop, "samples", 0)), float(getattr(stop, "seconds", 0.0))
+        run.attrs.update(self._throughput(built, samples, seconds))
+
+    def _classify_failure(self, run: _TrialRun, exc: Exception) -> None:
+        """Final failures name their reason; a shared-GPU OOM or refusal is retried once on a whole
+        GPU; a sticky CUDA fault is not the trial's: it goes back and this worker stops."""
+        attrs, where = run.attrs, self.attrs["device"]
+        if is_sticky_cuda_error(exc):
+            run.outcome = "unhealthy"
+            self.unhealthy = f"CUDA fault on {where} in trial {run.claim.number}: {str(exc)[:300]}"
+            log.error("%s; giving the trial back and stopping this worker (its CUDA context is unusable)",
+                      self.unhealthy)
+        elif isinstance(exc, MemoryRefused) or is_oom(exc):
+            attrs["fail_reason"] = (str(exc) if isinstance(exc, MemoryRefused)
+                                    else f"out of memory on {where}: {str(exc)[:300]}")
+            if self.shares_gpu:  # neighbours' memory may be to blame: retried once on a GPU of its own
+                attrs["oom_shared"] = True
+        elif isinstance(exc, NonFiniteLoss):
+            attrs["fail_reason"] = str(exc)
+        elif isinstance(exc, ArchhpoError | ValueError):
+            attrs["fail_reason"] = f"{type(exc).__name__}: {exc}"
+        else:
+            attrs["fail_reason"] = f"{type(exc).__name__}: {exc}"[:1000]
+            log.error("trial %s crashed:\n%s", run.claim.number, traceback.format_exc())
+
+    def _release(self) -> None:
+        """Drop the trial's model, optimizer state and activations before the next trial."""
+        if self.device.type != "cuda":
+            return
+        try:
+            _device.release_memory(self.device)
+        except RuntimeError as exc:  # a poisoned context fails here too; the worker is stopping
+            log.warning("could not release GPU memory: %s", exc)
+
+    def _conclude(self, run: _TrialRun, summary: WorkerSummary) -> None:
+        queue, claim = run.queue, run.claim
+        if run.outcome == "lost":
             summary.lost += 1  # never write to it again; its files now belong to the retry
             return
-        if outcome == "requeue":
-            why = signal.Signals(self.signal_received).name if self.signal_received else "worker stopped"
-            if queue.requeue(claim, why):
+        if run.outcome in ("requeue", "unhealthy"):
+            why = (self.unhealthy if run.outcome == "unhealthy" else
+                   signal.Signals(self.signal_received).name if self.signal_received else "worker stopped")
+            if queue.requeue(claim, str(why)[:500]):  # same attempt: nothing is spent
                 summary.requeued += 1
                 log.warning("trial %s given back to the queue (%s)", claim.number, why)
             else:
                 summary.lost += 1
             return
-        attrs["duration_s"] = round(time.perf_counter() - start, 3)
-        if (peak := _device_fn("peak_memory_attrs")) is not None:
-            attrs.update(peak(self.device))
+        attrs = run.attrs
+        attrs["duration_s"] = round(time.perf_counter() - run.start, 3)
+        attrs.update(_device.peak_memory_attrs(self.device))
         if "fail_reason" in attrs:
             log.warning("trial %s failed: %s", claim.number, attrs["fail_reason"])
-        if queue.finish(claim, state, value, attrs):
-            self._remove_checkpoints(queue, claim)  # committed: nothing left to resume
-            summary.trials.append(claim.number)
-            if state == TrialState.COMPLETE:
-                summary.complete += 1
-            elif state == TrialState.PRUNED:
-                summary.pruned += 1
-            else:
-                summary.failed += 1
-        else:
+        if not queue.finish(claim, run.state, run.value, attrs):
             summary.lost += 1
+            return
+        self._remove_checkpoints(queue, claim)  # committed: nothing left to resume
+        summary.trials.append(claim.number)
+        if run.state == TrialState.COMPLETE:
+            summary.complete += 1
+        elif run.state == TrialState.PRUNED:
+            summary.pruned += 1
+        else:
+            summary.failed += 1
 
     def _throughput(self, built: BuiltTrial, samples: int, seconds: float) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -406,9 +478,8 @@ class Worker:
             out["samples_per_s"] = round(samples / seconds, 1)
         if built.flops_per_sample is not None:
             out["train_flops"] = int(built.flops_per_sample) * int(samples)
-            mfu = _device_fn("mfu")
-            if mfu is not None and self.device.type == "cuda":
-                value = mfu(out["train_flops"], seconds, self.device)
+            if self.device.type == "cuda":
+                value = _device.mfu(out["train_flops"], seconds, self.device, share=self._gpu_share())
                 if value is not None:
                     out["mfu"] = round(float(value), 4)
         return out

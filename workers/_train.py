@@ -58,6 +58,7 @@ class TrainResult:
     metrics: dict[str, float] = field(default_factory=dict)  # family metrics at the best epoch
     history: list[dict[str, float]] = field(default_factory=list)
     samples: int = 0  # training samples processed by this call (a resumed run counts its own)
+    train_s: float = 0.0  # seconds in training steps only (not validation, checkpoints, database calls)
 
 
 def trial_seed(study_seed: int, slot: int) -> int:
@@ -145,6 +146,7 @@ def train(
         history, train_loss = list(resume["history"]), resume["train_loss"]
         first = int(resume["epoch"]) + 1
     start = time.perf_counter()
+    train_s = 0.0  # samples/s and MFU time the training steps only
     epoch = first - 1
 
     def check_stop() -> None:
@@ -153,6 +155,7 @@ def train(
 
     for epoch in range(first, cfg.epochs + 1):
         model.train()
+        epoch_start = time.perf_counter()
         perm = torch.randperm(data.n_train, device=device, generator=gen)
         loss_sum = torch.zeros((), device=device)
         for i in range(0, data.n_train, cfg.batch_size):
@@ -170,6 +173,7 @@ def train(
             loss_sum += loss.detach() * idx.numel()
         # One host sync per epoch: a NaN anywhere in the epoch poisons the sum.
         train_loss = float(loss_sum) / data.n_train
+        train_s += time.perf_counter() - epoch_start  # after the sync above: the GPU's work is done
         if not math.isfinite(train_loss):
             raise NonFiniteLoss(f"training loss became non-finite ({train_loss}) in epoch {epoch}")
         if epoch % cfg.eval_every and epoch != cfg.epochs:
@@ -186,7 +190,7 @@ def train(
                 on_eval(epoch, val)  # may raise StopTraining
             except StopTraining as stop:
                 stop.samples = (epoch - first + 1) * data.n_train  # type: ignore[attr-defined]
-                stop.seconds = time.perf_counter() - start  # type: ignore[attr-defined]
+                stop.seconds = train_s  # type: ignore[attr-defined]
                 raise
         if checkpoint is not None:
             checkpoint({
@@ -198,8 +202,8 @@ def train(
     duration = time.perf_counter() - start
     return TrainResult(
         best_val_loss=best, train_loss=train_loss, epochs_run=epoch, best_epoch=best_epoch,
-        duration_s=duration, samples_per_s=(epoch - first + 1) * data.n_train / max(duration, 1e-9),
-        metrics=best_metrics, history=history, samples=(epoch - first + 1) * data.n_train,
+        duration_s=duration, samples_per_s=(epoch - first + 1) * data.n_train / max(train_s, 1e-9),
+        metrics=best_metrics, history=history, samples=(epoch - first + 1) * data.n_train, train_s=train_s,
     )
 
 

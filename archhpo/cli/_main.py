@@ -19,6 +19,7 @@ import io
 import json
 import logging
 import os
+import re
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -45,6 +46,7 @@ from archhpo.models import Family, family_names, get_family
 
 EXIT_USER_ERROR = 2
 EXIT_INTERRUPTED = 130
+EXIT_UNHEALTHY = 3  # `worker`: a sticky CUDA fault; do not reuse this process or its GPU context
 
 
 # ----------------------------------------------------------------------------- family flags
@@ -220,13 +222,16 @@ def cmd_worker(args: argparse.Namespace) -> int:
     queues = [TrialQueue(url, n) for n in names]
     # SIGTERM/SIGINT give the running trial back to the queue (same attempt) and exit 128+signal.
     summary = Worker(queues, device=args.device, threads=args.threads, checkpoint_dir=args.checkpoint_dir,
-                     handle_signals=True).run()
-    print(json.dumps({"worker": "stopped" if summary.signal else "done", **summary.__dict__}), file=sys.stderr)
+                     checkpoint_every=args.checkpoint_every, handle_signals=True).run()
+    state = "unhealthy" if summary.unhealthy else "stopped" if summary.signal else "done"
+    print(json.dumps({"worker": state, **summary.__dict__}), file=sys.stderr)
+    if summary.unhealthy:  # its trial is back in the queue; a supervisor starts a fresh process
+        return EXIT_UNHEALTHY
     return 128 + summary.signal if summary.signal else 0
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from archhpo.cluster._run import RunOptions, check_run_options, run_workers
+    from archhpo.cluster._run import RunOptions, check_run_options, finished_plans, run_workers
     from archhpo.search._storage import resolve_storage_url
 
     gpus = args.gpus_per_trial  # checked before anything is written
@@ -239,17 +244,27 @@ def cmd_run(args: argparse.Namespace) -> int:
             raise ArchhpoError(f"--gpus-per-trial {gpus} must lie between 0 and the GPUs of one node.")
     url = resolve_storage_url(args.storage)
     opts = RunOptions(workers=args.workers, ray_address=args.ray_address, device=args.device,
-                      gpus_per_trial=gpus, out_dir=Path(args.out), checkpoint_dir=Path(args.checkpoint_dir))
+                      gpus_per_trial=gpus, out_dir=Path(args.out), checkpoint_dir=Path(args.checkpoint_dir),
+                      checkpoint_every=args.checkpoint_every)
     check_run_options(url, opts)  # refused means nothing written: before _launch_all opens the database
     names = _launch_all(args)
-    statuses = run_workers(url, names, opts)
+    statuses = finished_plans(url, names)
+    if statuses:  # nothing to train: say so without starting Ray (that alone takes ~30 s)
+        _print_statuses(statuses)
+        print(f"the plan of {', '.join(names)} is finished; nothing to run (`archhpo report --experiment "
+              f"{args.experiment}` rewrites the report; a new --experiment starts a new study)", file=sys.stderr)
+        return 0
+    _print_statuses(run_workers(url, names, opts))
+    print(f"results in {Path(args.out).resolve()}", file=sys.stderr)
+    _report_after_run(args, url)
+    return 0
+
+
+def _print_statuses(statuses: dict[str, Any]) -> None:
     for name, st in statuses.items():
         best = f"{st.best_value:.4f}" if st.best_value is not None else "none"
         print(f"{name}: {st.complete} complete, {st.pruned} pruned, {st.failed} failed; best val_loss {best}",
               file=sys.stderr)
-    print(f"results in {Path(args.out).resolve()}", file=sys.stderr)
-    _report_after_run(args, url)
-    return 0
 
 
 def _report_after_run(args: argparse.Namespace, url: str) -> None:
@@ -421,8 +436,38 @@ def _hide_passwords_from_ps() -> None:
     set_title(" ".join(mask_url(w) for w in words))
 
 
+def _attach_negative_values(argv: list[str]) -> list[str]:
+    """`--budget -2M` as `--budget=-2M`: argparse takes a value starting with '-' (other than a
+    plain number) for an option and says "expected one argument"; joined, the option's own check
+    says what is wrong with the value."""
+    out: list[str] = []
+    for arg in argv:
+        if out and out[-1].startswith("--") and "=" not in out[-1] and re.match(r"^-[\d.]", arg):
+            out[-1] = f"{out[-1]}={arg}"
+        else:
+            out.append(arg)
+    return out
+
+
+def _other_family_flag(argv: Sequence[str], command: str | None, family: Family | None) -> None:
+    """A flag that only another family has (`--encoder sum` with patchtst): say which family has it,
+    instead of argparse's bare "unrecognized arguments"."""
+    if command not in FAMILY_COMMANDS or family is None:
+        return
+    own = {o.flag_name for o in _command_options(command, family)}
+    for arg in argv:
+        flag = arg.split("=", 1)[0]
+        if not flag.startswith("--") or flag in own:
+            continue
+        owners = [n for n in family_names() if n != family.name
+                  and any("--" + f.name.replace("_", "-") == flag for f in get_family(n).flags)]
+        if owners:
+            raise ArchhpoError(f"{flag} is a flag of the {' and '.join(owners)} family, not of {family.name}; "
+                               f"add --family {owners[0]} or drop {flag}.")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)  # a copy: the password still reaches PGPASSWORD
+    argv = _attach_negative_values(list(sys.argv[1:] if argv is None else argv))  # a copy (PGPASSWORD)
     _hide_passwords_from_ps()
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     try:
@@ -433,6 +478,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if command in FAMILY_COMMANDS and name not in family_names():
             get_family(name)  # raises the clear unknown-family error (before --help, too)
         family = get_family(name) if name in family_names() else None
+        _other_family_flag(argv, command, family)
         parser = build_parser(family)
         args = parser.parse_args(argv)
         _complete(args, family, config, config_path)

@@ -62,6 +62,12 @@ class _Options:
         return 2 * (self.context_length + self.horizon)
 
 
+def column_name(text: str) -> str:
+    """A data file's column name, one per study (a type of its own, so the CLI never turns a
+    comma-separated value into a grid dimension: the column shapes the data)."""
+    return str(text).strip()
+
+
 def _options(options: Mapping[str, Any]) -> _Options:
     """Read the task settings with defaults; bad values are user errors, so DataError."""
     o = _Options(
