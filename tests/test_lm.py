@@ -193,3 +193,36 @@ def test_the_study_stores_the_exact_entropy_rate() -> None:
     assert s.info["entropy_rate"] == facts["entropy_rate"]
     assert s.info["loss_floor"] == facts["loss_floor"]
     assert s.info["seq_len"] == 32 and s.data["language"] == 0
+
+
+def test_the_report_shows_the_entropy_rate_beside_the_fitted_e(tmp_path: Path) -> None:
+    import dataclasses
+    import json
+
+    from archhpo.report._page import write_report
+    from archhpo.search import TrialQueue, launch
+    from archhpo.workers import Worker
+
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    s = prepare_settings("truth", "100K", family="lm", n_trials=2, data="synthetic:tokens=2000", quick=True,
+                         pruner="none", family_options={"seq_len": 8}, fixed_params={"epochs": 1})
+    launch(url, dataclasses.replace(s, plan=s.plan[:1]))
+    assert Worker([TrialQueue(url, s.study_name)], device="cpu", threads=1).run().complete == 1
+    report = write_report("truth", url, out=tmp_path / "out", n_boot=10)
+    fit = json.loads((tmp_path / "out" / "truth_scaling_fit.json").read_text())
+    facts = language.language_facts(32, 3, 0, 8)
+    assert fit["entropy_rate"] == facts["entropy_rate"] and fit["loss_floor"] == facts["loss_floor"]
+    assert f"entropy rate is {facts['entropy_rate']:.4f} nats/token" in report.html.read_text()
+
+
+def test_truth_text_says_where_the_fitted_e_lies() -> None:
+    from archhpo.report._truth import known_truth, truth_text
+
+    fit = {"entropy_rate": 1.85, "loss_floor": 1.86, "E": {"estimate": 1.9, "ci95": [1.8, 2.0]}}
+    assert "interval that contains the floor" in truth_text(fit)
+    assert "lies above the floor" in truth_text({**fit, "E": {"estimate": 2.1, "ci95": [2.0, 2.2]}})
+    assert "no law was fitted" in truth_text({"entropy_rate": 1.85})
+    assert truth_text({"E": fit["E"]}) == ""
+    assert known_truth([{"entropy_rate": 1.0}, {"entropy_rate": 1.0}]) == {"entropy_rate": 1.0}
+    assert known_truth([{"entropy_rate": 1.0}, {"entropy_rate": 2.0}]) == {}, "mixed truths: none"
+    assert known_truth([{"entropy_rate": 1.0}, {}]) == {}
