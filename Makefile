@@ -21,7 +21,7 @@ $(VENV)/.installed: pyproject.toml
 # `make demo` studies the lm family on its synthetic language (whose entropy rate is known); the
 # PatchTST study of the design is one flag away: `make demo FAMILY=patchtst`.
 FAMILY ?= lm
-DEMO_FLAGS_lm := --family lm --data synthetic --trials 4 --learning-rate 3e-3 --batch-size 32 --epochs 2
+DEMO_FLAGS_lm := --family lm --data synthetic --trials 3 --learning-rate 3e-3 --batch-size 16 --epochs 2
 DEMO_FLAGS_patchtst := --family patchtst --trials 6
 
 demo: install

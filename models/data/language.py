@@ -36,7 +36,7 @@ from archhpo.models.data import file_sha256
 SIGMAS = (2.0, 1.2, 0.8, 0.5, 0.3)  # std of the order-1, order-2, ... logit tables
 DEFAULT_VOCAB = 32
 DEFAULT_ORDER = 3
-DEFAULT_SEQ_LEN = 64
+DEFAULT_SEQ_LEN = 32  # an order-3 source needs little context; short windows give CPU runs more steps
 DEFAULT_TOKENS = 2_000_000  # training tokens of the synthetic language
 QUICK_TOKENS = 300_000  # --quick: enough for tiny models to separate in CPU minutes
 BYTE_VOCAB = 256
