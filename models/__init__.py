@@ -23,6 +23,7 @@ _FAMILY_MODULES = {
     "csn_transformer": "archhpo.models.csn_transformer",
     "char_cls": "archhpo.models.char_cls",
     "signal": "archhpo.models.signal",
+    "lm": "archhpo.models.lm",
 }
 
 

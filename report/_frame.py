@@ -32,7 +32,8 @@ trial_id            Optuna's database id of the trial (database only; for `load_
 =================== =====================================================================
 
 ``frame.attrs`` holds ``experiment``, ``source`` (``"storage"`` or ``"csv"``), ``studies``
-(budget label -> study name, database only) and ``choice_order`` (choice name -> values in the
+(budget label -> study name, database only), ``truth`` (the data's known entropy rate and loss
+floor, when every study's data has one, database only: see `archhpo.report._truth`) and ``choice_order`` (choice name -> values in the
 order they were listed at launch, else first appearance).
 """
 
@@ -49,6 +50,7 @@ import numpy as np
 import pandas as pd
 
 from archhpo.errors import DataError, StudyError
+from archhpo.report._truth import known_truth
 
 ARCH_COLUMNS = ("d_model", "n_layers", "n_heads", "d_ff", "param_count")
 TRAINING_COLUMNS = ("learning_rate", "epochs", "batch_size", "weight_decay", "warmup_steps")
@@ -301,16 +303,18 @@ def frame_from_storage(storage: Any, experiment: str, budgets: Sequence[str] | N
     rows: list[dict[str, Any]] = []
     studies: dict[str, str] = {}
     order: dict[str, list[Any]] = {}
+    infos = []
     for study_id, name in found:
         settings = StudySettings.from_attrs(load_study(storage, name).user_attrs, name)
         studies[settings.budget] = name
+        infos.append(settings.info)
         for k, vals in _choice_order(settings.archs, settings.options).items():
             order.setdefault(k, [])
             order[k] += [v for v in vals if v not in order[k]]
         rows += _study_rows(storage, study_id, settings, curves)
     frame = pd.DataFrame(rows) if rows else pd.DataFrame(columns=list(FRAME_COLUMNS))
     frame.attrs.update({"experiment": experiment, "studies": studies, "choice_order": order,
-                        "curves": curves})
+                        "curves": curves, "truth": known_truth(infos)})
     finished = {r["budget"] for r in rows}
     frame.attrs["empty_budgets"] = [b for b in studies if b not in finished]  # nothing finished there yet
     return _finish(frame, experiment, "storage")

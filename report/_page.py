@@ -9,7 +9,8 @@ the output directory:
   confirmation result when one was run, the fitted law; the paired-choice table of a study with
   categorical choices and paired seeds; then the figures.
 - ``{experiment}_figures/{name}.png`` and ``.pdf`` (see `archhpo.report._figures.FIGURES`).
-- ``{experiment}_scaling_fit.json`` (see `archhpo.report._fit`).
+- ``{experiment}_scaling_fit.json`` (see `archhpo.report._fit`; with ``entropy_rate`` and ``loss_floor``
+  when the data knows them, see `archhpo.report._truth`).
 - ``{experiment}_summary.csv``: one row per budget (`SUMMARY_COLUMNS` first).
 - ``{experiment}_choices.md`` and ``.csv`` when the experiment has categorical choices crossed
   with paired seeds: per choice mean ± std over seeds, best epoch, parameter count and the
@@ -43,6 +44,7 @@ from archhpo.report._confirm import MIN_PAIRS, confirmation_summary
 from archhpo.report._export import atomic_write
 from archhpo.report._fit import fit_json, fit_scaling_law
 from archhpo.report._frame import best_and_runner_up, budgets_in, load_curves, ranked, trials_frame
+from archhpo.report._truth import truth_text
 
 SUMMARY_COLUMNS = (
     "budget", "best_trial", "d_model", "n_layers", "n_heads", "d_ff", "param_count", "val_loss",
@@ -411,6 +413,8 @@ def render_html(experiment: str, frame: pd.DataFrame, summary: pd.DataFrame, fit
         parts.append(_table(["budget", *metrics], [[s["budget"], *(_fmt(s[m]) for m in metrics)]
                                                     for _, s in summary.iterrows()], set(range(1, len(metrics) + 1))))
     parts.append(f"<p class='law'><b>Scaling law.</b> {html.escape(law_text(fit))}</p>")
+    if truth_text(fit):
+        parts.append(f"<p class='truth'>{html.escape(truth_text(fit))}</p>")
     parts += confirmation_html(confirm) + choices_html(choices)
     parts.append("<h2>Figures</h2>")
     for name, caption in FIGURES.items():
@@ -488,6 +492,7 @@ def report_frame(frame: pd.DataFrame, out: str | Path = "results", experiment: s
     confirm = confirmation(frame)
     summary = budget_summary(frame, confirm)
     fit = fit_scaling_law(frame, n_boot=n_boot)
+    fit.update(frame.attrs.get("truth") or {})  # a synthetic language's exact entropy rate, beside E
     choices = choice_table(frame, reference)
     files: list[Path] = []
 

@@ -44,6 +44,7 @@ CASES: dict[str, tuple[str, str, str, dict[str, Any], int]] = {
     "ft_transformer-tabular": ("ft_transformer", "150K", "synthetic:symbols=20,steps=120", {"variant": "tabular"}, 2),
     "csn_transformer": ("csn_transformer", "400K", "synthetic:symbols=10,steps=120", {}, 2),
     "char_cls": ("char_cls", "150K", "synthetic:n=300", {}, 2),
+    "lm": ("lm", "100K", "synthetic:tokens=4000", {"seq_len": 16}, 2),
     **{f"signal-{e}": ("signal", "150K", SIGNAL_DATA, {"encoder": e, "channels": 4}, SIGNAL_EPOCHS[e])
        for e in SIGNAL_ENCODERS},
 }

@@ -1,6 +1,6 @@
 """Data integrity for every family (issue 7 part 7): a data file is pinned by its sha256 when the
 study is launched, and a worker whose copy differs refuses it, for every family's file format
-(PatchTST time series, FT-/CSN-Transformer panels, char_cls text CSVs; signal reads no files)."""
+(PatchTST time series, FT-/CSN-Transformer panels, char_cls text CSVs, lm text files; signal reads no files)."""
 
 from __future__ import annotations
 
@@ -33,11 +33,18 @@ def _names(tmp: Path) -> Path:
     return path
 
 
+def _text(tmp: Path) -> Path:
+    path = tmp / "corpus.txt"
+    path.write_text("".join(f"sentence {i} of a small UTF-8 corpus, naïve café\n" for i in range(40)))
+    return path
+
+
 FILES: dict[str, tuple[Callable[[Path], Path], dict]] = {
     "patchtst": (_series, {"context_length": 5, "horizon": 1, "threshold": 0.0}),
     "ft_transformer": (_panel, {"seq_len": 5}),
     "csn_transformer": (_panel, {"seq_len": 5}),
     "char_cls": (_names, {}),
+    "lm": (_text, {"seq_len": 16}),
 }
 
 

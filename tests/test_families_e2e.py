@@ -4,6 +4,7 @@ reproduces a study's winner from its best JSON."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ FAMILY_RUNS = {
     "csn_transformer": ["--budget", "400K", "--data", "synthetic:symbols=20,steps=120"],
     "char_cls": ["--budget", "150K", "--data", "synthetic:n=300"],
     "signal": ["--budget", "150K", "--data", "multisignal:series=48"],
+    "lm": ["--budget", "100K", "--data", "synthetic:tokens=8000", "--seq-len", "16"],
 }
 
 
@@ -69,6 +71,7 @@ def test_train_from_best_json_reproduces_the_trial(tmp_path: Path) -> None:
     ("csn_transformer", ["--data", "synthetic:symbols=10,steps=120"]),
     ("char_cls", ["--data", "synthetic:n=200"]),
     ("signal", ["--encoder", "cat", "--data", "multisignal:series=16", "--channels", "4"]),
+    ("lm", ["--data", "synthetic:tokens=4000", "--seq-len", "16"]),
 ])
 def test_train_prints_one_json_line_of_metrics(family: str, flags: list[str]) -> None:
     res = run_cli("train", "--family", family, "--d-model", "32", "--n-layers", "1", "--n-heads", "4",
@@ -79,6 +82,9 @@ def test_train_prints_one_json_line_of_metrics(family: str, flags: list[str]) ->
         assert key in out
     if family == "char_cls":
         assert {"accuracy", "precision", "recall", "f1"} <= set(out)
+    if family == "lm":
+        # nats per token; the unigram baseline lies below the uniform ln(32)
+        assert out["val_loss"] > 0 and 0 < out["baseline_val_loss"] < math.log(32) and "accuracy" in out
 
 
 def test_train_needs_an_architecture_or_a_best_json(tmp_path: Path) -> None:

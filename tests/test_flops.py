@@ -15,6 +15,7 @@ from archhpo.models._flops import attention_flops, encoder_layer_flops, linear_f
 from archhpo.models.char_cls import CharClsConfig
 from archhpo.models.csn_transformer import CSNTransformerConfig
 from archhpo.models.ft_transformer import FTTransformerConfig
+from archhpo.models.lm import LMConfig
 from archhpo.models.patchtst import PatchTSTConfig
 from archhpo.models.signal import ENCODERS, SignalConfig
 
@@ -38,6 +39,9 @@ def _batch(name: str, cfg, b: int, gen: torch.Generator) -> tuple[tuple[torch.Te
         ids[:, 0] = 1  # CLS
         ids[:, cfg.max_len // 2:] = 0  # padding: masked, still counted
         return (ids,), torch.randint(0, cfg.num_classes, (b,), generator=gen)
+    if name == "lm":
+        ids = torch.randint(0, cfg.vocab_size, (b, cfg.seq_len + 1), generator=gen)
+        return (ids[:, :-1],), ids[:, 1:]  # next-token targets over the full window
     x = torch.randn(b, cfg.seq_len, cfg.channels, generator=gen)
     return (x,), torch.randint(0, cfg.num_bins, (b, cfg.seq_len), generator=gen)
 
@@ -103,6 +107,17 @@ CHAR = [
 @pytest.mark.parametrize("cfg", CHAR, ids=range(len(CHAR)))
 def test_char_cls(cfg: CharClsConfig) -> None:
     _check("char_cls", cfg)
+
+
+LM = [
+    LMConfig(d_model=8, n_layers=1, n_heads=2, d_ff=16, vocab_size=5, seq_len=6),
+    LMConfig(d_model=12, n_layers=2, n_heads=3, d_ff=20, vocab_size=256, seq_len=9, dropout=0.1),
+]
+
+
+@pytest.mark.parametrize("cfg", LM, ids=range(len(LM)))
+def test_lm(cfg: LMConfig) -> None:
+    _check("lm", cfg)
 
 
 SIGNAL_SHAPES = [  # (d_model, n_layers, n_heads, d_ff, channels, num_bins, seq_len, dropout)

@@ -1,0 +1,278 @@
+"""Token sequences for the ``lm`` family: a synthetic language with an exact entropy rate, or a text file.
+
+Two sources:
+
+- ``synthetic`` (``synthetic:vocab=32,order=3,language=0,tokens=2000000``): a log-linear back-off
+  n-gram source.  The next symbol after the context ``x_{t-k} .. x_{t-1}`` (k = ``order``) has
+  logits ``sum_j W_j[x_{t-j} .. x_{t-1}, :]`` for j = 1..k, each table drawn from N(0, SIGMAS[j-1])
+  with the ``language`` seed: order-1 terms strong, higher orders weaker, so that bigger models
+  learn more of it.  It is an order-k Markov chain over contexts, so its entropy rate is exact:
+  ``h = sum_c pi(c) H(P(.|c))`` with ``pi`` the chain's stationary distribution, computed by power
+  iteration to machine precision (``stationary``).  Every training or validation window starts
+  from ``pi``, so the windows are stretches of the stationary process.
+- any UTF-8 text file, read as bytes (vocabulary 256); the first ``1 - val_fraction`` of the file
+  trains, the rest validates (a contiguous split: no window straddles the two), sha256-pinned.
+
+A sample is a window of ``seq_len + 1`` tokens: the model reads the first ``seq_len`` and predicts
+each next one.  ``loss_floor`` is the least expected NLL per predicted token any model can reach on
+such windows: the first k-1 positions see less than a full context, so it lies slightly above h.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from archhpo.errors import DataError
+from archhpo.models._family import TensorDataset
+from archhpo.models.data import file_sha256
+
+SIGMAS = (2.0, 1.2, 0.8, 0.5, 0.3)  # std of the order-1, order-2, ... logit tables
+DEFAULT_VOCAB = 32
+DEFAULT_ORDER = 3
+DEFAULT_SEQ_LEN = 32  # an order-3 source needs little context; short windows give CPU runs more steps
+DEFAULT_TOKENS = 2_000_000  # training tokens of the synthetic language
+QUICK_TOKENS = 300_000  # --quick: enough for tiny models to separate in CPU minutes
+BYTE_VOCAB = 256
+DEFAULT_VAL_FRACTION = 0.1
+MAX_TABLE = 1 << 22  # vocab^(order+1) next-symbol probabilities held in memory
+_INT_KEYS = ("vocab", "order", "language", "tokens")
+
+
+# ----------------------------------------------------------------------------- the source
+@functools.lru_cache(maxsize=4)
+def source_probs(vocab: int, order: int, language: int) -> np.ndarray:
+    """P(next | context) as an array of shape (vocab,) * order + (vocab,), float64, rows summing to 1."""
+    rng = np.random.default_rng(language)
+    logits = np.zeros((vocab,) * (order + 1))
+    for j in range(1, order + 1):
+        w = rng.normal(0.0, SIGMAS[j - 1], size=(vocab,) * (j + 1))  # last j context symbols, next
+        logits += w.reshape((1,) * (order - j) + w.shape)
+    logits -= logits.max(axis=-1, keepdims=True)
+    p = np.exp(logits)
+    p /= p.sum(axis=-1, keepdims=True)
+    p.setflags(write=False)
+    return p
+
+
+def stationary(probs: np.ndarray, tol: float = 1e-16, max_iter: int = 100_000) -> np.ndarray:
+    """The stationary distribution over contexts (shape (vocab,) * order) of the chain ``probs``.
+
+    Every transition has positive probability, so the chain is primitive and power iteration
+    converges to the unique fixed point; it stops when an iteration no longer moves any entry by
+    more than ``tol`` (machine precision for these sizes).
+    """
+    shape = probs.shape[:-1]
+    pi = np.full(shape, 1.0 / math.prod(shape))
+    for _ in range(max_iter):
+        # context (a, b.., c) -> (b.., c, d) with probability P[a, b.., c, d]
+        new = (pi[..., None] * probs).sum(axis=0)
+        new /= new.sum()
+        if np.abs(new - pi).max() <= tol:
+            return new
+        pi = new
+    raise DataError("The synthetic language's context chain did not converge; choose another language seed.")
+
+
+def _entropy(p: np.ndarray, axis: int = -1) -> np.ndarray:
+    return -(p * np.log(p, where=p > 0, out=np.zeros_like(p))).sum(axis=axis)
+
+
+@functools.lru_cache(maxsize=8)
+def language_facts(vocab: int, order: int, language: int, seq_len: int) -> dict[str, float]:
+    """Exact entropy rate, unigram entropy and loss floor (nats per token) of the synthetic language."""
+    probs = source_probs(vocab, order, language)
+    pi = stationary(probs)
+    rate = float((pi * _entropy(probs)).sum())
+    # H_j: entropy of j consecutive symbols (a marginal of the stationary k-block), j = 1..order
+    blocks = [float(_entropy(pi.sum(axis=tuple(range(order - j))).ravel(), 0)) for j in range(1, order + 1)]
+    # H(X_t | X_0..X_{t-1}) = H_{t+1} - H_t for t < order, h afterwards; targets are t = 1..seq_len
+    cond = [blocks[t] - blocks[t - 1] if t < order else rate for t in range(1, seq_len + 1)]
+    return {"entropy_rate": rate, "unigram_entropy": blocks[0], "loss_floor": float(np.mean(cond))}
+
+
+def sample_windows(vocab: int, order: int, language: int, n: int, length: int,
+                   seed: int | np.random.SeedSequence) -> np.ndarray:
+    """``n`` windows of ``length`` tokens of the stationary process, int64 (n, length); deterministic."""
+    probs = source_probs(vocab, order, language)
+    pi = stationary(probs).ravel()
+    cdf = np.cumsum(probs.reshape(-1, vocab), axis=-1)  # (vocab^order, vocab)
+    rng = np.random.default_rng(seed)
+    out = np.empty((n, max(length, order)), dtype=np.int64)
+    start = rng.choice(pi.size, size=n, p=pi)  # the first `order` symbols, drawn jointly from pi
+    ctx = start.copy()
+    for i in range(order):
+        out[:, order - 1 - i] = start % vocab
+        start //= vocab
+    for t in range(order, out.shape[1]):
+        u = rng.random(n)
+        nxt = np.minimum((u[:, None] > cdf[ctx]).sum(axis=1), vocab - 1)
+        out[:, t] = nxt
+        ctx = (ctx * vocab + nxt) % pi.size  # drop the oldest symbol, append the new one
+    return out[:, :length]
+
+
+# ----------------------------------------------------------------------------- parsing
+def _as_int(key: str, value: Any, where: str) -> int:
+    try:
+        return int(str(value).strip())
+    except ValueError:
+        raise DataError(f"{key}={value!r} in {where} is not an integer; write e.g. {key}=3.") from None
+
+
+def _validate_synthetic(spec: Mapping[str, Any]) -> None:
+    v, k = spec["vocab"], spec["order"]
+    if v < 2:
+        raise DataError(f"The synthetic language needs a vocabulary of at least 2 symbols, got vocab={v}.")
+    if not 1 <= k <= len(SIGMAS):
+        raise DataError(f"The synthetic language's order must be 1..{len(SIGMAS)}, got order={k}.")
+    if v ** (k + 1) > MAX_TABLE:
+        raise DataError(
+            f"vocab={v} with order={k} needs {v ** (k + 1):,} probabilities (more than {MAX_TABLE:,}); "
+            "lower the vocabulary or the order."
+        )
+    if spec["tokens"] < 1000:
+        raise DataError(f"tokens={spec['tokens']} is too few to train on; use at least 1000.")
+
+
+def _seq_len(options: Mapping[str, Any]) -> int:
+    seq_len = _as_int("seq_len", options.get("seq_len", DEFAULT_SEQ_LEN), "--seq-len")
+    if seq_len < 1:
+        raise DataError(f"--seq-len must be at least 1 token, got {seq_len}.")
+    return seq_len
+
+
+def _val_fraction(options: Mapping[str, Any]) -> float:
+    vf = float(options.get("val_fraction", DEFAULT_VAL_FRACTION))
+    if not 0.0 < vf < 1.0:
+        raise DataError(f"val_fraction must be between 0 and 1 (exclusive), got {vf}; the default is 0.1.")
+    return vf
+
+
+def _parse_synthetic(raw: str, options: Mapping[str, Any]) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "kind": "synthetic", "language": 0, "tokens": DEFAULT_TOKENS,
+        "vocab": _as_int("vocab_size", options.get("vocab_size", DEFAULT_VOCAB), "--vocab-size"),
+        "order": _as_int("order", options.get("order", DEFAULT_ORDER), "--order"),
+    }
+    for item in filter(None, (s.strip() for s in raw.partition(":")[2].split(","))):
+        key, eq, value = item.partition("=")
+        key = key.strip().lower()
+        if not eq or key not in _INT_KEYS:
+            raise DataError(
+                f"Cannot read {item!r} in --data {raw!r}; write e.g. "
+                f"'synthetic:vocab=32,order=3,language=0,tokens=2000000' (keys: {', '.join(_INT_KEYS)})."
+            )
+        spec[key] = _as_int(key, value, f"--data {raw!r}")
+    _validate_synthetic(spec)
+    return spec
+
+
+def _read_text(path: Path) -> bytes:
+    if not path.is_file():
+        raise DataError(f"Data file {path} does not exist or is not a file; pass a UTF-8 text file or 'synthetic'.")
+    raw = path.read_bytes()
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise DataError(
+            f"Data file {path} is not UTF-8 text (byte {exc.start} cannot be decoded); save it as UTF-8."
+        ) from None
+    return raw
+
+
+def parse_data(text: str, options: Mapping[str, Any]) -> dict[str, Any]:
+    """``synthetic[:vocab=..,order=..,language=..,tokens=..]`` or the path of a UTF-8 text file."""
+    raw = (text or "").strip()
+    seq_len, vf = _seq_len(options), _val_fraction(options)
+    if not raw:
+        raise DataError("The data spec is empty; pass 'synthetic', 'synthetic:vocab=32,order=3' or a text file.")
+    if raw.split(":")[0].lower() == "synthetic":
+        return _parse_synthetic(raw, options)
+    if "vocab_size" in options and int(options["vocab_size"]) != BYTE_VOCAB:
+        raise DataError(f"A text file is read as bytes (vocabulary {BYTE_VOCAB}); drop --vocab-size.")
+    path = Path(raw).expanduser().resolve()
+    size = len(_read_text(path))
+    need = math.ceil((seq_len + 1) / min(vf, 1 - vf)) + 1
+    if size < need:
+        raise DataError(
+            f"Data file {path} has {size} bytes, too few for a training and a validation window of "
+            f"{seq_len + 1} bytes; use a file of at least {need} bytes or a smaller --seq-len."
+        )
+    return {"kind": "text", "path": str(path), "n_bytes": size, "sha256": file_sha256(path)}
+
+
+def data_info(spec: Mapping[str, Any], options: Mapping[str, Any]) -> dict[str, Any]:
+    """Shape facts for the config, and for the synthetic language its exact entropy facts."""
+    seq_len = _seq_len(options)
+    if spec.get("kind") == "text":
+        return {"vocab_size": BYTE_VOCAB, "seq_len": seq_len}
+    v, k = int(spec["vocab"]), int(spec["order"])
+    return {"vocab_size": v, "seq_len": seq_len, "order": k,
+            **language_facts(v, k, int(spec["language"]), seq_len)}
+
+
+# ----------------------------------------------------------------------------- loading
+def _windows(stream: np.ndarray, seq_len: int) -> np.ndarray:
+    """Windows of seq_len + 1 tokens at stride seq_len: every token after the first is a target once."""
+    n = (len(stream) - 1) // seq_len
+    idx = np.arange(n)[:, None] * seq_len + np.arange(seq_len + 1)[None, :]
+    return stream[idx]
+
+
+def _load_text(spec: Mapping[str, Any], seq_len: int, vf: float, quick: bool) -> tuple[np.ndarray, np.ndarray]:
+    path = Path(spec["path"])
+    if not path.is_file():
+        raise DataError(f"Data file {path} does not exist on this machine; copy it there at the same path.")
+    if spec.get("sha256") and file_sha256(path) != spec["sha256"]:
+        raise DataError(f"Data file {path} has changed since the study recorded it; "
+                        "restore the original file or start a new study.")
+    stream = np.frombuffer(_read_text(path), dtype=np.uint8).astype(np.int64)
+    cut = int(round(len(stream) * (1 - vf)))
+    train, val = _windows(stream[:cut], seq_len), _windows(stream[cut:], seq_len)
+    if quick:
+        train = train[: max(1, QUICK_TOKENS // seq_len)]
+    return train, val
+
+
+def load_data(spec: Mapping[str, Any], options: Mapping[str, Any]) -> TensorDataset:
+    """Windows as (ids (N, seq_len), next ids (N, seq_len)); ``options['seed']`` draws the samples.
+
+    The ``language`` seed fixes the source (and its entropy rate); the study seed only draws which
+    stretches of it are seen, so paired seeds resample the same language.
+    """
+    seq_len, vf = _seq_len(options), _val_fraction(options)
+    quick = bool(options.get("quick", False))
+    info = data_info(spec, options)
+    if spec.get("kind") == "synthetic":
+        v, k, lang = int(spec["vocab"]), int(spec["order"]), int(spec["language"])
+        tokens = min(int(spec["tokens"]), QUICK_TOKENS) if quick else int(spec["tokens"])
+        n_train = max(1, tokens // seq_len)
+        n_val = max(1, round(n_train * vf / (1 - vf)))
+        seed = int(options.get("seed", 0) or 0)
+        # Separate streams: adding training tokens never changes the validation set.
+        val = sample_windows(v, k, lang, n_val, seq_len + 1, np.random.SeedSequence([lang, seed, 1]))
+        train = sample_windows(v, k, lang, n_train, seq_len + 1, np.random.SeedSequence([lang, seed, 0]))
+        info["source"] = f"synthetic:vocab={v},order={k},language={lang},tokens={n_train * seq_len}"
+    elif spec.get("kind") == "text":
+        train, val = _load_text(spec, seq_len, vf, quick)
+        info["source"] = str(spec["path"])
+    else:
+        raise DataError(f"Unknown data spec {dict(spec)!r}; pass 'synthetic' or a UTF-8 text file.")
+    tr, va = torch.from_numpy(np.ascontiguousarray(train)), torch.from_numpy(np.ascontiguousarray(val))
+    info.update(n_train=int(tr.shape[0]), n_val=int(va.shape[0]), train_tokens=int(tr.shape[0]) * seq_len)
+    return TensorDataset((tr[:, :-1],), tr[:, 1:], (va[:, :-1],), va[:, 1:], info)
+
+
+def unigram_loss(data: TensorDataset) -> float:
+    """Validation NLL (nats per token) of the training targets' unigram frequencies, add-one smoothed."""
+    v = int(data.info.get("vocab_size", 0)) or int(max(data.train_target.max(), data.val_target.max())) + 1
+    counts = torch.bincount(data.train_target.reshape(-1).cpu(), minlength=v).double() + 1.0
+    logp = (counts / counts.sum()).log()
+    return float(-logp[data.val_target.reshape(-1).cpu()].mean())
