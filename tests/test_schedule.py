@@ -7,15 +7,19 @@ from __future__ import annotations
 
 import copy
 import math
+from pathlib import Path
 from typing import Any
 
+import optuna
 import pytest
 import torch
 
+from archhpo.cli._main import main
 from archhpo.errors import ArchhpoError
 from archhpo.models import TensorDataset, get_family
-from archhpo.workers import TrainConfig, train
+from archhpo.workers import TrainConfig, TrialSpec, train
 from archhpo.workers._train import lr_lambda
+from tests.conftest import TINY_DATA
 
 
 def test_wsd_holds_the_peak_then_cools_down_in_a_1_minus_sqrt_shape() -> None:
@@ -82,3 +86,25 @@ def test_a_cosine_run_of_another_length_is_not_that_run() -> None:
     a = train(_model(), _data(), loss, TrainConfig(epochs=10, **base))
     b = train(_model(), _data(), loss, TrainConfig(epochs=8, **base))
     assert a.history[:8] != b.history
+
+
+def test_launch_stores_wsd_in_the_study_and_its_trials_train_with_it(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    common = ["--budget", "200K", "--trials", "4", "--quick", "--data", TINY_DATA, "--storage", url]
+    assert main(["launch", "--experiment", "w", *common, "--schedule", "wsd", "--cooldown", "0.3"]) == 0
+    assert main(["launch", "--experiment", "c", *common]) == 0
+    wsd = optuna.load_study(study_name="w_200K", storage=url).user_attrs["archhpo_options"]
+    cosine = optuna.load_study(study_name="c_200K", storage=url).user_attrs["archhpo_options"]
+    assert (wsd["schedule"], wsd["cooldown"]) == ("wsd", 0.3)
+    assert "schedule" not in cosine and "cooldown" not in cosine  # older studies keep their identity
+    spec = TrialSpec(family="patchtst", data={}, options=wsd, info={}, arch={}, params={"epochs": 3})
+    assert (spec.train_config().schedule, spec.train_config().cooldown) == ("wsd", 0.3)
+    assert main(["launch", "--experiment", "w", *common, "--schedule", "wsd"]) == 2, "another cooldown"
+
+
+def test_a_cooldown_outside_0_1_is_refused_with_one_sentence_and_nothing_written(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    db = tmp_path / "s.db"
+    argv = ["launch", "--experiment", "x", "--budget", "200K", "--schedule", "wsd", "--cooldown", "1.5"]
+    assert main([*argv, "--storage", f"sqlite:///{db}"]) == 2
+    assert "--cooldown such as 0.2" in capsys.readouterr().err and not db.exists()

@@ -50,9 +50,19 @@ class TrainConfig:
             raise ArchhpoError("learning_rate, epochs, batch_size and eval_every must be positive.")
         if self.weight_decay < 0 or self.warmup_steps < 0 or not 0 <= self.min_lr_ratio <= 1:
             raise ArchhpoError("weight_decay and warmup_steps must be ≥ 0 and min_lr_ratio in [0, 1].")
-        if self.schedule not in SCHEDULES or not 0 <= self.cooldown < 1:
-            raise ArchhpoError(f"Unknown schedule {self.schedule!r} or cooldown {self.cooldown} outside [0, 1); "
-                               "use --schedule cosine or wsd and --cooldown such as 0.2.")
+        check_schedule(self.schedule, self.cooldown)
+
+
+def check_schedule(schedule: str, cooldown: float) -> None:
+    if schedule not in SCHEDULES or not 0 <= cooldown < 1:
+        raise ArchhpoError(f"Unknown schedule {schedule!r} or cooldown {cooldown} outside [0, 1); "
+                           "use --schedule cosine or wsd and --cooldown such as 0.2.")
+
+
+def schedule_options(schedule: str, cooldown: float) -> dict[str, Any]:
+    """The schedule as study/trial options: nothing for cosine (a study's identity is unchanged)."""
+    check_schedule(schedule, cooldown)
+    return {} if schedule == "cosine" else {"schedule": schedule, "cooldown": float(cooldown)}
 
 
 @dataclass

@@ -149,6 +149,7 @@ def _settings_from_args(args: argparse.Namespace, budget: str | None) -> Any:
         tolerance=args.tolerance, pruner=args.pruner, family_options=_family_values(args, fam, False),
         pins=_pins(args), fixed_params={k: getattr(args, k) for k in TRAINING_OPTIONS if getattr(args, k) is not None},
         paired_seeds=args.paired_seeds, confirm=args.confirm, confirm_seeds=args.seeds,
+        schedule=args.schedule, cooldown=args.cooldown,
     )
 
 
