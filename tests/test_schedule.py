@@ -18,7 +18,7 @@ from archhpo.cli._main import main
 from archhpo.errors import ArchhpoError
 from archhpo.models import TensorDataset, get_family
 from archhpo.workers import TrainConfig, TrialSpec, train
-from archhpo.workers._train import lr_lambda
+from archhpo.workers._train import cooldown_branch, lr_lambda
 from tests.conftest import TINY_DATA
 
 
@@ -108,3 +108,18 @@ def test_a_cooldown_outside_0_1_is_refused_with_one_sentence_and_nothing_written
     argv = ["launch", "--experiment", "x", "--budget", "200K", "--schedule", "wsd", "--cooldown", "1.5"]
     assert main([*argv, "--storage", f"sqlite:///{db}"]) == 2
     assert "--cooldown such as 0.2" in capsys.readouterr().err and not db.exists()
+
+
+def test_a_cooldown_branch_scores_the_wsd_run_ending_there_and_leaves_the_model_alone() -> None:
+    loss = get_family("patchtst").loss
+    base = {"learning_rate": 3e-3, "batch_size": 32, "warmup_steps": 3, "min_lr_ratio": 0.0, "seed": 7}
+    full = train(_model(), _data(), loss, TrainConfig(epochs=10, schedule="wsd", cooldown=0.2, **base))
+    saved: list[dict[str, Any]] = []
+    part = _model()
+    train(part, _data(), loss, TrainConfig(epochs=8, schedule="wsd", cooldown=0.0, **base),
+          checkpoint=lambda s: saved.append(copy.deepcopy(s)))
+    before = copy.deepcopy(part.state_dict())
+    branch = cooldown_branch(part, _data(), loss, TrainConfig(epochs=30, schedule="wsd", cooldown=0.2, **base),
+                             saved[-1])
+    assert (branch.val_loss, branch.epochs, branch.samples) == (full.history[-1]["val_loss"], 2, 2 * 128)
+    assert all(torch.equal(a, b) for a, b in zip(before.values(), part.state_dict().values(), strict=True))

@@ -8,10 +8,11 @@ summed on the device, clipping never reads the norm back, the stop check reads a
 
 from __future__ import annotations
 
+import copy
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -90,7 +91,7 @@ def lr_lambda(warmup: int, total: int, min_ratio: float, schedule: str = "cosine
     (cosine), or a constant rate and a cooldown over the last `cooldown` of the steps in a
     1-sqrt shape down to `min_ratio` (wsd; as epfml/schedules-and-scaling). Under WSD the factor
     before the cooldown does not depend on `total`: a longer run shares a shorter one's steps."""
-    hold = total - int(cooldown * total)  # the first cooldown step
+    hold = total - round(cooldown * total)  # the first cooldown step (round: k/T of T*n is k*n)
 
     def f(step: int) -> float:
         if step < warmup:
@@ -282,6 +283,29 @@ def train(
         duration_s=duration, samples_per_s=samples / max(duration, 1e-9), metrics=run.best_metrics,
         history=run.history, samples=samples,
     )
+
+
+@dataclass
+class Branch:
+    """A WSD rung score: the validation loss after a cooldown branched from a constant-rate state."""
+
+    val_loss: float
+    epochs: int  # the branch's own epochs (compute spent on top of the constant-rate run)
+    samples: int
+
+
+def cooldown_branch(
+    model: nn.Module, data: TensorDataset, loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    cfg: TrainConfig, state: dict[str, Any],
+) -> Branch:
+    """Cool down a copy of `model` from `state` (a constant-rate checkpoint at epoch e) as a WSD run
+    ending there would: over cooldown/(1-cooldown) of e epochs (at least one). The model and the
+    state are left as they were, so the constant-rate run goes on from the state."""
+    e = int(state["epoch"])
+    k = max(1, round(e * cfg.cooldown / (1 - cfg.cooldown)))
+    branch_cfg = replace(cfg, epochs=e + k, cooldown=k / (e + k), eval_every=e + k)
+    result = train(copy.deepcopy(model), data, loss_fn, branch_cfg, resume=state)
+    return Branch(val_loss=result.history[-1]["val_loss"], epochs=k, samples=result.samples)
 
 
 def describe_result(result: TrainResult) -> dict[str, Any]:
