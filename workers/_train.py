@@ -180,10 +180,11 @@ def _start(model: nn.Module, data: TensorDataset, cfg: TrainConfig, resume: dict
     for group, base in zip(opt.param_groups, run.sched.base_lrs, strict=True):
         group["lr"] = base * shape(run.sched.last_epoch)  # what LambdaLR would set with this shape
     gen.set_state(resume["generator"].to(gen.get_state().device))
+    # RNG states are CPU byte tensors, whatever map_location the checkpoint was loaded with.
     if "torch_rng" in resume:
-        torch.set_rng_state(resume["torch_rng"])
+        torch.set_rng_state(resume["torch_rng"].cpu())
     if "cuda_rng" in resume and run.autocast:
-        torch.cuda.set_rng_state(resume["cuda_rng"])
+        torch.cuda.set_rng_state(resume["cuda_rng"].cpu())
     run.best, run.best_epoch, run.best_metrics = resume["best"], resume["best_epoch"], resume["best_metrics"]
     run.history, run.train_loss = list(resume["history"]), resume["train_loss"]
     run.first = int(resume["epoch"]) + 1
