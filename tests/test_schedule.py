@@ -102,12 +102,16 @@ def test_launch_stores_wsd_in_the_study_and_its_trials_train_with_it(tmp_path: P
     assert main(["launch", "--experiment", "w", *common, "--schedule", "wsd"]) == 2, "another cooldown"
 
 
-def test_a_cooldown_outside_0_1_is_refused_with_one_sentence_and_nothing_written(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(("flags", "sentence"), [
+    (["--schedule", "wsd", "--cooldown", "1.5"], "--cooldown such as 0.2"),
+    (["--cooldown", "0.3"], "--cooldown counts only with --schedule wsd"),
+])
+def test_a_bad_cooldown_is_refused_with_one_sentence_and_nothing_written(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], flags: list[str], sentence: str) -> None:
     db = tmp_path / "s.db"
-    argv = ["launch", "--experiment", "x", "--budget", "200K", "--schedule", "wsd", "--cooldown", "1.5"]
+    argv = ["launch", "--experiment", "x", "--budget", "200K", *flags]
     assert main([*argv, "--storage", f"sqlite:///{db}"]) == 2
-    assert "--cooldown such as 0.2" in capsys.readouterr().err and not db.exists()
+    assert sentence in capsys.readouterr().err and not db.exists()
 
 
 def test_a_cooldown_branch_scores_the_wsd_run_ending_there_and_leaves_the_model_alone() -> None:
