@@ -28,6 +28,7 @@ from archhpo.budgets import DEFAULT_TOLERANCE
 from archhpo.errors import ArchhpoError
 from archhpo.models import Family
 from archhpo.models.data.timeseries import DEFAULT_HORIZON, DEFAULT_THRESHOLD
+from archhpo.workers._train import SCHEDULES
 
 GRID, PARAMS, LAUNCH, WORKER, RUN, EXPORT, DASHBOARD, TRAIN, REPORT = (
     "grid", "params", "launch", "worker", "run", "export", "dashboard", "train", "report",
@@ -154,6 +155,11 @@ OPTIONS: tuple[Option, ...] = (
            (GRID, *STUDY_COMMANDS), stored=True),
     Option("pruner", "median", str, "stop trials worse than the median (median) or never (none)",
            STUDY_COMMANDS, stored=True, choices=("median", "none")),
+    Option("schedule", "cosine", str, "learning-rate schedule: warm-up then cosine decay (cosine), or warm-up, "
+           "a constant rate and a 1-sqrt cooldown over the last --cooldown of the steps (wsd)",
+           (*STUDY_COMMANDS, TRAIN), stored=True, choices=SCHEDULES, command_defaults=_TASK_TRAIN_DEFAULT),
+    Option("cooldown", 0.2, float, "with --schedule wsd: the fraction of the steps spent cooling down, in [0, 1)",
+           (*STUDY_COMMANDS, TRAIN), stored=True, command_defaults=_TASK_TRAIN_DEFAULT),
     Option("quick", False, None, "small data and few epochs (minutes on a CPU); replaces the family's own "
            "training defaults (e.g. signal's batch 32, lr 3e-4) with the quick search space; --epochs etc. "
            "still win", (*STUDY_COMMANDS, TRAIN),

@@ -36,6 +36,7 @@ from archhpo.search._optuna_private import rdb_storage_of, study_id_of
 from archhpo.search._plan import PlanEntry, make_plan
 from archhpo.search._space import FULL_SPACE, QUICK_SPACE, TRAINING_PARAMS, SearchSpace
 from archhpo.search._storage import open_storage, plan_lock, plan_slots_of
+from archhpo.workers._train import schedule_options
 
 SCHEMA_VERSION = 1
 PRUNERS = ("median", "none")
@@ -203,6 +204,8 @@ def prepare_settings(
     paired_seeds: int = _default("paired_seeds"),
     confirm: int = _default("confirm"),
     confirm_seeds: int = _default("seeds"),
+    schedule: str = _default("schedule"),
+    cooldown: float = _default("cooldown"),
 ) -> StudySettings:
     """Validate everything and compute the grid and plan, touching no database.
 
@@ -211,6 +214,7 @@ def prepare_settings(
     fixed_params: training parameters every trial uses (the plan samples only the others).
     paired_seeds: S > 0 trains every configuration with seeds 0..S-1 (no phase 2).
     confirm, confirm_seeds: retrain the `confirm` best architectures with `confirm_seeds` seeds.
+    schedule, cooldown: the learning-rate schedule of every trial (stored in the options under wsd).
     """
     check_experiment(experiment)
     pins = _normalise_pins(pins or {})
@@ -230,6 +234,7 @@ def prepare_settings(
         options["paired_seeds"] = paired_seeds
     if confirm:
         options.update(confirm=confirm, confirm_seeds=confirm_seeds)
+    options.update(schedule_options(schedule, cooldown))
     spec = fam.parse_data(data, options)
     info = fam.data_info(spec, options)
     for key in choices:

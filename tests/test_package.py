@@ -21,8 +21,8 @@ LAYERS = {"cli": 0, "cluster": 1, "report": 2, "search": 3, "budgets": 4, "worke
 FOLDERS = {"cli": REPO / "archhpo" / "cli", **{name: REPO / name for name in LAYERS if name != "cli"}}
 ROOT_MODULES = ("errors", "schema", "_options", "_io")  # shared definitions every layer may import
 # ... and which of them may import a layer: the option table names the families' flags and the
-# budget's default tolerance, so it sits just above budgets and models.
-ROOT_IMPORTS = {"__main__.py": {"cli"}, "_options.py": {"budgets", "models"}}
+# budget's default tolerance and the trainer's schedules, so it sits just above budgets (and below).
+ROOT_IMPORTS = {"__main__.py": {"cli"}, "_options.py": {"budgets", "workers", "models"}}
 
 
 def _sources() -> list[Path]:

@@ -112,6 +112,9 @@ class TrialSpec:
         for key in PLANNED_KEYS:  # the plan's values, with the plan's types
             if key in self.params:
                 values[key] = (int if key in ("epochs", "batch_size", "warmup_steps") else float)(self.params[key])
+        for key in ("schedule", "cooldown"):  # a study option (every trial of the study), not a plan one
+            if key in self.options:
+                values[key] = self.options[key]
         return TrainConfig(**values, seed=self.seeds().batches)
 
 

@@ -1,5 +1,6 @@
 """The trainer: whole datasets as tensors on the device, batches by index, AdamW with linear
-warm-up then cosine decay, clipping at 1.0, best validation loss wins.
+warm-up then cosine decay (or WSD: constant, then a 1-sqrt cooldown), clipping at 1.0, best
+validation loss wins.
 
 On CUDA: bf16 autocast, fused AdamW, and no host synchronisation inside an epoch (the loss is
 summed on the device, clipping never reads the norm back, the stop check reads a Python flag).
@@ -7,10 +8,11 @@ summed on the device, clipping never reads the norm back, the stop check reads a
 
 from __future__ import annotations
 
+import copy
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -18,6 +20,8 @@ from torch import nn
 
 from archhpo.errors import ArchhpoError, NonFiniteLoss, TrialStopped
 from archhpo.models import TensorDataset
+
+SCHEDULES = ("cosine", "wsd")
 
 
 class StopTraining(Exception):
@@ -39,12 +43,27 @@ class TrainConfig:
     eval_every: int = 1  # epochs between validations (the last epoch is always validated)
     eval_batch_size: int = 1024
     seed: int = 0
+    schedule: str = "cosine"  # cosine, or wsd (warm-up, stable, decay)
+    cooldown: float = 0.2  # wsd: the fraction of the steps spent cooling down
 
     def __post_init__(self) -> None:
         if self.learning_rate <= 0 or self.epochs < 1 or self.batch_size < 1 or self.eval_every < 1:
             raise ArchhpoError("learning_rate, epochs, batch_size and eval_every must be positive.")
         if self.weight_decay < 0 or self.warmup_steps < 0 or not 0 <= self.min_lr_ratio <= 1:
             raise ArchhpoError("weight_decay and warmup_steps must be ≥ 0 and min_lr_ratio in [0, 1].")
+        check_schedule(self.schedule, self.cooldown)
+
+
+def check_schedule(schedule: str, cooldown: float) -> None:
+    if schedule not in SCHEDULES or not 0 <= cooldown < 1:
+        raise ArchhpoError(f"Unknown schedule {schedule!r} or cooldown {cooldown} outside [0, 1); "
+                           "use --schedule cosine or wsd and --cooldown such as 0.2.")
+
+
+def schedule_options(schedule: str, cooldown: float) -> dict[str, Any]:
+    """The schedule as study/trial options: nothing for cosine (a study's identity is unchanged)."""
+    check_schedule(schedule, cooldown)
+    return {} if schedule == "cosine" else {"schedule": schedule, "cooldown": float(cooldown)}
 
 
 @dataclass
@@ -67,10 +86,22 @@ def trial_seed(study_seed: int, slot: int) -> int:
     return study_seed * 100_003 + slot
 
 
-def lr_lambda(warmup: int, total: int, min_ratio: float) -> Callable[[int], float]:
+def lr_lambda(warmup: int, total: int, min_ratio: float, schedule: str = "cosine",
+              cooldown: float = 0.2) -> Callable[[int], float]:
+    """The learning-rate factor of each step: linear warm-up, then cosine decay to `min_ratio`
+    (cosine), or a constant rate and a cooldown over the last `cooldown` of the steps in a
+    1-sqrt shape down to `min_ratio` (wsd; as epfml/schedules-and-scaling). Under WSD the factor
+    before the cooldown does not depend on `total`: a longer run shares a shorter one's steps."""
+    hold = total - round(cooldown * total)  # the first cooldown step (round: k/T of T*n is k*n)
+
     def f(step: int) -> float:
         if step < warmup:
             return (step + 1) / warmup
+        if schedule == "wsd":
+            if step < hold:
+                return 1.0
+            done = min(1.0, (step - hold) / max(1, total - hold))
+            return min_ratio + (1 - min_ratio) * (1 - math.sqrt(done))
         progress = min(1.0, (step - warmup) / max(1, total - warmup))
         return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
 
@@ -104,6 +135,105 @@ def evaluate(
     return loss, (metrics_fn(out, data.val_target) if metrics_fn else {})
 
 
+@dataclass
+class _Run:
+    """The state of one training run: what a checkpoint holds and `train`'s steps share."""
+
+    model: nn.Module
+    opt: torch.optim.Optimizer
+    sched: torch.optim.lr_scheduler.LambdaLR
+    gen: torch.Generator
+    autocast: bool
+    best: float = math.inf
+    best_epoch: int = 0
+    best_metrics: dict[str, float] = field(default_factory=dict)
+    history: list[dict[str, float]] = field(default_factory=list)
+    train_loss: float = math.nan
+    first: int = 1  # the first epoch this call trains
+
+    def state(self, epoch: int) -> dict[str, Any]:
+        # The global RNG (dropout) is saved too: a resumed run repeats an uninterrupted one bit for bit.
+        return {
+            "epoch": epoch, "model": self.model.state_dict(), "optimizer": self.opt.state_dict(),
+            "scheduler": self.sched.state_dict(), "generator": self.gen.get_state(), "best": self.best,
+            "best_epoch": self.best_epoch, "best_metrics": self.best_metrics, "history": self.history,
+            "train_loss": self.train_loss, "torch_rng": torch.get_rng_state(),
+            **({"cuda_rng": torch.cuda.get_rng_state()} if self.autocast else {}),
+        }
+
+
+def _start(model: nn.Module, data: TensorDataset, cfg: TrainConfig, resume: dict[str, Any] | None) -> _Run:
+    """The optimiser, schedule and batch-order generator, fresh or from a checkpoint."""
+    device = next(model.parameters()).device
+    gen = torch.Generator(device=device).manual_seed(cfg.seed)
+    total = math.ceil(data.n_train / cfg.batch_size) * cfg.epochs
+    # fused: one kernel for the whole update on CUDA (the CPU path keeps the default foreach).
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay,
+                            **({"fused": True} if device.type == "cuda" else {}))
+    shape = lr_lambda(cfg.warmup_steps, total, cfg.min_lr_ratio, cfg.schedule, cfg.cooldown)
+    run = _Run(model, opt, torch.optim.lr_scheduler.LambdaLR(opt, shape), gen, device.type == "cuda")
+    if resume is None:
+        return run
+    model.load_state_dict(resume["model"])
+    opt.load_state_dict(resume["optimizer"])
+    # Only the step count comes back: the shape is this call's (a WSD cooldown resumes a constant run).
+    run.sched.load_state_dict(resume["scheduler"])
+    for group, base in zip(opt.param_groups, run.sched.base_lrs, strict=True):
+        group["lr"] = base * shape(run.sched.last_epoch)  # what LambdaLR would set with this shape
+    gen.set_state(resume["generator"].to(gen.get_state().device))
+    # RNG states are CPU byte tensors, whatever map_location the checkpoint was loaded with.
+    if "torch_rng" in resume:
+        torch.set_rng_state(resume["torch_rng"].cpu())
+    if "cuda_rng" in resume and run.autocast:
+        torch.cuda.set_rng_state(resume["cuda_rng"].cpu())
+    run.best, run.best_epoch, run.best_metrics = resume["best"], resume["best_epoch"], resume["best_metrics"]
+    run.history, run.train_loss = list(resume["history"]), resume["train_loss"]
+    run.first = int(resume["epoch"]) + 1
+    return run
+
+
+def _train_epoch(run: _Run, data: TensorDataset, loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+                 cfg: TrainConfig, check_stop: Callable[[], None], epoch: int) -> float:
+    """One pass over the training set in the generator's order; the epoch's mean loss."""
+    model, opt = run.model, run.opt
+    device = next(model.parameters()).device
+    extra = getattr(model, "extra_loss", None)
+    model.train()
+    perm = torch.randperm(data.n_train, device=device, generator=run.gen)
+    loss_sum = torch.zeros((), device=device)
+    for i in range(0, data.n_train, cfg.batch_size):
+        check_stop()
+        idx = perm[i : i + cfg.batch_size]
+        inputs = tuple(t[idx] for t in data.train_inputs)
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=run.autocast):
+            loss = loss_fn(model(*inputs), data.train_target[idx])
+        total_loss = loss + extra() if extra is not None else loss
+        opt.zero_grad(set_to_none=True)
+        total_loss.backward()
+        nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        opt.step()
+        run.sched.step()
+        loss_sum += loss.detach() * idx.numel()
+    # One host sync per epoch: a NaN anywhere in the epoch poisons the sum.
+    train_loss = float(loss_sum) / data.n_train
+    if not math.isfinite(train_loss):
+        raise NonFiniteLoss(f"training loss became non-finite ({train_loss}) in epoch {epoch}")
+    return train_loss
+
+
+def _validate(run: _Run, data: TensorDataset, loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+              metrics_fn: Callable[[torch.Tensor, torch.Tensor], dict[str, float]] | None, cfg: TrainConfig,
+              epoch: int) -> float:
+    """Validate, record the epoch in the history and keep the best."""
+    val, metrics = evaluate(run.model, data, loss_fn, metrics_fn, cfg.eval_batch_size, run.autocast)
+    if not math.isfinite(val):
+        raise NonFiniteLoss(f"validation loss became non-finite ({val}) in epoch {epoch}")
+    run.history.append({"epoch": epoch, "train_loss": run.train_loss, "val_loss": val})
+    if val < run.best:
+        run.best, run.best_epoch, run.best_metrics = val, epoch, metrics
+    return val
+
+
 def train(
     model: nn.Module,
     data: TensorDataset,
@@ -119,32 +249,13 @@ def train(
     """Train in place; `data` must already be on the model's device.
 
     ``checkpoint(state)`` is called after every validated epoch with everything needed to go on;
-    ``resume=state`` continues from such a state (a retried trial picks up where it died).
+    ``resume=state`` continues from such a state (a retried trial picks up where it died; a WSD
+    run resumed from a constant-rate run of the same peak rate continues it into its cooldown).
     ``should_stop()`` is asked before every step and every validation (a Python flag: no device
     sync); when it says True, TrialStopped is raised (a worker being stopped or fenced out).
     """
-    device = next(model.parameters()).device
-    autocast = device.type == "cuda"
-    gen = torch.Generator(device=device).manual_seed(cfg.seed)
-    steps_per_epoch = math.ceil(data.n_train / cfg.batch_size)
-    total = steps_per_epoch * cfg.epochs
-    # fused: one kernel for the whole update on CUDA (the CPU path keeps the default foreach).
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay,
-                            **({"fused": True} if device.type == "cuda" else {}))
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(cfg.warmup_steps, total, cfg.min_lr_ratio))
-    extra = getattr(model, "extra_loss", None)
-    best, best_epoch, best_metrics = math.inf, 0, {}
-    history: list[dict[str, float]] = []
-    train_loss = math.nan
-    first = 1
-    if resume is not None:
-        model.load_state_dict(resume["model"])
-        opt.load_state_dict(resume["optimizer"])
-        sched.load_state_dict(resume["scheduler"])
-        gen.set_state(resume["generator"].to(gen.get_state().device))
-        best, best_epoch, best_metrics = resume["best"], resume["best_epoch"], resume["best_metrics"]
-        history, train_loss = list(resume["history"]), resume["train_loss"]
-        first = int(resume["epoch"]) + 1
+    run = _start(model, data, cfg, resume)
+    first = run.first
     start = time.perf_counter()
     train_s = 0.0  # samples/s and MFU time the training steps only
     epoch = first - 1
@@ -154,37 +265,13 @@ def train(
             raise TrialStopped(f"training stopped in epoch {epoch}")
 
     for epoch in range(first, cfg.epochs + 1):
-        model.train()
         epoch_start = time.perf_counter()
-        perm = torch.randperm(data.n_train, device=device, generator=gen)
-        loss_sum = torch.zeros((), device=device)
-        for i in range(0, data.n_train, cfg.batch_size):
-            check_stop()
-            idx = perm[i : i + cfg.batch_size]
-            inputs = tuple(t[idx] for t in data.train_inputs)
-            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
-                loss = loss_fn(model(*inputs), data.train_target[idx])
-            total_loss = loss + extra() if extra is not None else loss
-            opt.zero_grad(set_to_none=True)
-            total_loss.backward()
-            nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-            opt.step()
-            sched.step()
-            loss_sum += loss.detach() * idx.numel()
-        # One host sync per epoch: a NaN anywhere in the epoch poisons the sum.
-        train_loss = float(loss_sum) / data.n_train
-        train_s += time.perf_counter() - epoch_start  # after the sync above: the GPU's work is done
-        if not math.isfinite(train_loss):
-            raise NonFiniteLoss(f"training loss became non-finite ({train_loss}) in epoch {epoch}")
+        run.train_loss = _train_epoch(run, data, loss_fn, cfg, check_stop, epoch)
+        train_s += time.perf_counter() - epoch_start  # _train_epoch ends on a host sync: the work is done
         if epoch % cfg.eval_every and epoch != cfg.epochs:
             continue
         check_stop()
-        val, metrics = evaluate(model, data, loss_fn, metrics_fn, cfg.eval_batch_size, autocast)
-        if not math.isfinite(val):
-            raise NonFiniteLoss(f"validation loss became non-finite ({val}) in epoch {epoch}")
-        history.append({"epoch": epoch, "train_loss": train_loss, "val_loss": val})
-        if val < best:
-            best, best_epoch, best_metrics = val, epoch, metrics
+        val = _validate(run, data, loss_fn, metrics_fn, cfg, epoch)
         if on_eval is not None:
             try:
                 on_eval(epoch, val)  # may raise StopTraining
@@ -193,18 +280,37 @@ def train(
                 stop.seconds = train_s  # type: ignore[attr-defined]
                 raise
         if checkpoint is not None:
-            checkpoint({
-                "epoch": epoch, "model": model.state_dict(), "optimizer": opt.state_dict(),
-                "scheduler": sched.state_dict(), "generator": gen.get_state(), "best": best,
-                "best_epoch": best_epoch, "best_metrics": best_metrics, "history": history,
-                "train_loss": train_loss,
-            })
+            checkpoint(run.state(epoch))
     duration = time.perf_counter() - start
+    samples = (epoch - first + 1) * data.n_train
     return TrainResult(
-        best_val_loss=best, train_loss=train_loss, epochs_run=epoch, best_epoch=best_epoch,
-        duration_s=duration, samples_per_s=(epoch - first + 1) * data.n_train / max(train_s, 1e-9),
-        metrics=best_metrics, history=history, samples=(epoch - first + 1) * data.n_train, train_s=train_s,
+        best_val_loss=run.best, train_loss=run.train_loss, epochs_run=epoch, best_epoch=run.best_epoch,
+        duration_s=duration, samples_per_s=samples / max(train_s, 1e-9), metrics=run.best_metrics,
+        history=run.history, samples=samples, train_s=train_s,
     )
+
+
+@dataclass
+class Branch:
+    """A WSD rung score: the validation loss after a cooldown branched from a constant-rate state."""
+
+    val_loss: float
+    epochs: int  # the branch's own epochs (compute spent on top of the constant-rate run)
+    samples: int
+
+
+def cooldown_branch(
+    model: nn.Module, data: TensorDataset, loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    cfg: TrainConfig, state: dict[str, Any],
+) -> Branch:
+    """Cool down a copy of `model` from `state` (a constant-rate checkpoint at epoch e) as a WSD run
+    ending there would: over cooldown/(1-cooldown) of e epochs (at least one). The model and the
+    state are left as they were, so the constant-rate run goes on from the state."""
+    e = int(state["epoch"])
+    k = max(1, round(e * cfg.cooldown / (1 - cfg.cooldown)))
+    branch_cfg = replace(cfg, epochs=e + k, cooldown=k / (e + k), eval_every=e + k)
+    result = train(copy.deepcopy(model), data, loss_fn, branch_cfg, resume=state)
+    return Branch(val_loss=result.history[-1]["val_loss"], epochs=k, samples=result.samples)
 
 
 def describe_result(result: TrainResult) -> dict[str, Any]:

@@ -145,12 +145,16 @@ def _settings_from_args(args: argparse.Namespace, budget: str | None) -> Any:
     if "seeds" in args.given and not args.confirm:
         raise ArchhpoError("--seeds S counts only with --confirm K (the confirmation phase); add --confirm "
                            "or drop --seeds (paired seeds for every configuration: --paired-seeds S).")
+    if "cooldown" in args.given and args.schedule != "wsd":
+        raise ArchhpoError("--cooldown counts only with --schedule wsd (cosine has no cooldown); add "
+                           "--schedule wsd or drop --cooldown.")
     return prepare_settings(
         args.experiment, budget, family=args.family, n_trials=args.trials, data=args.data,
         horizon=args.horizon, threshold=args.threshold, seed=args.seed, quick=args.quick,
         tolerance=args.tolerance, pruner=args.pruner, family_options=_family_values(args, fam, False),
         pins=_pins(args), fixed_params={k: getattr(args, k) for k in TRAINING_OPTIONS if getattr(args, k) is not None},
         paired_seeds=args.paired_seeds, confirm=args.confirm, confirm_seeds=args.seeds,
+        schedule=args.schedule, cooldown=args.cooldown,
     )
 
 

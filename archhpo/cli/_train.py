@@ -21,6 +21,7 @@ from archhpo.errors import ArchhpoError
 from archhpo.models import get_family
 from archhpo.search._space import FULL_SPACE, QUICK_SPACE
 from archhpo.workers import TrainConfig, TrialSpec, build_trial, describe_result, resolve_device, train
+from archhpo.workers._train import schedule_options
 
 ARCH_KEYS = ("d_model", "n_layers", "n_heads", "d_ff")
 
@@ -51,6 +52,11 @@ def trial_spec_from_args(args: argparse.Namespace) -> TrialSpec:
         options.setdefault(key, default(key))  # one definition: archhpo/_options.py
     if getattr(args, "quick", False):
         options["quick"] = True
+    schedule, cooldown = (getattr(args, k, None) for k in ("schedule", "cooldown"))
+    schedule = schedule if schedule is not None else options.pop("schedule", default("schedule"))
+    cooldown = cooldown if cooldown is not None else options.pop("cooldown", default("cooldown"))
+    options = {k: v for k, v in options.items() if k not in ("schedule", "cooldown")}
+    options.update(schedule_options(schedule, cooldown))  # a best JSON's schedule unless a flag says otherwise
     flag_values = {f.name: getattr(args, f"fam_{f.name}") for f in fam.flags
                    if getattr(args, f"fam_{f.name}", None) is not None}
     options.update(flag_values)
