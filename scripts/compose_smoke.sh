@@ -83,7 +83,9 @@ make_secrets() {
     POSTGRES_PASSWORD="pw$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')"
     RAY_AUTH_TOKEN="tok$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')"
     export POSTGRES_PASSWORD RAY_AUTH_TOKEN
-    export ARCHHPO_IMAGE="$IMAGE" ARCHHPO_UID="$(id -u)" ARCHHPO_GID="$(id -g)" RAY_WORKER_CPUS=1
+    ARCHHPO_UID="$(id -u)"
+    ARCHHPO_GID="$(id -g)"
+    export ARCHHPO_IMAGE="$IMAGE" ARCHHPO_UID ARCHHPO_GID RAY_WORKER_CPUS=1
     export SMOKE_PG_PORT="${SMOKE_PG_PORT:-55432}" SMOKE_DASHBOARD_PORT="${SMOKE_DASHBOARD_PORT:-18080}"
     export SMOKE_RAY_CLIENT_PORT="${SMOKE_RAY_CLIENT_PORT:-16381}"
     mkdir -p "$WORK/results" "$WORK/data"
