@@ -49,6 +49,7 @@ find_compose() {
     fi
 }
 
+# shellcheck disable=SC2317  # run by the EXIT trap
 cleanup() {
     local rc=$?
     set +e
@@ -234,6 +235,12 @@ check_secrets() {
     if grep -rlF -e "$POSTGRES_PASSWORD" -e "$RAY_AUTH_TOKEN" "$where" "$WORK/results"; then
         fail "a secret appears in the files above"
     fi
+    # The scan's own check: a running container's environment does hold both (that is how
+    # they reach it), so the same grep finds them there.
+    docker inspect "$(compose ps -q postgres)" "$(compose ps -q ray-head)" | grep -qF "$POSTGRES_PASSWORD" \
+        || fail "the secret scan cannot see the password even where it is expected"
+    docker inspect "$(compose ps -q ray-head)" | grep -qF "$RAY_AUTH_TOKEN" \
+        || fail "the secret scan cannot see the Ray token even where it is expected"
     log "secrets: in none of image inspect, build history, service logs ($(wc -l < "$where/logs.txt") lines), driver log, results"
 }
 
@@ -269,4 +276,4 @@ main() {
     log "compose smoke: PASS in $(( $(date +%s) - T0 )) s"
 }
 
-main "$@"
+main "$@"; exit $?  # on one line: bash has read it whole, so an edit made meanwhile is harmless
