@@ -665,5 +665,6 @@ def test_compose_smoke_script_runs_the_whole_stack():
                     "the compose smoke test against a Docker engine")
     res = subprocess.run(["bash", str(REPO / "scripts" / "compose_smoke.sh")], capture_output=True, text=True,
                          timeout=3600)
+    print(res.stdout)  # the step timings and checks (shown with pytest -s)
     assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-4000:]
     assert "compose smoke: PASS" in res.stdout
