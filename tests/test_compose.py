@@ -413,7 +413,7 @@ def test_driver_writes_results_to_a_bind_mount(compose):
 # ----------------------------------------------------------------------------- Dockerfile
 def test_dockerfile_installs_the_repo_and_disables_ray_usage_stats():
     ins = dockerfile_instructions()
-    assert ins[0] == ("FROM", "python:3.11-slim")
+    assert ins[0] == ("ARG", "BASE_IMAGE=python:3.11-slim"), "the default base stays the public Python image"
     runs = [a for w, a in ins if w == "RUN"]
     assert any(re.search(r"\bpip install (?:[^&|;]*\s)?\.(?:\s|$)", r) for r in runs), "no `pip install .`"
     env = {}
@@ -427,25 +427,244 @@ def test_dockerfile_installs_the_repo_and_disables_ray_usage_stats():
     assert ("ARG", 'TORCH_INDEX_URL=""') in ins or ("ARG", "TORCH_INDEX_URL=") in ins
 
 
-def _dependency_step() -> str:
+def _run_flags(args: str) -> tuple[list[str], str]:
+    """RUN's own flags (--mount=...) and the shell command after them."""
+    flags = []
+    while args.startswith("--"):
+        flag, _, args = args.partition(" ")
+        flags.append(flag)
+        args = args.lstrip()
+    return flags, args
+
+
+def _dependency_step() -> tuple[list[str], str]:
     steps = [a for w, a in dockerfile_instructions() if w == "RUN" and "TORCH_INDEX_URL" in a]
     assert len(steps) == 1
-    return steps[0]
+    return _run_flags(steps[0])
+
+
+def _run_dependency_step(tmp_path: Path, index: str, wheels: tuple[str, ...] = ()) -> list[list[str]]:
+    """The dependency step under sh with a stub pip, the wheelhouse mount replaced by a folder."""
+    flags, step = _dependency_step()
+    mount = next(f for f in flags if f.startswith("--mount=") and "source=wheelhouse" in f)
+    target = dict(kv.split("=", 1) for kv in mount[len("--mount="):].split(","))["target"]
+    house = tmp_path / "wheelhouse"
+    house.mkdir()
+    for name in wheels:
+        (house / name).write_bytes(b"")
+    shutil.copy(REPO / "pyproject.toml", tmp_path / "pyproject.toml")
+    step = step.replace("/tmp/requirements.txt", str(tmp_path / "requirements.txt")).replace(target, str(house))
+    py = tmp_path / "bin" / "python"
+    py.parent.mkdir()
+    py.symlink_to(sys.executable)
+    return run_logged(["sh", "-c", step], tmp_path, ("pip",), env={"TORCH_INDEX_URL": index}, cwd=tmp_path)
 
 
 @pytest.mark.parametrize("index", ["", "https://download.pytorch.org/whl/cpu"])
 def test_dockerfile_torch_index_build_arg(index, tmp_path):
-    shutil.copy(REPO / "pyproject.toml", tmp_path / "pyproject.toml")
-    req = tmp_path / "requirements.txt"
-    step = _dependency_step().replace("/tmp/requirements.txt", str(req))
-    py = tmp_path / "bin" / "python"
-    py.parent.mkdir()
-    py.symlink_to(sys.executable)
-    calls = run_logged(["sh", "-c", step], tmp_path, ("pip",), env={"TORCH_INDEX_URL": index}, cwd=tmp_path)
+    calls = _run_dependency_step(tmp_path, index, wheels=("README.md",))  # no *.whl: the index is used
     if index:
         assert calls[0][:3] == ["pip", "install", "--index-url"] and calls[0][3] == index
         assert re.fullmatch(r"torch[<>=!~].*", calls[0][4]), calls[0]
         assert calls[1][:2] == ["pip", "install"]
     else:
         assert len(calls) == 1 and "--index-url" not in calls[0]
-    assert calls[-1][1:3] == ["install", "-r"]
+    assert calls[-1][:2] == ["pip", "install"] and "-r" in calls[-1] and "--no-index" not in calls[-1]
+
+
+@pytest.mark.parametrize("index", ["", "https://download.pytorch.org/whl/cpu"])
+def test_dockerfile_installs_only_from_a_filled_wheelhouse(index, tmp_path):
+    calls = _run_dependency_step(tmp_path, index, wheels=("torch-2.13.0-cp311-cp311-linux_x86_64.whl",))
+    assert len(calls) == 1, "with wheels in ./wheelhouse no index may be asked, not even TORCH_INDEX_URL's"
+    argv = calls[0]
+    assert argv[:4] == ["pip", "install", "--no-index", "--find-links"]
+    assert argv[4] == str(tmp_path / "wheelhouse") and "-r" in argv and "--index-url" not in argv
+
+
+def test_dockerfile_base_image_is_a_build_argument_of_every_stage():
+    ins = dockerfile_instructions()
+    froms = [a for w, a in ins if w == "FROM"]
+    assert len(froms) == 2, froms
+    assert froms[0] == "${BASE_IMAGE} AS build" and froms[1] == "${BASE_IMAGE}", froms
+    # the runtime stage gets the venv from the build stage, never the wheels or the source
+    copies = [a for w, a in ins[ins.index(("FROM", froms[1])):] if w in ("COPY", "ADD")]
+    assert copies == ["--from=build /opt/venv /opt/venv"], copies
+
+
+def test_dockerfile_bind_mounts_the_wheelhouse_so_no_wheel_lands_in_a_layer():
+    ins = dockerfile_instructions()
+    assert not [a for w, a in ins if w in ("COPY", "ADD") and "wheelhouse" in a]
+    flags, _ = _dependency_step()
+    assert any("type=bind" in f and "source=wheelhouse" in f for f in flags), flags
+    # and the build context keeps the folder (tracked README, git-ignored wheels)
+    assert "wheelhouse" not in [ln.strip().strip("/") for ln in DOCKERIGNORE.read_text().splitlines()]
+    assert (REPO / "wheelhouse" / "README.md").is_file()
+
+
+def test_wheels_stay_out_of_git():
+    if not (shutil.which("git") and (REPO / ".git").exists()):
+        pytest.skip("not a git checkout")
+    ignored = subprocess.run(["git", "check-ignore", "-q", "wheelhouse/torch-2.13.0-cp311-cp311-linux_x86_64.whl"],
+                             cwd=REPO)
+    assert ignored.returncode == 0, "wheelhouse/*.whl must be git-ignored"
+    kept = subprocess.run(["git", "check-ignore", "-q", "wheelhouse/README.md"], cwd=REPO)
+    assert kept.returncode == 1, "wheelhouse/README.md must stay tracked"
+
+
+# ----------------------------------------------------------------------------- registry-free images
+def test_compose_takes_the_postgres_and_base_images_as_variables():
+    default = load_compose()
+    assert default["services"]["postgres"]["image"] == "postgres:16"
+    assert default["services"]["ray-head"]["build"]["args"]["BASE_IMAGE"] == "python:3.11-slim"
+    local = load_compose(secrets_env(POSTGRES_IMAGE="local/postgres:bookworm", BASE_IMAGE="local/debian:bookworm"))
+    assert local["services"]["postgres"]["image"] == "local/postgres:bookworm"
+    for name in ("ray-head", "ray-worker", "dashboard", "driver"):
+        assert local["services"][name]["build"]["args"]["BASE_IMAGE"] == "local/debian:bookworm", name
+
+
+def test_worker_and_driver_pass_extra_ray_node_flags(compose, tmp_path):
+    flags = "--node-ip-address=127.0.0.1 --min-worker-port=0"
+    worker = compose["services"]["ray-worker"]
+    calls = run_logged(as_argv(worker["entrypoint"]) + as_argv(worker["command"]), tmp_path, ("ray",),
+                       env={"RAY_WORKER_CPUS": "", "RAY_NODE_ARGS": flags})
+    assert calls == [["ray", "start", "--address=ray-head:6380", *flags.split(), "--disable-usage-stats", "--block"]]
+    calls = run_logged(_driver_argv(compose, "run", "--experiment", "x"), tmp_path, ("ray", "archhpo"),
+                       env={"RAY_NODE_ARGS": flags})
+    assert calls[0][:3] == ["ray", "start", "--address=ray-head:6380"] and set(flags.split()) <= set(calls[0])
+    for name in ("ray-worker", "ray-worker-gpu"):
+        assert "RAY_NODE_ARGS" in environment(compose["services"][name]), name
+
+
+PG_DIR = REPO / "docker" / "postgres"
+
+
+def _postgres_entrypoint(tmp_path: Path, env: dict[str, str], *args: str) -> tuple[subprocess.CompletedProcess,
+                                                                                     list[list[str]], Path]:
+    """docker/postgres/entrypoint.sh with stub initdb/postgres that log their argv (and stdin)."""
+    log = tmp_path / "calls.log"
+    log.write_text("")
+    stubs = bin_dir(tmp_path, log, ("initdb", "postgres"))
+    # initdb's stub also keeps what its --pwfile held, so the test sees where the password went
+    (stubs / "initdb").write_text(
+        f"#!/bin/sh\nprintf '%s\\037' initdb \"$@\" >> '{log}'\necho >> '{log}'\n"
+        "for a in \"$@\"; do case $a in --pwfile=*) cp \"${a#--pwfile=}\" "
+        f"'{tmp_path}/pwfile.seen';; esac; done\nmkdir -p \"$PGDATA\"; touch \"$PGDATA/pg_hba.conf\" "
+        "\"$PGDATA/postgresql.conf\"\n")
+    (stubs / "postgres").write_text(
+        f"#!/bin/sh\nprintf '%s\\037' postgres \"$@\" >> '{log}'\necho >> '{log}'\n"
+        f"case \" $* \" in *\" --single \"*) cat > '{tmp_path}/single.sql';; esac\n")
+    pgdata = tmp_path / "data"
+    full_env = {"PATH": f"{stubs}{os.pathsep}{os.environ['PATH']}", "PGDATA": str(pgdata),
+                "TMPDIR": str(tmp_path), **env}
+    res = subprocess.run(["sh", str(PG_DIR / "entrypoint.sh"), *args], env=full_env, capture_output=True,
+                         text=True, timeout=60)
+    calls = [line.split("\x1f")[:-1] for line in log.read_text().splitlines()]
+    return res, calls, pgdata
+
+
+PG_ENV = {"POSTGRES_USER": "archhpo", "POSTGRES_DB": "archhpo", "POSTGRES_PASSWORD": CANARY}
+
+
+def test_debian_postgres_image_initialises_from_the_compose_environment(compose, tmp_path):
+    cmd = as_argv(compose["services"]["postgres"]["command"])
+    res, calls, pgdata = _postgres_entrypoint(tmp_path, PG_ENV, *cmd)
+    assert res.returncode == 0, res.stderr
+    initdb, single, server = calls
+    assert initdb[0] == "initdb" and "--username=archhpo" in initdb and "--auth-host=scram-sha-256" in initdb
+    assert (tmp_path / "pwfile.seen").read_text() == CANARY + "\n"
+    assert not list(tmp_path.glob("tmp.*")), "the password file must be removed"
+    assert single == ["postgres", "--single", "-D", str(pgdata), "-j", "postgres"]
+    assert (tmp_path / "single.sql").read_text() == 'CREATE DATABASE "archhpo";\n'
+    # the compose command's -c options reach the server, on the volume's data folder
+    assert server == ["postgres", "-D", str(pgdata), *cmd[1:]]
+    assert "host all all all scram-sha-256" in (pgdata / "pg_hba.conf").read_text()
+    assert "listen_addresses = '*'" in (pgdata / "postgresql.conf").read_text()
+    assert all(CANARY not in arg for call in calls for arg in call), "the password reached a command line"
+    assert CANARY not in res.stdout + res.stderr
+
+
+def test_debian_postgres_image_keeps_an_existing_cluster(tmp_path):
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "PG_VERSION").write_text("15\n")
+    res, calls, pgdata = _postgres_entrypoint(tmp_path, PG_ENV, "postgres", "-c", "port=5432")
+    assert res.returncode == 0, res.stderr
+    assert calls == [["postgres", "-D", str(pgdata), "-c", "port=5432"]]
+
+
+def test_debian_postgres_image_refuses_an_empty_password(tmp_path):
+    res, calls, pgdata = _postgres_entrypoint(tmp_path, {**PG_ENV, "POSTGRES_PASSWORD": ""}, "postgres")
+    assert res.returncode == 1 and calls == [] and not pgdata.exists()
+    assert "POSTGRES_PASSWORD is empty" in res.stderr
+
+
+def test_debian_postgres_image_matches_the_compose_service(compose):
+    text = (PG_DIR / "Dockerfile").read_text()
+    assert re.search(r"(?m)^ARG BASE_IMAGE=", text) and re.search(r"(?m)^FROM \$\{BASE_IMAGE\}$", text)
+    assert "apt-get install -y --no-install-recommends postgresql" in text
+    pg = compose["services"]["postgres"]
+    mount = next(str(v).split(":", 1)[1] for v in pg["volumes"] if str(v).startswith("pgdata:"))
+    assert re.search(rf"(?m)^\s*PGDATA={re.escape(mount)}", text), "PGDATA must be the volume's mount point"
+    assert re.search(rf"(?m)^VOLUME {re.escape(mount)}$", text)
+    assert 'CMD ["postgres"]' in text and as_argv(pg["command"])[0] == "postgres"
+    users = re.findall(r"(?m)^USER (\S+)", text)
+    assert users == ["postgres"], "the server must not run as root"
+    for word, args in ((ln.split(" ", 1) + [""])[:2] for ln in text.splitlines()):
+        if word in ("ARG", "ENV", "LABEL"):
+            assert not re.search(r"(?i)password|secret|token", args), f"{word} {args}"
+
+
+# ----------------------------------------------------------------------------- the loopback override
+LOOPBACK_OVERRIDE = REPO / "scripts" / "compose-loopback.yml"
+
+
+class _ResetLoader(yaml.SafeLoader):
+    """safe_load plus Compose's `!reset` tag (it empties the base file's value)."""
+
+
+_ResetLoader.add_constructor("!reset", lambda loader, node: "!reset")
+
+
+def test_loopback_override_keeps_every_service_and_address_on_loopback():
+    base = load_compose()
+    over = yaml.load(interpolate(LOOPBACK_OVERRIDE.read_text(), secrets_env()), Loader=_ResetLoader)
+    assert SERVICES <= set(over["services"])
+    for name, svc in over["services"].items():
+        assert svc["network_mode"] == "host", name
+        hosts = dict(h.split(":", 1) for h in svc["extra_hosts"])
+        assert hosts == {"postgres": "127.0.0.1", "ray-head": "127.0.0.1"}, name
+        if base["services"][name].get("ports"):
+            assert svc.get("ports") == "!reset", f"{name} would publish ports next to the host network"
+        for addr in re.findall(r"\b\d+\.\d+\.\d+\.\d+\b", yaml.safe_dump(svc)):
+            assert addr.startswith("127."), f"{name} uses {addr}, outside the loopback range"
+    head = as_argv(over["services"]["ray-head"]["command"])
+    # Ray swaps 127.0.0.1 for the host's routable address; 127.0.0.2 stays
+    node_ips = {a.split("=", 1)[1] for a in head if a.startswith("--node-ip-address=")}
+    for name in ("ray-worker", "driver"):
+        args = environment(over["services"][name])["RAY_NODE_ARGS"].split()
+        node_ips |= {a.split("=", 1)[1] for a in args if a.startswith("--node-ip-address=")}
+    assert node_ips == {"127.0.0.2"}
+    assert "--port=6380" in head and "6379" not in " ".join(head)
+
+
+def test_loopback_override_moves_postgres_off_the_hosts_port():
+    over = yaml.load(interpolate(LOOPBACK_OVERRIDE.read_text(), secrets_env(SMOKE_PG_PORT="55999")),
+                     Loader=_ResetLoader)
+    pg = over["services"]["postgres"]
+    assert "port=55999" in pg["command"] and "-p 55999" in " ".join(pg["healthcheck"]["test"])
+    for name in ("ray-worker", "dashboard", "driver"):
+        url = environment(over["services"][name])["ARCHHPO_STORAGE"]
+        assert url == "postgresql+psycopg2://archhpo@postgres:55999/archhpo", name
+
+
+# ----------------------------------------------------------------------------- the real stack
+@pytest.mark.compose
+def test_compose_smoke_script_runs_the_whole_stack():
+    """scripts/compose_smoke.sh against a real Docker engine: minutes, so only on request."""
+    if os.environ.get("ARCHHPO_COMPOSE") != "1":
+        pytest.skip("set ARCHHPO_COMPOSE=1 (and DOCKER_HOST, BASE_IMAGE, POSTGRES_BASE_IMAGE as needed) to run "
+                    "the compose smoke test against a Docker engine")
+    res = subprocess.run(["bash", str(REPO / "scripts" / "compose_smoke.sh")], capture_output=True, text=True,
+                         timeout=3600)
+    print(res.stdout)  # the step timings and checks (shown with pytest -s)
+    assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-4000:]
+    assert "compose smoke: PASS" in res.stdout
