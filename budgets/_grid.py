@@ -10,6 +10,7 @@ from typing import Any
 from archhpo.budgets._parse import format_budget
 from archhpo.errors import BudgetError, ConfigError
 from archhpo.models import Family
+from archhpo.schema import ARCH_KEYS
 
 D_MODELS = (64, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048)
 N_LAYERS = (2, 3, 4, 6, 8, 12, 16, 24, 32, 48)
@@ -56,7 +57,7 @@ def candidates() -> list[dict[str, int]]:
     return rows
 
 
-ARCH_DIMS = ("d_model", "n_layers", "n_heads", "d_ff")
+ARCH_DIMS = ARCH_KEYS  # the dimensions a grid row has (archhpo.schema)
 _PIN_TAGS = {"d_model": "d", "n_layers": "L", "n_heads": "h", "d_ff": "ff"}
 
 

@@ -31,9 +31,10 @@ from optuna.storages import RDBStorage, fail_stale_trials
 from optuna.trial import TrialState
 
 from archhpo.errors import TrialLost
+from archhpo.schema import ARCH_RECORD, PLAN_PARAMS, TRAINING_PARAMS
 from archhpo.search._optuna_private import median_pruner_settings, study_id_of, trial_id_of
 from archhpo.search._optuna_private import models as m
-from archhpo.search._space import TRAINING_PARAMS, SearchSpace
+from archhpo.search._space import SearchSpace
 from archhpo.search._storage import (
     HEARTBEAT_INTERVAL_S,
     open_storage,
@@ -172,7 +173,7 @@ class TrialQueue:
                 sa.select(m.TrialParamModel).where(m.TrialParamModel.trial_id == trial.trial_id)
             ).scalars()
         }
-        for name in ("arch_idx", *TRAINING_PARAMS):
+        for name in PLAN_PARAMS:
             if name in existing:  # a requeued trial already has its params
                 continue
             dist = self.distributions[name]
@@ -180,7 +181,7 @@ class TrialQueue:
                 trial_id=trial.trial_id, param_name=name,
                 param_value=dist.to_internal_repr(params[name]), distribution_json=self._dist_json[name],
             ))
-        shown = {k: arch[k] for k in ("d_model", "n_layers", "n_heads", "d_ff", "param_count")}
+        shown = {k: arch[k] for k in ARCH_RECORD}
         choices = dict(arch.get("choices") or {})
         token = uuid.uuid4().hex
         _set_attrs(s, trial.trial_id, {

@@ -32,9 +32,10 @@ from archhpo.budgets import (
 )
 from archhpo.errors import BudgetError, ConfigError, StorageError, StudyError
 from archhpo.models import Family, get_family
+from archhpo.schema import TRAINING_PARAMS
 from archhpo.search._optuna_private import rdb_storage_of, study_id_of
 from archhpo.search._plan import PlanEntry, make_plan
-from archhpo.search._space import FULL_SPACE, QUICK_SPACE, TRAINING_PARAMS, SearchSpace
+from archhpo.search._space import FULL_SPACE, QUICK_SPACE, SearchSpace
 from archhpo.search._storage import open_storage, plan_lock, plan_slots_of
 
 SCHEMA_VERSION = 1

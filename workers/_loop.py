@@ -35,6 +35,7 @@ from typing import Any, Protocol
 import torch
 from optuna.trial import TrialState
 
+from archhpo._io import atomic_write
 from archhpo.errors import ArchhpoError, MemoryRefused, NonFiniteLoss, TrialLost, TrialStopped
 from archhpo.models import get_family
 from archhpo.workers import _device
@@ -106,10 +107,7 @@ def _is_oom(exc: BaseException) -> bool:
 
 
 def _atomic_save(obj: dict[str, Any], path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
+    atomic_write(path, lambda fh: torch.save(obj, fh))
 
 
 def _device_fn(name: str) -> Callable[..., Any] | None:

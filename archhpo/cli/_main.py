@@ -28,7 +28,9 @@ from typing import Any
 from archhpo._options import (
     ARCH_OPTIONS,
     FAMILY_COMMANDS,
+    GRID,
     LAUNCH,
+    PARAMS,
     RUN,
     STUDY_COMMANDS,
     TRAIN,
@@ -402,6 +404,8 @@ def _hide_passwords_from_ps() -> None:
     """Mask a password given in --storage in this process's command line (ps, /proc, and Ray's
     record of the driver's entrypoint).  It was visible while Python started; PGPASSWORD or
     ~/.pgpass never are."""
+    if not any("://" in a for a in sys.argv):
+        return  # no URL, no password: and `grid`/`--help` do not import the storage layer
     from archhpo.search._storage import mask_url
 
     masked = [mask_url(a) for a in sys.argv]
@@ -438,9 +442,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         _complete(args, family, config, config_path)
         logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                             format="%(asctime)s %(name)s %(levelname)s %(message)s")
-        import optuna
+        if args.command not in (GRID, PARAMS):  # these two count in closed form: no Optuna, no torch
+            import optuna
 
-        optuna.logging.set_verbosity(optuna.logging.INFO if args.verbose else optuna.logging.WARNING)
+            optuna.logging.set_verbosity(optuna.logging.INFO if args.verbose else optuna.logging.WARNING)
         return int(args.func(args) or 0)
     except ArchhpoError as exc:
         print(f"archhpo: error: {exc}", file=sys.stderr)

@@ -19,14 +19,16 @@ from __future__ import annotations
 import random
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
-
-import numpy as np
-import torch
+from typing import TYPE_CHECKING, Any
 
 from archhpo.errors import DataError
 from archhpo.models._family import TensorDataset
 from archhpo.models.data import file_sha256 as _sha256
+
+if TYPE_CHECKING:  # imported where used: `archhpo grid`/`params` read this module without them
+    import numpy as np
+    import torch
+
 
 # ---------------------------------------------------------------------------------------------
 # Encoding
@@ -64,6 +66,9 @@ def encode(texts: Sequence[str], max_len: int = MAX_LEN) -> torch.Tensor:
     Returns a LongTensor (N, max_len).  Lower-cases, then drops every character outside
     ``ALPHABET`` (dots included, see ``clean``); ``max_len`` counts the CLS token.
     """
+    import numpy as np
+    import torch
+
     if max_len < 1:
         raise ValueError(f"max_len must be at least 1 (room for the CLS token), got {max_len}.")
     keep = max_len - 1
@@ -183,6 +188,7 @@ def generate_synthetic(n: int = DEFAULT_N, seed: int = 0) -> tuple[list[str], li
 
 def _read_csv(path: Path) -> tuple[list[str], np.ndarray, int]:
     """Read and validate a (text, label) CSV; returns texts, labels (int64) and K."""
+    import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.csv as pacsv
@@ -300,7 +306,6 @@ def parse_data(text: str, options: Mapping[str, Any]) -> dict[str, Any]:
             "sha256": _sha256(path)}
 
 
-
 def data_info(spec: Mapping[str, Any], options: Mapping[str, Any]) -> dict[str, Any]:
     """Shape facts for ``config_for``; cheap (the CSV's class count is stored in its spec)."""
     if spec.get("kind") == "synthetic":
@@ -318,6 +323,9 @@ def load_data(spec: Mapping[str, Any], options: Mapping[str, Any]) -> TensorData
     Options: ``seed`` (split and, for CSV under ``quick``, subsampling; default 0),
     ``val_fraction`` (default 0.2), ``quick`` (at most QUICK_N rows).
     """
+    import numpy as np
+    import torch
+
     seed = int(options.get("seed", 0) or 0)
     vf = _val_fraction(options)
     quick = bool(options.get("quick", False))
