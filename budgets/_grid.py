@@ -149,8 +149,9 @@ def pinned_grid(
             first_error = first_error or exc
             continue
         est = family.estimate(cfg) if family.estimate else None
-        rows.append(GridRow(label, len(rows), *arch.values(), family.param_count(cfg), est, "",
-                            flops_per_sample=_flops(family, cfg)))
+        rows.append(GridRow(label, len(rows), d_model=arch["d_model"], n_layers=arch["n_layers"],
+                            n_heads=arch["n_heads"], d_ff=arch["d_ff"], param_count=family.param_count(cfg),
+                            estimate=est, extreme="", flops_per_sample=_flops(family, cfg)))
     if not rows:
         assert first_error is not None
         raise first_error

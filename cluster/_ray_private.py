@@ -38,7 +38,7 @@ def loopback_only() -> Iterator[None]:
 def setproctitle() -> Callable[[str], None] | None:
     """Ray's setproctitle (it rewrites the argv memory that ps reads), or None without Ray."""
     try:
-        from ray._raylet import setproctitle as fn
+        from ray._raylet import setproctitle as fn  # type: ignore[attr-defined]  # private, in the compiled module
     except ImportError:
         return None
     return fn

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import time
@@ -72,7 +73,7 @@ def largest_trial_bytes(queues: list[TrialQueue]) -> int:
                     if (e.get("params") or {}).get("batch_size")]
         batch = max(batches)
         idx = {e.get("arch_idx") for e in s.plan}
-        rows = s.archs if None in idx else [s.archs[i] for i in idx]
+        rows = s.archs if None in idx else [s.archs[int(i)] for i in idx if i is not None]
         for a in rows:
             cfg = fam.config_for(a, {**s.info, **(a.get("choices") or {})})
             tokens = fam.tokens(cfg) if fam.tokens else 64
@@ -311,7 +312,7 @@ def run_workers(
     run_id = uuid.uuid4().hex[:12]
     cpus = os.cpu_count() or 1
     if opts.ray_address:
-        ray.init(address=opts.ray_address, logging_level="WARNING",
+        ray.init(address=opts.ray_address, logging_level=logging.WARNING,
                  runtime_env={"env_vars": {"RAY_USAGE_STATS_ENABLED": "0"}})
         threads = 1
     else:
@@ -320,7 +321,7 @@ def run_workers(
         with loopback_only():  # every listener on 127.0.0.1, not just the dashboard
             ray.init(address="local", num_cpus=max(cpus, opts.workers), num_gpus=opts.local_gpus,
                      include_dashboard=False,
-                     logging_level="WARNING", _node_ip_address="127.0.0.1", configure_logging=True)
+                     logging_level=logging.WARNING, _node_ip_address="127.0.0.1", configure_logging=True)
         threads = max(1, cpus // opts.workers)
     try:
         placement = place_workers(list(queues.values()), opts)

@@ -67,7 +67,7 @@ class Lazy:
     name: str
 
     def resolve(self) -> Callable[..., Any]:
-        return getattr(importlib.import_module(self.module), self.name)  # type: ignore[no-any-return]
+        return getattr(importlib.import_module(self.module), self.name)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.resolve()(*args, **kwargs)

@@ -98,8 +98,9 @@ def count_flops(
     try:
         with sdpa_kernel([SDPBackend.MATH]), FlopCounterMode(display=False) as counter:
             loss = loss_fn(model(*args), target)
-            if extra_loss and hasattr(model, "extra_loss"):
-                loss = loss + model.extra_loss()
+            extra = getattr(model, "extra_loss", None) if extra_loss else None
+            if extra is not None:
+                loss = loss + extra()
             loss.backward()
     finally:
         model.zero_grad(set_to_none=True)

@@ -55,6 +55,8 @@ def _uniform(*shape: int, d: int) -> nn.Parameter:
 
 
 class FTTransformer(nn.Module):
+    head: nn.Module
+    cat_offsets: torch.Tensor  # a buffer (tabular)
     def __init__(self, cfg: FTTransformerConfig) -> None:
         super().__init__()
         self.cfg = cfg

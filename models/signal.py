@@ -32,6 +32,7 @@ comparison line by line.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -150,15 +151,17 @@ class ConcatEncoder(nn.Module):
 
 
 class SignalTransformer(nn.Module):
+    pos: torch.Tensor  # a buffer
     def __init__(self, cfg: SignalConfig) -> None:
         super().__init__()
         self.cfg = cfg
         d, c, k = cfg.d_model, cfg.channels, cfg.num_bins
         # Non-persistent: a pure function of the config, so checkpoints need not carry it.
         self.register_buffer("pos", sinusoidal_positions(cfg.seq_len, d), persistent=False)
-        self.encoder: nn.Module | None = None
-        self.scalar_embed: nn.Linear | None = None  # ci, cat: shared Linear(1, d)
-        self.chan_embed: nn.Parameter | None = None  # cat: (C, d)
+        # Any: which of them is set depends on the encoder (forward reads only the one it set)
+        self.encoder: Any = None
+        self.scalar_embed: Any = None  # ci, cat: shared Linear(1, d)
+        self.chan_embed: Any = None  # cat: (C, d)
         if cfg.encoder == "sum":
             self.encoder = SumEncoder(cfg)
         elif cfg.encoder in ("linear", "linear-ortho", "linear-ppe"):

@@ -137,7 +137,7 @@ class TrialQueue:
                         .where(m.TrialModel.trial_id == trial.trial_id, m.TrialModel.state == TrialState.WAITING)
                         .values(state=TrialState.RUNNING)
                         .execution_options(synchronize_session=False)
-                    ).rowcount
+                    ).rowcount  # type: ignore[attr-defined]  # an UPDATE's result is a CursorResult
                     if won != 1:
                         continue
                     s.expire(trial)
@@ -163,7 +163,7 @@ class TrialQueue:
             q = q.with_for_update(skip_locked=True)
         return s.execute(q).scalars().first()
 
-    def _start(self, s: Any, trial: m.TrialModel, worker_attrs: dict[str, Any]) -> Claim:
+    def _start(self, s: Any, trial: Any, worker_attrs: dict[str, Any]) -> Claim:
         sys_attrs = _attrs(s, m.TrialSystemAttributeModel, trial.trial_id)
         user_attrs = _attrs(s, m.TrialUserAttributeModel, trial.trial_id)
         params = dict(sys_attrs.get("fixed_params", {}))
@@ -426,7 +426,7 @@ class TrialQueue:
                 self._phase3_cache = self.settings.phase3
         return self._phase3_cache
 
-    def _create_phase3(self, trials: list[_LightTrial]) -> None:
+    def _create_phase3(self, trials: Sequence[_LightTrial]) -> None:
         """Rank the architectures of phases 1-2 and enqueue their confirmation slots (under the
         plan lock; idempotent: an assignment once stored is reused, filled slots are skipped)."""
         ranks = self._phase3(fresh=True)
@@ -436,7 +436,7 @@ class TrialQueue:
             self._phase3_cache = ranks
         enqueue_missing(self.study, self.settings, phase=3, ranks=ranks)
 
-    def _rank_architectures(self, trials: list[_LightTrial]) -> list[dict[str, Any]]:
+    def _rank_architectures(self, trials: Sequence[_LightTrial]) -> list[dict[str, Any]]:
         """Rank k = the k-th best architecture by its best COMPLETE phase-1/2 value (ties: the
         earlier trial); it is confirmed with the training parameters of that best trial."""
         n_ranks = 1 + max(int(e.get("rank") or 0) for e in self.settings.plan if e["phase"] == 3)
@@ -500,7 +500,7 @@ class TrialQueue:
                     .where(T.study_id == self.study_id, m.TrialUserAttributeModel.key.in_(_STATUS_KEYS), cond)
                 ):
                     attrs.setdefault(tid, {})[key] = json.loads(text)
-                return rows, values, attrs
+                return list(rows), values, attrs
 
             # Two queries, not one with OR: each then uses an index on SQLite too (live: archhpo's
             # (study_id, state, trial_id); newer: a trial_id range), instead of a scan of the study.
@@ -527,7 +527,7 @@ class TrialQueue:
         c.last = _Trials(c.final, live)  # a view, not a copy of 100,000 finished trials per call
         return c.last
 
-    def _status(self, trials: list[_LightTrial]) -> tuple[PlanStatus, list[_LightTrial], bool]:
+    def _status(self, trials: Sequence[_LightTrial]) -> tuple[PlanStatus, list[_LightTrial], bool]:
         plan = self.settings.plan
         # Slots whose outcome is settled (a COMPLETE/PRUNED trial, or a final failure) never change:
         # their contribution is kept, so a large study costs one light pass, not a plan's worth of work.
@@ -611,7 +611,7 @@ class TrialQueue:
             st.details["phase3"] = "waiting for phases 1 and 2"
         return st, retry, phase1_final
 
-    def _best_phase1_params(self, trials: list[_LightTrial]) -> dict[str, Any]:
+    def _best_phase1_params(self, trials: Sequence[_LightTrial]) -> dict[str, Any]:
         done = [
             t for t in trials
             if t.state == TrialState.COMPLETE and t.user_attrs.get("phase") == 1 and t.value is not None
@@ -785,6 +785,6 @@ class _quiet:
         self.warnings.__enter__()
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, *exc: Any) -> None:
         self.warnings.__exit__(*exc)
         optuna.logging.set_verbosity(self.level)

@@ -128,8 +128,8 @@ def train(
     steps_per_epoch = math.ceil(data.n_train / cfg.batch_size)
     total = steps_per_epoch * cfg.epochs
     # fused: one kernel for the whole update on CUDA (the CPU path keeps the default foreach).
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay,
-                            **({"fused": True} if device.type == "cuda" else {}))
+    fused: dict[str, Any] = {"fused": True} if device.type == "cuda" else {}
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay, **fused)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(cfg.warmup_steps, total, cfg.min_lr_ratio))
     extra = getattr(model, "extra_loss", None)
     best, best_epoch, best_metrics = math.inf, 0, {}

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import functools
 import io
 import json
 import logging
@@ -198,7 +199,7 @@ def _addressed_studies(args: argparse.Namespace, storage: Any) -> list[str]:
         names += [study_name(args.experiment, study_label(b, pins)) for b in (args.budget or [None])]
     if names:
         for n in names:  # a clear error for a study that does not exist; a dropped connection is retried
-            resilient(lambda n=n: load_study(storage, n), "loading the study")
+            resilient(functools.partial(load_study, storage, n), "loading the study")
         return names
     names = resilient(lambda: experiment_studies(storage, args.experiment), "listing the studies")
     if not names:

@@ -267,7 +267,7 @@ def _resolve(spec: Mapping[str, Any], options: Mapping[str, Any]) -> dict[str, A
     """The settings actually generated: spec values, defaults for missing keys, quick applied."""
     if spec.get("kind", "multisignal") not in NAMES:
         raise DataError(f"Data spec kind {spec.get('kind')!r} is not multisignal; re-create it with parse_data.")
-    out = {
+    out: dict[str, Any] = {
         "series": _as_int("series", spec.get("series", DEFAULT_SERIES), "data spec"),
         "length": _as_int("length", spec.get("length", DEFAULT_LENGTH), "data spec"),
         "channels": _as_int("channels", spec.get("channels", options.get("channels", DEFAULT_CHANNELS)), "data spec"),

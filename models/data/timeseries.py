@@ -108,7 +108,7 @@ def _parse_synthetic(params: str, o: _Options) -> dict[str, Any]:
             values[key] = int(raw.strip())
         except ValueError:
             raise DataError(f"Synthetic data setting {key}={raw.strip()!r} is not an integer; give a whole number.") from None
-    spec = {
+    spec: dict[str, Any] = {
         "kind": "synthetic",
         "features": values.get("features", DEFAULT_FEATURES),
         "steps": values.get("steps", QUICK_STEPS if o.quick else DEFAULT_STEPS),
