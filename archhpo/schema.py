@@ -70,11 +70,16 @@ class Attr:
     PHASE = "phase"  # 1 exploration, 2 exploitation, 3 confirmation
     PLAN_SLOT = "plan_slot"  # the planned trial's position in the plan
     SEED = "seed"  # the training seed (paired studies and confirmations)
-    ATTEMPT = "attempt"  # how many times it was claimed (retries after a failure)
-    ARCH = "arch"  # the grid row: ARCH_RECORD and the family's choices
+    RANK = "rank"  # a confirmation trial: the rank of the architecture it retrains
+    ATTEMPT = "attempt"  # 1, then 2 for the retry of a trial whose worker vanished
+    RETRY_OF = "retry_of"  # the number of the trial a retry repeats
+    DURATION_S = "duration_s"
     TRAIN_LOSS = "train_loss"
     BASELINE_VAL_LOSS = "baseline_val_loss"
-    DURATION_S = "duration_s"
+    FAIL_REASON = "fail_reason"  # set by a worker: a deliberate FAIL (NaN, OOM, refused) is final
+    OOM_SHARED = "oom_shared"  # an out-of-memory error while sharing a GPU (retried on a whole one)
+    WHOLE_GPU = "whole_gpu"  # only a worker with a GPU of its own claims this trial
+    CLAIM_TOKEN = "claim_token"  # who holds a RUNNING trial: heartbeat/report/finish are fenced on it
 
 
 __all__ = [

@@ -32,7 +32,7 @@ from optuna.storages import RDBStorage, fail_stale_trials
 from optuna.trial import TrialState
 
 from archhpo.errors import TrialLost
-from archhpo.schema import ARCH_RECORD, PLAN_PARAMS, TRAINING_PARAMS
+from archhpo.schema import ARCH_RECORD, PLAN_PARAMS, TRAINING_PARAMS, Attr
 from archhpo.search._optuna_private import median_pruner_settings, study_id_of, trial_id_of
 from archhpo.search._optuna_private import models as m
 from archhpo.search._space import SearchSpace
@@ -47,12 +47,12 @@ from archhpo.search._storage import (
 from archhpo.search._study import StudySettings, enqueue_missing, load_study, make_pruner
 
 MAX_ATTEMPTS = 2  # a trial whose worker vanished is retried once with the same parameters
-FINAL_FAIL_KEY = "fail_reason"  # set by a worker: a deliberate FAIL (NaN, OOM, refused) is final
+FINAL_FAIL_KEY = Attr.FAIL_REASON  # set by a worker: a deliberate FAIL (NaN, OOM, refused) is final
 # ... except an out-of-memory error of a trial that shared its GPU (the worker sets this too): it
 # is retried once with WHOLE_GPU_KEY, which only workers with a GPU of their own claim.
-OOM_SHARED_KEY = "oom_shared"
-WHOLE_GPU_KEY = "whole_gpu"
-CLAIM_TOKEN_KEY = "claim_token"  # who holds a RUNNING trial: heartbeat/report/finish are fenced on it
+OOM_SHARED_KEY = Attr.OOM_SHARED
+WHOLE_GPU_KEY = Attr.WHOLE_GPU
+CLAIM_TOKEN_KEY = Attr.CLAIM_TOKEN  # who holds a RUNNING trial: heartbeat/report/finish are fenced on it
 
 
 @dataclass
@@ -593,9 +593,9 @@ class TrialQueue:
         return None
 
 
-_STATUS_KEYS = ("plan_slot", "phase", "attempt", "retry_of", FINAL_FAIL_KEY, "duration_s", OOM_SHARED_KEY,
-                WHOLE_GPU_KEY)
-_CARRIED_KEYS = ("seed", "rank")  # plan-entry attrs a retry keeps (besides plan_slot and phase)
+_STATUS_KEYS = (Attr.PLAN_SLOT, Attr.PHASE, Attr.ATTEMPT, Attr.RETRY_OF, Attr.FAIL_REASON, Attr.DURATION_S,
+                Attr.OOM_SHARED, Attr.WHOLE_GPU)
+_CARRIED_KEYS = (Attr.SEED, Attr.RANK)  # plan-entry attrs a retry keeps (besides plan_slot and phase)
 
 
 def _shares_gpu(worker_attrs: dict[str, Any]) -> bool:
