@@ -9,6 +9,7 @@ features) stored in the study.
 
 from __future__ import annotations
 
+import functools
 import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -54,6 +55,12 @@ class TensorDataset:
         )
 
 
+@functools.cache
+def _resolve(module: str, name: str) -> Callable[..., Any]:
+    """Imported once: a family's loss is called every training step."""
+    return getattr(importlib.import_module(module), name)
+
+
 @dataclass(frozen=True)
 class Lazy:
     """A function or class of ``module``, imported on its first call.
@@ -67,7 +74,7 @@ class Lazy:
     name: str
 
     def resolve(self) -> Callable[..., Any]:
-        return getattr(importlib.import_module(self.module), self.name)
+        return _resolve(self.module, self.name)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.resolve()(*args, **kwargs)
