@@ -8,7 +8,7 @@ TORCH_VERSION ?= 2.13.0
 TEST_WORKERS ?= 2
 export RAY_USAGE_STATS_ENABLED := 0
 
-.PHONY: install demo test lint bench clean
+.PHONY: install demo test lint tree typecheck bench clean
 
 install: $(VENV)/.installed
 
@@ -34,7 +34,19 @@ demo: install
 lint: install
 	$(PY) -m ruff check archhpo budgets cluster models report search workers tests bench
 
-test: install lint
+# The installed layout (archhpo.search, ...) as links, for mypy and editors (README, Development):
+# the folders are mapped by pyproject's package-dir, so the checkout itself has no archhpo/search/.
+TREE := build/typecheck/archhpo
+tree:
+	rm -rf $(TREE) && mkdir -p $(TREE)
+	ln -s $(CURDIR)/archhpo/*.py $(CURDIR)/archhpo/cli $(TREE)/
+	for d in budgets cluster models report search workers; do ln -s $(CURDIR)/$$d $(TREE)/$$d; done
+
+# Run from the tree's folder: in the checkout, its own archhpo/ would shadow the tree.
+typecheck: install tree
+	cd build/typecheck && $(CURDIR)/$(PY) -m mypy --config-file $(CURDIR)/pyproject.toml
+
+test: install lint typecheck
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
 
 bench: install

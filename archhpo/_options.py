@@ -28,7 +28,7 @@ from archhpo.budgets import DEFAULT_TOLERANCE
 from archhpo.errors import ArchhpoError
 from archhpo.models import Family
 from archhpo.models.data.timeseries import DEFAULT_HORIZON, DEFAULT_THRESHOLD
-from archhpo.workers._train import SCHEDULES
+from archhpo.schema import ARCH_HELP, ARCH_KEYS, SCHEDULES, TRAINING_PARAMS
 
 GRID, PARAMS, LAUNCH, WORKER, RUN, EXPORT, DASHBOARD, TRAIN, REPORT = (
     "grid", "params", "launch", "worker", "run", "export", "dashboard", "train", "report",
@@ -124,8 +124,8 @@ class Option:
         parser.add_argument(self.flag_name, **kwargs)
 
 
-ARCH_OPTIONS = ("d_model", "n_layers", "n_heads", "d_ff")
-TRAINING_OPTIONS = ("learning_rate", "epochs", "batch_size", "weight_decay", "warmup_steps")
+ARCH_OPTIONS = ARCH_KEYS  # the architecture flags, one per dimension (archhpo.schema)
+TRAINING_OPTIONS = TRAINING_PARAMS
 _PINNING = (LAUNCH, RUN, WORKER, EXPORT)
 _TASK_TRAIN_DEFAULT = {TRAIN: None}  # train: taken from --from's best JSON, else the default
 
@@ -171,10 +171,8 @@ OPTIONS: tuple[Option, ...] = (
            "seeds each (phase 3); 0 = off", STUDY_COMMANDS, stored=True, metavar="K"),
     Option("seeds", 3, int, "seeds per confirmed architecture (with --confirm)", STUDY_COMMANDS, stored=True,
            metavar="S"),
-    *(Option(name, None, int, f"{name} of the architecture" + {
-        "d_model": " (model width)", "n_layers": " (transformer layers)", "n_heads": " (attention heads)",
-        "d_ff": " (feed-forward width)"}[name] + "; launch/run/worker/export: pin it (a comma-separated "
-        "list pins several values) instead of or within a budget",
+    *(Option(name, None, int, f"{name} of the architecture ({ARCH_HELP[name]}); launch/run/worker/export: "
+        "pin it (a comma-separated list pins several values) instead of or within a budget",
         (PARAMS, TRAIN, *_PINNING), stored=True, required=(PARAMS,), list_commands=_PINNING)
       for name in ARCH_OPTIONS),
     *(Option(name, None, kind, f"{name} of training; launch/run: every trial uses it (the plan samples "

@@ -10,6 +10,7 @@ from typing import Any
 from archhpo.budgets._parse import format_budget
 from archhpo.errors import BudgetError, ConfigError
 from archhpo.models import Family
+from archhpo.schema import ARCH_KEYS
 
 D_MODELS = (64, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048)
 N_LAYERS = (2, 3, 4, 6, 8, 12, 16, 24, 32, 48)
@@ -56,7 +57,7 @@ def candidates() -> list[dict[str, int]]:
     return rows
 
 
-ARCH_DIMS = ("d_model", "n_layers", "n_heads", "d_ff")
+ARCH_DIMS = ARCH_KEYS  # the dimensions a grid row has (archhpo.schema)
 _PIN_TAGS = {"d_model": "d", "n_layers": "L", "n_heads": "h", "d_ff": "ff"}
 
 
@@ -115,32 +116,17 @@ def pinned_grid(
     2x and 4x d_model); pinned values need not be grid values.  Rows the family rejects are left
     out; a study where every row is rejected raises the family's own ConfigError.
     """
-    for dim, values in pins.items():
-        if dim not in ARCH_DIMS:
-            raise ConfigError(f"Unknown architecture dimension {dim!r}; pin one of: {', '.join(ARCH_DIMS)}.")
-        for v in values:
-            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-                raise ConfigError(f"--{dim.replace('_', '-')} {v!r} must be a positive integer.")
+    _check_pins(pins)
     if budget is not None:
-        rows = [
-            r for r in build_grid(family, budget, info, tolerance)
-            if all(getattr(r, d) in set(pins[d]) for d in pins if pins[d])
-        ]
-        if not rows:
-            pinned = ", ".join(f"{d}={'/'.join(map(str, pins[d]))}" for d in ARCH_DIMS if pins.get(d))
-            raise BudgetError(
-                f"No {family.name} architecture with {pinned} fits {format_budget(budget)} ±{tolerance:.0%}; "
-                "drop --budget to train the pinned architecture whatever its size, or change the pins."
-            )
-        rows = [replace(r, arch_idx=i, budget=label, extreme="") for i, r in enumerate(rows)]
-        return _mark_extremes(rows, budget)
+        return _pinned_within_budget(family, info, pins, label, budget, tolerance)
     archs = []
     for d in sorted(set(pins.get("d_model") or D_MODELS)):
         for n_layers in sorted(set(pins.get("n_layers") or N_LAYERS)):
             for h in sorted(set(pins.get("n_heads") or N_HEADS)):
                 for ff in sorted(set(pins.get("d_ff") or [m * d for m in FF_MULTIPLIERS])):
                     archs.append({"d_model": d, "n_layers": n_layers, "n_heads": h, "d_ff": ff})
-    rows, first_error = [], None
+    rows: list[GridRow] = []
+    first_error: ConfigError | None = None
     for arch in archs:
         try:
             cfg = family.config_for(arch, info)
@@ -148,13 +134,42 @@ def pinned_grid(
             first_error = first_error or exc
             continue
         est = family.estimate(cfg) if family.estimate else None
-        rows.append(GridRow(label, len(rows), *arch.values(), family.param_count(cfg), est, "",
-                            flops_per_sample=_flops(family, cfg)))
+        rows.append(GridRow(label, len(rows), d_model=arch["d_model"], n_layers=arch["n_layers"],
+                            n_heads=arch["n_heads"], d_ff=arch["d_ff"], param_count=family.param_count(cfg),
+                            estimate=est, extreme="", flops_per_sample=_flops(family, cfg)))
     if not rows:
         assert first_error is not None
         raise first_error
     counts = sorted(r.param_count for r in rows)
     return _mark_extremes(rows, counts[len(counts) // 2])
+
+
+def _check_pins(pins: Mapping[str, Sequence[int]]) -> None:
+    for dim, values in pins.items():
+        if dim not in ARCH_DIMS:
+            raise ConfigError(f"Unknown architecture dimension {dim!r}; pin one of: {', '.join(ARCH_DIMS)}.")
+        for v in values:
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise ConfigError(f"--{dim.replace('_', '-')} {v!r} must be a positive integer.")
+
+
+def _pinned_within_budget(
+    family: Family, info: Mapping[str, Any], pins: Mapping[str, Sequence[int]], label: str, budget: int,
+    tolerance: float,
+) -> list[GridRow]:
+    """The budget's grid restricted to the pinned values, renumbered under the study's label."""
+    rows = [
+        r for r in build_grid(family, budget, info, tolerance)
+        if all(getattr(r, d) in set(pins[d]) for d in pins if pins[d])
+    ]
+    if not rows:
+        pinned = ", ".join(f"{d}={'/'.join(map(str, pins[d]))}" for d in ARCH_DIMS if pins.get(d))
+        raise BudgetError(
+            f"No {family.name} architecture with {pinned} fits {format_budget(budget)} ±{tolerance:.0%}; "
+            "drop --budget to train the pinned architecture whatever its size, or change the pins."
+        )
+    rows = [replace(r, arch_idx=i, budget=label, extreme="") for i, r in enumerate(rows)]
+    return _mark_extremes(rows, budget)
 
 
 def _mark_extremes(rows: list[GridRow], budget: int) -> list[GridRow]:

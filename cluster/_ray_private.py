@@ -52,7 +52,7 @@ def token_auth_without_advice() -> None:
 def setproctitle() -> Callable[[str], None] | None:
     """Ray's setproctitle (it rewrites the argv memory that ps reads), or None without Ray."""
     try:
-        from ray._raylet import setproctitle as fn
+        from ray._raylet import setproctitle as fn  # type: ignore[attr-defined]  # private, in the compiled module
     except ImportError:
         return None
     return fn

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import time
@@ -71,7 +72,7 @@ def largest_trial_bytes(queues: list[TrialQueue]) -> int:
         batches += [int(e["params"]["batch_size"]) for e in s.plan
                     if (e.get("params") or {}).get("batch_size")]
         idx = {e.get("arch_idx") for e in s.plan}
-        rows = s.archs if None in idx else [s.archs[i] for i in idx]
+        rows = s.archs if None in idx else [s.archs[int(i)] for i in idx if i is not None]
         for a in rows:
             cfg = fam.config_for(a, {**s.info, **(a.get("choices") or {})})
             shape = trial_shape(fam, cfg, a, max(batches), TrainConfig.eval_batch_size)
@@ -366,7 +367,7 @@ def _start_ray(opts: RunOptions) -> int:
 
     cpus = os.cpu_count() or 1
     if opts.ray_address:
-        ray.init(address=opts.ray_address, logging_level="WARNING",
+        ray.init(address=opts.ray_address, logging_level=logging.WARNING,
                  runtime_env={"env_vars": {"RAY_USAGE_STATS_ENABLED": "0"}})
         return 1
     # A private local instance: random ports, bound to loopback, no dashboard; address="local":
@@ -374,7 +375,7 @@ def _start_ray(opts: RunOptions) -> int:
     token_auth_without_advice()
     with loopback_only():  # every listener on 127.0.0.1, not just the dashboard
         ray.init(address="local", num_cpus=max(cpus, opts.workers or 1), num_gpus=opts.local_gpus,
-                 include_dashboard=False, logging_level="WARNING", _node_ip_address="127.0.0.1",
+                 include_dashboard=False, logging_level=logging.WARNING, _node_ip_address="127.0.0.1",
                  configure_logging=True)
     return max(1, cpus // max(1, opts.workers or _cluster_gpus() or DEFAULT_WORKERS))
 

@@ -11,6 +11,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from archhpo.models._flops import block_params
+
+__all__ = ["Attention", "Block", "block_params"]  # block_params lives with the closed forms (no torch)
+
 
 class Attention(nn.Module):
     """Multi-head self-attention: fused q,k,v projection, out projection, F.scaled_dot_product_attention."""
@@ -85,12 +89,3 @@ class Block(nn.Module):
     ) -> torch.Tensor:
         x = x + self.drop(self.attn(self.attn_norm(x), attn_mask, key_padding_mask))  # (B, L, d)
         return x + self.drop(self.ff(self.ff_norm(x)))  # (B, L, d)
-
-
-def block_params(d_model: int, d_ff: int, attn_bias: bool = True, first_norm: bool = True) -> int:
-    """Exact parameter count of one ``Block`` (n_heads does not change it)."""
-    d = d_model
-    attn = 4 * d * d + (4 * d if attn_bias else 0)  # q, k, v, out weights (+ biases)
-    ffn = 2 * d * d_ff + d_ff + d  # Linear(d, d_ff) + Linear(d_ff, d), with biases
-    norms = (4 if first_norm else 2) * d  # weight + bias per LayerNorm
-    return attn + ffn + norms

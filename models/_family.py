@@ -9,14 +9,17 @@ features) stored in the study.
 
 from __future__ import annotations
 
+import functools
+import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
-
-import torch
-from torch import nn
+from typing import TYPE_CHECKING, Any
 
 from archhpo.errors import ConfigError
+
+if TYPE_CHECKING:  # only annotations: `archhpo grid`/`params` never import torch (see models/__init__.py)
+    import torch
+    from torch import nn
 
 
 @dataclass
@@ -50,6 +53,31 @@ class TensorDataset:
             self.val_target.to(device),
             dict(self.info),
         )
+
+
+@functools.cache
+def _resolve(module: str, name: str) -> Callable[..., Any]:
+    """Imported once: a family's loss is called every training step."""
+    return getattr(importlib.import_module(module), name)
+
+
+@dataclass(frozen=True)
+class Lazy:
+    """A function or class of ``module``, imported on its first call.
+
+    A family's torch parts (its ``nn.Module``, loss, metrics, data loader) are given to
+    ``Family`` as ``Lazy("archhpo.models.patchtst", "PatchTST")``, so that building the record
+    (and counting parameters, the command line's ``grid``/``params``) never imports torch.
+    """
+
+    module: str
+    name: str
+
+    def resolve(self) -> Callable[..., Any]:
+        return _resolve(self.module, self.name)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.resolve()(*args, **kwargs)
 
 
 @dataclass(frozen=True)
@@ -109,10 +137,6 @@ class Family:
     sequences: Callable[[Any], int] | None = None
     flops_per_sample: Callable[[Any], int] | None = None
     """Forward+backward FLOPs of one training sample (FlopCounterMode's count); every family sets it."""
-
-
-def no_metrics(logits: torch.Tensor, target: torch.Tensor) -> dict[str, float]:
-    return {}
 
 
 def check_arch(d_model: int, n_layers: int, n_heads: int, d_ff: int) -> None:

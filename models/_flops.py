@@ -27,9 +27,11 @@ flops_per_sample × samples trained leaves c out (it is far below one sample's F
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
-import torch
-from torch import nn
+if TYPE_CHECKING:  # the closed forms are imported by `archhpo grid`, which never imports torch
+    import torch
+    from torch import nn
 
 
 def linear_flops(m: int, k: int, n: int, input_grad: bool = True) -> int:
@@ -61,6 +63,15 @@ def encoder_layer_flops(s: int, d: int, d_ff: int) -> int:
     )
 
 
+def block_params(d_model: int, d_ff: int, attn_bias: bool = True, first_norm: bool = True) -> int:
+    """Exact parameter count of one ``archhpo.models._blocks.Block`` (n_heads does not change it)."""
+    d = d_model
+    attn = 4 * d * d + (4 * d if attn_bias else 0)  # q, k, v, out weights (+ biases)
+    ffn = 2 * d * d_ff + d_ff + d  # Linear(d, d_ff) + Linear(d_ff, d), with biases
+    norms = (4 if first_norm else 2) * d  # weight + bias per LayerNorm
+    return attn + ffn + norms
+
+
 def count_flops(
     model: nn.Module,
     inputs: torch.Tensor | Sequence[torch.Tensor],
@@ -77,6 +88,7 @@ def count_flops(
     ``extra_loss=False``.  Gradients are cleared afterwards (set to None); the training-mode flag
     is restored.  Divide by nothing: this is the whole batch's count.
     """
+    import torch
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from torch.utils.flop_counter import FlopCounterMode
 
@@ -86,8 +98,9 @@ def count_flops(
     try:
         with sdpa_kernel([SDPBackend.MATH]), FlopCounterMode(display=False) as counter:
             loss = loss_fn(model(*args), target)
-            if extra_loss and hasattr(model, "extra_loss"):
-                loss = loss + model.extra_loss()
+            extra = getattr(model, "extra_loss", None) if extra_loss else None
+            if extra is not None:
+                loss = loss + extra()
             loss.backward()
     finally:
         model.zero_grad(set_to_none=True)

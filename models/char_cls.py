@@ -9,18 +9,18 @@ num_classes logits trained with cross-entropy (binary tasks use two logits).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
-
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from archhpo.errors import ConfigError
-from archhpo.models._family import Family, FlagSpec, TensorDataset, check_arch
-from archhpo.models._flops import encoder_layer_flops, linear_flops
-from archhpo.models.data import domains
+from archhpo.models._family import TensorDataset
+from archhpo.models.char_cls_spec import (  # noqa: F401 - re-exported
+    FAMILY,
+    CharClsConfig,
+    config_for,
+    flops_per_sample,
+    param_count,
+)
 from archhpo.models.data.domains import ALPHABET, CLS_ID, MAX_LEN, PAD_ID, VOCAB_SIZE, encode
 
 __all__ = [
@@ -28,33 +28,6 @@ __all__ = [
     "baseline_loss", "config_for", "cross_entropy_loss", "encode", "flops_per_sample", "metrics",
     "param_count",
 ]
-
-
-def _check_int(name: str, value: Any, minimum: int, why: str) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        raise ConfigError(f"{name} must be an integer of at least {minimum} ({why}), got {value!r}.")
-
-
-@dataclass
-class CharClsConfig:
-    d_model: int = 64
-    n_layers: int = 4
-    n_heads: int = 8
-    d_ff: int = 256
-    vocab_size: int = VOCAB_SIZE
-    max_len: int = MAX_LEN
-    num_classes: int = 2
-    dropout: float = 0.1
-
-    def __post_init__(self) -> None:
-        check_arch(self.d_model, self.n_layers, self.n_heads, self.d_ff)
-        # Larger vocabularies are allowed (for counting what-ifs); smaller ones could not
-        # embed the ids the encoder produces.
-        _check_int("vocab_size", self.vocab_size, VOCAB_SIZE, "the encoder uses ids 0..39")
-        _check_int("max_len", self.max_len, 2, "the CLS token plus at least one character")
-        _check_int("num_classes", self.num_classes, 2, "binary tasks use two logits")
-        if not 0.0 <= self.dropout < 1.0:
-            raise ConfigError(f"dropout must be in [0, 1), got {self.dropout}.")
 
 
 class CharCls(nn.Module):
@@ -95,38 +68,6 @@ class CharCls(nn.Module):
             h = layer(h, src_key_padding_mask=pad_mask)  # (B, L, d)
         cls = self.norm(h[:, 0])  # (B, d)
         return self.head(cls)  # (B, num_classes)
-
-
-def param_count(cfg: CharClsConfig) -> int:
-    """Exact count: equals sum(p.numel()) of CharCls(cfg)."""
-    d, f, c = cfg.d_model, cfg.d_ff, cfg.num_classes
-    # token embedding V·d (the PAD row counts: it is a parameter, just never updated) and
-    # position embedding max_len·d
-    embed = (cfg.vocab_size + cfg.max_len) * d
-    # in_proj 3d²+3d, out_proj d²+d, linear1 d·f+f, linear2 f·d+d, two LayerNorms 4d
-    layer = 4 * d * d + 2 * d * f + 9 * d + f
-    # final LayerNorm 2d, head d·c+c
-    return embed + cfg.n_layers * layer + 2 * d + d * c + c
-
-
-def flops_per_sample(cfg: CharClsConfig) -> int:
-    """Forward+backward FLOPs of one training string of max_len ids (see ``archhpo.models._flops``).
-
-    Padding is masked, not skipped: attention still multiplies the full max_len² scores.
-    """
-    layers = cfg.n_layers * encoder_layer_flops(cfg.max_len, cfg.d_model, cfg.d_ff)
-    return layers + linear_flops(1, cfg.d_model, cfg.num_classes)
-
-
-def config_for(arch: Mapping[str, int], info: Mapping[str, Any]) -> CharClsConfig:
-    return CharClsConfig(
-        d_model=int(arch["d_model"]), n_layers=int(arch["n_layers"]),
-        n_heads=int(arch["n_heads"]), d_ff=int(arch["d_ff"]),
-        vocab_size=int(info.get("vocab_size", VOCAB_SIZE)),
-        max_len=int(info.get("max_len", MAX_LEN)),
-        num_classes=int(info.get("num_classes", 2)),
-        dropout=float(info.get("dropout", 0.1)),
-    )
 
 
 def cross_entropy_loss(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
@@ -174,26 +115,3 @@ def metrics(logits: torch.Tensor, target: torch.Tensor) -> dict[str, float]:
         "recall": float(recall.mean()) if classes.numel() else 0.0,
         "f1": float(f1.mean()) if classes.numel() else 0.0,
     }
-
-
-FAMILY = Family(
-    name="char_cls",
-    config_cls=CharClsConfig,
-    build=CharCls,
-    param_count=param_count,
-    config_for=config_for,
-    parse_data=domains.parse_data,
-    data_info=domains.data_info,
-    load_data=domains.load_data,
-    loss=cross_entropy_loss,
-    baseline_loss=baseline_loss,
-    metrics=metrics,
-    flags=(
-        FlagSpec("vocab_size", int, VOCAB_SIZE, "token vocabulary size (40: PAD, CLS, a-z, 0-9, '-', '_')"),
-        FlagSpec("max_len", int, MAX_LEN, "sequence length in ids, counting the [CLS] token"),
-        FlagSpec("num_classes", int, 2, "number of classes (2 for binary)"),
-    ),
-    tokens=lambda c: c.max_len,
-    flops_per_sample=flops_per_sample,
-    description="Character-level [CLS] transformer classifying short strings such as domain names.",
-)

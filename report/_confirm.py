@@ -16,7 +16,7 @@ import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-ARCH_KEYS = ("d_model", "n_layers", "n_heads", "d_ff")
+from archhpo.schema import ARCH_KEYS
 
 
 def _num(v: Any) -> float | None:

@@ -7,8 +7,6 @@ import csv
 import datetime as dt
 import io
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -16,13 +14,14 @@ import optuna
 from optuna.storages import RDBStorage
 from optuna.trial import FrozenTrial, TrialState
 
+from archhpo._io import atomic_write
 from archhpo.report._confirm import confirmation_summary, paired_summary
+from archhpo.schema import ARCH_RECORD, TRAINING_PARAMS
 from archhpo.search._space import PARAM_NAMES
 from archhpo.search._study import StudySettings, experiment_studies, load_study
 
 SPEC_COLUMNS = (
-    "experiment", "trial", "budget", "horizon", "d_model", "n_layers", "n_heads", "d_ff", "param_count",
-    "learning_rate", "epochs", "batch_size", "weight_decay", "warmup_steps", "val_loss", "train_loss",
+    "experiment", "trial", "budget", "horizon", *ARCH_RECORD, *TRAINING_PARAMS, "val_loss", "train_loss",
     "duration_s", "timestamp",
 )
 # Appended after SPEC §8's columns (which stay first and unchanged); readers must cope without them.
@@ -32,28 +31,6 @@ EXTRA_COLUMNS = (
 )
 CSV_COLUMNS = SPEC_COLUMNS + EXTRA_COLUMNS
 RESULTS_CSV = "experiment_results.csv"
-
-
-def atomic_write(path: Path, content: str | bytes) -> None:
-    """Write via a temporary file in the same directory and rename: readers never see half a file.
-
-    The file gets the usual permissions (0666 less the umask), not mkstemp's 0600: results and
-    reports are for sharing."""
-    data = content.encode("utf-8") if isinstance(content, str) else content
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _iso(t: dt.datetime | None) -> str:
@@ -82,7 +59,7 @@ def result_rows(study: optuna.Study, settings: StudySettings) -> list[dict[str, 
         row = {
             "experiment": settings.experiment, "trial": t.number, "budget": settings.budget,
             "horizon": settings.options.get("horizon", ""),
-            **{k: arch[k] for k in ("d_model", "n_layers", "n_heads", "d_ff", "param_count")},
+            **{k: arch[k] for k in ARCH_RECORD},
             **{k: t.params.get(k) for k in PARAM_NAMES[1:]},
             "val_loss": _val_loss(t), "train_loss": t.user_attrs.get("train_loss", ""),
             "duration_s": t.user_attrs.get("duration_s", ""), "timestamp": _iso(t.datetime_complete),
@@ -124,7 +101,7 @@ def best_summary(study: optuna.Study, settings: StudySettings) -> dict[str, Any]
         "study_name": settings.study_name,
         "optuna_version": optuna.__version__,
         "architecture": (
-            {k: arch[k] for k in ("d_model", "n_layers", "n_heads", "d_ff", "param_count")} if arch else None
+            {k: arch[k] for k in ARCH_RECORD} if arch else None
         ),
         # Beyond SPEC §8: what a reader needs to judge and reproduce the winner.
         "family": settings.family,

@@ -24,7 +24,7 @@ from matplotlib.figure import Figure  # noqa: E402
 from archhpo.report._frame import TRAINING_COLUMNS, best_and_runner_up, budgets_in, ranked  # noqa: E402
 
 MAX_POINTS = 3000
-_STYLE = {"font.size": 9, "axes.titlesize": 10, "axes.grid": True, "grid.alpha": 0.3}
+_STYLE: Any = {"font.size": 9, "axes.titlesize": 10, "axes.grid": True, "grid.alpha": 0.3}
 
 
 def budget_colors(frame: pd.DataFrame) -> dict[str, Any]:

@@ -211,7 +211,7 @@ def _fit_law(n: Any, loss: Any, n_boot: int, seed: int, delta: float, labels: li
     loss = np.asarray(loss, dtype=float)
     labels = labels or [str(int(x)) for x in n]
     points = [{"budget": b, "param_count": int(x), "val_loss": float(v)} for b, x, v in zip(labels, n, loss, strict=True)]
-    method = {
+    method: dict[str, Any] = {
         "objective": f"Huber loss (delta {delta:g}) of log(L_pred) - log(L_obs)",
         "parametrisation": "E = exp(e), A = exp(a); log L_pred = logsumexp(e, a - alpha log N)",
         "optimizer": "scipy.optimize.minimize L-BFGS-B from a grid of starting points",

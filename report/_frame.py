@@ -51,9 +51,10 @@ import pandas as pd
 
 from archhpo.errors import DataError, StudyError
 from archhpo.report._truth import known_truth
+from archhpo.schema import ARCH_RECORD, TRAINING_PARAMS
 
-ARCH_COLUMNS = ("d_model", "n_layers", "n_heads", "d_ff", "param_count")
-TRAINING_COLUMNS = ("learning_rate", "epochs", "batch_size", "weight_decay", "warmup_steps")
+ARCH_COLUMNS = ARCH_RECORD
+TRAINING_COLUMNS = TRAINING_PARAMS
 NUMERIC_EXTRA = (
     "train_loss", "best_epoch", "duration_s", "flops_per_sample", "train_flops", "samples_per_s",
     "baseline_val_loss", "mfu", "peak_memory_gib",

@@ -39,20 +39,20 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from archhpo._io import atomic_write
 from archhpo.errors import StudyError
 from archhpo.report._confirm import MIN_PAIRS, confirmation_summary
-from archhpo.report._export import atomic_write
 from archhpo.report._fit import fit_json, fit_scaling_law
 from archhpo.report._frame import best_and_runner_up, budgets_in, load_curves, ranked, trials_frame
 from archhpo.report._truth import truth_text
+from archhpo.schema import ARCH_KEYS, ARCH_RECORD, TRAINING_PARAMS
 
 SUMMARY_COLUMNS = (
-    "budget", "best_trial", "d_model", "n_layers", "n_heads", "d_ff", "param_count", "val_loss",
+    "budget", "best_trial", *ARCH_RECORD, "val_loss",
     "runner_up_val_loss", "n_complete", "n_pruned", "n_failed", "confirm_mean", "confirm_std",
 )
 SUMMARY_EXTRA = (
-    "gap", "runner_up_trial", "runner_up_d_model", "runner_up_n_layers", "runner_up_n_heads", "runner_up_d_ff",
-    "runner_up_param_count", "choice", "learning_rate", "epochs", "batch_size", "weight_decay", "warmup_steps",
+    "gap", "runner_up_trial", *(f"runner_up_{k}" for k in ARCH_RECORD), "choice", *TRAINING_PARAMS,
     "best_epoch", "train_flops", "confirm_n", "confirm_lead", "confirm_lead_ci95_lo", "confirm_lead_ci95_hi",
     "confirm_within_noise",
 )
@@ -60,7 +60,7 @@ CHOICE_COLUMNS = (
     "budget", "choice", "n_seeds", "mean", "std", "best_epoch", "param_count", "reference", "n_pairs",
     "diff_mean", "diff_ci95_lo", "diff_ci95_hi",
 )
-ARCH = ("d_model", "n_layers", "n_heads", "d_ff")
+ARCH = ARCH_KEYS
 CURVES_SHOWN = 5  # validation curves drawn per budget (the best trials)
 _INT_COLUMNS = (
     "best_trial", *ARCH, "param_count", "n_complete", "n_pruned", "n_failed", "runner_up_trial",
@@ -157,8 +157,7 @@ def budget_summary(frame: pd.DataFrame, confirm: dict[str, dict[str, Any]] | Non
         if best is not None:
             row.update(best_trial=_i(best["trial"]), **{k: _i(best[k]) for k in (*ARCH, "param_count")},
                        val_loss=_f(best["val_loss"]), choice=best["choice"],
-                       **{k: best[k] for k in ("learning_rate", "epochs", "batch_size", "weight_decay",
-                                               "warmup_steps", "best_epoch", "train_flops")},
+                       **{k: best[k] for k in (*TRAINING_PARAMS, "best_epoch", "train_flops")},
                        **{m: best[m] for m in metrics})
         if runner is not None:
             row.update(runner_up_val_loss=_f(runner["val_loss"]), runner_up_trial=_i(runner["trial"]),

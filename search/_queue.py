@@ -17,6 +17,7 @@ import datetime as dt
 import json
 import math
 import os
+import threading
 import time
 import uuid
 import warnings
@@ -31,10 +32,11 @@ from optuna.storages import RDBStorage, fail_stale_trials
 from optuna.trial import TrialState
 
 from archhpo.errors import TrialLost
+from archhpo.schema import ARCH_RECORD, PLAN_PARAMS, TRAINING_PARAMS, Attr
 from archhpo.search._optuna_private import models as m
 from archhpo.search._optuna_private import study_id_of, trial_id_of
 from archhpo.search._plan import prunable
-from archhpo.search._space import TRAINING_PARAMS, SearchSpace
+from archhpo.search._space import SearchSpace
 from archhpo.search._storage import (
     HEARTBEAT_INTERVAL_S,
     open_storage,
@@ -46,12 +48,12 @@ from archhpo.search._storage import (
 from archhpo.search._study import MedianRule, StudySettings, enqueue_missing, load_study
 
 MAX_ATTEMPTS = 2  # a trial whose worker vanished is retried once with the same parameters
-FINAL_FAIL_KEY = "fail_reason"  # set by a worker: a deliberate FAIL (NaN, OOM, refused) is final
+FINAL_FAIL_KEY = Attr.FAIL_REASON  # set by a worker: a deliberate FAIL (NaN, OOM, refused) is final
 # ... except an out-of-memory error of a trial that shared its GPU (the worker sets this too): it
 # is retried once with WHOLE_GPU_KEY, which only workers with a GPU of their own claim.
-OOM_SHARED_KEY = "oom_shared"
-WHOLE_GPU_KEY = "whole_gpu"
-CLAIM_TOKEN_KEY = "claim_token"  # who holds a RUNNING trial: heartbeat/report/finish are fenced on it
+OOM_SHARED_KEY = Attr.OOM_SHARED
+WHOLE_GPU_KEY = Attr.WHOLE_GPU
+CLAIM_TOKEN_KEY = Attr.CLAIM_TOKEN  # who holds a RUNNING trial: heartbeat/report/finish are fenced on it
 
 
 @dataclass
@@ -119,6 +121,9 @@ class TrialQueue:
         self.reap_s = float(os.environ.get("ARCHHPO_REAP_S", "30"))
         self._phase3_cache: list[dict[str, Any]] | None = None  # confirmation assignment, once made
         self._light = _LightCache()  # finished trials, read once (see _light_trials)
+        # One lock for what the worker's heartbeat thread (its periodic maintain) and the main
+        # thread share: self._light and the views of it that _light_trials returns.
+        self._cache_lock = threading.RLock()
         self._completed = _CompletedValues()  # the median rule's values (see _completed_values)
 
     # ----------------------------------------------------------------------------- claiming
@@ -139,7 +144,7 @@ class TrialQueue:
                         .where(m.TrialModel.trial_id == trial.trial_id, m.TrialModel.state == TrialState.WAITING)
                         .values(state=TrialState.RUNNING)
                         .execution_options(synchronize_session=False)
-                    ).rowcount
+                    ).rowcount  # type: ignore[attr-defined]  # an UPDATE's result is a CursorResult
                     if won != 1:
                         continue
                     s.expire(trial)
@@ -165,7 +170,7 @@ class TrialQueue:
             q = q.with_for_update(skip_locked=True)
         return s.execute(q).scalars().first()
 
-    def _start(self, s: Any, trial: m.TrialModel, worker_attrs: dict[str, Any]) -> Claim:
+    def _start(self, s: Any, trial: Any, worker_attrs: dict[str, Any]) -> Claim:
         sys_attrs = _attrs(s, m.TrialSystemAttributeModel, trial.trial_id)
         user_attrs = _attrs(s, m.TrialUserAttributeModel, trial.trial_id)
         params = dict(sys_attrs.get("fixed_params", {}))
@@ -175,7 +180,7 @@ class TrialQueue:
                 sa.select(m.TrialParamModel).where(m.TrialParamModel.trial_id == trial.trial_id)
             ).scalars()
         }
-        for name in ("arch_idx", *TRAINING_PARAMS):
+        for name in PLAN_PARAMS:
             if name in existing:  # a requeued trial already has its params
                 continue
             dist = self.distributions[name]
@@ -183,7 +188,7 @@ class TrialQueue:
                 trial_id=trial.trial_id, param_name=name,
                 param_value=dist.to_internal_repr(params[name]), distribution_json=self._dist_json[name],
             ))
-        shown = {k: arch[k] for k in ("d_model", "n_layers", "n_heads", "d_ff", "param_count")}
+        shown = {k: arch[k] for k in ARCH_RECORD}
         choices = dict(arch.get("choices") or {})
         token = uuid.uuid4().hex
         _set_attrs(s, trial.trial_id, {
@@ -373,33 +378,38 @@ class TrialQueue:
         with plan_lock(self.storage, self.name, blocking) as held:
             if not held:
                 return self.status()
-            with _quiet():
-                fail_stale_trials(self.study)
-            trials = self._light_trials()
-            status, retry, phase1_final = self._status(trials)
-            for light in retry:
-                t = self.storage.get_trial(light.trial_id)
-                attempt = int(t.user_attrs.get("attempt", 1)) + 1
-                extra = {k: t.user_attrs[k] for k in _CARRIED_KEYS if t.user_attrs.get(k) is not None}
-                if t.user_attrs.get(OOM_SHARED_KEY) or t.user_attrs.get(WHOLE_GPU_KEY):
-                    extra[WHOLE_GPU_KEY] = True  # retried on a GPU of its own (and stays there)
-                self.study.enqueue_trial(
-                    dict(t.params) or dict(t.system_attrs.get("fixed_params", {})),
-                    user_attrs={
-                        "plan_slot": t.user_attrs["plan_slot"], "phase": t.user_attrs.get("phase", 0),
-                        "attempt": attempt, "retry_of": t.number, **extra,
-                    },
-                )
-            needs_phase2 = bool(self._light.phase2_slots) and not status.phase2_created  # (set by _status)
-            if phase1_final and needs_phase2:
-                params = self._best_phase1_params(trials)
-                self.study.set_user_attr("archhpo_phase2_params", params)
-                enqueue_missing(self.study, self.settings, phase=2, params=params)
-            confirm = status.phase12_final and status.phase3_pending
-            if confirm:
-                self._create_phase3(trials)
-            if retry or (phase1_final and needs_phase2) or confirm:
-                status, _, _ = self._status(self._light_trials())
+            with self._cache_lock:  # taken after the plan lock: status() never waits on the plan lock
+                return self._upkeep()
+
+    def _upkeep(self) -> PlanStatus:
+        """Under the plan lock: reap, retry, create phases 2 and 3; the status afterwards."""
+        with _quiet():
+            fail_stale_trials(self.study)
+        trials = self._light_trials()
+        status, retry, phase1_final = self._status(trials)
+        for light in retry:
+            t = self.storage.get_trial(light.trial_id)
+            attempt = int(t.user_attrs.get("attempt", 1)) + 1
+            extra = {k: t.user_attrs[k] for k in _CARRIED_KEYS if t.user_attrs.get(k) is not None}
+            if t.user_attrs.get(OOM_SHARED_KEY) or t.user_attrs.get(WHOLE_GPU_KEY):
+                extra[WHOLE_GPU_KEY] = True  # retried on a GPU of its own (and stays there)
+            self.study.enqueue_trial(
+                dict(t.params) or dict(t.system_attrs.get("fixed_params", {})),
+                user_attrs={
+                    "plan_slot": t.user_attrs["plan_slot"], "phase": t.user_attrs.get("phase", 0),
+                    "attempt": attempt, "retry_of": t.number, **extra,
+                },
+            )
+        needs_phase2 = bool(self._light.phase2_slots) and not status.phase2_created  # (set by _status)
+        if phase1_final and needs_phase2:
+            params = self._best_phase1_params(trials)
+            self.study.set_user_attr("archhpo_phase2_params", params)
+            enqueue_missing(self.study, self.settings, phase=2, params=params)
+        confirm = status.phase12_final and status.phase3_pending
+        if confirm:
+            self._create_phase3(trials)
+        if retry or (phase1_final and needs_phase2) or confirm:
+            status, _, _ = self._status(self._light_trials())
         return status
 
     # ------------------------------------------------------------------ confirmation (phase 3)
@@ -419,7 +429,7 @@ class TrialQueue:
                 self._phase3_cache = self.settings.phase3
         return self._phase3_cache
 
-    def _create_phase3(self, trials: list[_LightTrial]) -> None:
+    def _create_phase3(self, trials: Sequence[_LightTrial]) -> None:
         """Rank the architectures of phases 1-2 and enqueue their confirmation slots (under the
         plan lock; idempotent: an assignment once stored is reused, filled slots are skipped)."""
         ranks = self._phase3(fresh=True)
@@ -429,7 +439,7 @@ class TrialQueue:
             self._phase3_cache = ranks
         enqueue_missing(self.study, self.settings, phase=3, ranks=ranks)
 
-    def _rank_architectures(self, trials: list[_LightTrial]) -> list[dict[str, Any]]:
+    def _rank_architectures(self, trials: Sequence[_LightTrial]) -> list[dict[str, Any]]:
         """Rank k = the k-th best architecture by its best COMPLETE phase-1/2 value (ties: the
         earlier trial); it is confirmed with the training parameters of that best trial."""
         n_ranks = 1 + max(int(e.get("rank") or 0) for e in self.settings.plan if e["phase"] == 3)
@@ -460,8 +470,9 @@ class TrialQueue:
         return out
 
     def status(self) -> PlanStatus:
-        """Plan progress without taking the lock or changing anything (progress display)."""
-        return self._status(self._light_trials())[0]
+        """Plan progress without taking the plan lock or changing anything (progress display)."""
+        with self._cache_lock:
+            return self._status(self._light_trials())[0]
 
     def _light_trials(self) -> _Trials:
         """State, value and the bookkeeping attrs of every trial: the upkeep runs often, and
@@ -479,21 +490,7 @@ class TrialQueue:
         T = m.TrialModel
         with read_scope(self.storage) as s:
             def read(cond: Any) -> tuple[list[Any], dict[int, float], dict[int, dict[str, Any]]]:
-                rows = s.execute(sa.select(T.trial_id, T.number, T.state).where(T.study_id == self.study_id, cond)).all()
-                values = dict(s.execute(
-                    sa.select(m.TrialValueModel.trial_id, m.TrialValueModel.value)
-                    .join(T, T.trial_id == m.TrialValueModel.trial_id)
-                    .where(T.study_id == self.study_id, m.TrialValueModel.objective == 0, cond)
-                ).all())
-                attrs: dict[int, dict[str, Any]] = {}
-                for tid, key, text in s.execute(
-                    sa.select(m.TrialUserAttributeModel.trial_id, m.TrialUserAttributeModel.key,
-                              m.TrialUserAttributeModel.value_json)
-                    .join(T, T.trial_id == m.TrialUserAttributeModel.trial_id)
-                    .where(T.study_id == self.study_id, m.TrialUserAttributeModel.key.in_(_STATUS_KEYS), cond)
-                ):
-                    attrs.setdefault(tid, {})[key] = json.loads(text)
-                return rows, values, attrs
+                return _read_light(s, self.study_id, cond)
 
             # Two queries, not one with OR: each then uses an index on SQLite too (live: archhpo's
             # (study_id, state, trial_id); newer: a trial_id range), instead of a scan of the study.
@@ -520,24 +517,18 @@ class TrialQueue:
         c.last = _Trials(c.final, live)  # a view, not a copy of 100,000 finished trials per call
         return c.last
 
-    def _status(self, trials: list[_LightTrial]) -> tuple[PlanStatus, list[_LightTrial], bool]:
+    def _status(self, trials: Sequence[_LightTrial]) -> tuple[PlanStatus, list[_LightTrial], bool]:
+        """Plan progress, the failed trials to retry, and whether phase 1 is final.
+
+        Steps: the open slots' trials (_open_slots), one slot at a time (_count_slot), then the
+        study-wide figures (_finish_status).  Callers hold self._cache_lock (see _snapshot)."""
         plan = self.settings.plan
         # Slots whose outcome is settled (a COMPLETE/PRUNED trial, or a final failure) never change:
         # their contribution is kept, so a large study costs one light pass, not a plan's worth of work.
         c = self._light if trials is self._light.last else _LightCache()  # any other list: from scratch
-        settled = c.settled
-        if c.pending is None or c.plan_id != id(plan):
-            c.pending, c.plan_id = {e["slot"]: e for e in plan if e["slot"] not in settled}, id(plan)
-            c.phases = {e["phase"] for e in plan}
-            c.phase2_slots = [e["slot"] for e in plan if e["phase"] == 2]
-        by_slot: dict[int, list[_LightTrial]] = {}
-        # `trials` is _light_trials()'s list: its finished trials of settled slots are not looked at again.
-        for t in (*c.unsettled.values(), *c.live_trials) if trials is c.last else trials:
-            slot = t.user_attrs.get("plan_slot")
-            if slot is not None and int(slot) not in settled:
-                by_slot.setdefault(int(slot), []).append(t)
+        by_slot = _open_slots(c, trials, plan)
         st = PlanStatus(total=len(plan))
-        st.phase2_created = any(s in by_slot or s in settled for s in c.phase2_slots)
+        st.phase2_created = any(s in by_slot or s in c.settled for s in c.phase2_slots)
         has_phase3 = 3 in c.phases
         ranks = self._phase3() if has_phase3 else None
         assigned = {int(r["rank"]) for r in ranks} if ranks is not None else set()
@@ -548,37 +539,10 @@ class TrialQueue:
         durations: list[float] = []
         st.complete, st.pruned, st.failed, st.final, st.retries = c.totals
         settled_durations = (c.duration_sum, c.duration_n)  # before this call settles more slots
-        for entry in list(c.pending.values()):
+        for entry in list((c.pending or {}).values()):
             ts = sorted(by_slot.get(entry["slot"], []), key=lambda t: t.number)
-            final = False
-            if any(t.state in (TrialState.RUNNING, TrialState.WAITING) for t in ts):
-                st.running += sum(t.state == TrialState.RUNNING for t in ts)
-                st.waiting += sum(t.state == TrialState.WAITING for t in ts)
-                st.whole_gpu_waiting += sum(
-                    t.state == TrialState.WAITING and bool(t.user_attrs.get(WHOLE_GPU_KEY)) for t in ts
-                )
-            elif any(t.state in (TrialState.COMPLETE, TrialState.PRUNED) for t in ts):
-                final = True
-                done = next(t for t in ts if t.state in (TrialState.COMPLETE, TrialState.PRUNED))
-                st.complete += done.state == TrialState.COMPLETE
-                st.pruned += done.state == TrialState.PRUNED
-                if "duration_s" in done.user_attrs:
-                    durations.append(float(done.user_attrs["duration_s"]))
-            elif not ts and entry["phase"] == 3 and ranks is not None and int(entry["rank"]) not in assigned:
-                final = True  # fewer architectures finished than --confirm asked for: nothing to confirm
-                st.skipped += 1
-            elif ts:  # only FAILs
-                last = ts[-1]
-                lost = FINAL_FAIL_KEY not in last.user_attrs
-                # An OOM while sharing a GPU is retried once on a whole GPU, whatever the attempt.
-                oom_shared = bool(last.user_attrs.get(OOM_SHARED_KEY)) and not any(
-                    t.user_attrs.get(WHOLE_GPU_KEY) for t in ts
-                )
-                if (lost and int(last.user_attrs.get("attempt", 1)) < MAX_ATTEMPTS) or oom_shared:
-                    retry.append(last)
-                else:
-                    final = True
-                    st.failed += 1
+            confirm_open = entry["phase"] == 3 and ranks is not None and int(entry["rank"]) not in assigned
+            final = _count_slot(st, ts, confirm_open, retry, durations)
             st.retries += sum(1 for t in ts if "retry_of" in t.user_attrs)
             st.final += final
             if final and ts and trials is c.last:  # settled by its trials (not a skipped confirmation slot)
@@ -589,22 +553,12 @@ class TrialQueue:
                 st.phase12_final = False
             if entry["phase"] == 3 and not ts and ranks is not None and int(entry["rank"]) in assigned:
                 st.phase3_pending = True  # assigned but not enqueued (upkeep stopped in between)
-        # The best value of phases 1-2 (the study's answer); confirmation retrains are not in it.
-        if trials is c.last:
-            st.best_value = c.best
-        else:
-            values = [t.value for t in trials if t.state == TrialState.COMPLETE and t.value is not None
-                      and t.user_attrs.get("phase") != 3]
-            st.best_value = min(values) if values else None
-        n_durations = len(durations) + settled_durations[1]
-        st.mean_duration_s = (sum(durations) + settled_durations[0]) / n_durations if n_durations else None
-        if not st.phase2_created and c.phase2_slots:
-            st.details["phase2"] = "waiting for phase 1"
+        _finish_status(st, c, trials, durations, settled_durations)
         if has_phase3 and ranks is None:
             st.details["phase3"] = "waiting for phases 1 and 2"
         return st, retry, phase1_final
 
-    def _best_phase1_params(self, trials: list[_LightTrial]) -> dict[str, Any]:
+    def _best_phase1_params(self, trials: Sequence[_LightTrial]) -> dict[str, Any]:
         done = [
             t for t in trials
             if t.state == TrialState.COMPLETE and t.user_attrs.get("phase") == 1 and t.value is not None
@@ -633,9 +587,9 @@ class TrialQueue:
         return None
 
 
-_STATUS_KEYS = ("plan_slot", "phase", "attempt", "retry_of", FINAL_FAIL_KEY, "duration_s", OOM_SHARED_KEY,
-                WHOLE_GPU_KEY)
-_CARRIED_KEYS = ("seed", "rank")  # plan-entry attrs a retry keeps (besides plan_slot and phase)
+_STATUS_KEYS = (Attr.PLAN_SLOT, Attr.PHASE, Attr.ATTEMPT, Attr.RETRY_OF, Attr.FAIL_REASON, Attr.DURATION_S,
+                Attr.OOM_SHARED, Attr.WHOLE_GPU)
+_CARRIED_KEYS = (Attr.SEED, Attr.RANK)  # plan-entry attrs a retry keeps (besides plan_slot and phase)
 
 
 def _shares_gpu(worker_attrs: dict[str, Any]) -> bool:
@@ -681,6 +635,92 @@ class _CompletedValues:
     by_step: dict[int, list[float]] = field(default_factory=dict)
     trials: set[int] = field(default_factory=set)
     mark: int = 0  # the newest trial_values id seen
+
+
+def _read_light(s: Any, study_id: int, cond: Any) -> tuple[list[Any], dict[int, float], dict[int, dict[str, Any]]]:
+    """(trial_id, number, state) rows, values and bookkeeping attrs of the study's trials matching `cond`."""
+    T = m.TrialModel
+    rows = s.execute(sa.select(T.trial_id, T.number, T.state).where(T.study_id == study_id, cond)).all()
+    values = dict(s.execute(
+        sa.select(m.TrialValueModel.trial_id, m.TrialValueModel.value)
+        .join(T, T.trial_id == m.TrialValueModel.trial_id)
+        .where(T.study_id == study_id, m.TrialValueModel.objective == 0, cond)
+    ).all())
+    attrs: dict[int, dict[str, Any]] = {}
+    for tid, key, text in s.execute(
+        sa.select(m.TrialUserAttributeModel.trial_id, m.TrialUserAttributeModel.key,
+                  m.TrialUserAttributeModel.value_json)
+        .join(T, T.trial_id == m.TrialUserAttributeModel.trial_id)
+        .where(T.study_id == study_id, m.TrialUserAttributeModel.key.in_(_STATUS_KEYS), cond)
+    ):
+        attrs.setdefault(tid, {})[key] = json.loads(text)
+    return list(rows), values, attrs
+
+
+def _open_slots(c: _LightCache, trials: Sequence[_LightTrial], plan: list[dict[str, Any]]) -> dict[int, list[_LightTrial]]:
+    """The trials of each slot not yet settled (the plan's open entries are kept in `c.pending`)."""
+    if c.pending is None or c.plan_id != id(plan):
+        c.pending, c.plan_id = {e["slot"]: e for e in plan if e["slot"] not in c.settled}, id(plan)
+        c.phases = {e["phase"] for e in plan}
+        c.phase2_slots = [e["slot"] for e in plan if e["phase"] == 2]
+    by_slot: dict[int, list[_LightTrial]] = {}
+    # `trials` is _light_trials()'s list: its finished trials of settled slots are not looked at again.
+    for t in (*c.unsettled.values(), *c.live_trials) if trials is c.last else trials:
+        slot = t.user_attrs.get("plan_slot")
+        if slot is not None and int(slot) not in c.settled:
+            by_slot.setdefault(int(slot), []).append(t)
+    return by_slot
+
+
+def _count_slot(st: PlanStatus, ts: list[_LightTrial], confirm_open: bool, retry: list[_LightTrial],
+                durations: list[float]) -> bool:
+    """Count one open slot's trials (oldest first) into `st`; True when its outcome is final.
+
+    A failed slot is retried (its last trial appended to `retry`) while attempts remain or after an
+    OOM on a shared GPU; `confirm_open` is a phase-3 slot no architecture was ranked for."""
+    if any(t.state in (TrialState.RUNNING, TrialState.WAITING) for t in ts):
+        st.running += sum(t.state == TrialState.RUNNING for t in ts)
+        st.waiting += sum(t.state == TrialState.WAITING for t in ts)
+        st.whole_gpu_waiting += sum(
+            t.state == TrialState.WAITING and bool(t.user_attrs.get(WHOLE_GPU_KEY)) for t in ts
+        )
+        return False
+    if any(t.state in (TrialState.COMPLETE, TrialState.PRUNED) for t in ts):
+        done = next(t for t in ts if t.state in (TrialState.COMPLETE, TrialState.PRUNED))
+        st.complete += done.state == TrialState.COMPLETE
+        st.pruned += done.state == TrialState.PRUNED
+        if "duration_s" in done.user_attrs:
+            durations.append(float(done.user_attrs["duration_s"]))
+        return True
+    if not ts:
+        if confirm_open:  # fewer architectures finished than --confirm asked for: nothing to confirm
+            st.skipped += 1
+        return confirm_open
+    last = ts[-1]  # only FAILs
+    lost = FINAL_FAIL_KEY not in last.user_attrs
+    # An OOM while sharing a GPU is retried once on a whole GPU, whatever the attempt.
+    oom_shared = bool(last.user_attrs.get(OOM_SHARED_KEY)) and not any(t.user_attrs.get(WHOLE_GPU_KEY) for t in ts)
+    if (lost and int(last.user_attrs.get("attempt", 1)) < MAX_ATTEMPTS) or oom_shared:
+        retry.append(last)
+        return False
+    st.failed += 1
+    return True
+
+
+def _finish_status(st: PlanStatus, c: _LightCache, trials: Sequence[_LightTrial], durations: list[float],
+                   settled_durations: tuple[float, int]) -> None:
+    """The study-wide figures: best value of phases 1-2, mean trial duration, phase-2 note."""
+    # The best value of phases 1-2 (the study's answer); confirmation retrains are not in it.
+    if trials is c.last:
+        st.best_value = c.best
+    else:
+        values = [t.value for t in trials if t.state == TrialState.COMPLETE and t.value is not None
+                  and t.user_attrs.get("phase") != 3]
+        st.best_value = min(values) if values else None
+    n_durations = len(durations) + settled_durations[1]
+    st.mean_duration_s = (sum(durations) + settled_durations[0]) / n_durations if n_durations else None
+    if not st.phase2_created and c.phase2_slots:
+        st.details["phase2"] = "waiting for phase 1"
 
 
 @dataclass
@@ -773,6 +813,6 @@ class _quiet:
         self.warnings.__enter__()
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, *exc: Any) -> None:
         self.warnings.__exit__(*exc)
         optuna.logging.set_verbosity(self.level)

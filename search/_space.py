@@ -19,18 +19,20 @@ from optuna.distributions import (
 )
 
 from archhpo.errors import BudgetError
+from archhpo.schema import PLAN_PARAMS, TRAINING, TRAINING_PARAMS, training_param
 
-PARAM_NAMES = ("arch_idx", "learning_rate", "epochs", "batch_size", "weight_decay", "warmup_steps")
-TRAINING_PARAMS = PARAM_NAMES[1:]
+PARAM_NAMES = PLAN_PARAMS  # the Optuna parameters of a planned trial (archhpo.schema)
 
 
 @dataclass(frozen=True)
 class SearchSpace:
-    learning_rate: tuple[float, float] = (1e-4, 1e-3)
-    epochs: tuple[int, ...] = (50, 75, 100)
-    batch_size: tuple[int, ...] = (32, 64, 128, 256)
-    weight_decay: tuple[float, float] = (1e-5, 1e-3)
-    warmup_steps: tuple[int, ...] = (100, 200, 300, 500)
+    """The training parameters' ranges (defaults: a full study's, from archhpo.schema)."""
+
+    learning_rate: tuple[float, float] = training_param("learning_rate").full  # type: ignore[assignment]
+    epochs: tuple[int, ...] = training_param("epochs").full  # type: ignore[assignment]
+    batch_size: tuple[int, ...] = training_param("batch_size").full  # type: ignore[assignment]
+    weight_decay: tuple[float, float] = training_param("weight_decay").full  # type: ignore[assignment]
+    warmup_steps: tuple[int, ...] = training_param("warmup_steps").full  # type: ignore[assignment]
 
     def as_dict(self) -> dict[str, Any]:
         return {k: list(v) for k, v in asdict(self).items()}
@@ -86,7 +88,7 @@ class SearchSpace:
             raise BudgetError(f"Cannot fix {', '.join(sorted(unknown))}; fixable: {', '.join(TRAINING_PARAMS)}.")
         changes: dict[str, Any] = {}
         for key, value in values.items():
-            if key in ("learning_rate", "weight_decay"):
+            if training_param(key).kind == "log":
                 v = float(value)
                 if not (v > 0 or (key == "weight_decay" and v == 0)) or not math.isfinite(v):
                     raise BudgetError(f"--{key.replace('_', '-')} {value} must be a positive number.")
@@ -101,4 +103,4 @@ class SearchSpace:
 
 FULL_SPACE = SearchSpace()
 # Quick studies: a few epochs and warm-ups that fit inside them (a few dozen steps per epoch).
-QUICK_SPACE = SearchSpace(epochs=(2, 3, 4), warmup_steps=(10, 20, 30, 50))
+QUICK_SPACE = SearchSpace(**{p.name: p.quick for p in TRAINING})  # type: ignore[arg-type]

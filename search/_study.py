@@ -32,11 +32,11 @@ from archhpo.budgets import (
 )
 from archhpo.errors import BudgetError, ConfigError, StorageError, StudyError
 from archhpo.models import Family, get_family
+from archhpo.schema import TRAINING_PARAMS, schedule_options
 from archhpo.search._optuna_private import rdb_storage_of, study_id_of
 from archhpo.search._plan import PlanEntry, make_plan
-from archhpo.search._space import FULL_SPACE, QUICK_SPACE, TRAINING_PARAMS, SearchSpace
+from archhpo.search._space import FULL_SPACE, QUICK_SPACE, SearchSpace
 from archhpo.search._storage import open_storage, plan_lock, plan_slots_of
-from archhpo.workers._train import schedule_options
 
 SCHEMA_VERSION = 1
 PRUNERS = ("median", "none")
@@ -220,12 +220,7 @@ def prepare_settings(
     pins = _normalise_pins(pins or {})
     label = study_label(budget, pins)
     value = parse_budget(budget) if budget not in (None, "") else None
-    check_tolerance(tolerance)
-    if horizon < 1:
-        raise BudgetError(f"--horizon must be at least 1 step, got {horizon}.")
-    if pruner not in PRUNERS:
-        raise StudyError(f"Unknown pruner {pruner!r}; choose one of: {', '.join(PRUNERS)}.")
-    _check_seeds(paired_seeds, confirm, confirm_seeds)
+    _check_study_options(tolerance, horizon, pruner, paired_seeds, confirm, confirm_seeds)
     fam = get_family(family)
     scalars, choices = _split_choices(family_options or {})
     options: dict[str, Any] = {"horizon": horizon, "threshold": threshold, "quick": quick, "seed": seed}
@@ -235,6 +230,33 @@ def prepare_settings(
     if confirm:
         options.update(confirm=confirm, confirm_seeds=confirm_seeds)
     options.update(schedule_options(schedule, cooldown))
+    spec, info = _data_and_info(fam, data, options, scalars, choices)
+    rows = _rows(fam, info, choices, pins, label, value, tolerance)
+    space, study_params = _space(fam, quick, dict(fixed_params or {}), paired_seeds)
+    plan = make_plan(rows, n_trials, space, seed, paired_seeds=paired_seeds, study_params=study_params,
+                     confirm=confirm, confirm_seeds=confirm_seeds)
+    return StudySettings(
+        experiment=experiment, budget=label, budget_value=value or 0, family=family,
+        tolerance=tolerance, data=spec, options=options, info=info,
+        archs=[r.as_dict() for r in rows], plan=[e.as_dict() for e in plan],
+        space=space.as_dict(), n_trials=n_trials, pruner=pruner, choices=choices, pins=pins,
+    )
+
+
+def _check_study_options(tolerance: float, horizon: int, pruner: str, paired_seeds: int, confirm: int,
+                         confirm_seeds: int) -> None:
+    check_tolerance(tolerance)
+    if horizon < 1:
+        raise BudgetError(f"--horizon must be at least 1 step, got {horizon}.")
+    if pruner not in PRUNERS:
+        raise StudyError(f"Unknown pruner {pruner!r}; choose one of: {', '.join(PRUNERS)}.")
+    _check_seeds(paired_seeds, confirm, confirm_seeds)
+
+
+def _data_and_info(
+    fam: Family, data: str, options: Mapping[str, Any], scalars: Mapping[str, Any], choices: Mapping[str, Any],
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The data spec and its info; a choice (list of values) may not be a flag that shapes the data."""
     spec = fam.parse_data(data, options)
     info = fam.data_info(spec, options)
     for key in choices:
@@ -245,23 +267,20 @@ def prepare_settings(
             )
     for key, choice in scalars.items():
         info.setdefault(key, choice)  # model-only choices (variant, encoder); the data wins on shapes
-    rows = _rows(fam, info, choices, pins, label, value, tolerance)
-    space = QUICK_SPACE if quick else FULL_SPACE
-    space = space.fixed(dict(fixed_params or {}))
-    study_params = None
-    if paired_seeds:  # one set of training parameters for every configuration and seed
-        family_defaults = {k: v for k, v in fam.train_defaults.items() if k in TRAINING_PARAMS and not quick}
-        study_params = {**space.default(), **family_defaults, **dict(fixed_params or {})}
-        space = space.fixed(study_params)
-        study_params = space.default()  # exactly the values the distributions hold
-    plan = make_plan(rows, n_trials, space, seed, paired_seeds=paired_seeds, study_params=study_params,
-                     confirm=confirm, confirm_seeds=confirm_seeds)
-    return StudySettings(
-        experiment=experiment, budget=label, budget_value=value or 0, family=family,
-        tolerance=tolerance, data=spec, options=options, info=info,
-        archs=[r.as_dict() for r in rows], plan=[e.as_dict() for e in plan],
-        space=space.as_dict(), n_trials=n_trials, pruner=pruner, choices=choices, pins=pins,
-    )
+    return spec, info
+
+
+def _space(
+    fam: Family, quick: bool, fixed_params: dict[str, Any], paired_seeds: int,
+) -> tuple[SearchSpace, dict[str, Any] | None]:
+    """The study's search space, and for a paired study the one set of training parameters."""
+    space = (QUICK_SPACE if quick else FULL_SPACE).fixed(fixed_params)
+    if not paired_seeds:
+        return space, None
+    # one set of training parameters for every configuration and seed
+    family_defaults = {k: v for k, v in fam.train_defaults.items() if k in TRAINING_PARAMS and not quick}
+    space = space.fixed({**space.default(), **family_defaults, **fixed_params})
+    return space, space.default()  # exactly the values the distributions hold
 
 
 def _normalise_pins(pins: Mapping[str, int | Sequence[int]]) -> dict[str, list[int]]:

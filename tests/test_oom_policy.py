@@ -12,7 +12,7 @@ import pytest
 import torch
 from optuna.trial import TrialState
 
-import archhpo.models.patchtst
+import archhpo.models.patchtst_spec
 from archhpo.search import TrialQueue, launch, prepare_settings
 from archhpo.search._optuna_private import trial_id_of
 from archhpo.workers import Worker
@@ -30,8 +30,8 @@ class _OutOfMemory(torch.nn.Module):
 
 @pytest.fixture
 def oom(monkeypatch: pytest.MonkeyPatch) -> None:
-    fam = archhpo.models.patchtst.FAMILY
-    monkeypatch.setattr(archhpo.models.patchtst, "FAMILY", dataclasses.replace(fam, build=_OutOfMemory))
+    fam = archhpo.models.patchtst_spec.FAMILY
+    monkeypatch.setattr(archhpo.models.patchtst_spec, "FAMILY", dataclasses.replace(fam, build=_OutOfMemory))
 
 
 def _one_trial_queue(url: str) -> TrialQueue:

@@ -22,7 +22,7 @@ FOLDERS = {"cli": REPO / "archhpo" / "cli", **{name: REPO / name for name in LAY
 ROOT_MODULES = ("errors", "schema", "_options", "_io")  # shared definitions every layer may import
 # ... and which of them may import a layer: the option table names the families' flags and the
 # budget's default tolerance and the trainer's schedules, so it sits just above budgets (and below).
-ROOT_IMPORTS = {"__main__.py": {"cli"}, "_options.py": {"budgets", "workers", "models"}}
+ROOT_IMPORTS = {"__main__.py": {"cli"}, "_options.py": {"budgets", "models"}}
 
 
 def _sources() -> list[Path]:

@@ -207,3 +207,18 @@ def test_pruner_none_never_prunes(tmp_path: Path) -> None:
         q.report(c, 1, 0.1)
         q.finish(c, TrialState.COMPLETE, 0.1, {})
     assert not q.report(q.claim(WORKER), 1, 1e9)
+
+
+def test_status_waits_for_the_cache_lock_that_upkeep_holds(tmp_path: Path) -> None:
+    """The worker's heartbeat thread runs maintain() beside the main thread: both read and
+    change the queue's trial cache, so status() takes the same lock as the upkeep."""
+    q = _launch(f"sqlite:///{tmp_path / 'db.sqlite'}")
+    expected = q.status().total
+    got: list[int] = []
+    with q._cache_lock:  # as an upkeep on another thread would hold it
+        reader = threading.Thread(target=lambda: got.append(q.status().total))
+        reader.start()
+        reader.join(timeout=1.0)
+        assert reader.is_alive() and got == []  # waiting for the lock, not reading a changing cache
+    reader.join(timeout=60)
+    assert got == [expected]

@@ -10,7 +10,7 @@ import pytest
 import torch
 from optuna.trial import TrialState
 
-import archhpo.models.patchtst
+import archhpo.models.patchtst_spec
 import archhpo.workers._memory
 from archhpo.errors import MemoryRefused, NonFiniteLoss
 from archhpo.models import TensorDataset, get_family
@@ -42,8 +42,8 @@ def test_nan_loss_fails_the_trial_with_a_reason_and_the_worker_goes_on(tmp_path,
     def nan_loss(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         return logits.sum() * float("nan")
 
-    fam = archhpo.models.patchtst.FAMILY
-    monkeypatch.setattr(archhpo.models.patchtst, "FAMILY", dataclasses.replace(fam, loss=nan_loss))
+    fam = archhpo.models.patchtst_spec.FAMILY
+    monkeypatch.setattr(archhpo.models.patchtst_spec, "FAMILY", dataclasses.replace(fam, loss=nan_loss))
     q = _queue(f"sqlite:///{tmp_path / 'nan.db'}")
     summary = Worker([q], device="cpu").run()
     trials = q.storage.get_all_trials(q.study_id)
@@ -60,8 +60,8 @@ def test_out_of_memory_fails_the_trial_not_the_worker(tmp_path, monkeypatch) -> 
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             raise RuntimeError("CUDA out of memory. Tried to allocate 20.00 GiB")
 
-    fam = archhpo.models.patchtst.FAMILY
-    monkeypatch.setattr(archhpo.models.patchtst, "FAMILY", dataclasses.replace(fam, build=Boom))
+    fam = archhpo.models.patchtst_spec.FAMILY
+    monkeypatch.setattr(archhpo.models.patchtst_spec, "FAMILY", dataclasses.replace(fam, build=Boom))
     q = _queue(f"sqlite:///{tmp_path / 'oom.db'}")
     Worker([q], device="cpu").run()
     trials = q.storage.get_all_trials(q.study_id)

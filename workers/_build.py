@@ -31,11 +31,12 @@ import torch
 from torch import nn
 
 from archhpo.models import Family, TensorDataset, get_family
+from archhpo.schema import TRAINING_PARAMS
 from archhpo.workers._train import TrainConfig, trial_seed
 
 # The planned training parameters (the search space's keys): they always win over a family's
 # train_defaults, which fill in the rest of TrainConfig (min_lr_ratio, eval_every, grad_clip, ...).
-PLANNED_KEYS = ("learning_rate", "epochs", "batch_size", "weight_decay", "warmup_steps")
+PLANNED_KEYS = TRAINING_PARAMS
 REPLICATE_BASE = 1_000_000  # above any plan slot: replicate seeds never coincide with slot seeds
 DATA_CACHE_SIZE = 2  # datasets a worker keeps loaded (on its device) across trials (paired plans are seed-major)
 

@@ -35,6 +35,7 @@ from typing import Any, Protocol
 import torch
 from optuna.trial import TrialState
 
+from archhpo._io import atomic_write
 from archhpo.errors import ArchhpoError, MemoryRefused, NonFiniteLoss, TrialLost, TrialStopped
 from archhpo.models import get_family
 from archhpo.workers import _device
@@ -130,17 +131,13 @@ class _TrialRun:
 
 
 def _atomic_save(obj: dict[str, Any], path: Path) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     for last in (False, True):
-        path.parent.mkdir(parents=True, exist_ok=True)
         try:
-            torch.save(obj, tmp)
-        except (FileNotFoundError, RuntimeError) as exc:  # another worker just removed the empty folder
-            if last or path.parent.exists():
-                raise exc from None
-            continue
-        os.replace(tmp, path)
-        return
+            atomic_write(path, lambda fh: torch.save(obj, fh))
+            return
+        except FileNotFoundError:  # another worker just removed the folder it found empty: once more
+            if last:
+                raise
 
 
 def _remove_empty(*folders: Path) -> None:

@@ -20,8 +20,7 @@ from torch import nn
 
 from archhpo.errors import ArchhpoError, NonFiniteLoss, TrialStopped
 from archhpo.models import TensorDataset
-
-SCHEDULES = ("cosine", "wsd")
+from archhpo.schema import check_schedule
 
 
 class StopTraining(Exception):
@@ -52,18 +51,6 @@ class TrainConfig:
         if self.weight_decay < 0 or self.warmup_steps < 0 or not 0 <= self.min_lr_ratio <= 1:
             raise ArchhpoError("weight_decay and warmup_steps must be ≥ 0 and min_lr_ratio in [0, 1].")
         check_schedule(self.schedule, self.cooldown)
-
-
-def check_schedule(schedule: str, cooldown: float) -> None:
-    if schedule not in SCHEDULES or not 0 <= cooldown < 1:
-        raise ArchhpoError(f"Unknown schedule {schedule!r} or cooldown {cooldown} outside [0, 1); "
-                           "use --schedule cosine or wsd and --cooldown such as 0.2.")
-
-
-def schedule_options(schedule: str, cooldown: float) -> dict[str, Any]:
-    """The schedule as study/trial options: nothing for cosine (a study's identity is unchanged)."""
-    check_schedule(schedule, cooldown)
-    return {} if schedule == "cosine" else {"schedule": schedule, "cooldown": float(cooldown)}
 
 
 @dataclass

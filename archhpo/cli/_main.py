@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import functools
 import io
 import json
 import logging
@@ -29,7 +30,9 @@ from typing import Any
 from archhpo._options import (
     ARCH_OPTIONS,
     FAMILY_COMMANDS,
+    GRID,
     LAUNCH,
+    PARAMS,
     RUN,
     STUDY_COMMANDS,
     TRAIN,
@@ -202,7 +205,7 @@ def _addressed_studies(args: argparse.Namespace, storage: Any) -> list[str]:
         names += [study_name(args.experiment, study_label(b, pins)) for b in (args.budget or [None])]
     if names:
         for n in names:  # a clear error for a study that does not exist; a dropped connection is retried
-            resilient(lambda n=n: load_study(storage, n), "loading the study")
+            resilient(functools.partial(load_study, storage, n), "loading the study")
         return names
     names = resilient(lambda: experiment_studies(storage, args.experiment), "listing the studies")
     if not names:
@@ -421,6 +424,8 @@ def _hide_passwords_from_ps() -> None:
     """Mask a password given in --storage in this process's command line (ps, /proc, and Ray's
     record of the driver's entrypoint).  It was visible while Python started; PGPASSWORD or
     ~/.pgpass never are."""
+    if not any("://" in a for a in sys.argv):
+        return  # no URL, no password: and `grid`/`--help` do not import the storage layer
     from archhpo.search._storage import mask_url
 
     masked = [mask_url(a) for a in sys.argv]
@@ -488,9 +493,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         _complete(args, family, config, config_path)
         logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                             format="%(asctime)s %(name)s %(levelname)s %(message)s")
-        import optuna
+        if args.command not in (GRID, PARAMS):  # these two count in closed form: no Optuna, no torch
+            import optuna
 
-        optuna.logging.set_verbosity(optuna.logging.INFO if args.verbose else optuna.logging.WARNING)
+            optuna.logging.set_verbosity(optuna.logging.INFO if args.verbose else optuna.logging.WARNING)
         return int(args.func(args) or 0)
     except ArchhpoError as exc:
         print(f"archhpo: error: {exc}", file=sys.stderr)

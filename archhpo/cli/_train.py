@@ -19,11 +19,9 @@ import torch
 from archhpo._options import default
 from archhpo.errors import ArchhpoError
 from archhpo.models import get_family
+from archhpo.schema import ARCH_KEYS, TRAINING_PARAMS, schedule_options
 from archhpo.search._space import FULL_SPACE, QUICK_SPACE
 from archhpo.workers import TrainConfig, TrialSpec, build_trial, describe_result, resolve_device, train
-from archhpo.workers._train import schedule_options
-
-ARCH_KEYS = ("d_model", "n_layers", "n_heads", "d_ff")
 
 
 def _load_best(path: str) -> dict[str, Any]:
@@ -85,7 +83,7 @@ def trial_spec_from_args(args: argparse.Namespace) -> TrialSpec:
         space = QUICK_SPACE if options.get("quick") else FULL_SPACE
         params = {**space.default(), **dict(fam.train_defaults)}
         slot, seed = 0, None
-    for key in ("learning_rate", "epochs", "batch_size", "weight_decay", "warmup_steps"):
+    for key in TRAINING_PARAMS:
         if getattr(args, key, None) is not None:
             params[key] = getattr(args, key)
     return TrialSpec(family=fam.name, data=spec, options=options, info=info, arch=arch, params=params,

@@ -19,14 +19,17 @@ from __future__ import annotations
 import random
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
-
-import numpy as np
-import torch
+from typing import TYPE_CHECKING, Any
 
 from archhpo.errors import DataError
 from archhpo.models._family import TensorDataset
 from archhpo.models.data import file_sha256 as _sha256
+
+if TYPE_CHECKING:  # imported where used: `archhpo grid`/`params` read this module without them
+    import numpy as np
+    import pyarrow as pa
+    import torch
+
 
 # ---------------------------------------------------------------------------------------------
 # Encoding
@@ -64,6 +67,9 @@ def encode(texts: Sequence[str], max_len: int = MAX_LEN) -> torch.Tensor:
     Returns a LongTensor (N, max_len).  Lower-cases, then drops every character outside
     ``ALPHABET`` (dots included, see ``clean``); ``max_len`` counts the CLS token.
     """
+    import numpy as np
+    import torch
+
     if max_len < 1:
         raise ValueError(f"max_len must be at least 1 (room for the CLS token), got {max_len}.")
     keep = max_len - 1
@@ -183,8 +189,18 @@ def generate_synthetic(n: int = DEFAULT_N, seed: int = 0) -> tuple[list[str], li
 
 def _read_csv(path: Path) -> tuple[list[str], np.ndarray, int]:
     """Read and validate a (text, label) CSV; returns texts, labels (int64) and K."""
+    table = _read_table(path)
+    texts = table["text"].to_pylist()
+    for i, text in enumerate(texts):
+        if text is None or not text.strip():
+            raise DataError(f"Data file {path} has an empty text on data row {i + 1}; remove or fill that row.")
+    labels = _integer_labels(path, table["label"])
+    return texts, labels, _class_count(path, labels)
+
+
+def _read_table(path: Path) -> pa.Table:
+    """The CSV as a table of two string columns (text, label) with enough rows to split."""
     import pyarrow as pa
-    import pyarrow.compute as pc
     import pyarrow.csv as pacsv
 
     if not path.exists():
@@ -214,15 +230,18 @@ def _read_csv(path: Path) -> tuple[list[str], np.ndarray, int]:
             f"Data file {path} has {table.num_rows} rows, too few to split into training and "
             f"validation; provide at least {MIN_ROWS}."
         )
+    return table
 
-    texts = table["text"].to_pylist()
-    for i, text in enumerate(texts):
-        if text is None or not text.strip():
-            raise DataError(f"Data file {path} has an empty text on data row {i + 1}; remove or fill that row.")
 
-    label_col = pc.utf8_trim_whitespace(table["label"])
+def _integer_labels(path: Path, column: pa.ChunkedArray) -> np.ndarray:
+    """The label column as int64, naming the first row that is not an integer."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    label_col = pc.utf8_trim_whitespace(column)
     try:
-        labels = np.array(pc.cast(label_col, pa.int64()).to_numpy(zero_copy_only=False), dtype=np.int64)
+        return np.array(pc.cast(label_col, pa.int64()).to_numpy(zero_copy_only=False), dtype=np.int64)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
         for i, value in enumerate(label_col.to_pylist()):
             try:
@@ -233,6 +252,12 @@ def _read_csv(path: Path) -> tuple[list[str], np.ndarray, int]:
                     "labels must be integer class ids 0..K-1."
                 ) from exc
         raise DataError(f"Data file {path} has labels that are not integers; use class ids 0..K-1.") from exc
+
+
+def _class_count(path: Path, labels: np.ndarray) -> int:
+    """K, once the labels are class ids 0..K-1 with every class present and at least two classes."""
+    import numpy as np
+
     if labels.min() < 0:
         row = int(np.argmax(labels < 0))
         raise DataError(
@@ -251,7 +276,7 @@ def _read_csv(path: Path) -> tuple[list[str], np.ndarray, int]:
             f"Data file {path} never uses class id(s) {', '.join(map(str, absent[:5]))} although its "
             f"largest label is {k - 1}; renumber the labels as 0..K-1 with every class present."
         )
-    return texts, labels, k
+    return k
 
 
 # ---------------------------------------------------------------------------------------------
@@ -300,7 +325,6 @@ def parse_data(text: str, options: Mapping[str, Any]) -> dict[str, Any]:
             "sha256": _sha256(path)}
 
 
-
 def data_info(spec: Mapping[str, Any], options: Mapping[str, Any]) -> dict[str, Any]:
     """Shape facts for ``config_for``; cheap (the CSV's class count is stored in its spec)."""
     if spec.get("kind") == "synthetic":
@@ -318,40 +342,21 @@ def load_data(spec: Mapping[str, Any], options: Mapping[str, Any]) -> TensorData
     Options: ``seed`` (split and, for CSV under ``quick``, subsampling; default 0),
     ``val_fraction`` (default 0.2), ``quick`` (at most QUICK_N rows).
     """
-    seed = int(options.get("seed", 0) or 0)
-    vf = _val_fraction(options)
+    import numpy as np
+    import torch
+
     quick = bool(options.get("quick", False))
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(int(options.get("seed", 0) or 0))  # CSV subsampling, then the split
     styles: list[str] | None = None
     if spec.get("kind") == "synthetic":
-        n = int(spec.get("n", DEFAULT_N))
-        n = min(n, QUICK_N) if quick else n
-        texts, label_list, styles = generate_synthetic(n, int(spec.get("seed", 0)))
-        labels = np.asarray(label_list, dtype=np.int64)
-        k = 2
-        source = f"synthetic:n={n},seed={int(spec.get('seed', 0))}"
+        texts, labels, k, source, styles = _synthetic_rows(spec, quick)
     elif spec.get("kind") == "csv":
-        path = Path(spec["path"])
-        if not path.is_file():
-            raise DataError(f"Data file {path} does not exist on this machine; copy it there at the same path.")
-        if spec.get("sha256") and _sha256(path) != spec["sha256"]:
-            raise DataError(f"Data file {path} has changed since the study recorded it; "
-                            "restore the original file or start a new study.")
-        texts, labels, k = _read_csv(path)
-        if "num_classes" in spec and int(spec["num_classes"]) != k:
-            raise DataError(
-                f"Data file {spec['path']} now has {k} classes but the study was launched with "
-                f"{spec['num_classes']}; launch a new experiment for the changed file."
-            )
-        if quick and len(texts) > QUICK_N:
-            keep = np.sort(rng.choice(len(texts), QUICK_N, replace=False))
-            texts, labels = [texts[i] for i in keep], labels[keep]
-        source = str(spec["path"])
+        texts, labels, k, source = _csv_rows(spec, quick, rng)
     else:
         raise DataError(f"Unknown data spec {dict(spec)!r}; pass 'synthetic' or a CSV path.")
 
     n = len(texts)
-    n_val = min(max(1, round(n * vf)), n - 1)
+    n_val = min(max(1, round(n * _val_fraction(options))), n - 1)
     perm = rng.permutation(n)
     val_idx, train_idx = perm[:n_val], perm[n_val:]
     ids = encode(texts, MAX_LEN)  # (N, max_len)
@@ -372,3 +377,38 @@ def load_data(spec: Mapping[str, Any], options: Mapping[str, Any]) -> TensorData
     if styles is not None:
         info["style_counts"] = {s: styles.count(s) for s in (*BENIGN_STYLES, *DGA_STYLES)}
     return TensorDataset((ids[tr],), target[tr], (ids[va],), target[va], info)
+
+
+def _synthetic_rows(spec: Mapping[str, Any], quick: bool) -> tuple[list[str], np.ndarray, int, str, list[str]]:
+    """Texts, labels, K = 2, the source line and each text's style, of the synthetic set."""
+    import numpy as np
+
+    n = int(spec.get("n", DEFAULT_N))
+    n = min(n, QUICK_N) if quick else n
+    texts, label_list, styles = generate_synthetic(n, int(spec.get("seed", 0)))
+    source = f"synthetic:n={n},seed={int(spec.get('seed', 0))}"
+    return texts, np.asarray(label_list, dtype=np.int64), 2, source, styles
+
+
+def _csv_rows(
+    spec: Mapping[str, Any], quick: bool, rng: np.random.Generator,
+) -> tuple[list[str], np.ndarray, int, str]:
+    """Texts, labels, K and the source of the recorded CSV, refused if it changed since launch."""
+    import numpy as np
+
+    path = Path(spec["path"])
+    if not path.is_file():
+        raise DataError(f"Data file {path} does not exist on this machine; copy it there at the same path.")
+    if spec.get("sha256") and _sha256(path) != spec["sha256"]:
+        raise DataError(f"Data file {path} has changed since the study recorded it; "
+                        "restore the original file or start a new study.")
+    texts, labels, k = _read_csv(path)
+    if "num_classes" in spec and int(spec["num_classes"]) != k:
+        raise DataError(
+            f"Data file {spec['path']} now has {k} classes but the study was launched with "
+            f"{spec['num_classes']}; launch a new experiment for the changed file."
+        )
+    if quick and len(texts) > QUICK_N:
+        keep = np.sort(rng.choice(len(texts), QUICK_N, replace=False))
+        texts, labels = [texts[i] for i in keep], labels[keep]
+    return texts, labels, k, str(spec["path"])

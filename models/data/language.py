@@ -24,14 +24,14 @@ import functools
 import math
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
-
-import numpy as np
-import torch
+from typing import TYPE_CHECKING, Any
 
 from archhpo.errors import DataError
 from archhpo.models._family import TensorDataset
 from archhpo.models.data import file_sha256
+
+if TYPE_CHECKING:  # imported where used: `archhpo grid`/`params` read this module without them
+    import numpy as np
 
 SIGMAS = (2.0, 1.2, 0.8, 0.5, 0.3)  # std of the order-1, order-2, ... logit tables
 DEFAULT_VOCAB = 32
@@ -49,6 +49,7 @@ _INT_KEYS = ("vocab", "order", "language", "tokens")
 @functools.lru_cache(maxsize=4)
 def source_probs(vocab: int, order: int, language: int) -> np.ndarray:
     """P(next | context) as an array of shape (vocab,) * order + (vocab,), float64, rows summing to 1."""
+    import numpy as np
     rng = np.random.default_rng(language)
     logits = np.zeros((vocab,) * (order + 1))
     for j in range(1, order + 1):
@@ -68,6 +69,7 @@ def stationary(probs: np.ndarray, tol: float = 1e-16, max_iter: int = 100_000) -
     converges to the unique fixed point; it stops when an iteration no longer moves any entry by
     more than ``tol`` (machine precision for these sizes).
     """
+    import numpy as np
     shape = probs.shape[:-1]
     pi = np.full(shape, 1.0 / math.prod(shape))
     for _ in range(max_iter):
@@ -81,12 +83,14 @@ def stationary(probs: np.ndarray, tol: float = 1e-16, max_iter: int = 100_000) -
 
 
 def _entropy(p: np.ndarray, axis: int = -1) -> np.ndarray:
+    import numpy as np
     return -(p * np.log(p, where=p > 0, out=np.zeros_like(p))).sum(axis=axis)
 
 
 @functools.lru_cache(maxsize=8)
 def language_facts(vocab: int, order: int, language: int, seq_len: int) -> dict[str, float]:
     """Exact entropy rate, unigram entropy and loss floor (nats per token) of the synthetic language."""
+    import numpy as np
     probs = source_probs(vocab, order, language)
     pi = stationary(probs)
     rate = float((pi * _entropy(probs)).sum())
@@ -100,6 +104,7 @@ def language_facts(vocab: int, order: int, language: int, seq_len: int) -> dict[
 def sample_windows(vocab: int, order: int, language: int, n: int, length: int,
                    seed: int | np.random.SeedSequence) -> np.ndarray:
     """``n`` windows of ``length`` tokens of the stationary process, int64 (n, length); deterministic."""
+    import numpy as np
     probs = source_probs(vocab, order, language)
     pi = stationary(probs).ravel()
     cdf = np.cumsum(probs.reshape(-1, vocab), axis=-1)  # (vocab^order, vocab)
@@ -221,12 +226,14 @@ def data_info(spec: Mapping[str, Any], options: Mapping[str, Any]) -> dict[str, 
 # ----------------------------------------------------------------------------- loading
 def _windows(stream: np.ndarray, seq_len: int) -> np.ndarray:
     """Windows of seq_len + 1 tokens at stride seq_len: every token after the first is a target once."""
+    import numpy as np
     n = (len(stream) - 1) // seq_len
     idx = np.arange(n)[:, None] * seq_len + np.arange(seq_len + 1)[None, :]
     return stream[idx]
 
 
 def _load_text(spec: Mapping[str, Any], seq_len: int, vf: float, quick: bool) -> tuple[np.ndarray, np.ndarray]:
+    import numpy as np
     path = Path(spec["path"])
     if not path.is_file():
         raise DataError(f"Data file {path} does not exist on this machine; copy it there at the same path.")
@@ -247,6 +254,8 @@ def load_data(spec: Mapping[str, Any], options: Mapping[str, Any]) -> TensorData
     The ``language`` seed fixes the source (and its entropy rate); the study seed only draws which
     stretches of it are seen, so paired seeds resample the same language.
     """
+    import numpy as np
+    import torch
     seq_len, vf = _seq_len(options), _val_fraction(options)
     quick = bool(options.get("quick", False))
     info = data_info(spec, options)
@@ -272,6 +281,7 @@ def load_data(spec: Mapping[str, Any], options: Mapping[str, Any]) -> TensorData
 
 def unigram_loss(data: TensorDataset) -> float:
     """Validation NLL (nats per token) of the training targets' unigram frequencies, add-one smoothed."""
+    import torch
     v = int(data.info.get("vocab_size", 0)) or int(max(data.train_target.max(), data.val_target.max())) + 1
     counts = torch.bincount(data.train_target.reshape(-1).cpu(), minlength=v).double() + 1.0
     logp = (counts / counts.sum()).log()

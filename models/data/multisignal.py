@@ -48,13 +48,14 @@ as ``torch.utils.data.random_split`` takes them).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
-
-import numpy as np
-import torch
+from typing import TYPE_CHECKING, Any
 
 from archhpo.errors import DataError
 from archhpo.models._family import TensorDataset
+
+if TYPE_CHECKING:  # imported where used: `archhpo grid`/`params` read this module without them
+    import numpy as np
+
 
 DEFAULT_SERIES = 512
 QUICK_SERIES = 128
@@ -92,6 +93,7 @@ def generate_signals(series: int, length: int, channels: int, seed: int) -> np.n
     stream is taken here two calls per signal (``random(9)`` scaled as ``uniform`` scales it,
     ``normal(0, 0.3, T-1)``), and the arithmetic is the paper's, vectorised over signals.
     """
+    import numpy as np
     rng = np.random.default_rng(seed)
     n, t, c = series, length, channels
     u = np.empty((n * c, N_MODES, 3))  # per signal and mode: freq, phase, amp in [0, 1)
@@ -119,6 +121,7 @@ def generate_signals(series: int, length: int, channels: int, seed: int) -> np.n
 
 def target_values(s: np.ndarray) -> np.ndarray:
     """y(t) for s of shape (N, T, C >= 4): shape (N, T) in s's dtype, NaN for t < MAX_LAG."""
+    import numpy as np
     n, t, _ = s.shape
     y = np.full((n, t), np.nan, dtype=s.dtype)
     s0, s1, s2, s3 = (s[:, :, k] for k in range(4))  # each (N, T)
@@ -142,6 +145,9 @@ def split_series(series: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     ``random_split(ds, [N - n_val, n_val], generator=Generator().manual_seed(seed))`` takes
     ``randperm(N, generator)`` and gives the first N - n_val entries to training.
     """
+    import numpy as np
+    import torch
+
     perm = torch.randperm(series, generator=torch.Generator().manual_seed(seed)).numpy()
     n_val = val_count(series)
     return np.sort(perm[: series - n_val]), np.sort(perm[series - n_val :])
@@ -149,11 +155,13 @@ def split_series(series: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
 
 def quantile_edges(values: np.ndarray, num_bins: int) -> np.ndarray:
     """The K-1 interior edges putting (about) equal shares of ``values`` into each of K bins."""
+    import numpy as np
     return np.quantile(values, np.arange(1, num_bins) / num_bins)
 
 
 def paper_edges(y: np.ndarray, num_bins: int) -> np.ndarray:
     """The paper's K+1 edges: quantiles of every y value (NaN counted as 0), outer ones widened."""
+    import numpy as np
     edges = np.quantile(np.nan_to_num(y, nan=0.0).reshape(-1), np.linspace(0, 1, num_bins + 1))
     edges[0] -= EDGE_PAD
     edges[-1] += EDGE_PAD
@@ -162,12 +170,14 @@ def paper_edges(y: np.ndarray, num_bins: int) -> np.ndarray:
 
 def paper_bins(y: np.ndarray, edges: np.ndarray) -> np.ndarray:
     """The paper's bins: ``clip(digitize(y, edges) - 1, 0, K - 1)`` with undefined y counted as 0."""
+    import numpy as np
     k = len(edges) - 1
     return np.clip(np.digitize(np.nan_to_num(y, nan=0.0), edges) - 1, 0, k - 1).astype(np.int64)
 
 
 def bin_values(y: np.ndarray, edges: np.ndarray) -> np.ndarray:
     """Bin index (number of interior edges <= y) as int64, IGNORE_INDEX where y is NaN."""
+    import numpy as np
     bins = np.searchsorted(edges, y, side="right").astype(np.int64)
     bins[np.isnan(y)] = IGNORE_INDEX
     return bins
@@ -257,7 +267,7 @@ def _resolve(spec: Mapping[str, Any], options: Mapping[str, Any]) -> dict[str, A
     """The settings actually generated: spec values, defaults for missing keys, quick applied."""
     if spec.get("kind", "multisignal") not in NAMES:
         raise DataError(f"Data spec kind {spec.get('kind')!r} is not multisignal; re-create it with parse_data.")
-    out = {
+    out: dict[str, Any] = {
         "series": _as_int("series", spec.get("series", DEFAULT_SERIES), "data spec"),
         "length": _as_int("length", spec.get("length", DEFAULT_LENGTH), "data spec"),
         "channels": _as_int("channels", spec.get("channels", options.get("channels", DEFAULT_CHANNELS)), "data spec"),
@@ -279,6 +289,9 @@ def data_info(spec: Mapping[str, Any], options: Mapping[str, Any]) -> dict[str, 
 
 
 def load_data(spec: Mapping[str, Any], options: Mapping[str, Any]) -> TensorDataset:
+    import numpy as np
+    import torch
+
     r = _resolve(spec, options)
     s = generate_signals(r["series"], r["length"], r["channels"], r["seed"])  # (N, T, C) float32
     y = target_values(s)  # (N, T) float32, NaN before MAX_LAG

@@ -21,16 +21,17 @@ import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
-
-import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
-import torch
+from typing import TYPE_CHECKING, Any
 
 from archhpo.errors import DataError
 from archhpo.models._family import TensorDataset
 from archhpo.models.data import file_sha256 as _sha256
+
+if TYPE_CHECKING:  # imported where used: `archhpo grid`/`params` read this module without them
+    import numpy as np
+    import pyarrow as pa
+    import torch
+
 
 DEFAULT_FEATURES = 8
 DEFAULT_SYMBOLS = 100
@@ -191,6 +192,7 @@ def data_info(spec: Mapping[str, Any], options: Mapping[str, Any]) -> dict[str, 
 
 
 def load_data(spec: Mapping[str, Any], options: Mapping[str, Any]) -> TensorDataset:
+    import numpy as np
     task = _task(options)
     panel = _load_panel(spec, task)
     where = "The synthetic panel" if spec.get("kind") == "synthetic" else os.path.basename(str(spec["path"]))
@@ -205,6 +207,8 @@ def load_data(spec: Mapping[str, Any], options: Mapping[str, Any]) -> TensorData
     windows = np.lib.stride_tricks.sliding_window_view(z, task.seq_len, axis=0)  # (R-T+1, N, T) view
 
     def take(end: np.ndarray) -> tuple[tuple[torch.Tensor, torch.Tensor], torch.Tensor]:
+        import torch
+
         x = np.ascontiguousarray(windows[end - task.seq_len + 1].transpose(0, 2, 1))  # (S, T, N)
         cat = np.stack([panel.symbol[end], panel.sector[end]], axis=1).astype(np.int64)  # (S, 2)
         move = panel.price[end + task.horizon] / panel.price[end] - 1.0
@@ -230,6 +234,7 @@ def load_data(spec: Mapping[str, Any], options: Mapping[str, Any]) -> TensorData
 
 def _split(panel: _Panel, task: _Task, where: str) -> tuple[np.ndarray, np.ndarray]:
     """End rows of training and validation windows (vectorised over all rows)."""
+    import numpy as np
     t, h, r = task.seq_len, task.horizon, len(panel.symbol)
     new = np.r_[True, panel.symbol[1:] != panel.symbol[:-1]]  # first row of each symbol
     first = np.flatnonzero(new)
@@ -271,6 +276,7 @@ def _load_panel(spec: Mapping[str, Any], task: _Task) -> _Panel:
 def _synthetic_panel(symbols: int, sectors: int, features: int, steps: int, seed: int) -> _Panel:
     """Smooth features per symbol; the next move depends on them through hidden per-sector loadings
     and per-symbol/sector drifts, so symbol and sector ids carry signal the features cannot."""
+    import numpy as np
     rng = np.random.default_rng(seed)
     s, k, n = symbols, sectors, features
     sector_of = rng.permutation(np.arange(s) % k)  # every sector has members
@@ -321,6 +327,7 @@ def _synthetic_panel(symbols: int, sectors: int, features: int, steps: int, seed
 @functools.lru_cache(maxsize=4)
 def _file_panel(path: str, fmt: str, mtime_ns: int, size: int) -> _Panel:
     """Read and validate a panel file; cached on (path, mtime, size) so parse/info/load read it once."""
+    import numpy as np
     name = os.path.basename(path)
     table = _read_table(path, fmt, name)
     cols = {c.strip().lower(): c for c in table.column_names}
@@ -368,8 +375,8 @@ def _file_panel(path: str, fmt: str, mtime_ns: int, size: int) -> _Panel:
     )
 
 
-
 def _read_table(path: str, fmt: str, name: str) -> pa.Table:
+    import pyarrow as pa
     try:
         if fmt == "parquet":
             import pyarrow.parquet as pq
@@ -385,6 +392,8 @@ def _read_table(path: str, fmt: str, name: str) -> pa.Table:
 
 
 def _numeric(table: pa.Table, col: str, name: str) -> np.ndarray:
+    import numpy as np
+    import pyarrow as pa
     arr = table[col]
     if pa.types.is_integer(arr.type) or pa.types.is_floating(arr.type):
         if arr.null_count:
@@ -412,6 +421,9 @@ def _numeric(table: pa.Table, col: str, name: str) -> np.ndarray:
 
 
 def _labels(table: pa.Table, col: str, name: str) -> np.ndarray:
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
     arr = table[col]
     if arr.null_count:
         raise DataError(f"Column {col!r} of {name} has empty values; give every row a {col}.")
@@ -419,6 +431,9 @@ def _labels(table: pa.Table, col: str, name: str) -> np.ndarray:
 
 
 def _dates(table: pa.Table, col: str, name: str) -> np.ndarray:
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
     arr = table[col]
     if arr.null_count:
         raise DataError(f"Column {col!r} of {name} has empty values; "

@@ -23,18 +23,17 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.csv as pacsv
-import pyarrow.parquet as pq
-import torch
+from typing import TYPE_CHECKING, Any
 
 from archhpo.errors import DataError
 from archhpo.models._family import TensorDataset
 from archhpo.models.data import file_sha256 as _sha256
+
+if TYPE_CHECKING:  # imported where used: `archhpo grid`/`params` read this module without them
+    import numpy as np
+    import pyarrow as pa
+    import torch
+
 
 DEFAULT_FEATURES = 8
 # Task defaults of the labels; archhpo's --horizon/--threshold options take them from here.
@@ -115,7 +114,7 @@ def _parse_synthetic(params: str, o: _Options) -> dict[str, Any]:
             values[key] = int(raw.strip())
         except ValueError:
             raise DataError(f"Synthetic data setting {key}={raw.strip()!r} is not an integer; give a whole number.") from None
-    spec = {
+    spec: dict[str, Any] = {
         "kind": "synthetic",
         "features": values.get("features", DEFAULT_FEATURES),
         "steps": values.get("steps", QUICK_STEPS if o.quick else DEFAULT_STEPS),
@@ -153,11 +152,13 @@ def _parse_file(text: str, o: _Options) -> dict[str, Any]:
     return spec
 
 
-
 # --------------------------------------------------------------------------- file reading
 
 
 def _read_table(path: Path, fmt: str) -> pa.Table:
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+    import pyarrow.parquet as pq
     try:
         if fmt == "parquet":
             return pq.read_table(path)
@@ -173,6 +174,9 @@ def _read_table(path: Path, fmt: str) -> pa.Table:
 
 def _to_float(column: pa.ChunkedArray, name: str, path: Path, fmt: str) -> np.ndarray:
     """One column as float64, or DataError naming the column and the first bad row."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
     arr = column.combine_chunks()
 
     def where(i: int) -> str:  # rows are 1-based data rows; CSV line = row + 1 (header)
@@ -214,6 +218,7 @@ def _to_float(column: pa.ChunkedArray, name: str, path: Path, fmt: str) -> np.nd
 
 def _read_file(spec: Mapping[str, Any], o: _Options) -> tuple[list[str], np.ndarray, np.ndarray, str | None]:
     """(feature names, features (T, F) float64, price (T,), date column or None) from a data file."""
+    import numpy as np
     path, fmt, price_col = Path(spec["path"]), spec["format"], spec.get("price_column", "price")
     table = _read_table(path, fmt)
     names = table.column_names
@@ -246,6 +251,7 @@ def generate(features: int, steps: int, seed: int) -> tuple[np.ndarray, np.ndarr
     windows carry real but not trivial signal.  With F < 4 the signal terms reuse features
     (index k % F) rather than refusing: any F >= 1 works.
     """
+    import numpy as np
     rng = np.random.default_rng(seed)
     t = np.arange(steps, dtype=np.float64)[:, None]
     freq = rng.uniform(0.005, 0.08, size=(3, features))
@@ -284,6 +290,10 @@ def data_info(spec: Mapping[str, Any], options: Mapping[str, Any]) -> dict[str, 
     if spec.get("kind") == "file":
         if "features" in spec:
             return {"num_features": len(spec["features"])}
+        import pyarrow as pa
+        import pyarrow.csv as pacsv
+        import pyarrow.parquet as pq
+
         path, fmt = Path(spec["path"]), spec["format"]
         try:  # schema only: parquet metadata, or the first CSV block
             names = pq.read_schema(path).names if fmt == "parquet" else pacsv.open_csv(path).schema.names
@@ -323,6 +333,7 @@ def split_bounds(rows: int, o: _Options) -> tuple[int, int, int]:
 
 
 def make_windows(x: np.ndarray, price: np.ndarray, o: _Options) -> TensorDataset:
+    import numpy as np
     L, h = o.context_length, o.horizon
     n_train, val_start, n_val = split_bounds(len(price), o)
     # Standardise with rows covered by training windows only (0 .. n_train + L - 2).
@@ -336,6 +347,8 @@ def make_windows(x: np.ndarray, price: np.ndarray, o: _Options) -> TensorDataset
     labels = (price[ends + h] / price[ends] - 1.0 > o.threshold).astype(np.float32)
 
     def part(a: np.ndarray, lo: int, n: int) -> torch.Tensor:
+        import torch
+
         return torch.from_numpy(np.ascontiguousarray(a[lo: lo + n]))
 
     train_y, val_y = part(labels, 0, n_train), part(labels, val_start, n_val)

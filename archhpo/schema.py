@@ -1,0 +1,119 @@
+"""The names archhpo's layers share, defined once: architecture keys, training parameters and
+the attributes a trial records.
+
+Every module that lists these names reads them from here (the search space, the options, the
+trial builder, the queue, the export, the DataFrame, the report and the train command);
+tests/test_schema.py fails if a second literal list of the architecture keys appears in the
+package.  This module imports nothing but the standard library and archhpo.errors, so every layer may use it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from archhpo.errors import ArchhpoError
+
+# ----------------------------------------------------------------------------- architecture
+ARCH_KEYS = ("d_model", "n_layers", "n_heads", "d_ff")
+"""The four dimensions the grid enumerates and a trial's architecture is given by."""
+
+PARAM_COUNT = "param_count"
+ARCH_RECORD = (*ARCH_KEYS, PARAM_COUNT)
+"""What a trial records of its architecture: the dimensions and the exact parameter count."""
+
+ARCH_HELP = {
+    "d_model": "model width",
+    "n_layers": "transformer layers",
+    "n_heads": "attention heads",
+    "d_ff": "feed-forward width",
+}
+
+
+# ----------------------------------------------------------------------------- training parameters
+@dataclass(frozen=True)
+class TrainingParam:
+    """One training parameter the plan samples (SPEC §5).
+
+    ``kind`` "log" is a log-uniform float range (lo, hi), "choice" a set of integers;
+    ``full`` is the range of a full study, ``quick`` that of a ``--quick`` study.
+    """
+
+    name: str
+    type: type
+    kind: Literal["log", "choice"]
+    full: tuple[float, ...] | tuple[int, ...]
+    quick: tuple[float, ...] | tuple[int, ...]
+
+
+TRAINING = (
+    TrainingParam("learning_rate", float, "log", (1e-4, 1e-3), (1e-4, 1e-3)),
+    TrainingParam("epochs", int, "choice", (50, 75, 100), (2, 3, 4)),
+    TrainingParam("batch_size", int, "choice", (32, 64, 128, 256), (32, 64, 128, 256)),
+    TrainingParam("weight_decay", float, "log", (1e-5, 1e-3), (1e-5, 1e-3)),
+    TrainingParam("warmup_steps", int, "choice", (100, 200, 300, 500), (10, 20, 30, 50)),
+)
+TRAINING_PARAMS = tuple(p.name for p in TRAINING)
+"""The training parameters' names, in the order the plan, the CSV and the report show them."""
+
+ARCH_INDEX = "arch_idx"
+PLAN_PARAMS = (ARCH_INDEX, *TRAINING_PARAMS)
+"""The Optuna parameters of a planned trial: the grid row's index and the training parameters."""
+
+
+def training_param(name: str) -> TrainingParam:
+    return next(p for p in TRAINING if p.name == name)
+
+
+# ----------------------------------------------------------------------------- trial attributes
+class Attr:
+    """The user attributes a trial records (Optuna ``trial.user_attrs`` keys)."""
+
+    PHASE = "phase"  # 1 exploration, 2 exploitation, 3 confirmation
+    PLAN_SLOT = "plan_slot"  # the planned trial's position in the plan
+    SEED = "seed"  # the training seed (paired studies and confirmations)
+    RANK = "rank"  # a confirmation trial: the rank of the architecture it retrains
+    ATTEMPT = "attempt"  # 1, then 2 for the retry of a trial whose worker vanished
+    RETRY_OF = "retry_of"  # the number of the trial a retry repeats
+    DURATION_S = "duration_s"
+    TRAIN_LOSS = "train_loss"
+    BASELINE_VAL_LOSS = "baseline_val_loss"
+    FAIL_REASON = "fail_reason"  # set by a worker: a deliberate FAIL (NaN, OOM, refused) is final
+    OOM_SHARED = "oom_shared"  # an out-of-memory error while sharing a GPU (retried on a whole one)
+    WHOLE_GPU = "whole_gpu"  # only a worker with a GPU of its own claims this trial
+    CLAIM_TOKEN = "claim_token"  # who holds a RUNNING trial: heartbeat/report/finish are fenced on it
+
+
+__all__ = [
+    "SCHEDULES",
+    "check_schedule",
+    "schedule_options",
+    "ARCH_HELP",
+    "ARCH_INDEX",
+    "ARCH_KEYS",
+    "ARCH_RECORD",
+    "PARAM_COUNT",
+    "PLAN_PARAMS",
+    "TRAINING",
+    "TRAINING_PARAMS",
+    "Attr",
+    "TrainingParam",
+    "training_param",
+]
+
+
+# The learning-rate schedules of the trainer (workers/_train.py): cosine decay, or WSD (warm-up,
+# a stable rate, then a 1-sqrt cooldown over the last `cooldown` fraction of the steps).
+SCHEDULES = ("cosine", "wsd")
+
+
+def check_schedule(schedule: str, cooldown: float) -> None:
+    if schedule not in SCHEDULES or not 0 <= cooldown < 1:
+        raise ArchhpoError(f"Unknown schedule {schedule!r} or cooldown {cooldown} outside [0, 1); "
+                           "use --schedule cosine or wsd and --cooldown such as 0.2.")
+
+
+def schedule_options(schedule: str, cooldown: float) -> dict[str, Any]:
+    """The schedule as study/trial options: nothing for cosine (a study's identity is unchanged)."""
+    check_schedule(schedule, cooldown)
+    return {} if schedule == "cosine" else {"schedule": schedule, "cooldown": float(cooldown)}

@@ -1,0 +1,65 @@
+"""One schema: the architecture keys and the training parameters are written out only in
+archhpo/schema.py, and the layers that list them read them from there."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from archhpo import schema
+
+REPO = Path(__file__).resolve().parents[1]
+PACKAGE = ("archhpo", "budgets", "cluster", "models", "report", "search", "workers")
+
+
+def _literal_lists(names: tuple[str, ...]) -> list[str]:
+    """Every tuple/list/set literal outside archhpo/schema.py naming all of `names` as strings."""
+    found = []
+    for folder in PACKAGE:
+        for path in sorted((REPO / folder).rglob("*.py")):
+            if path == REPO / "archhpo" / "schema.py":
+                continue
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                if isinstance(node, ast.Tuple | ast.List | ast.Set):
+                    strings = {e.value for e in node.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)}
+                    if set(names) <= strings:
+                        found.append(f"{path.relative_to(REPO)}:{node.lineno}")
+    return found
+
+
+def test_no_second_literal_list_of_the_architecture_keys() -> None:
+    assert _literal_lists(schema.ARCH_KEYS) == []
+
+
+def test_no_second_literal_list_of_the_training_parameters() -> None:
+    assert _literal_lists(schema.TRAINING_PARAMS) == []
+
+
+def test_the_scan_finds_a_literal_list() -> None:
+    """The scan itself works: schema.py's own definition is what it would report elsewhere."""
+    tree = ast.parse((REPO / "archhpo" / "schema.py").read_text())
+    tuples = [n for n in ast.walk(tree) if isinstance(n, ast.Tuple)
+              and {e.value for e in n.elts if isinstance(e, ast.Constant)} >= set(schema.ARCH_KEYS)]
+    assert len(tuples) == 1
+
+
+def test_layers_read_the_schema() -> None:
+    from archhpo._options import ARCH_OPTIONS, TRAINING_OPTIONS
+    from archhpo.budgets import ARCH_DIMS
+    from archhpo.report._frame import ARCH_COLUMNS, TRAINING_COLUMNS
+    from archhpo.search._space import FULL_SPACE, QUICK_SPACE
+    from archhpo.workers._build import PLANNED_KEYS
+
+    assert ARCH_OPTIONS is ARCH_DIMS is schema.ARCH_KEYS
+    assert ARCH_COLUMNS is schema.ARCH_RECORD
+    assert TRAINING_OPTIONS is TRAINING_COLUMNS is PLANNED_KEYS is schema.TRAINING_PARAMS
+    for param in schema.TRAINING:
+        assert getattr(FULL_SPACE, param.name) == param.full
+        assert getattr(QUICK_SPACE, param.name) == param.quick
+
+
+def test_training_parameters_are_the_searched_ones() -> None:
+    from archhpo.search._space import FULL_SPACE
+
+    assert tuple(FULL_SPACE.distributions(3)) == schema.PLAN_PARAMS
+    assert tuple(FULL_SPACE.as_dict()) == schema.TRAINING_PARAMS
