@@ -274,7 +274,7 @@ def place_workers(queues: list[TrialQueue], opts: RunOptions) -> Placement:
     need = mem = None
     if opts.device != "cpu" and gpus >= 1 and opts.gpus_per_trial in (None, "auto"):
         need, mem = largest_trial_bytes(queues), _gpu_memory()
-    return choose_placement(opts.gpus_per_trial, opts.device, gpus, opts.workers, need, mem)
+    return choose_placement(opts.gpus_per_trial, opts.device, gpus, opts.workers or DEFAULT_WORKERS, need, mem)
 
 
 DEFAULT_WORKERS = 2  # workers on a cluster without GPUs (with GPUs: one per GPU)

@@ -38,6 +38,7 @@ class LM(nn.Module):
         self.norm = nn.LayerNorm(d)
         # True above the diagonal = a later token may not be attended to; not saved (derived).
         causal = torch.ones(cfg.seq_len, cfg.seq_len, dtype=torch.bool).triu(1)
+        self.causal: torch.Tensor
         self.register_buffer("causal", causal, persistent=False)
         self._init_weights()
 
@@ -49,7 +50,9 @@ class LM(nn.Module):
                 nn.init.zeros_(module.bias)
         # nanoGPT: each block adds two projections to the residual stream; keep its variance flat.
         for block in self.blocks:
+            assert isinstance(block, Block)  # for the type checker: a ModuleList holds Modules
             for proj in (block.attn.out, block.ff[-1]):
+                assert isinstance(proj, nn.Linear)
                 nn.init.normal_(proj.weight, std=0.02 / math.sqrt(2 * self.cfg.n_layers))
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:

@@ -155,8 +155,8 @@ def _start(model: nn.Module, data: TensorDataset, cfg: TrainConfig, resume: dict
     gen = torch.Generator(device=device).manual_seed(cfg.seed)
     total = math.ceil(data.n_train / cfg.batch_size) * cfg.epochs
     # fused: one kernel for the whole update on CUDA (the CPU path keeps the default foreach).
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay,
-                            **({"fused": True} if device.type == "cuda" else {}))
+    fused: dict[str, Any] = {"fused": True} if device.type == "cuda" else {}
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay, **fused)
     shape = lr_lambda(cfg.warmup_steps, total, cfg.min_lr_ratio, cfg.schedule, cfg.cooldown)
     run = _Run(model, opt, torch.optim.lr_scheduler.LambdaLR(opt, shape), gen, device.type == "cuda")
     if resume is None:
