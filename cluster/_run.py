@@ -260,6 +260,7 @@ class RunOptions:
     checkpoint_dir: Path | None = None
     refresh_s: float = 1.0
     local_gpus: int | None = None  # GPUs of a local Ray instance (default: detected; tests: logical)
+    threads: int | None = None  # torch threads per worker (default: see worker_threads)
 
 
 def _fmt_eta(seconds: float | None) -> str:
@@ -297,6 +298,24 @@ def check_run_options(storage_url: str, opts: RunOptions) -> None:
         )
     if opts.workers < 1:
         raise ArchhpoError(f"--workers must be at least 1, got {opts.workers}.")
+    if opts.threads is not None and opts.threads < 1:
+        raise ArchhpoError(f"--threads must be at least 1, got {opts.threads}.")
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity, e.g. a container's cpuset), not the host's."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # no sched_getaffinity (macOS)
+        return os.cpu_count() or 1
+
+
+def worker_threads(workers: int, threads: int | None, cores: int, cluster: bool) -> int:
+    """Torch threads per worker: --threads if given; on a cluster 1 (each task holds one Ray CPU);
+    locally the cores split evenly, cores // workers (at least 1), so N workers never oversubscribe."""
+    if threads is not None:
+        return threads
+    return 1 if cluster else max(1, cores // workers)
 
 
 def run_workers(
@@ -309,19 +328,18 @@ def run_workers(
     storage = open_storage(storage_url, create=False)
     queues = {n: TrialQueue(storage_url, n, storage=storage) for n in names}
     run_id = uuid.uuid4().hex[:12]
-    cpus = os.cpu_count() or 1
+    cpus = usable_cores()
+    threads = worker_threads(opts.workers, opts.threads, cpus, bool(opts.ray_address))
     if opts.ray_address:
         ray.init(address=opts.ray_address, logging_level="WARNING",
                  runtime_env={"env_vars": {"RAY_USAGE_STATS_ENABLED": "0"}})
-        threads = 1
     else:
         # A private local instance: random ports, bound to loopback, no dashboard.
         # address="local": never attach to some other Ray already running on this machine.
         with loopback_only():  # every listener on 127.0.0.1, not just the dashboard
-            ray.init(address="local", num_cpus=max(cpus, opts.workers), num_gpus=opts.local_gpus,
+            ray.init(address="local", num_cpus=max(cpus, opts.workers * threads), num_gpus=opts.local_gpus,
                      include_dashboard=False,
                      logging_level="WARNING", _node_ip_address="127.0.0.1", configure_logging=True)
-        threads = max(1, cpus // opts.workers)
     try:
         placement = place_workers(list(queues.values()), opts)
     except BaseException:  # e.g. --device cuda on a cluster without GPUs: leave no Ray behind

@@ -239,7 +239,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             raise ArchhpoError(f"--gpus-per-trial {gpus} must lie between 0 and the GPUs of one node.")
     url = resolve_storage_url(args.storage)
     opts = RunOptions(workers=args.workers, ray_address=args.ray_address, device=args.device,
-                      gpus_per_trial=gpus, out_dir=Path(args.out), checkpoint_dir=Path(args.checkpoint_dir))
+                      gpus_per_trial=gpus, out_dir=Path(args.out), checkpoint_dir=Path(args.checkpoint_dir),
+                      threads=args.threads)
     check_run_options(url, opts)  # refused means nothing written: before _launch_all opens the database
     names = _launch_all(args)
     statuses = run_workers(url, names, opts)
