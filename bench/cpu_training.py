@@ -143,8 +143,11 @@ def main() -> None:
     p.add_argument("--encoders", default=",".join(PAPER_ENCODERS))
     args = ap.parse_args()
     print(f"commit {git_commit()}, {platform.node()}, {os.cpu_count()} cores, "
-          f"{dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC")
-    cores(args) if args.what == "cores" else paper(args)
+          f"{dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC")
+    if args.what == "cores":
+        cores(args)
+    else:
+        paper(args)
 
 
 if __name__ == "__main__":
