@@ -181,7 +181,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("storage", None, str, "database URL (default $ARCHHPO_STORAGE, else sqlite:///archhpo.db)",
            (*STUDY_COMMANDS, WORKER, EXPORT, DASHBOARD, REPORT)),
     Option("device", "auto", str, "auto, cpu or cuda", (WORKER, RUN, TRAIN)),
-    Option("threads", None, int, "torch CPU threads", (WORKER, TRAIN)),
+    Option("threads", None, int, "torch CPU threads (run: per worker; default cores / --workers)",
+           (WORKER, RUN, TRAIN)),
     Option("checkpoint_dir", "checkpoints", str, "per-epoch checkpoints, so a retried trial resumes (shared "
            "storage on a cluster)", (WORKER, RUN), env="ARCHHPO_CHECKPOINT_DIR", metavar="DIR"),
     Option("checkpoint_every", 1, int, "write a trial's checkpoint every N validated epochs (a retry resumes from "

@@ -291,6 +291,7 @@ class RunOptions:
     checkpoint_every: int = 1  # validated epochs between two checkpoints of a trial
     refresh_s: float = 1.0
     local_gpus: int | None = None  # GPUs of a local Ray instance (default: detected; tests: logical)
+    threads: int | None = None  # torch threads per worker (default: see worker_threads)
 
 
 def _fmt_eta(seconds: float | None) -> str:
@@ -330,6 +331,24 @@ def check_run_options(storage_url: str, opts: RunOptions) -> None:
         raise ArchhpoError(f"--checkpoint-every must be at least 1 epoch, got {opts.checkpoint_every}.")
     if opts.workers is not None and opts.workers < 1:
         raise ArchhpoError(f"--workers must be at least 1, got {opts.workers}.")
+    if opts.threads is not None and opts.threads < 1:
+        raise ArchhpoError(f"--threads must be at least 1, got {opts.threads}.")
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity, e.g. a container's cpuset), not the host's."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # no sched_getaffinity (macOS)
+        return os.cpu_count() or 1
+
+
+def worker_threads(workers: int, threads: int | None, cores: int, cluster: bool) -> int:
+    """Torch threads per worker: --threads if given; on a cluster 1 (each task holds one Ray CPU);
+    locally the cores split evenly, cores // workers (at least 1), so N workers never oversubscribe."""
+    if threads is not None:
+        return threads
+    return 1 if cluster else max(1, cores // workers)
 
 
 def finished_plans(storage_url: str, names: list[str]) -> dict[str, PlanStatus] | None:
@@ -365,19 +384,22 @@ def _start_ray(opts: RunOptions) -> int:
     """Join the cluster at --ray-address, else start a private local one; the threads per worker."""
     import ray
 
-    cpus = os.cpu_count() or 1
+    cpus = usable_cores()
     if opts.ray_address:
         ray.init(address=opts.ray_address, logging_level=logging.WARNING,
                  runtime_env={"env_vars": {"RAY_USAGE_STATS_ENABLED": "0"}})
-        return 1
+        return worker_threads(opts.workers or 1, opts.threads, cpus, cluster=True)
     # A private local instance: random ports, bound to loopback, no dashboard; address="local":
-    # never attach to some other Ray already running on this machine.
+    # never attach to some other Ray already running on this machine. Sized for workers x threads,
+    # so an explicit --threads never leaves a worker waiting for CPUs.
     token_auth_without_advice()
+    need = (opts.workers or 1) * (opts.threads or 1)
     with loopback_only():  # every listener on 127.0.0.1, not just the dashboard
-        ray.init(address="local", num_cpus=max(cpus, opts.workers or 1), num_gpus=opts.local_gpus,
+        ray.init(address="local", num_cpus=max(cpus, need), num_gpus=opts.local_gpus,
                  include_dashboard=False, logging_level=logging.WARNING, _node_ip_address="127.0.0.1",
                  configure_logging=True)
-    return max(1, cpus // max(1, opts.workers or _cluster_gpus() or DEFAULT_WORKERS))
+    workers = opts.workers or _cluster_gpus() or DEFAULT_WORKERS
+    return worker_threads(workers, opts.threads, cpus, cluster=False)
 
 
 def _cluster_gpus() -> int:

@@ -11,9 +11,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from archhpo.models._dropout import Dropout, attention
 from archhpo.models._flops import block_params
 
-__all__ = ["Attention", "Block", "block_params"]  # block_params lives with the closed forms (no torch)
+__all__ = ["Attention", "Block", "EncoderLayer", "block_params"]  # block_params lives with the closed forms (no torch)
 
 
 class Attention(nn.Module):
@@ -39,7 +40,7 @@ class Attention(nn.Module):
         # q's dtype, not x's: under autocast q is bf16/fp16 and SDPA wants the mask to match it.
         mask = _sdpa_mask(attn_mask, key_padding_mask, q.dtype)  # broadcastable to (B, h, L, L)
         p = self.dropout if self.training else 0.0
-        h = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)  # (B, h, L, d/h)
+        h = attention(q, k, v, mask, p)  # (B, h, L, d/h)
         return self.out(h.transpose(1, 2).reshape(b, n, d))  # (B, L, d)
 
 
@@ -77,9 +78,9 @@ class Block(nn.Module):
         self.attn = Attention(d_model, n_heads, bias=attn_bias, dropout=dropout)
         self.ff_norm = nn.LayerNorm(d_model)
         self.ff = nn.Sequential(
-            nn.Linear(d_model, d_ff), nn.GELU(), nn.Dropout(dropout), nn.Linear(d_ff, d_model)
+            nn.Linear(d_model, d_ff), nn.GELU(), Dropout(dropout), nn.Linear(d_ff, d_model)
         )
-        self.drop = nn.Dropout(dropout)
+        self.drop = Dropout(dropout)
 
     def forward(
         self,
@@ -89,3 +90,34 @@ class Block(nn.Module):
     ) -> torch.Tensor:
         x = x + self.drop(self.attn(self.attn_norm(x), attn_mask, key_padding_mask))  # (B, L, d)
         return x + self.drop(self.ff(self.ff_norm(x)))  # (B, L, d)
+
+
+class EncoderLayer(nn.TransformerEncoderLayer):
+    """``nn.TransformerEncoderLayer`` (same parameters and state-dict keys) whose dropouts are
+    ``archhpo.models._dropout``'s: cheap random bits on CPU, and attention dropout that keeps the
+    flash kernel whenever no dropout applies.  Off the CPU, or without dropout, it is the stock layer."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        p = self.dropout.p
+        self.dropout, self.dropout1, self.dropout2 = Dropout(p), Dropout(p), Dropout(p)
+
+    def _sa_block(
+        self,
+        x: torch.Tensor,
+        attn_mask: torch.Tensor | None,
+        key_padding_mask: torch.Tensor | None,
+        is_causal: bool = False,
+    ) -> torch.Tensor:
+        attn = self.self_attn
+        p = attn.dropout if self.training else 0.0
+        if p == 0.0 or x.device.type != "cpu" or not attn.batch_first or not attn._qkv_same_embed_dim:
+            return super()._sa_block(x, attn_mask, key_padding_mask, is_causal)
+        b, n, d = x.shape  # (B, L, d)
+        qkv = F.linear(x, attn.in_proj_weight, attn.in_proj_bias)  # (B, L, 3d)
+        q, k, v = qkv.view(b, n, 3, attn.num_heads, d // attn.num_heads).permute(2, 0, 3, 1, 4)
+        # The layer's forward has already made attn_mask additive (float); padding mask likewise.
+        mask = _sdpa_mask(attn_mask, key_padding_mask, q.dtype)  # broadcastable to (B, h, L, L)
+        h = attention(q, k, v, mask, p).transpose(1, 2).reshape(b, n, d)  # (B, L, d)
+        return self.dropout1(attn.out_proj(h))
+

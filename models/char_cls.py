@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from archhpo.models._blocks import EncoderLayer
 from archhpo.models._family import TensorDataset
 from archhpo.models.char_cls_spec import (  # noqa: F401 - re-exported
     FAMILY,
@@ -43,10 +44,10 @@ class CharCls(nn.Module):
         nn.init.normal_(self.pos_embed.weight, std=0.02)
         with torch.no_grad():
             self.tok_embed.weight[PAD_ID].zero_()
-        # A ModuleList rather than nn.TransformerEncoder: same parameters, no nested-tensor
+        # A ModuleList of EncoderLayer rather than nn.TransformerEncoder: same parameters, no nested-tensor
         # warning for norm_first layers.
         self.layers = nn.ModuleList(
-            nn.TransformerEncoderLayer(
+            EncoderLayer(
                 d, cfg.n_heads, cfg.d_ff, dropout=cfg.dropout, activation="gelu",
                 batch_first=True, norm_first=True,
             )

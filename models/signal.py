@@ -39,6 +39,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from archhpo.errors import ConfigError
+from archhpo.models._blocks import EncoderLayer
 from archhpo.models._family import TensorDataset
 from archhpo.models.data import multisignal
 from archhpo.models.signal_spec import (  # noqa: F401 - re-exported
@@ -175,10 +176,10 @@ class SignalTransformer(nn.Module):
             if cfg.encoder == "cat":
                 self.chan_embed = nn.Parameter(torch.empty(c, d))
                 nn.init.normal_(self.chan_embed, std=1.0)  # as the paper's nn.Embedding(C, d)
-        # A ModuleList rather than nn.TransformerEncoder: same parameters, no nested-tensor
+        # A ModuleList of EncoderLayer rather than nn.TransformerEncoder: same parameters, no nested-tensor
         # warning for norm_first layers.
         self.layers = nn.ModuleList(
-            nn.TransformerEncoderLayer(
+            EncoderLayer(
                 d, cfg.n_heads, cfg.d_ff, dropout=cfg.dropout, activation="gelu",
                 batch_first=True, norm_first=True,
             )

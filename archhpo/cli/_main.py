@@ -252,7 +252,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     url = resolve_storage_url(args.storage)
     opts = RunOptions(workers=args.workers, ray_address=args.ray_address, device=args.device,
                       gpus_per_trial=gpus, out_dir=Path(args.out), checkpoint_dir=Path(args.checkpoint_dir),
-                      checkpoint_every=args.checkpoint_every)
+                      checkpoint_every=args.checkpoint_every, threads=args.threads)
     check_run_options(url, opts)  # refused means nothing written: before _launch_all opens the database
     names = _launch_all(args)
     statuses = finished_plans(url, names)

@@ -1,0 +1,130 @@
+"""CPU dropout from cheap random bits (issue 18 part 1): the drop rate, the 1/(1 - p) scaling,
+reproducibility under a seed and across thread counts, attention dropout that is a dropout of the
+attention probabilities, and layers that equal PyTorch's own wherever no dropout applies."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from archhpo.models._blocks import Block, EncoderLayer
+from archhpo.models._dropout import Dropout, attention, drop_rate, dropout
+
+
+@pytest.mark.parametrize("p", [0.1, 0.5, 0.9])
+def test_drop_rate_and_scaling_match_p_within_binomial_noise(p: float) -> None:
+    torch.manual_seed(0)
+    n = 1_000_003  # odd: the last int64 draw is only partly used
+    y = dropout(torch.ones(n), p, training=True)
+    dropped = int((y == 0).sum())
+    sd = math.sqrt(n * p * (1 - p))  # binomial standard deviation of the dropped count
+    assert abs(dropped - n * p) < 5 * sd
+    assert abs(drop_rate(p) - p) <= 2**-16
+    # Every kept value is exactly 1/(1 - rate): the expectation of each value is kept.
+    kept = y[y != 0]
+    assert torch.equal(kept, torch.full_like(kept, 1.0 / (1.0 - drop_rate(p))))
+
+
+def test_masks_are_independent_across_positions() -> None:
+    # Lanes come four to an int64 word; neighbouring values must not be dropped together.
+    torch.manual_seed(1)
+    p, n = 0.5, 400_000
+    d = (dropout(torch.ones(n), p, training=True) == 0).float()
+    both = float((d[:-1] * d[1:]).mean())
+    sd = math.sqrt(0.25 * 0.75 / n)
+    assert abs(both - 0.25) < 5 * sd
+
+
+def test_same_seed_same_mask_whatever_the_thread_count() -> None:
+    x = torch.randn(64, 159, 64)
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        torch.manual_seed(7)
+        one = dropout(x, 0.1, training=True)
+        torch.set_num_threads(2)
+        torch.manual_seed(7)
+        two = dropout(x, 0.1, training=True)
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.equal(one, two)
+    torch.manual_seed(8)
+    assert not torch.equal(one, dropout(x, 0.1, training=True))
+
+
+def test_no_dropout_in_eval_or_at_p_zero_and_gradient_is_masked() -> None:
+    x = torch.randn(10, 10)
+    assert dropout(x, 0.3, training=False) is x
+    assert dropout(x, 0.0, training=True) is x
+    x.requires_grad_(True)
+    torch.manual_seed(2)
+    y = Dropout(0.3)(x)
+    y.sum().backward()
+    # d y / d x is the scaled mask itself: 0 where dropped, 1/(1 - rate) where kept.
+    assert torch.equal(x.grad, (y != 0).float() / (1 - drop_rate(0.3)))
+
+
+def test_attention_dropout_drops_the_attention_probabilities() -> None:
+    torch.manual_seed(3)
+    q, k, v = (torch.randn(2, 3, 7, 4) for _ in range(3))
+    mask = torch.zeros(7, 7).masked_fill(torch.ones(7, 7, dtype=torch.bool).triu(1), float("-inf"))
+    p = 0.4
+    torch.manual_seed(4)
+    got = attention(q, k, v, mask, p)
+    probs = torch.softmax(q @ k.transpose(-2, -1) / 2.0 + mask, dim=-1)  # sqrt(d/h) = 2
+    torch.manual_seed(4)  # the same random bits, drawn for a tensor of the probabilities' shape
+    want = dropout(probs, p, training=True) @ v
+    assert torch.allclose(got, want, atol=1e-6)
+    # Without dropout it is SDPA itself.
+    assert torch.equal(attention(q, k, v, mask, 0.0), F.scaled_dot_product_attention(q, k, v, attn_mask=mask))
+
+
+def _stock_pair(p: float) -> tuple[EncoderLayer, nn.TransformerEncoderLayer]:
+    torch.manual_seed(5)
+    ours = EncoderLayer(16, 4, 32, dropout=p, activation="gelu", batch_first=True, norm_first=True)
+    stock = nn.TransformerEncoderLayer(16, 4, 32, dropout=p, activation="gelu", batch_first=True, norm_first=True)
+    stock.load_state_dict(ours.state_dict())  # same keys: checkpoints of either load into the other
+    return ours, stock
+
+
+def test_encoder_layer_is_the_stock_layer_without_dropout() -> None:
+    x = torch.randn(3, 9, 16)
+    causal = torch.ones(9, 9, dtype=torch.bool).triu(1)
+    ours, stock = _stock_pair(0.1)
+    ours.eval()
+    stock.eval()
+    assert torch.equal(ours(x, src_mask=causal, is_causal=True), stock(x, src_mask=causal, is_causal=True))
+    ours, stock = _stock_pair(0.0)  # training, p = 0: the flash path, as PyTorch's layer takes it
+    assert torch.equal(ours(x, src_mask=causal, is_causal=True), stock(x, src_mask=causal, is_causal=True))
+
+
+def test_encoder_layer_explicit_attention_computes_the_stock_attention() -> None:
+    # A p too small to drop anything (rate 0) still takes the explicit CPU path in training.
+    x = torch.randn(3, 9, 16)
+    causal = torch.ones(9, 9, dtype=torch.bool).triu(1)
+    ours, stock = _stock_pair(1e-9)
+    assert drop_rate(1e-9) == 0.0
+    stock.eval()
+    got = ours(x, src_mask=causal, is_causal=True)
+    assert torch.allclose(got, stock(x, src_mask=causal, is_causal=True), atol=1e-5)
+    pad = torch.zeros(3, 9, dtype=torch.bool)
+    pad[0, 7:] = True
+    assert torch.allclose(ours(x, src_key_padding_mask=pad), stock(x, src_key_padding_mask=pad), atol=1e-5)
+
+
+def test_block_and_encoder_layer_drop_in_training_and_repeat_under_a_seed() -> None:
+    x = torch.randn(4, 11, 16)
+    for layer in (Block(16, 4, 32, dropout=0.2), _stock_pair(0.2)[0]):
+        layer.train()
+        torch.manual_seed(6)
+        a = layer(x)
+        torch.manual_seed(6)
+        b = layer(x)
+        torch.manual_seed(9)
+        c = layer(x)
+        layer.eval()
+        assert torch.equal(a, b) and not torch.equal(a, c) and not torch.equal(a, layer(x))
