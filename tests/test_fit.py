@@ -9,7 +9,15 @@ import numpy as np
 import pytest
 from scipy.optimize import minimize
 
-from archhpo.report._fit import _bounds, _lm_batch, _objective, fit_json, fit_law, predict, within_budget_replicates
+from archhpo.report._fit import (
+    _bounds,
+    _lm_batch,
+    _objective,
+    fit_json,
+    fit_law,
+    predict,
+    within_budget_replicates,
+)
 
 LAWS = [(1.7, 400.0, 0.34), (0.25, 30.0, 0.28), (3.0, 2000.0, 0.5)]
 
