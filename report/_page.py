@@ -152,7 +152,8 @@ def budget_noise(group: pd.DataFrame) -> tuple[float | None, str]:
     pooled = math.sqrt(float(((n[rep] - 1) * var[rep]).sum() / (n[rep] - 1).sum()))
     seeded = bool((runs["seed"].nunique() > 1)[rep].any())
     kind = "seed spread" if seeded else "spread of repeated runs"
-    return pooled, f"{kind} of {int(rep.sum())} configurations run {int(n[rep].sum())} times"
+    n_conf = int(rep.sum())
+    return pooled, f"{kind}: {n_conf} configuration{'s' if n_conf > 1 else ''} run {int(n[rep].sum())} times"
 
 
 def _noise_columns(group: pd.DataFrame, row: dict[str, Any]) -> dict[str, Any]:
