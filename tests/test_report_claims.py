@@ -86,6 +86,9 @@ def test_csv_with_two_experiments_needs_experiment_and_writes_nothing(tmp_path: 
     assert main(["report", "--csv", str(path), "--out", str(tmp_path / "r")]) == 2
     assert "hold 2 experiments (a, b); pass --experiment NAME" in capsys.readouterr().err
     assert not (tmp_path / "r").exists()
+    assert main(["report", "--out", str(tmp_path / "r")]) == 2  # a database names no experiment of its own
+    assert "Reading a database needs --experiment NAME" in capsys.readouterr().err
+    assert not (tmp_path / "r").exists()
     assert main(["report", "--csv", str(path), "--experiment", "b", "--out", str(tmp_path / "r")]) == 0
     assert (tmp_path / "r" / "b_report.html").is_file()
 
