@@ -166,9 +166,9 @@ def _draw_law(ax: Any, frame: pd.DataFrame, fit: dict[str, Any] | None) -> None:
     if not fit:
         return
     if fit.get("status") != "fitted":
+        # The reason is long (it is in the page and the JSON); a short title keeps the points clear.
         what = "no measurable scaling" if fit.get("status") == "no_scaling" else "no law fitted"
-        ax.text(0.02, 0.02, f"{what}: {fit.get('reason')}", transform=ax.transAxes, fontsize=7, color="0.25",
-                wrap=True, va="bottom")
+        ax.set_title(f"{what}: no law drawn (reason in the report)", fontsize=8, loc="left", color="0.25")
         return
     counts = _finished(frame)["param_count"]
     lo, hi = math.log10(counts.min()) - 0.15, math.log10(counts.max()) + 0.15
@@ -243,7 +243,7 @@ def plot_loss_vs_depth_width(frame: pd.DataFrame, max_points: int = MAX_POINTS) 
 def plot_val_curves(frame: pd.DataFrame, top: int = 5) -> Figure:
     """The per-epoch validation curves of each budget's `top` best trials."""
     labels = budgets_in(frame)
-    fig, axes = _grid(len(labels), 4.2, 3.3, wspace=0.3, hspace=0.55)
+    fig, axes = _grid(len(labels), 4.2, 4.3, wspace=0.3, hspace=0.75, bottom=1.5)
     best = ranked(frame)
     for ax, budget in zip(axes, labels, strict=False):
         ax.set_title(budget)
@@ -262,7 +262,8 @@ def plot_val_curves(frame: pd.DataFrame, top: int = 5) -> Figure:
             ax.set_xlabel("epoch")
             ax.set_ylabel("validation loss")
             ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))  # epochs are whole
-            _legend(ax, 6)
+            # below the panel: inside it, a legend always covers some curve
+            ax.legend(fontsize=6, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2, frameon=False)
         else:
             _empty(ax, "no per-epoch curves recorded")
     if not labels:
@@ -290,7 +291,7 @@ def plot_phase1_params(frame: pd.DataFrame, max_points: int = MAX_POINTS) -> Fig
             _empty(ax, "not recorded")
             continue
         for budget, group in sub.groupby("budget", sort=False):
-            ax.scatter(group[col], group["val_loss"], s=8, alpha=0.6, color=colors[budget], lw=0,
+            ax.scatter(group[col], group["val_loss"], s=10, alpha=0.85, color=colors[budget], edgecolor="0.15", lw=0.3,
                        label=budget, rasterized=True)
         _param_axis(ax, col, sub[col])
     axes[0].set_ylabel("validation loss")
@@ -305,8 +306,13 @@ def _param_axis(ax: Any, col: str, values: pd.Series) -> None:
     (no minor labels to overlap), categorical ones (epochs, batch size, warm-up) their values."""
     if col in ("learning_rate", "weight_decay"):
         ax.set_xscale("log")
-        ax.xaxis.set_major_locator(matplotlib.ticker.LogLocator(numticks=3))
-        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+        ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
+        lo, hi = float(values[values > 0].min()), float(values.max())
+        if hi / lo < 100:  # a range inside two decades: ends and middle, one significant digit
+            ticks = sorted({float(f"{t:.0e}") for t in (lo, math.sqrt(lo * hi), hi)})
+            ax.set_xticks(ticks, [f"{t:.0e}".replace("e-0", "e-") for t in ticks])
+        else:
+            ax.xaxis.set_major_locator(matplotlib.ticker.LogLocator(numticks=3))
         return
     if col == "batch_size":
         ax.set_xscale("log", base=2)

@@ -440,7 +440,7 @@ def gap_text(s: pd.Series) -> str:
     elif _f(s.get("noise_std")) is not None:
         text += f"; noise {_fmt(s['noise_std'], 2)} ({s['noise_source']})"
     else:
-        text += "; noise not measured (no repeated run)"
+        text += "; noise not measured (no repeated run: --paired-seeds or --confirm measure it)"
     return text
 
 

@@ -56,7 +56,7 @@ def test_a_flat_experiment_says_no_measurable_scaling_everywhere(tmp_path: Path,
     fig = plot_loss_vs_params(frame, fit)
     labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
     assert "95% bootstrap band" not in labels and not any(t.startswith("L = ") for t in labels)
-    assert any(t.get_text().startswith("no measurable scaling: ") for t in fig.axes[0].texts)
+    assert fig.axes[0].get_title(loc="left") == "no measurable scaling: no law drawn (reason in the report)"
 
 
 def test_a_real_trend_is_fitted_and_printed_as_a_law(tmp_path: Path) -> None:
@@ -122,7 +122,7 @@ def test_a_budget_without_repeats_says_noise_is_not_measured(tmp_path: Path) -> 
     rows[1].update(d_model=128, n_layers=4)
     report = write_report("once", csv=_write(rows, tmp_path / "o.csv"), out=tmp_path / "r", n_boot=50)
     assert report.summary is not None and report.summary["tie_within_noise"].isna().all()
-    assert "noise not measured (no repeated run)" in report.html.read_text()
+    assert "noise not measured (no repeated run: --paired-seeds or --confirm measure it)" in report.html.read_text()
 
 
 def test_file_list_links_and_figure_axes(tmp_path: Path) -> None:
