@@ -142,7 +142,7 @@ def plot_loss_vs_params(frame: pd.DataFrame, fit: dict[str, Any] | None = None,
     """Validation loss against exact parameter count: every finished trial coloured by budget,
     the best per budget as a star, the trivial baseline, and the fitted law with its 95%
     bootstrap band when the fit's status is ``fitted``."""
-    fig = _figure()
+    fig = _figure(8.2, right=2.0)
     ax = fig.add_subplot()
     if not _scatter_by_budget(ax, frame, "param_count", max_points):
         _empty(ax, "no finished trial")
@@ -155,8 +155,9 @@ def plot_loss_vs_params(frame: pd.DataFrame, fit: dict[str, Any] | None = None,
 
 
 def _legend(ax: Any, fontsize: float = 7) -> None:
-    """The legend where it covers the fewest points and lines (matplotlib's 'best')."""
-    ax.legend(fontsize=fontsize, loc="best", framealpha=0.85)
+    """The legend beside the axes (the figure keeps a right margin for it): inside, it covers
+    some point or curve, and matplotlib's loc="best" searches every point (slow at 20,000)."""
+    ax.legend(fontsize=fontsize, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
 
 
 def _draw_law(ax: Any, frame: pd.DataFrame, fit: dict[str, Any] | None) -> None:
@@ -228,7 +229,7 @@ def plot_arch_plane(frame: pd.DataFrame) -> Figure:
 @_styled
 def plot_loss_vs_depth_width(frame: pd.DataFrame, max_points: int = MAX_POINTS) -> Figure:
     """Validation loss against the depth-to-width ratio n_layers / d_model, coloured by budget."""
-    fig = _figure()
+    fig = _figure(8.2, right=2.0)
     ax = fig.add_subplot()
     if not _scatter_by_budget(ax, frame, "depth_to_width", max_points):
         _empty(ax, "no finished trial")
@@ -280,7 +281,7 @@ def plot_phase1_params(frame: pd.DataFrame, max_points: int = MAX_POINTS) -> Fig
     df = _finished(frame)
     if df["phase"].notna().any():
         df = df[df["phase"] == 1]
-    fig = _figure(11, 3.3, wspace=0.12, bottom=0.75)
+    fig = _figure(11.8, 3.3, wspace=0.12, bottom=0.75, right=0.9)
     axes = fig.subplots(1, len(TRAINING_COLUMNS), sharey=True)
     colors = budget_colors(frame)
     shown = _sample(df, max_points)
@@ -326,7 +327,7 @@ def _param_axis(ax: Any, col: str, values: pd.Series) -> None:
 @_styled
 def plot_loss_vs_compute(frame: pd.DataFrame, max_points: int = MAX_POINTS) -> Figure:
     """Validation loss against training compute (FLOPs of every sample trained on)."""
-    fig = _figure()
+    fig = _figure(8.2, right=2.0)
     ax = fig.add_subplot()
     if not _scatter_by_budget(ax, frame, "train_flops", max_points):
         _empty(ax, "no training compute recorded (train_flops)")
