@@ -133,7 +133,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("config", None, str, "experiment file (TOML, or YAML with pyyaml) holding any of this command's "
            "options; flags on the line win", (LAUNCH, RUN), metavar="FILE"),
     Option("experiment", None, str, "experiment name; its studies are named {experiment}_{budget}",
-           (LAUNCH, RUN, WORKER, EXPORT, REPORT), required=(WORKER, EXPORT, REPORT)),
+           (LAUNCH, RUN, WORKER, EXPORT, REPORT), required=(WORKER, EXPORT)),
     Option("budget", None, str, "parameter budget such as 2M, 20M, 1.5B, 500K; repeat for several "
            "(launch/run: or pin the architecture with --d-model ... instead)",
            (GRID, LAUNCH, RUN, WORKER, EXPORT), repeat=True, required=(GRID,)),

@@ -27,8 +27,9 @@ SPEC_COLUMNS = (
 # Appended after SPEC §8's columns (which stay first and unchanged); readers must cope without them.
 EXTRA_COLUMNS = (
     "state", "phase", "plan_slot", "seed", "family", "choices", "best_epoch", "flops_per_sample",
-    "train_flops", "samples_per_s", "val_curve",
+    "train_flops", "samples_per_s", "val_curve", "baseline_val_loss",
 )
+# Then each family metric a trial recorded (``val_accuracy``, ...), sorted by name.
 CSV_COLUMNS = SPEC_COLUMNS + EXTRA_COLUMNS
 RESULTS_CSV = "experiment_results.csv"
 
@@ -52,6 +53,13 @@ def finished_trials(study: optuna.Study) -> list[FrozenTrial]:
     return sorted(study.get_trials(deepcopy=False, states=states), key=lambda t: t.number)
 
 
+def _family_metrics(attrs: dict[str, Any]) -> dict[str, Any]:
+    """The family's own metrics of a trial (``val_<name>`` numbers), so a report read from the
+    CSV shows the same family-metrics table as one read from the database."""
+    return {k: v for k, v in attrs.items() if k.startswith("val_") and k not in ("val_loss", "val_curve")
+            and isinstance(v, int | float) and not isinstance(v, bool)}
+
+
 def result_rows(study: optuna.Study, settings: StudySettings) -> list[dict[str, Any]]:
     rows = []
     for t in finished_trials(study):
@@ -68,6 +76,8 @@ def result_rows(study: optuna.Study, settings: StudySettings) -> list[dict[str, 
             "choices": json.dumps(arch.get("choices") or {}, sort_keys=True),
             **{k: t.user_attrs.get(k) for k in ("best_epoch", "flops_per_sample", "train_flops", "samples_per_s")},
             "val_curve": json.dumps([[int(step), v] for step, v in sorted(t.intermediate_values.items())]),
+            "baseline_val_loss": t.user_attrs.get("baseline_val_loss"),
+            **_family_metrics(t.user_attrs),
         }
         rows.append(row)
     return rows
@@ -75,10 +85,12 @@ def result_rows(study: optuna.Study, settings: StudySettings) -> list[dict[str, 
 
 def csv_text(rows: list[dict[str, Any]]) -> str:
     buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=CSV_COLUMNS, lineterminator="\n")
+    metrics = sorted({k for row in rows for k in row if k not in CSV_COLUMNS})
+    columns = [*CSV_COLUMNS, *metrics]
+    writer = csv.DictWriter(buf, fieldnames=columns, lineterminator="\n")
     writer.writeheader()
     for row in rows:
-        writer.writerow({k: ("" if row.get(k) is None else row.get(k)) for k in CSV_COLUMNS})
+        writer.writerow({k: ("" if row.get(k) is None else row.get(k)) for k in columns})
     return buf.getvalue()
 
 

@@ -28,11 +28,12 @@ _STYLE: Any = {"font.size": 9, "axes.titlesize": 10, "axes.grid": True, "grid.al
 
 
 def budget_colors(frame: pd.DataFrame) -> dict[str, Any]:
-    """One colour per budget, smallest budget darkest (viridis), stable across figures."""
+    """One colour per budget, smallest budget darkest (viridis), stable across figures; the
+    scale stops before viridis' pale yellow so the largest budget's points stay visible."""
     labels = budgets_in(frame)
     cmap = matplotlib.colormaps["viridis"]
     n = max(len(labels) - 1, 1)
-    return {b: cmap(0.85 * i / n) for i, b in enumerate(labels)}
+    return {b: cmap(0.75 * i / n) for i, b in enumerate(labels)}
 
 
 def _finished(frame: pd.DataFrame) -> pd.DataFrame:
@@ -63,13 +64,40 @@ def _styled(func: Any) -> Any:
 
 
 def _figure(width: float = 6.4, height: float = 4.2, wspace: float = 0.3, hspace: float = 0.5,
-            bottom: float = 0.55) -> Figure:
+            bottom: float = 0.55, right: float = 0.25, top: float = 0.6) -> Figure:
     """A figure with fixed margins in inches (a constrained layout costs more than drawing at
     20,000 trials, and these figures' labels are known in advance)."""
     fig = Figure(figsize=(width, height))
-    fig.subplots_adjust(left=0.8 / width, right=1 - 0.25 / width, bottom=bottom / height, top=1 - 0.6 / height,
+    fig.subplots_adjust(left=0.8 / width, right=1 - right / width, bottom=bottom / height, top=1 - top / height,
                         wspace=wspace, hspace=hspace)
     return fig
+
+
+def _grid(n_panels: int, width: float, height: float, **margins: Any) -> tuple[Figure, list[Any]]:
+    """Panels in rows of at most three; a figure of one or two panels is only as wide as they
+    are (no half-empty canvas); unused cells are hidden."""
+    n = max(n_panels, 1)
+    cols = n if n <= 3 else min(3, math.ceil(math.sqrt(n)))  # four panels: 2 x 2, not 3 + 1
+    rows = math.ceil(n / cols)
+    fig = _figure(width * cols + 0.4, height * rows + 0.6, **margins)
+    axes = list(fig.subplots(rows, cols, squeeze=False).ravel())
+    for ax in axes[n_panels:]:
+        ax.set_visible(False)
+    return fig, axes
+
+
+def baseline_loss(frame: pd.DataFrame, budget: str | None = None) -> float | None:
+    """The trivial baseline loss (a model that ignores its input: the training base rate, or
+    the unigram entropy), as the families record it in ``baseline_val_loss``; None if absent."""
+    values = frame["baseline_val_loss"] if budget is None else frame.loc[frame["budget"] == budget, "baseline_val_loss"]
+    values = values.dropna()
+    return float(values.median()) if len(values) else None
+
+
+def _draw_baseline(ax: Any, frame: pd.DataFrame, budget: str | None = None) -> None:
+    base = baseline_loss(frame, budget)
+    if base is not None:
+        ax.axhline(base, color="0.35", ls="--", lw=1.0, label=f"trivial baseline {base:.4g}")
 
 
 def _empty(ax: Any, text: str) -> None:
@@ -93,12 +121,13 @@ def _scatter_by_budget(ax: Any, frame: pd.DataFrame, x: str, max_points: int, lo
     shown = _sample(df, max_points, best)
     size = 14 if len(shown) < 400 else 5
     for budget, group in shown.groupby("budget", sort=False):
-        ax.scatter(group[x], group["val_loss"], s=size, alpha=0.55, color=colors[budget], lw=0,
+        ax.scatter(group[x], group["val_loss"], s=size, alpha=0.8, color=colors[budget], edgecolor="0.15", lw=0.3,
                    label=f"{budget} ({(df['budget'] == budget).sum()} trials)", rasterized=True)
     if mark_best:
         b = df.loc[df.index.intersection(best)]
         ax.scatter(b[x], b["val_loss"], marker="*", s=160, color=[colors[v] for v in b["budget"]],
                    edgecolor="black", lw=0.8, zorder=5, label="best per budget")
+    _draw_baseline(ax, frame)
     if logx:
         ax.set_xscale("log")
     ax.set_ylabel("validation loss")
@@ -111,29 +140,45 @@ def _scatter_by_budget(ax: Any, frame: pd.DataFrame, x: str, max_points: int, lo
 def plot_loss_vs_params(frame: pd.DataFrame, fit: dict[str, Any] | None = None,
                         max_points: int = MAX_POINTS) -> Figure:
     """Validation loss against exact parameter count: every finished trial coloured by budget,
-    the best per budget as a star, and the fitted law with its 95% bootstrap band."""
-    from archhpo.report._fit import band, predict
-
-    fig = _figure()
+    the best per budget as a star, the trivial baseline, and the fitted law with its 95%
+    bootstrap band when the fit's status is ``fitted``."""
+    fig = _figure(8.2, right=2.0)
     ax = fig.add_subplot()
     if not _scatter_by_budget(ax, frame, "param_count", max_points):
         _empty(ax, "no finished trial")
         return fig
     ax.set_xlabel("parameters (exact count)")
-    if fit and fit.get("E"):
-        counts = _finished(frame)["param_count"]
-        lo, hi = math.log10(counts.min()) - 0.15, math.log10(counts.max()) + 0.15
-        n = np.logspace(lo, hi, 200)
-        low, high = band(fit, n)
-        ax.fill_between(n, low, high, color="tab:red", alpha=0.15, lw=0, label="95% bootstrap band")
-        e, a, alpha = (fit[k]["estimate"] for k in ("E", "A", "alpha"))
-        ax.plot(n, predict(fit, n), color="tab:red", lw=1.5,
-                label=f"L = {e:.3g} + {a:.3g}·N^-{alpha:.3g}")
-    elif fit and fit.get("reason"):
-        ax.text(0.02, 0.02, f"no fit: {fit['reason']}", transform=ax.transAxes, fontsize=7, color="0.35")
-    ax.legend(fontsize=7, loc="upper right")
+    _draw_law(ax, frame, fit)
+    _legend(ax)
     fig.suptitle("Validation loss against parameter count")
     return fig
+
+
+def _legend(ax: Any, fontsize: float = 7) -> None:
+    """The legend beside the axes (the figure keeps a right margin for it): inside, it covers
+    some point or curve, and matplotlib's loc="best" searches every point (slow at 20,000)."""
+    ax.legend(fontsize=fontsize, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
+
+
+def _draw_law(ax: Any, frame: pd.DataFrame, fit: dict[str, Any] | None) -> None:
+    """The law and its band only when the fit's status is ``fitted``; otherwise say why not."""
+    from archhpo.report._fit import band, predict
+
+    if not fit:
+        return
+    if fit.get("status") != "fitted":
+        # The reason is long (it is in the page and the JSON); a short title keeps the points clear.
+        what = "no measurable scaling" if fit.get("status") == "no_scaling" else "no law fitted"
+        ax.set_title(f"{what}: no law drawn (reason in the report)", fontsize=8, loc="left", color="0.25")
+        return
+    counts = _finished(frame)["param_count"]
+    lo, hi = math.log10(counts.min()) - 0.15, math.log10(counts.max()) + 0.15
+    n = np.logspace(lo, hi, 200)
+    low, high = band(fit, n)
+    if np.any(high > low):
+        ax.fill_between(n, low, high, color="tab:red", alpha=0.15, lw=0, label="95% bootstrap band")
+    e, a, alpha = (fit[k]["estimate"] for k in ("E", "A", "alpha"))
+    ax.plot(n, predict(fit, n), color="tab:red", lw=1.5, label=f"L = {e:.3g} + {a:.3g}·N^-{alpha:.3g}")
 
 
 @_styled
@@ -141,10 +186,7 @@ def plot_arch_plane(frame: pd.DataFrame) -> Figure:
     """Per budget, the (d_model, n_layers) plane coloured by the best loss reached there, the
     grid's extreme architectures ringed and the best cell starred."""
     labels = budgets_in(frame)
-    cols = min(3, max(len(labels), 1))
-    rows = max(math.ceil(len(labels) / cols), 1)
-    fig = _figure(4.2 * cols + 0.4, 3.3 * rows + 0.4, wspace=0.6, hspace=0.5)
-    axes = fig.subplots(rows, cols, squeeze=False).ravel()
+    fig, axes = _grid(len(labels), 4.3, 3.3, wspace=0.7, hspace=0.55, right=0.6, top=0.9)
     df = _finished(frame)
     df = df[df["d_model"].notna() & df["n_layers"].notna()]
     for ax, budget in zip(axes, labels, strict=False):
@@ -177,24 +219,23 @@ def plot_arch_plane(frame: pd.DataFrame) -> Figure:
             axis.set_minor_locator(matplotlib.ticker.NullLocator())
         ax.set_xlabel("d_model")
         ax.set_ylabel("n_layers")
-    for ax in axes[len(labels):]:
-        ax.set_visible(False)
     if not labels:
+        axes[0].set_visible(True)
         _empty(axes[0], "no budget")
-    fig.suptitle("Best loss over the (d_model, n_layers) plane (red rings: the grid's extremes; star: best)")
+    fig.suptitle("Best loss over the (d_model, n_layers) plane\n(red rings: the grid's extremes; star: best)")
     return fig
 
 
 @_styled
 def plot_loss_vs_depth_width(frame: pd.DataFrame, max_points: int = MAX_POINTS) -> Figure:
     """Validation loss against the depth-to-width ratio n_layers / d_model, coloured by budget."""
-    fig = _figure()
+    fig = _figure(8.2, right=2.0)
     ax = fig.add_subplot()
     if not _scatter_by_budget(ax, frame, "depth_to_width", max_points):
         _empty(ax, "no finished trial")
         return fig
     ax.set_xlabel("depth-to-width ratio n_layers / d_model")
-    ax.legend(fontsize=7, loc="upper right")
+    _legend(ax)
     fig.suptitle("Validation loss against depth-to-width ratio")
     return fig
 
@@ -203,10 +244,7 @@ def plot_loss_vs_depth_width(frame: pd.DataFrame, max_points: int = MAX_POINTS) 
 def plot_val_curves(frame: pd.DataFrame, top: int = 5) -> Figure:
     """The per-epoch validation curves of each budget's `top` best trials."""
     labels = budgets_in(frame)
-    cols = min(3, max(len(labels), 1))
-    rows = max(math.ceil(len(labels) / cols), 1)
-    fig = _figure(3.9 * cols + 0.3, 3.2 * rows + 0.4, wspace=0.3, hspace=0.5)
-    axes = fig.subplots(rows, cols, squeeze=False).ravel()
+    fig, axes = _grid(len(labels), 4.2, 4.3, wspace=0.3, hspace=0.75, bottom=1.5)
     best = ranked(frame)
     for ax, budget in zip(axes, labels, strict=False):
         ax.set_title(budget)
@@ -221,14 +259,16 @@ def plot_val_curves(frame: pd.DataFrame, top: int = 5) -> Figure:
                     label=f"#{rank + 1} trial {int(row['trial'])} ({row['val_loss']:.4g})")
             drawn += 1
         if drawn:
+            _draw_baseline(ax, frame, budget)
             ax.set_xlabel("epoch")
             ax.set_ylabel("validation loss")
-            ax.legend(fontsize=6, loc="upper right")
+            ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))  # epochs are whole
+            # below the panel: inside it, a legend always covers some curve
+            ax.legend(fontsize=6, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2, frameon=False)
         else:
             _empty(ax, "no per-epoch curves recorded")
-    for ax in axes[len(labels):]:
-        ax.set_visible(False)
     if not labels:
+        axes[0].set_visible(True)
         _empty(axes[0], "no budget")
     fig.suptitle(f"Validation curves of each budget's {top} best trials")
     return fig
@@ -241,7 +281,7 @@ def plot_phase1_params(frame: pd.DataFrame, max_points: int = MAX_POINTS) -> Fig
     df = _finished(frame)
     if df["phase"].notna().any():
         df = df[df["phase"] == 1]
-    fig = _figure(11, 3.3, wspace=0.12, bottom=0.75)
+    fig = _figure(11.8, 3.3, wspace=0.12, bottom=0.75, right=0.9)
     axes = fig.subplots(1, len(TRAINING_COLUMNS), sharey=True)
     colors = budget_colors(frame)
     shown = _sample(df, max_points)
@@ -252,29 +292,48 @@ def plot_phase1_params(frame: pd.DataFrame, max_points: int = MAX_POINTS) -> Fig
             _empty(ax, "not recorded")
             continue
         for budget, group in sub.groupby("budget", sort=False):
-            ax.scatter(group[col], group["val_loss"], s=8, alpha=0.6, color=colors[budget], lw=0,
+            ax.scatter(group[col], group["val_loss"], s=10, alpha=0.85, color=colors[budget], edgecolor="0.15", lw=0.3,
                        label=budget, rasterized=True)
-        if col in ("learning_rate", "weight_decay"):
-            ax.set_xscale("log")
-        elif col in ("batch_size",):
-            ax.set_xscale("log", base=2)
+        _param_axis(ax, col, sub[col])
     axes[0].set_ylabel("validation loss")
     if not shown.empty:
-        axes[-1].legend(fontsize=6, loc="upper right")
+        _legend(axes[-1], 6)
     fig.suptitle("Phase-1 training parameters against validation loss")
     return fig
+
+
+def _param_axis(ax: Any, col: str, values: pd.Series) -> None:
+    """Readable ticks for a training parameter: log axes get at most three labelled decades
+    (no minor labels to overlap), categorical ones (epochs, batch size, warm-up) their values."""
+    if col in ("learning_rate", "weight_decay"):
+        ax.set_xscale("log")
+        ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
+        lo, hi = float(values[values > 0].min()), float(values.max())
+        if hi / lo < 100:  # a range inside two decades: ends and middle, one significant digit
+            ticks = sorted({float(f"{t:.0e}") for t in (lo, math.sqrt(lo * hi), hi)})
+            ax.set_xticks(ticks, [f"{t:.0e}".replace("e-0", "e-") for t in ticks])
+        else:
+            ax.xaxis.set_major_locator(matplotlib.ticker.LogLocator(numticks=3))
+        return
+    if col == "batch_size":
+        ax.set_xscale("log", base=2)
+        ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
+    ticks = sorted(set(values.astype(int)))
+    if len(ticks) > 5:
+        ticks = ticks[:: math.ceil(len(ticks) / 5)]
+    ax.set_xticks(ticks, [str(t) for t in ticks])
 
 
 @_styled
 def plot_loss_vs_compute(frame: pd.DataFrame, max_points: int = MAX_POINTS) -> Figure:
     """Validation loss against training compute (FLOPs of every sample trained on)."""
-    fig = _figure()
+    fig = _figure(8.2, right=2.0)
     ax = fig.add_subplot()
     if not _scatter_by_budget(ax, frame, "train_flops", max_points):
         _empty(ax, "no training compute recorded (train_flops)")
         return fig
     ax.set_xlabel("training compute (FLOPs)")
-    ax.legend(fontsize=7, loc="upper right")
+    _legend(ax)
     fig.suptitle("Validation loss against training compute")
     return fig
 
@@ -304,6 +363,7 @@ def make_figures(frame: pd.DataFrame, fit: dict[str, Any] | None = None,
 
 __all__ = [
     "FIGURES",
+    "baseline_loss",
     "make_figures",
     "plot_arch_plane",
     "plot_loss_vs_compute",

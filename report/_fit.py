@@ -5,7 +5,15 @@ e = log E, a = log A and alpha; the predicted log loss is logsumexp(e, a - alpha
 objective is the Huber loss (delta 1e-3) of the residuals log L_pred - log L_obs, minimised by
 L-BFGS-B from a grid of starting points (the best end point wins).  95% intervals: percentile
 intervals over bootstrap refits on budget points resampled with replacement (resamples with
-fewer than three distinct budgets cannot identify three parameters and are drawn again).
+fewer than three distinct budgets cannot identify three parameters and are drawn again), each
+budget's point itself redrawn from a resample of that budget's trials (seeds, where there are
+any, as whole units), so three budgets give real intervals.
+
+``status`` says what the fit can claim: ``too_few_budgets`` (under three budgets: no fit),
+``no_scaling`` (a fit whose slope is not resolved: alpha at a bound of its range, A not
+distinguishable from 0, or a 95% interval of the loss ratio between the largest and the
+smallest budget that includes 1; ``reason`` says which) or ``fitted``.  Only a ``fitted`` law
+is printed as a law anywhere.
 """
 
 from __future__ import annotations
@@ -25,6 +33,8 @@ DELTA = 1e-3
 N_BOOT = 1000
 MIN_BUDGETS = 3
 _ALPHA_BOUNDS = (1e-4, 4.0)
+_A_FLOOR = 1e-3  # a reducible loss under 0.1% of the loss at the smallest budget counts as none
+STATUSES = ("fitted", "no_scaling", "too_few_budgets")
 
 
 @contextlib.contextmanager
@@ -94,9 +104,10 @@ def _bounds(logn: np.ndarray, logl: np.ndarray) -> list[tuple[float, float]]:
 
 def _per_problem(theta: np.ndarray, logn: np.ndarray, logl: np.ndarray, weights: np.ndarray,
                  delta: float) -> np.ndarray:
-    """The objective of B problems at once: theta (B, 3), weights (B, k) = each point's count."""
-    t = theta[:, 1:2] - theta[:, 2:3] * logn[None, :]
-    r = np.logaddexp(theta[:, 0:1], t) - logl[None, :]
+    """The objective of B problems at once: theta (B, 3), weights (B, k) = each point's count;
+    logn and logl are (k,) points shared by every problem or (B, k), one row per problem."""
+    t = theta[:, 1:2] - theta[:, 2:3] * logn
+    r = np.logaddexp(theta[:, 0:1], t) - logl
     absr = np.abs(r)
     return (weights * np.where(absr <= delta, 0.5 * r * r / delta, absr - 0.5 * delta)).sum(1)
 
@@ -106,7 +117,9 @@ def _lm_batch(logn: np.ndarray, logl: np.ndarray, weights: np.ndarray, theta0: n
     """Minimise the same Huber objective for B problems at once (the bootstrap refits) by
     Levenberg-Marquardt steps on its iteratively reweighted least-squares form, vectorised in
     numpy: a step is kept only where it lowers that problem's objective, so every problem
-    descends monotonically from its start."""
+    descends monotonically from its start.  logn/logl: (k,) shared points or (B, k) per problem."""
+    shape = (len(theta0), weights.shape[1])
+    logn, logl = np.broadcast_to(logn, shape), np.broadcast_to(logl, shape)
     lo = np.array([b[0] for b in _bounds(logn, logl)])
     hi = np.array([b[1] for b in _bounds(logn, logl)])
     theta = np.clip(theta0.astype(float).copy(), lo, hi)
@@ -117,15 +130,15 @@ def _lm_batch(logn: np.ndarray, logl: np.ndarray, weights: np.ndarray, theta0: n
     for _ in range(iters):
         if not active.any():
             break
-        th, w = theta[active], weights[active]
+        th, w, ln, ll = theta[active], weights[active], logn[active], logl[active]
         e, a, alpha = th[:, 0:1], th[:, 1:2], th[:, 2:3]
-        pred = np.logaddexp(e, a - alpha * logn[None, :])
-        r = pred - logl[None, :]
+        pred = np.logaddexp(e, a - alpha * ln)
+        r = pred - ll
         absr = np.abs(r)
         irls = w * np.where(absr <= delta, 1.0 / delta, 1.0 / np.maximum(absr, delta))
         w_e = np.exp(e - pred)
         w_t = 1.0 - w_e
-        jac = np.stack([w_e, w_t, -w_t * logn[None, :]], axis=-1)  # (b, k, 3)
+        jac = np.stack([w_e, w_t, -w_t * ln], axis=-1)  # (b, k, 3)
         grad = np.einsum("bk,bkj->bj", irls * r, jac)
         hess = np.einsum("bk,bki,bkj->bij", irls, jac, jac)
         diag = np.einsum("bii->bi", hess)[:, :, None] * eye
@@ -135,7 +148,7 @@ def _lm_batch(logn: np.ndarray, logl: np.ndarray, weights: np.ndarray, theta0: n
         except np.linalg.LinAlgError:
             step = -grad * 1e-3
         new = np.clip(th + step, lo, hi)
-        f_new = _per_problem(new, logn, logl, w, delta)
+        f_new = _per_problem(new, ln, ll, w, delta)
         ok = f_new < f[active]
         idx = np.flatnonzero(active)
         theta[idx[ok]] = new[ok]
@@ -195,87 +208,195 @@ def fit_law(
     seed: int = 0,
     delta: float = DELTA,
     labels: list[str] | None = None,
+    replicates: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> dict[str, Any]:
     """Fit L(N) = E + A N^-alpha to points (N, L); see the module docstring.
 
-    Returns the keys of ``{experiment}_scaling_fit.json`` (``law``, ``n_budgets``, ``points``,
-    ``E``, ``A``, ``alpha`` as ``{"estimate", "ci95"}``, ``method``; ``reason`` when there is no
-    fit) plus ``samples``, an (n_boot, 3) array of bootstrap (E, A, alpha) (not written to JSON).
+    `replicates` are resamples within each point's own data: (N, L) arrays of shape (R, k), row
+    r a redraw of every point (`within_budget_replicates`); bootstrap refit i uses row i mod R.
+    Returns the keys of ``{experiment}_scaling_fit.json`` (``status``, ``reason``, ``law``,
+    ``n_budgets``, ``points``, ``E``, ``A``, ``alpha`` as ``{"estimate", "ci95"}``,
+    ``loss_ratio``, ``method``) plus ``samples``, an (n_boot, 3) array of bootstrap (E, A,
+    alpha) (not written to JSON).
     """
     with _one_blas_thread():
-        return _fit_law(n, loss, n_boot, seed, delta, labels)
+        return _fit_law(n, loss, n_boot, seed, delta, labels, replicates)
 
 
-def _fit_law(n: Any, loss: Any, n_boot: int, seed: int, delta: float, labels: list[str] | None) -> dict[str, Any]:
-    n = np.asarray(n, dtype=float)
-    loss = np.asarray(loss, dtype=float)
-    labels = labels or [str(int(x)) for x in n]
+def _skeleton(n: np.ndarray, loss: np.ndarray, labels: list[str], n_boot: int, seed: int,
+              delta: float, within: bool) -> dict[str, Any]:
     points = [{"budget": b, "param_count": int(x), "val_loss": float(v)} for b, x, v in zip(labels, n, loss, strict=True)]
+    resampled = ("the trials of each budget (seeds, where there are any, as whole units) and the budget points"
+                 if within else "the budget points")
     method: dict[str, Any] = {
         "objective": f"Huber loss (delta {delta:g}) of log(L_pred) - log(L_obs)",
         "parametrisation": "E = exp(e), A = exp(a); log L_pred = logsumexp(e, a - alpha log N)",
         "optimizer": "scipy.optimize.minimize L-BFGS-B from a grid of starting points",
-        "interval": f"95% percentile bootstrap, {n_boot} resamples of the budget points "
+        "interval": f"95% percentile bootstrap, {n_boot} resamples of {resampled} "
                     f"(resamples with fewer than {MIN_BUDGETS} distinct budgets redrawn), seed {seed}; "
                     "each refit minimises the same objective from the full-data estimate and from a "
                     "grid start by vectorised Levenberg-Marquardt (IRLS) steps, keeping the better end",
     }
-    out: dict[str, Any] = {"law": LAW, "n_budgets": len(points), "points": points,
-                           "E": None, "A": None, "alpha": None, "method": method}
-    ok = np.isfinite(n) & np.isfinite(loss) & (n > 0) & (loss > 0)
-    n_distinct = len(set(n[ok].tolist()))
-    if n_distinct < MIN_BUDGETS:
-        if not np.all(ok):
-            why = "positive finite losses"
-        else:
-            why = "different parameter counts"
-        out["reason"] = (f"fitting E, A and alpha needs at least {MIN_BUDGETS} budgets with a finished trial "
-                         f"(and {why}); this experiment has {n_distinct}")
-        out["samples"] = np.empty((0, 3))
-        return out
-    logn, logl = np.log(n[ok]), np.log(loss[ok])
-    theta, fun = _fit_once(logn, logl, _starts(logn, logl, coarse=False), delta)
-    method["starts"] = len(_starts(logn, logl, coarse=False))
-    rng = np.random.default_rng(seed)
-    k = len(logn)
+    return {"status": "too_few_budgets", "reason": None, "law": LAW, "n_budgets": len(points), "points": points,
+            "E": None, "A": None, "alpha": None, "loss_ratio": None, "method": method}
+
+
+def _too_few(out: dict[str, Any], ok: np.ndarray, n_distinct: int) -> dict[str, Any]:
+    why = "positive finite losses" if not np.all(ok) else "different parameter counts"
+    out["reason"] = (f"fitting E, A and alpha needs at least {MIN_BUDGETS} budgets with a finished trial "
+                     f"(and {why}); this experiment has {n_distinct}")
+    out["samples"] = np.empty((0, 3))
+    return out
+
+
+def _draws(k: int, n_boot: int, rng: np.random.Generator) -> np.ndarray:
+    """Bootstrap counts of the k budget points, (R, k): resamples with fewer than three distinct
+    budgets cannot identify three parameters and are drawn again."""
     chosen: list[np.ndarray] = []
     draws = 0
     while len(chosen) < n_boot and draws < 50 * n_boot:
         draws += 1
         idx = rng.integers(0, k, size=k)
-        if len(set(logn[idx].tolist())) >= MIN_BUDGETS:
+        if len(set(idx.tolist())) >= MIN_BUDGETS:
             chosen.append(np.bincount(idx, minlength=k))
-    i = len(chosen)
-    samples = np.empty((0, 3))
-    if i:
-        weights = np.array(chosen, dtype=float)
-        # every refit from the full-data estimate and from a second start; each keeps its better end
-        best_t, best_f = _lm_batch(logn, logl, weights, np.tile(theta, (i, 1)), delta)
-        for start in _starts(logn, logl, coarse=True)[:1]:
-            t2, f2 = _lm_batch(logn, logl, weights, np.tile(start, (i, 1)), delta)
-            better = f2 < best_f
-            best_t[better], best_f[better] = t2[better], f2[better]
-        samples = np.column_stack([np.exp(best_t[:, 0]), np.exp(best_t[:, 1]), best_t[:, 2]])
+    return np.array(chosen, dtype=float).reshape(-1, k)
+
+
+def _bootstrap(logn: np.ndarray, logl: np.ndarray, theta: np.ndarray, weights: np.ndarray,
+               within: tuple[np.ndarray, np.ndarray] | None, delta: float) -> np.ndarray:
+    """(E, A, alpha) of every bootstrap refit: the budget counts `weights`, each row's points
+    redrawn within their budgets when `within` (log N, log L rows) is given."""
+    i = len(weights)
+    if not i:
+        return np.empty((0, 3))
+    start = _starts(logn, logl, coarse=True)[0]
+    if within is not None:
+        rows = np.arange(i) % len(within[0])
+        logn, logl = within[0][rows], within[1][rows]
+    # every refit from the full-data estimate and from a second start; each keeps its better end
+    best_t, best_f = _lm_batch(logn, logl, weights, np.tile(theta, (i, 1)), delta)
+    t2, f2 = _lm_batch(logn, logl, weights, np.tile(start, (i, 1)), delta)
+    better = f2 < best_f
+    best_t[better] = t2[better]
+    return np.column_stack([np.exp(best_t[:, 0]), np.exp(best_t[:, 1]), best_t[:, 2]])
+
+
+def _ratio(logn: np.ndarray, logl: np.ndarray, within: tuple[np.ndarray, np.ndarray] | None,
+           samples: np.ndarray) -> dict[str, Any]:
+    """The loss of the largest budget over that of the smallest, with a 95% interval over the
+    within-budget resamples, or (without them) over the bootstrap laws at those two budgets."""
+    big, small = int(np.argmax(logn)), int(np.argmin(logn))
+    est = float(math.exp(logl[big] - logl[small]))
+    if within is not None:
+        draws = np.exp(within[1][:, big] - within[1][:, small])
+    elif len(samples):
+        ends = np.exp(logn[[big, small]])
+        curves = samples[:, 0:1] + samples[:, 1:2] * ends[None, :] ** -samples[:, 2:3]
+        draws = curves[:, 0] / curves[:, 1]
+    else:
+        return {"estimate": est, "ci95": [est, est]}
+    lo, hi = np.percentile(draws, [2.5, 97.5])
+    return {"estimate": est, "ci95": [float(lo), float(hi)]}
+
+
+def _verdict(theta: np.ndarray, samples: np.ndarray, ratio: dict[str, Any], logn: np.ndarray,
+             logl: np.ndarray) -> list[str]:
+    """Why the slope is not resolved (empty when it is): alpha at a bound of its range, A not
+    distinguishable from 0, or a loss-ratio interval that includes 1."""
+    reasons = []
+    alpha = float(theta[2])
+    lo, hi = _ALPHA_BOUNDS
+    if alpha <= lo * 1.01 or alpha >= hi * 0.99:
+        reasons.append(f"alpha = {alpha:.3g} sits at a bound of its range [{lo:g}, {hi:g}]")
+    small = int(np.argmin(logn))
+    n_min, l_min = math.exp(logn[small]), math.exp(logl[small])
+    reducible = math.exp(theta[1]) * n_min ** -alpha
+    low = float(np.percentile(samples[:, 1] * n_min ** -samples[:, 2], 2.5)) if len(samples) else reducible
+    if min(reducible, low) < _A_FLOOR * l_min:
+        reasons.append(f"A is not distinguishable from 0: the reducible loss A·N^-alpha at the smallest budget "
+                       f"is {reducible:.3g} (95% interval down to {low:.3g}), under {_A_FLOOR:.1%} of the loss there")
+    if not len(samples) or np.ptp(samples[:, 2]) <= 1e-9 * max(abs(alpha), 1.0):
+        reasons.append("the 95% intervals collapse to a point: no budget has a second trial or seed to resample "
+                       "and the budget points alone cannot be resampled")
+    r_lo, r_hi = ratio["ci95"]
+    if r_hi >= 1.0:
+        reasons.append(f"the 95% interval of the loss ratio between the largest and the smallest budget, "
+                       f"[{r_lo:.4g}, {r_hi:.4g}], includes 1")
+    return reasons
+
+
+def _fit_law(n: Any, loss: Any, n_boot: int, seed: int, delta: float, labels: list[str] | None,
+             replicates: tuple[np.ndarray, np.ndarray] | None) -> dict[str, Any]:
+    n, loss = np.asarray(n, dtype=float), np.asarray(loss, dtype=float)
+    out = _skeleton(n, loss, labels or [str(int(x)) for x in n], n_boot, seed, delta, replicates is not None)
+    ok = np.isfinite(n) & np.isfinite(loss) & (n > 0) & (loss > 0)
+    n_distinct = len(set(n[ok].tolist()))
+    if n_distinct < MIN_BUDGETS:
+        return _too_few(out, ok, n_distinct)
+    logn, logl = np.log(n[ok]), np.log(loss[ok])
+    within = None
+    if replicates is not None:
+        rn, rl = (np.asarray(r, dtype=float)[:, ok] for r in replicates)
+        within = (np.log(rn), np.log(rl))
+    starts = _starts(logn, logl, coarse=False)
+    theta, fun = _fit_once(logn, logl, starts, delta)
+    weights = _draws(len(logn), n_boot, np.random.default_rng(seed))
+    samples = _bootstrap(logn, logl, theta, weights, within, delta)
     e, a, alpha = _natural(theta)
     for name, est, col in (("E", e, 0), ("A", a, 1), ("alpha", alpha, 2)):
-        lo, hi = (np.percentile(samples[:, col], [2.5, 97.5]) if i else (math.nan, math.nan))
+        lo, hi = (np.percentile(samples[:, col], [2.5, 97.5]) if len(samples) else (math.nan, math.nan))
         out[name] = {"estimate": est, "ci95": [float(lo), float(hi)]}
-    method["bootstrap_resamples"] = i
+    out["method"].update(starts=len(starts), bootstrap_resamples=len(samples))
+    out["loss_ratio"] = _ratio(logn, logl, within, samples)
+    reasons = _verdict(theta, samples, out["loss_ratio"], logn, logl)
+    out["status"] = "no_scaling" if reasons else "fitted"
+    out["reason"] = "; ".join(reasons) if reasons else None
     out["objective"] = fun
-    out["formula"] = f"L(N) = {e:.4g} + {a:.4g} * N^-{alpha:.4g}"
+    if not reasons:
+        out["formula"] = f"L(N) = {e:.4g} + {a:.4g} * N^-{alpha:.4g}"
     out["samples"] = samples
     return out
+
+
+def within_budget_replicates(units: list[tuple[np.ndarray, np.ndarray]], n_boot: int,
+                             seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Resamples of each budget's best trial within its own data: per budget, `units` holds
+    the best (parameter count, loss) of each resampling unit (a seed, or a trial where there
+    are no seeds).  A bootstrap resample of u units keeps its minimum; its rank among the
+    sorted units follows P(rank > j) = ((u - j) / u)^u, drawn exactly by inverse transform
+    (no (n_boot, u) index array, so 20,000 trials cost nothing).  Returns (N, L), (n_boot, k)."""
+    rng = np.random.default_rng(seed + 1)
+    ns, ls = [], []
+    for counts, losses in units:
+        order = np.argsort(losses, kind="stable")
+        u = len(order)
+        j = u * (1.0 - (1.0 - rng.random(n_boot)) ** (1.0 / u))
+        rank = np.clip(np.ceil(j).astype(int), 1, u) - 1
+        ns.append(np.asarray(counts, dtype=float)[order][rank])
+        ls.append(np.asarray(losses, dtype=float)[order][rank])
+    return np.column_stack(ns), np.column_stack(ls)
+
+
+def _units(group: Any) -> tuple[np.ndarray, np.ndarray]:
+    """(parameter count, loss) of the best trial of each seed, or of each trial without seeds."""
+    seeded = group[group["seed"].notna()]
+    if len(seeded) and seeded["seed"].nunique() > 1:
+        best = seeded.sort_values(["val_loss", "trial"], kind="stable").drop_duplicates("seed")
+        group = best
+    return group["param_count"].to_numpy(dtype=float), group["val_loss"].to_numpy(dtype=float)
 
 
 def fit_scaling_law(frame: Any, *, n_boot: int = N_BOOT, seed: int = 0, delta: float = DELTA) -> dict[str, Any]:
     """Fit L(N) = E + A N^-alpha to the best trial of each budget of a `trials_frame` frame
     (N = its exact parameter count).  Budgets without a finished trial are left out; with
-    fewer than three points E, A and alpha are None and ``reason`` says why.  The returned
-    dict is what ``{experiment}_scaling_fit.json`` holds, plus ``samples`` (bootstrap
-    (E, A, alpha) rows) for drawing the band with `band`."""
-    from archhpo.report._frame import best_and_runner_up
+    fewer than three points E, A and alpha are None and ``reason`` says why.  Intervals
+    resample the trials of each budget (`within_budget_replicates`) as well as the budgets.
+    The returned dict is what ``{experiment}_scaling_fit.json`` holds, plus ``samples``
+    (bootstrap (E, A, alpha) rows) for drawing the band with `band`."""
+    from archhpo.report._frame import best_and_runner_up, ranked
 
-    labels, ns, losses, trials = [], [], [], []
+    labels, ns, losses, trials, units = [], [], [], [], []
+    pool = ranked(frame)
     for budget, (best, _) in best_and_runner_up(frame).items():
         if best is None:
             continue
@@ -283,7 +404,9 @@ def fit_scaling_law(frame: Any, *, n_boot: int = N_BOOT, seed: int = 0, delta: f
         ns.append(best["param_count"])
         losses.append(best["val_loss"])
         trials.append(int(best["trial"]))
-    out = fit_law(ns, losses, n_boot=n_boot, seed=seed, delta=delta, labels=labels)
+        units.append(_units(pool[(pool["budget"] == budget) & pool["param_count"].notna()]))
+    replicates = within_budget_replicates(units, n_boot, seed) if units else None
+    out = fit_law(ns, losses, n_boot=n_boot, seed=seed, delta=delta, labels=labels, replicates=replicates)
     for point, trial in zip(out["points"], trials, strict=True):
         point["trial"] = trial
     return out
@@ -303,4 +426,4 @@ def fit_json(fit: dict[str, Any]) -> dict[str, Any]:
     return clean({k: v for k, v in fit.items() if k != "samples"})
 
 
-__all__ = ["LAW", "band", "fit_json", "fit_law", "fit_scaling_law", "predict"]
+__all__ = ["LAW", "STATUSES", "band", "fit_json", "fit_law", "fit_scaling_law", "predict", "within_budget_replicates"]

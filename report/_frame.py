@@ -159,65 +159,78 @@ def _read_trials(storage: Any, study_id: int, curves: bool = True) -> dict[int, 
     FrozenTrials through Optuna's ORM costs ~1 ms per trial, too slow for 20,000 trials).
     curves=False reads each trial's best intermediate value (SQL MIN) instead of its curve."""
     import sqlalchemy as sa
-    from optuna.distributions import json_to_distribution
     from optuna.trial import TrialState
 
     from archhpo.search._optuna_private import models as m
 
     states = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
-    trials: dict[int, dict[str, Any]] = {}
     t = m.TrialModel.__table__.c
+
+    def of_study(*columns: Any) -> Any:
+        """A select of `columns` (the first a trial_id) over the study's finished trials."""
+        return (sa.select(*columns).join(m.TrialModel.__table__, t.trial_id == columns[0])
+                .where(t.study_id == study_id, t.state.in_(states)))
+
     with storage.engine.connect() as conn:
         rows = conn.execute(
             sa.select(t.trial_id, t.number, t.state, t.datetime_complete)
             .where(t.study_id == study_id, t.state.in_(states))
         ).all()
-        for tid, number, state, done in rows:
-            trials[tid] = {"number": number, "state": state, "complete": done, "params": {}, "value": None,
-                           "attrs": {}, "curve": [], "best": None}
-        if not trials:
-            return trials
-
-        def of_study(*columns: Any) -> Any:
-            return (sa.select(*columns).join(m.TrialModel.__table__, t.trial_id == columns[0])
-                    .where(t.study_id == study_id, t.state.in_(states)))
-
-        dists: dict[str, Any] = {}
-        p = m.TrialParamModel.__table__.c
-        for tid, name, value, dist in conn.execute(of_study(p.trial_id, p.param_name, p.param_value,
-                                                            p.distribution_json)):
-            d = dists.get(dist) or dists.setdefault(dist, json_to_distribution(dist))
-            trials[tid]["params"][name] = d.to_external_repr(value)
-        v = m.TrialValueModel.__table__.c
-        for tid, value, kind in conn.execute(of_study(v.trial_id, v.value, v.value_type).where(v.objective == 0)):
-            trials[tid]["value"] = m.TrialValueModel.stored_repr_to_value(value, kind)
-        u = m.TrialUserAttributeModel.__table__.c
-        for tid, key, text in conn.execute(of_study(u.trial_id, u.key, u.value_json)):
-            trials[tid]["attrs"][key] = json.loads(text)
-        iv = m.TrialIntermediateValueModel.__table__.c
-        for tid, best in conn.execute(of_study(iv.trial_id, sa.func.min(iv.intermediate_value))
-                                      .group_by(iv.trial_id)):
-            trials[tid]["best"] = best  # NaN and inf are stored as NULL: the best finite value
-        if not curves:
-            return trials
-        # Curves: the finite values (nearly all rows) without the enum column, whose per-row
-        # conversion doubles the cost; the few NaN/inf epochs in a second query.
-        iv = m.TrialIntermediateValueModel.__table__.c
-        to_value = m.TrialIntermediateValueModel.stored_repr_to_intermediate_value
-        points: dict[int, list[tuple[int, float]]] = {}
-        for tid, step, value in conn.execute(
-            of_study(iv.trial_id, iv.step, iv.intermediate_value).where(iv.intermediate_value.is_not(None))
-        ):
-            points.setdefault(tid, []).append((step, value))
-        for tid, step, value, kind in conn.execute(
-            of_study(iv.trial_id, iv.step, iv.intermediate_value, iv.intermediate_value_type)
-            .where(iv.intermediate_value.is_(None))
-        ):
-            points.setdefault(tid, []).append((step, to_value(value, kind)))
-        for tid, pts in points.items():
-            pts.sort()
-            trials[tid]["curve"] = [[int(e), float(v)] for e, v in pts]
+        trials = {tid: {"number": number, "state": state, "complete": done, "params": {}, "value": None,
+                        "attrs": {}, "curve": [], "best": None} for tid, number, state, done in rows}
+        if trials:
+            _read_params_values_attrs(conn, of_study, trials)
+            if curves:
+                _read_curves(conn, of_study, trials)
     return trials
+
+
+def _read_params_values_attrs(conn: Any, of_study: Any, trials: dict[int, dict[str, Any]]) -> None:
+    """Fill each trial's params (external values), objective value, user attributes and best
+    intermediate value."""
+    import sqlalchemy as sa
+    from optuna.distributions import json_to_distribution
+
+    from archhpo.search._optuna_private import models as m
+
+    dists: dict[str, Any] = {}
+    p = m.TrialParamModel.__table__.c
+    for tid, name, value, dist in conn.execute(of_study(p.trial_id, p.param_name, p.param_value,
+                                                        p.distribution_json)):
+        d = dists.get(dist) or dists.setdefault(dist, json_to_distribution(dist))
+        trials[tid]["params"][name] = d.to_external_repr(value)
+    v = m.TrialValueModel.__table__.c
+    for tid, value, kind in conn.execute(of_study(v.trial_id, v.value, v.value_type).where(v.objective == 0)):
+        trials[tid]["value"] = m.TrialValueModel.stored_repr_to_value(value, kind)
+    u = m.TrialUserAttributeModel.__table__.c
+    for tid, key, text in conn.execute(of_study(u.trial_id, u.key, u.value_json)):
+        trials[tid]["attrs"][key] = json.loads(text)
+    iv = m.TrialIntermediateValueModel.__table__.c
+    for tid, best in conn.execute(of_study(iv.trial_id, sa.func.min(iv.intermediate_value))
+                                  .group_by(iv.trial_id)):
+        trials[tid]["best"] = best  # NaN and inf are stored as NULL: the best finite value
+
+
+def _read_curves(conn: Any, of_study: Any, trials: dict[int, dict[str, Any]]) -> None:
+    """Fill each trial's per-epoch curve: the finite values (nearly all rows) without the enum
+    column, whose per-row conversion doubles the cost; the few NaN/inf epochs in a second query."""
+    from archhpo.search._optuna_private import models as m
+
+    iv = m.TrialIntermediateValueModel.__table__.c
+    to_value = m.TrialIntermediateValueModel.stored_repr_to_intermediate_value
+    points: dict[int, list[tuple[int, float]]] = {}
+    for tid, step, value in conn.execute(
+        of_study(iv.trial_id, iv.step, iv.intermediate_value).where(iv.intermediate_value.is_not(None))
+    ):
+        points.setdefault(tid, []).append((step, value))
+    for tid, step, value, kind in conn.execute(
+        of_study(iv.trial_id, iv.step, iv.intermediate_value, iv.intermediate_value_type)
+        .where(iv.intermediate_value.is_(None))
+    ):
+        points.setdefault(tid, []).append((step, to_value(value, kind)))
+    for tid, pts in points.items():
+        pts.sort()
+        trials[tid]["curve"] = [[int(e), float(v)] for e, v in pts]
 
 
 def _study_rows(storage: Any, study_id: int, settings: Any, curves: bool = True) -> list[dict[str, Any]]:
@@ -402,7 +415,7 @@ def frame_from_csv(paths: Sequence[str | Path], experiment: str | None = None) -
 
 
 def trials_frame(
-    experiment: str,
+    experiment: str | None,
     storage: Any = None,
     csv: str | Path | Sequence[str | Path] | None = None,
     budgets: Sequence[str] | None = None,
@@ -429,6 +442,8 @@ def trials_frame(
 
             frame = frame[frame["budget"].isin({budget_label(b) for b in budgets})].reset_index(drop=True)
         return frame
+    if experiment is None:  # only CSV files may leave the experiment to their contents
+        raise StudyError("Reading a database needs an experiment name (archhpo report --experiment NAME).")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # Optuna's experimental-feature warnings
         return frame_from_storage(storage, experiment, budgets, curves)

@@ -31,6 +31,7 @@ import io
 import json
 import math
 import sys
+import urllib.parse
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,7 +55,7 @@ SUMMARY_COLUMNS = (
 SUMMARY_EXTRA = (
     "gap", "runner_up_trial", *(f"runner_up_{k}" for k in ARCH_RECORD), "choice", *TRAINING_PARAMS,
     "best_epoch", "train_flops", "confirm_n", "confirm_lead", "confirm_lead_ci95_lo", "confirm_lead_ci95_hi",
-    "confirm_within_noise",
+    "confirm_within_noise", "baseline_val_loss", "noise_std", "noise_source", "tie_within_noise",
 )
 CHOICE_COLUMNS = (
     "budget", "choice", "n_seeds", "mean", "std", "best_epoch", "param_count", "reference", "n_pairs",
@@ -138,6 +139,34 @@ def _failed(group: pd.DataFrame) -> int:
     return len(fails)
 
 
+def budget_noise(group: pd.DataFrame) -> tuple[float | None, str]:
+    """The measured noise of one budget: the pooled standard deviation (n-1) of the validation
+    loss over every configuration (architecture, choices and training parameters) that ran more
+    than once: seeds, confirmation retrains, repeated phase-1 runs.  (None, "") when none did."""
+    from archhpo.report._frame import TRAINING_COLUMNS
+
+    ok = group[(group["state"] == "COMPLETE") & group["val_loss"].notna()]
+    runs = ok.groupby([*ARCH, "choice", *TRAINING_COLUMNS], dropna=False)
+    n, var = runs["val_loss"].count(), runs["val_loss"].var(ddof=1)
+    rep = n >= 2
+    if not rep.any():
+        return None, ""
+    pooled = math.sqrt(float(((n[rep] - 1) * var[rep]).sum() / (n[rep] - 1).sum()))
+    seeded = bool((runs["seed"].nunique() > 1)[rep].any())
+    kind = "seed spread" if seeded else "spread of repeated runs"
+    n_conf = int(rep.sum())
+    return pooled, f"{kind}: {n_conf} configuration{'s' if n_conf > 1 else ''} run {int(n[rep].sum())} times"
+
+
+def _noise_columns(group: pd.DataFrame, row: dict[str, Any]) -> dict[str, Any]:
+    noise, source = budget_noise(group)
+    base = group["baseline_val_loss"].dropna()
+    gap = _f(row.get("gap"))
+    return {"noise_std": noise, "noise_source": source or None,
+            "tie_within_noise": (gap < noise) if noise is not None and gap is not None else None,
+            "baseline_val_loss": float(base.median()) if len(base) else None}
+
+
 def budget_summary(frame: pd.DataFrame, confirm: dict[str, dict[str, Any]] | None = None) -> pd.DataFrame:
     """One row per budget (`SUMMARY_COLUMNS`, then `SUMMARY_EXTRA` and the best trial's family
     metrics); budgets without a finished trial keep empty cells."""
@@ -163,6 +192,7 @@ def budget_summary(frame: pd.DataFrame, confirm: dict[str, dict[str, Any]] | Non
             row.update(runner_up_val_loss=_f(runner["val_loss"]), runner_up_trial=_i(runner["trial"]),
                        **{f"runner_up_{k}": _i(runner[k]) for k in (*ARCH, "param_count")})
             row["gap"] = row["runner_up_val_loss"] - row["val_loss"]
+        row.update(_noise_columns(group, row))
         c = confirm.get(budget)
         if c and c["architectures"]:
             top = c["architectures"][0]
@@ -282,14 +312,34 @@ def _arch_text(row: Any) -> str:
 
 
 def law_text(fit: dict[str, Any]) -> str:
-    if not fit.get("E"):
-        return f"No scaling law fitted: {fit.get('reason', 'no fit')}."
+    """The fit in one sentence: a law only when its status is ``fitted``."""
+    status = fit.get("status")
+    if status == "too_few_budgets" or not fit.get("E"):
+        return f"No scaling law fitted: {fit.get('reason') or 'no fit'}."
+    ratio = fit.get("loss_ratio") or {}
+    ratio_text = ""
+    if ratio:
+        lo, hi = ratio["ci95"]
+        ratio_text = (f" Loss of the largest budget over the smallest: {_fmt(ratio['estimate'])} "
+                      f"[{_fmt(lo)}, {_fmt(hi)}].")
+    if status == "no_scaling":
+        return f"No measurable scaling over {fit['n_budgets']} budgets: {fit['reason']}.{ratio_text}"
     parts = []
     for k in ("E", "A", "alpha"):
         est, (lo, hi) = fit[k]["estimate"], fit[k]["ci95"]
         parts.append(f"{k} = {_fmt(est)} [{_fmt(lo)}, {_fmt(hi)}]")
     return (f"L(N) = E + A·N^-alpha fitted to the best trial of {fit['n_budgets']} budgets: " + ", ".join(parts)
-            + f" (95% bootstrap intervals, {fit['method'].get('bootstrap_resamples', 0)} resamples).")
+            + f" (95% bootstrap intervals, {fit['method'].get('bootstrap_resamples', 0)} resamples)." + ratio_text)
+
+
+def fit_line(fit: dict[str, Any]) -> str:
+    """One line for a terminal (`run` and `report` end with it)."""
+    status = fit.get("status")
+    if status == "fitted":
+        return f"scaling: {fit['formula']}"
+    if status == "no_scaling":
+        return f"scaling: no measurable scaling ({fit['reason']})"
+    return f"scaling: no law fitted ({fit.get('reason') or 'no fit'})"
 
 
 def budget_note(budget: str, srow: pd.Series, best: pd.Series | None, confirm: dict[str, Any] | None,
@@ -308,7 +358,10 @@ def budget_note(budget: str, srow: pd.Series, best: pd.Series | None, confirm: d
             lines.append("")
             lines.append(f"**Runner-up:** trial {_i(srow['runner_up_trial'])} (d_model {_i(srow['runner_up_d_model'])}, "
                          f"{_i(srow['runner_up_n_layers'])} layers), loss {_fmt(srow['runner_up_val_loss'])}; "
-                         f"gap {_fmt(srow['gap'], 3)}.")
+                         f"gap {gap_text(srow)}.")
+        if _f(srow.get("baseline_val_loss")) is not None:
+            lines += ["", f"**Trivial baseline:** loss {_fmt(srow['baseline_val_loss'])} (a model that ignores "
+                          "its input)."]
     if confirm:
         lines += ["", f"**Confirmation:** {confirm['statement']}"]
     lines += ["", f"**Scaling law:** {law_text(fit)}", "",
@@ -367,45 +420,61 @@ def _png_data(fig: Any, dpi: int) -> bytes:
     return buf.getvalue()
 
 
-def render_html(experiment: str, frame: pd.DataFrame, summary: pd.DataFrame, fit: dict[str, Any],
-                confirm: dict[str, dict[str, Any]], choices: pd.DataFrame, images: dict[str, bytes],
-                files: Sequence[str]) -> str:
-    from archhpo.report._figures import FIGURES
-
-    picks = best_and_runner_up(frame)
+def _head(experiment: str, frame: pd.DataFrame, summary: pd.DataFrame) -> list[str]:
     when = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     source = frame.attrs.get("source", "?")
     fams = ", ".join(sorted({str(f) for f in frame["family"].dropna()})) or "unknown"
-    parts = [
+    return [
         "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>",
         f"<title>{html.escape(experiment)}: archhpo report</title><style>{_CSS}</style></head><body>",
         f"<h1>{html.escape(experiment)}: architecture search report</h1>",
         f"<p class='muted'>{len(frame):,} trials over {len(summary)} budgets, family {html.escape(fams)}, read from "
         f"the {html.escape(source)}; written {when} by archhpo.</p>",
-        "<h2>The answer, per budget</h2>",
     ]
-    rows = []
-    for _, s in summary.iterrows():
-        best, _runner = picks.get(s["budget"], (None, None))
-        if best is None:
-            rows.append([s["budget"], "no finished trial", "–", "–", "–", "–", "–", "–",
-                         f"{s['n_complete']}/{s['n_pruned']}/{s['n_failed']}"])
-            continue
-        trained = (f"lr {_fmt(best['learning_rate'], 3)}, {_count(best['epochs'])} ep, batch {_count(best['batch_size'])}, "
-                   f"wd {_fmt(best['weight_decay'], 3)}, warm-up {_count(best['warmup_steps'])}")
-        runner = (f"{_fmt(s['runner_up_val_loss'])} (trial {_i(s['runner_up_trial'])}: d_model "
-                  f"{_i(s['runner_up_d_model'])}, {_i(s['runner_up_n_layers'])} layers)"
-                  if _f(s["runner_up_val_loss"]) is not None else "–")
-        gap = (f"{s['gap']:.4g} ({s['gap'] / s['val_loss']:+.1%})"
-               if _f(s.get("gap")) is not None and s["val_loss"] else "–")
-        conf = "–"
-        if _f(s["confirm_mean"]) is not None:
-            conf = f"{s['confirm_mean']:.4g} ± {_fmt(s['confirm_std'], 3)} ({_i(s['confirm_n'])} seeds)"
-        rows.append([s["budget"], f"trial {_i(best['trial'])}: {_arch_text(best)}", _count(best["param_count"]),
-                     trained, _fmt(best["val_loss"]), runner, gap, conf,
-                     f"{s['n_complete']}/{s['n_pruned']}/{s['n_failed']}"])
-    parts.append(_table(["budget", "best architecture", "parameters", "trained with", "val loss", "runner-up",
-                         "gap", "confirmation mean ± std", "complete/pruned/failed"], rows, {2, 4, 6}))
+
+
+def gap_text(s: pd.Series) -> str:
+    """The winner's lead over the runner-up, flagged as a tie when it is smaller than the
+    measured noise of the budget (`budget_noise`)."""
+    if _f(s.get("gap")) is None or not s["val_loss"]:
+        return "–"
+    text = f"{s['gap']:.4g} ({s['gap'] / s['val_loss']:+.2%})"
+    if s.get("tie_within_noise") is True:
+        text += f"; tie within noise (noise {_fmt(s['noise_std'], 2)}, {s['noise_source']})"
+    elif _f(s.get("noise_std")) is not None:
+        text += f"; noise {_fmt(s['noise_std'], 2)} ({s['noise_source']})"
+    else:
+        text += "; noise not measured (no repeated run: --paired-seeds or --confirm measure it)"
+    return text
+
+
+def _answer_row(s: pd.Series, best: pd.Series | None) -> list[Any]:
+    base = _fmt(s.get("baseline_val_loss"))
+    counts = f"{s['n_complete']}/{s['n_pruned']}/{s['n_failed']}"
+    if best is None:
+        return [s["budget"], "no finished trial", "–", "–", "–", base, "–", "–", "–", counts]
+    trained = (f"lr {_fmt(best['learning_rate'], 3)}, {_count(best['epochs'])} ep, batch {_count(best['batch_size'])}, "
+               f"wd {_fmt(best['weight_decay'], 3)}, warm-up {_count(best['warmup_steps'])}")
+    runner = (f"{_fmt(s['runner_up_val_loss'])} (trial {_i(s['runner_up_trial'])}: d_model "
+              f"{_i(s['runner_up_d_model'])}, {_i(s['runner_up_n_layers'])} layers)"
+              if _f(s["runner_up_val_loss"]) is not None else "–")
+    conf = "–"
+    if _f(s["confirm_mean"]) is not None:
+        conf = f"{s['confirm_mean']:.4g} ± {_fmt(s['confirm_std'], 3)} ({_i(s['confirm_n'])} seeds)"
+    return [s["budget"], f"trial {_i(best['trial'])}: {_arch_text(best)}", _count(best["param_count"]),
+            trained, _fmt(best["val_loss"]), base, runner, gap_text(s), conf, counts]
+
+
+def _answer_section(frame: pd.DataFrame, summary: pd.DataFrame, fit: dict[str, Any]) -> list[str]:
+    picks = best_and_runner_up(frame)
+    rows = [_answer_row(s, picks.get(s["budget"], (None, None))[0]) for _, s in summary.iterrows()]
+    parts = ["<h2>The answer, per budget</h2>",
+             _table(["budget", "best architecture", "parameters", "trained with", "val loss", "trivial baseline",
+                     "runner-up", "gap", "confirmation mean ± std", "complete/pruned/failed"], rows, {2, 4, 5}),
+             "<p class='muted'>Trivial baseline: the validation loss of a model that ignores its input (the "
+             "training base rate, or the unigram entropy of a language). A gap smaller than the budget's noise "
+             "(the spread of repeated runs of one configuration: seeds, or phase-1 repeats) is a tie within "
+             "noise, not a win.</p>"]
     metrics = [c for c in summary.columns if c.startswith("val_") and c != "val_loss"]
     if metrics:
         parts.append("<p>Family metrics of each budget's best trial (at its best epoch):</p>")
@@ -414,16 +483,37 @@ def render_html(experiment: str, frame: pd.DataFrame, summary: pd.DataFrame, fit
     parts.append(f"<p class='law'><b>Scaling law.</b> {html.escape(law_text(fit))}</p>")
     if truth_text(fit):
         parts.append(f"<p class='truth'>{html.escape(truth_text(fit))}</p>")
-    parts += confirmation_html(confirm) + choices_html(choices)
-    parts.append("<h2>Figures</h2>")
+    return parts
+
+
+def _figures_section(images: dict[str, bytes]) -> list[str]:
+    from archhpo.report._figures import FIGURES
+
+    parts = ["<h2>Figures</h2>"]
     for name, caption in FIGURES.items():
         if name not in images:
             continue
         data = base64.b64encode(images[name]).decode("ascii")
         parts.append(f"<figure><img alt='{html.escape(caption)}' src='data:image/png;base64,{data}'>"
                      f"<figcaption>{html.escape(caption)} ({html.escape(name)}.png / .pdf)</figcaption></figure>")
-    parts.append("<h2>Files</h2><ul>" + "".join(f"<li>{html.escape(f)}</li>" for f in files) + "</ul>")
-    parts.append("</body></html>\n")
+    return parts
+
+
+def _files_section(files: Sequence[str]) -> list[str]:
+    """The written files as links relative to the page (they sit beside it)."""
+    links = "".join(f"<li><a href='{html.escape(urllib.parse.quote(f), quote=True)}'>{html.escape(f)}</a></li>"
+                    for f in files)
+    return [f"<h2>Files</h2><ul>{links}</ul>"]
+
+
+def render_html(experiment: str, frame: pd.DataFrame, summary: pd.DataFrame, fit: dict[str, Any],
+                confirm: dict[str, dict[str, Any]], choices: pd.DataFrame, images: dict[str, bytes],
+                files: Sequence[str]) -> str:
+    """The report page: head, the answer table (with baseline and noise), the law, the
+    confirmation and paired-choice tables, the figures and the linked file list."""
+    parts = [*_head(experiment, frame, summary), *_answer_section(frame, summary, fit),
+             *confirmation_html(confirm), *choices_html(choices), *_figures_section(images),
+             *_files_section(files), "</body></html>\n"]
     return "\n".join(parts)
 
 
@@ -533,15 +623,22 @@ def report_frame(frame: pd.DataFrame, out: str | Path = "results", experiment: s
     return report
 
 
-def write_report(experiment: str, storage: Any = None, csv: str | Path | Sequence[str | Path] | None = None,
+def write_report(experiment: str | None, storage: Any = None, csv: str | Path | Sequence[str | Path] | None = None,
                  out: str | Path = "results", reference: str | None = None, n_boot: int = 1000,
                  notes: bool = True) -> Report:
     """`archhpo report`: read the experiment (database, or `csv` files) and write its report
-    into `out`.  Read from a database, each budget's answer also becomes its study's note in
+    into `out`.  From CSV files `experiment` may be None when they hold one experiment.  Read from a database, each budget's answer also becomes its study's note in
     optuna-dashboard (unless `notes` is False)."""
     if csv:
         frame = trials_frame(experiment, csv=csv)
-        return report_frame(frame, out, experiment, reference, n_boot)
+        names = sorted(set(frame["experiment"].astype(str)))
+        if experiment is None and len(names) > 1:
+            raise StudyError(f"The CSV files hold {len(names)} experiments ({', '.join(names)}); pass "
+                             "--experiment NAME to pick one.")
+        return report_frame(frame, out, experiment or (names[0] if names else None), reference, n_boot)
+    if experiment is None:
+        raise StudyError("Reading a database needs --experiment NAME (only a CSV file with one experiment "
+                         "names its own).")
     from archhpo.search._storage import open_storage, resolve_storage_url
 
     if storage is None or isinstance(storage, str):

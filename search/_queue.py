@@ -32,11 +32,11 @@ from optuna.storages import RDBStorage, fail_stale_trials
 from optuna.trial import TrialState
 
 from archhpo.errors import TrialLost
-from archhpo.schema import ARCH_RECORD, PLAN_PARAMS, TRAINING_PARAMS, Attr
+from archhpo.schema import ARCH_RECORD, TRAINING_PARAMS, Attr
 from archhpo.search._optuna_private import models as m
 from archhpo.search._optuna_private import study_id_of, trial_id_of
 from archhpo.search._plan import prunable
-from archhpo.search._space import SearchSpace
+from archhpo.search._space import PARAM_NAMES, SearchSpace, arch_distributions, arch_params
 from archhpo.search._storage import (
     HEARTBEAT_INTERVAL_S,
     open_storage,
@@ -114,7 +114,8 @@ class TrialQueue:
         self.median_rule = (MedianRule.for_study(bool(self.settings.options.get("quick")))
                             if self.settings.pruner == "median" else None)
         space: SearchSpace = self.settings.search_space
-        self.distributions = space.distributions(len(self.settings.archs))
+        self.distributions = {**space.distributions(len(self.settings.archs)),
+                              **arch_distributions(self.settings.archs)}
         self._dist_json = {k: distribution_to_json(v) for k, v in self.distributions.items()}
         self._postgres = self.storage.engine.dialect.name == "postgresql"
         self.heartbeat_s = float(HEARTBEAT_INTERVAL_S)
@@ -173,21 +174,10 @@ class TrialQueue:
     def _start(self, s: Any, trial: Any, worker_attrs: dict[str, Any]) -> Claim:
         sys_attrs = _attrs(s, m.TrialSystemAttributeModel, trial.trial_id)
         user_attrs = _attrs(s, m.TrialUserAttributeModel, trial.trial_id)
-        params = dict(sys_attrs.get("fixed_params", {}))
+        fixed = sys_attrs.get("fixed_params", {})
+        params = {k: fixed[k] for k in PARAM_NAMES if k in fixed}  # the design's parameters
         arch = dict(self.settings.archs[int(params["arch_idx"])])
-        existing = {
-            p.param_name for p in s.execute(
-                sa.select(m.TrialParamModel).where(m.TrialParamModel.trial_id == trial.trial_id)
-            ).scalars()
-        }
-        for name in PLAN_PARAMS:
-            if name in existing:  # a requeued trial already has its params
-                continue
-            dist = self.distributions[name]
-            s.add(m.TrialParamModel(
-                trial_id=trial.trial_id, param_name=name,
-                param_value=dist.to_internal_repr(params[name]), distribution_json=self._dist_json[name],
-            ))
+        self._write_params(s, trial.trial_id, {**params, **arch_params(arch, self.distributions)})
         shown = {k: arch[k] for k in ARCH_RECORD}
         choices = dict(arch.get("choices") or {})
         token = uuid.uuid4().hex
@@ -209,6 +199,23 @@ class TrialQueue:
             seed=int(user_attrs["seed"]) if user_attrs.get("seed") is not None else None,
             token=token, whole_gpu=bool(user_attrs.get(WHOLE_GPU_KEY, False)),
         )
+
+    def _write_params(self, s: Any, trial_id: int, values: dict[str, Any]) -> None:
+        """Store a claimed trial's parameters with their distributions (the design's and the
+        architecture dimensions); a requeued trial keeps those it already has."""
+        existing = {
+            p.param_name for p in s.execute(
+                sa.select(m.TrialParamModel).where(m.TrialParamModel.trial_id == trial_id)
+            ).scalars()
+        }
+        for name, value in values.items():
+            if name in existing:
+                continue
+            dist = self.distributions[name]
+            s.add(m.TrialParamModel(
+                trial_id=trial_id, param_name=name,
+                param_value=dist.to_internal_repr(value), distribution_json=self._dist_json[name],
+            ))
 
     # ----------------------------------------------------------------------- during a trial
     def _owned(self, s: Any, claim: Claim, lock: bool = True) -> bool:
@@ -394,7 +401,8 @@ class TrialQueue:
             if t.user_attrs.get(OOM_SHARED_KEY) or t.user_attrs.get(WHOLE_GPU_KEY):
                 extra[WHOLE_GPU_KEY] = True  # retried on a GPU of its own (and stays there)
             self.study.enqueue_trial(
-                dict(t.params) or dict(t.system_attrs.get("fixed_params", {})),
+                {k: v for k, v in (t.params or t.system_attrs.get("fixed_params", {})).items()
+                 if k in PARAM_NAMES},  # the design's parameters; the claim adds the architecture's
                 user_attrs={
                     "plan_slot": t.user_attrs["plan_slot"], "phase": t.user_attrs.get("phase", 0),
                     "attempt": attempt, "retry_of": t.number, **extra,

@@ -19,9 +19,42 @@ from optuna.distributions import (
 )
 
 from archhpo.errors import BudgetError
-from archhpo.schema import PLAN_PARAMS, TRAINING, TRAINING_PARAMS, training_param
+from archhpo.schema import ARCH_KEYS, PLAN_PARAMS, TRAINING, TRAINING_PARAMS, training_param
 
 PARAM_NAMES = PLAN_PARAMS  # the Optuna parameters of a planned trial (archhpo.schema)
+# Stored beside arch_idx on every trial (never part of the design's parameters: best_params and
+# requeues keep PARAM_NAMES), so optuna-dashboard's importance, slice and parallel-coordinate
+# plots name architecture dimensions instead of ranking an index.
+ARCH_PARAMS = ARCH_KEYS
+_CATEGORY_TYPES = (str, int, float, bool, type(None))
+
+
+def arch_distributions(archs: list[dict[str, Any]]) -> dict[str, BaseDistribution]:
+    """Optuna distributions of a study's architecture dimensions: each of `ARCH_PARAMS` as an
+    integer range over the grid (log-scaled, as the grid is), each categorical choice (``encoder``)
+    as its values in grid order.  A choice whose name is taken or whose values Optuna cannot
+    store as a category is left out (it stays in the trial's ``choices`` attribute)."""
+    out: dict[str, BaseDistribution] = {}
+    for k in ARCH_PARAMS:
+        values = sorted({int(a[k]) for a in archs if a.get(k) is not None})
+        if values:
+            out[k] = IntDistribution(values[0], values[-1], log=values[0] >= 1)
+    seen: dict[str, list[Any]] = {}
+    for arch in archs:
+        for k, v in (arch.get("choices") or {}).items():
+            if v not in seen.setdefault(k, []):
+                seen[k].append(v)
+    for k, values in seen.items():
+        if k not in out and k not in PARAM_NAMES and all(isinstance(v, _CATEGORY_TYPES) for v in values):
+            out[k] = CategoricalDistribution(values)
+    return out
+
+
+def arch_params(arch: dict[str, Any], distributions: dict[str, BaseDistribution]) -> dict[str, Any]:
+    """A trial's architecture dimensions and choices, for the names `arch_distributions` gave."""
+    values = {**{k: arch.get(k) for k in ARCH_PARAMS}, **(arch.get("choices") or {})}
+    return {k: (int(values[k]) if k in ARCH_PARAMS else values[k])
+            for k in distributions if k not in PARAM_NAMES and values.get(k) is not None}
 
 
 @dataclass(frozen=True)

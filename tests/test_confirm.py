@@ -20,6 +20,7 @@ from archhpo.report import CSV_COLUMNS, SPEC_COLUMNS, confirmation_summary, expo
 from archhpo.report._export import csv_text
 from archhpo.search import PlanEntry, TrialQueue, launch, open_storage, prepare_settings
 from archhpo.search._plan import prunable
+from archhpo.search._space import PARAM_NAMES
 from archhpo.search._study import MedianRule
 from tests.conftest import TINY_DATA
 
@@ -113,7 +114,8 @@ def test_phase3_is_created_once_with_the_best_architectures_and_their_params(sto
             t = by_slot[e["slot"]]
             assert t.user_attrs["seed"] == e["seed"] and t.user_attrs["rank"] == e["rank"]
             best = by_slot[7 if e["rank"] == 0 else 6]
-            assert t.system_attrs["fixed_params"] == dict(best.params), "the best trial's parameters"
+            design = {k: best.params[k] for k in PARAM_NAMES}  # (best.params also holds the arch's dims)
+            assert t.system_attrs["fixed_params"] == design, "the best trial's parameters"
             assert t.system_attrs["fixed_params"]["arch_idx"] == arch[e["rank"]]
     stored = q.storage.get_study_user_attrs(q.study_id)["archhpo_phase3"]
     assert [r["rank"] for r in stored] == [0, 1] and stored[0]["selection_value"] == 0.1

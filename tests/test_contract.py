@@ -36,6 +36,7 @@ from archhpo.errors import StorageError
 from archhpo.report import export_studies
 from archhpo.search import TrialQueue, launch, open_storage, prepare_settings
 from archhpo.search._optuna_private import TESTED_SCHEMA_VERSIONS
+from archhpo.search._space import PARAM_NAMES
 from tests.conftest import REPO, TINY_DATA, run_cli
 
 WORKER = {"host": "contract", "device": "cpu"}
@@ -166,6 +167,13 @@ def _age_heartbeat(url: str, trial_id: int) -> None:
     engine.dispose()
 
 
+def _stored_params(claim: Any) -> dict[str, Any]:
+    """What a claimed trial stores as Optuna params: the design's (arch_idx and the training
+    parameters, which the worker gets) and the architecture's dimensions beside them."""
+    assert set(claim.params) == set(PARAM_NAMES)
+    return {**claim.params, **{k: claim.arch[k] for k in ("d_model", "n_layers", "n_heads", "d_ff")}}
+
+
 def _drive_queue(url: str) -> tuple[str, dict[int, dict[str, Any]]]:
     """A study with every kind of trial the queue writes; returns what was written, by number."""
     settings = _settings()
@@ -180,7 +188,7 @@ def _drive_queue(url: str) -> tuple[str, dict[int, dict[str, Any]]]:
         if state == TrialState.PRUNED:
             assert pruned[-1], "the median rule prunes this trial"
         assert q.finish(c, state, value, attrs)
-        wrote[c.number] = {"state": state, "params": c.params, "value": value, "attrs": attrs,
+        wrote[c.number] = {"state": state, "params": _stored_params(c), "value": value, "attrs": attrs,
                            "curve": dict(enumerate(curve, 1)), "phase": c.phase, "attempt": c.attempt}
 
     for i in range(5):  # the median pruner's five startup trials
@@ -192,12 +200,12 @@ def _drive_queue(url: str) -> tuple[str, dict[int, dict[str, Any]]]:
     q.report(lost, 1, 0.99)
     _age_heartbeat(url, lost.trial_id)  # its worker vanished long ago
     q.maintain()
-    wrote[lost.number] = {"state": TrialState.FAIL, "params": lost.params, "value": None, "attrs": {},
+    wrote[lost.number] = {"state": TrialState.FAIL, "params": _stored_params(lost), "value": None, "attrs": {},
                           "curve": {1: 0.99}, "phase": 1, "attempt": 1}
     while q.status().waiting:  # the rest of phase 1, the retry last
         run(TrialState.COMPLETE, [0.8, 0.55], 0.55, {"train_loss": 0.4, "duration_s": 1.0, "best_epoch": 2})
     retry = max(wrote)
-    assert wrote[retry]["attempt"] == 2 and wrote[retry]["params"] == lost.params
+    assert wrote[retry]["attempt"] == 2 and wrote[retry]["params"] == _stored_params(lost)
     q.maintain()  # phase 2
     while q.status().waiting:
         run(TrialState.COMPLETE, [0.7, 0.5, 0.45], 0.45, {"train_loss": 0.3, "duration_s": 2.0, "best_epoch": 3})
@@ -275,6 +283,12 @@ def test_queue_trials_read_back_identically_through_optuna_cli_and_dashboard(sto
         summaries = _get(f"{base}/api/studies")["study_summaries"]
         summary = next(s for s in summaries if s["study_name"] == name)
         detail = _get(f"{base}/api/studies/{summary['study_id']}")
+        importances = _get(f"{base}/api/studies/{summary['study_id']}/param_importances")
+    # the dashboard's plots name the architecture's dimensions, beside the index of the grid row
+    dims = {"arch_idx", "d_model", "n_layers", "n_heads", "d_ff"}
+    assert dims <= {p["name"] for p in detail["intersection_search_space"]}
+    assert dims <= {p["name"] for p in detail["union_search_space"]}
+    assert dims <= {p["name"] for p in importances["param_importances"][0]}
     dash = {d["number"]: d for d in detail["trials"]}
     assert set(dash) == set(trials)
     for number, t in trials.items():

@@ -26,7 +26,10 @@ BEST_KEYS = {"experiment", "budget", "best_params", "best_value", "n_trials_comp
 def _check_outputs(out: Path, experiment: str, budget: str, n_planned: int) -> list[dict[str, str]]:
     with open(out / "experiment_results.csv", newline="") as fh:
         reader = csv.DictReader(fh)
-        assert tuple(reader.fieldnames or ()) == CSV_COLUMNS
+        header = tuple(reader.fieldnames or ())
+        assert header[: len(CSV_COLUMNS)] == CSV_COLUMNS  # then the family's own metrics, by name
+        assert list(header[len(CSV_COLUMNS):]) == sorted(header[len(CSV_COLUMNS):])
+        assert all(c.startswith("val_") for c in header[len(CSV_COLUMNS):])
         rows = list(reader)
     assert 0 < len(rows) <= n_planned
     assert len({r["trial"] for r in rows}) == len(rows)

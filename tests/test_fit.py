@@ -9,7 +9,15 @@ import numpy as np
 import pytest
 from scipy.optimize import minimize
 
-from archhpo.report._fit import _bounds, _lm_batch, _objective, fit_json, fit_law, predict
+from archhpo.report._fit import (
+    _bounds,
+    _lm_batch,
+    _objective,
+    fit_json,
+    fit_law,
+    predict,
+    within_budget_replicates,
+)
 
 LAWS = [(1.7, 400.0, 0.34), (0.25, 30.0, 0.28), (3.0, 2000.0, 0.5)]
 
@@ -82,3 +90,68 @@ def test_bootstrap_refits_reach_the_l_bfgs_b_optimum() -> None:
         res = minimize(_objective, start, args=(logn[idx], logl[idx], 1e-3), jac=True, method="L-BFGS-B",
                        bounds=_bounds(logn, logl))
         assert f_lm[j] <= res.fun + 1e-6
+
+
+# ----------------------------------------------------------------------------- what a fit may claim
+@pytest.mark.parametrize("law", LAWS)
+def test_a_resolved_law_is_fitted_with_its_formula(law: tuple[float, float, float]) -> None:
+    n, loss = _points(law, 0)
+    fit = fit_law(n, loss, n_boot=300)
+    assert fit["status"] == "fitted" and fit["reason"] is None and "formula" in fit
+    assert fit["loss_ratio"]["ci95"][1] < 1
+
+
+def test_a_flat_trend_is_no_scaling_with_every_reason() -> None:
+    """The demo's case: equal losses gave "alpha = 4 [4, 4]" and A = 1e-13, printed as a law."""
+    fit = fit_law([4e5, 2e6, 1e7], [0.4853, 0.4853, 0.4853], n_boot=200)
+    assert fit["status"] == "no_scaling" and "formula" not in fit
+    assert "alpha = 4 sits at a bound" in fit["reason"]
+    assert "A is not distinguishable from 0" in fit["reason"]
+    assert "[1, 1], includes 1" in fit["reason"]
+    assert fit["loss_ratio"] == {"estimate": 1.0, "ci95": [1.0, 1.0]}
+
+
+def test_three_budgets_of_one_trial_each_cannot_claim_a_law() -> None:
+    """Three points and three parameters fit exactly: with nothing to resample the intervals
+    collapse, and the fit says so instead of printing a law."""
+    fit = fit_law([4e5, 2e6, 1e7], [1.0, 0.8, 0.7], n_boot=200)
+    assert fit["alpha"]["ci95"][0] == pytest.approx(fit["alpha"]["ci95"][1])
+    assert fit["status"] == "no_scaling" and "collapse to a point" in fit["reason"]
+
+
+def _three_budgets(noise: float, a: float = 400.0, trials: int = 8) -> tuple[np.ndarray, list[float], tuple[np.ndarray, np.ndarray]]:
+    n = np.array([4e5, 2e6, 1e7])
+    rng = np.random.default_rng(0)
+    units = [(np.full(trials, x), 1.7 + a * x**-0.34 + rng.normal(0, noise, trials)) for x in n]
+    return n, [float(u[1].min()) for u in units], within_budget_replicates(units, 300, 0)
+
+
+def test_three_budgets_with_several_trials_give_real_intervals() -> None:
+    n, best, reps = _three_budgets(0.02)
+    fit = fit_law(n, best, n_boot=300, replicates=reps)
+    assert fit["status"] == "fitted"
+    for name in ("E", "A", "alpha"):
+        lo, hi = fit[name]["ci95"]
+        assert lo < fit[name]["estimate"] * (1 + 1e-9) and hi > lo, name
+    lo, hi = fit["loss_ratio"]["ci95"]
+    assert lo < hi < 1
+    assert "trials of each budget" in fit["method"]["interval"]
+
+
+def test_no_trend_under_trial_noise_is_no_scaling() -> None:
+    n, best, reps = _three_budgets(0.05, a=0.0)
+    fit = fit_law(n, best, n_boot=300, replicates=reps)
+    assert fit["status"] == "no_scaling" and "includes 1" in fit["reason"]
+
+
+def test_within_budget_minimum_follows_the_bootstrap_distribution() -> None:
+    """The inverse-transform draw of a resample's minimum matches brute-force resampling."""
+    losses = np.array([0.5, 0.1, 0.3, 0.2, 0.4])
+    counts = np.array([10.0, 20.0, 30.0, 40.0, 50.0])
+    ns, ls = within_budget_replicates([(counts, losses)], 40000, 0)
+    brute = losses[np.random.default_rng(1).integers(0, 5, (40000, 5))].min(1)
+    for v in losses:
+        assert abs((ls[:, 0] == v).mean() - (brute == v).mean()) < 0.01, v
+    assert set(zip(ns[:, 0], ls[:, 0], strict=True)) <= set(zip(counts, losses, strict=True))
+    again = within_budget_replicates([(counts, losses)], 40000, 0)
+    assert np.array_equal(again[1], ls)

@@ -63,9 +63,10 @@ def test_claims_set_params_and_architecture_attrs(storage_url: str) -> None:
     claim = q.claim(WORKER)
     t = q.storage.get_trial(claim.trial_id)
     assert t.state == TrialState.RUNNING
-    assert set(t.params) == {"arch_idx", "learning_rate", "epochs", "batch_size", "weight_decay", "warmup_steps"}
-    assert t.params == claim.params
+    assert set(claim.params) == {"arch_idx", "learning_rate", "epochs", "batch_size", "weight_decay", "warmup_steps"}
     arch = q.settings.archs[claim.params["arch_idx"]]
+    # Optuna's params: the design's, and the architecture's dimensions for the dashboard's plots
+    assert t.params == {**claim.params, **{k: arch[k] for k in ("d_model", "n_layers", "n_heads", "d_ff")}}
     for key in ("d_model", "n_layers", "n_heads", "d_ff", "param_count"):
         assert t.user_attrs[key] == arch[key]
     assert t.user_attrs["host"] == "test" and t.user_attrs["plan_slot"] == claim.slot

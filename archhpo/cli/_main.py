@@ -277,7 +277,7 @@ def _print_statuses(statuses: dict[str, Any]) -> None:
 def _report_after_run(args: argparse.Namespace, url: str) -> None:
     """`run` ends with the report of the whole experiment; a report that cannot be written is a
     warning (the trials are done and exported), never a failed run."""
-    from archhpo.report._page import write_report
+    from archhpo.report._page import fit_line, write_report
 
     try:
         report = write_report(args.experiment, storage=url, out=args.out)
@@ -285,6 +285,7 @@ def _report_after_run(args: argparse.Namespace, url: str) -> None:
         print(f"archhpo: warning: report not written ({type(exc).__name__}: {exc}); "
               f"`archhpo report --experiment {args.experiment}` retries it", file=sys.stderr)
         return
+    print(fit_line(report.fit), file=sys.stderr)
     print(f"report: {report.html.resolve()}", file=sys.stderr)
 
 
@@ -305,7 +306,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from archhpo.report._page import write_report
+    from archhpo.report._page import fit_line, write_report
 
     if args.csv and "storage" in args.given:
         raise ArchhpoError("Pass either --storage or --csv, not both: the report reads one source.")
@@ -313,6 +314,7 @@ def cmd_report(args: argparse.Namespace) -> int:
                           reference=args.reference)
     for path in report.files:
         print(path)
+    print(fit_line(report.fit), file=sys.stderr)
     print(f"report: {report.html}", file=sys.stderr)
     return 0
 
