@@ -14,7 +14,7 @@ import pytest
 import torch
 from optuna.trial import TrialState
 
-import archhpo.models.patchtst
+import archhpo.models.patchtst_spec
 import archhpo.workers._memory
 from archhpo.search import TrialQueue, launch, prepare_settings
 from archhpo.workers import TrialShape, Worker, estimate_training_bytes, is_oom, is_sticky_cuda_error
@@ -61,8 +61,8 @@ def _queue(url: str, trials: int = 2) -> TrialQueue:
 def test_a_sticky_cuda_fault_gives_the_trial_back_and_stops_the_worker(
     message: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    fam = archhpo.models.patchtst.FAMILY
-    monkeypatch.setattr(archhpo.models.patchtst, "FAMILY", dataclasses.replace(fam, build=_raising(message)))
+    fam = archhpo.models.patchtst_spec.FAMILY
+    monkeypatch.setattr(archhpo.models.patchtst_spec, "FAMILY", dataclasses.replace(fam, build=_raising(message)))
     q = _queue(f"sqlite:///{tmp_path / 's.db'}")
     summary = Worker([q], device="cpu", threads=1).run()
     assert summary.unhealthy and message[:40] in summary.unhealthy
@@ -78,7 +78,7 @@ def test_the_worker_command_exits_non_zero_after_a_sticky_fault(tmp_path: Path) 
     q = _queue(url, trials=1)
     script = textwrap.dedent(f"""
         import dataclasses, sys
-        import archhpo.models.patchtst as p
+        import archhpo.models.patchtst_spec as p
         from archhpo.cli._main import main
         from tests.test_gpu_faults import STICKY, _raising
         p.FAMILY = dataclasses.replace(p.FAMILY, build=_raising(STICKY[0]))
@@ -288,14 +288,14 @@ def test_large_models_are_built_one_at_a_time_per_host(tmp_path: Path, monkeypat
 
     monkeypatch.setattr(archhpo.workers._memory, "LARGE_MODEL_PARAMS", 1)
     monkeypatch.setattr(archhpo.workers._memory, "HOST_BUILD_LOCK", tmp_path / "build.lock")
-    fam = archhpo.models.patchtst.FAMILY
+    fam = archhpo.models.patchtst_spec.FAMILY
     built: list[int] = []
 
     def build(cfg):  # type: ignore[no-untyped-def]
         built.append(1)
         return fam.build(cfg)
 
-    monkeypatch.setattr(archhpo.models.patchtst, "FAMILY", dataclasses.replace(fam, build=build))
+    monkeypatch.setattr(archhpo.models.patchtst_spec, "FAMILY", dataclasses.replace(fam, build=build))
     q = _queue(f"sqlite:///{tmp_path / 's.db'}", trials=1)
     worker = Worker([q], device="cpu", threads=1)
     with open(tmp_path / "build.lock", "a") as other:
