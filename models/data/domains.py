@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from archhpo.errors import DataError
 from archhpo.models._family import TensorDataset
 from archhpo.models.data import file_sha256 as _sha256
+from archhpo.models.data import recorded_file
 
 if TYPE_CHECKING:  # imported where used: `archhpo grid`/`params` read this module without them
     import numpy as np
@@ -396,12 +397,7 @@ def _csv_rows(
     """Texts, labels, K and the source of the recorded CSV, refused if it changed since launch."""
     import numpy as np
 
-    path = Path(spec["path"])
-    if not path.is_file():
-        raise DataError(f"Data file {path} does not exist on this machine; copy it there at the same path.")
-    if spec.get("sha256") and _sha256(path) != spec["sha256"]:
-        raise DataError(f"Data file {path} has changed since the study recorded it; "
-                        "restore the original file or start a new study.")
+    path = recorded_file(spec)
     texts, labels, k = _read_csv(path)
     if "num_classes" in spec and int(spec["num_classes"]) != k:
         raise DataError(

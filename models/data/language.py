@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from archhpo.errors import DataError
 from archhpo.models._family import TensorDataset
-from archhpo.models.data import file_sha256
+from archhpo.models.data import file_sha256, recorded_file
 
 if TYPE_CHECKING:  # imported where used: `archhpo grid`/`params` read this module without them
     import numpy as np
@@ -234,12 +234,7 @@ def _windows(stream: np.ndarray, seq_len: int) -> np.ndarray:
 
 def _load_text(spec: Mapping[str, Any], seq_len: int, vf: float, quick: bool) -> tuple[np.ndarray, np.ndarray]:
     import numpy as np
-    path = Path(spec["path"])
-    if not path.is_file():
-        raise DataError(f"Data file {path} does not exist on this machine; copy it there at the same path.")
-    if spec.get("sha256") and file_sha256(path) != spec["sha256"]:
-        raise DataError(f"Data file {path} has changed since the study recorded it; "
-                        "restore the original file or start a new study.")
+    path = recorded_file(spec)
     stream = np.frombuffer(_read_text(path), dtype=np.uint8).astype(np.int64)
     cut = int(round(len(stream) * (1 - vf)))
     train, val = _windows(stream[:cut], seq_len), _windows(stream[cut:], seq_len)

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from archhpo.errors import DataError
 from archhpo.models._family import TensorDataset
 from archhpo.models.data import file_sha256 as _sha256
+from archhpo.models.data import recorded_file
 
 if TYPE_CHECKING:  # imported where used: `archhpo grid`/`params` read this module without them
     import numpy as np
@@ -310,12 +311,7 @@ def load_data(spec: Mapping[str, Any], options: Mapping[str, Any]) -> TensorData
         _check_rows(int(spec["steps"]), o, "Synthetic data", "use steps={} or more")
         x, price = generate(int(spec["features"]), int(spec["steps"]), int(spec["seed"]))
     elif spec.get("kind") == "file":
-        path = Path(spec["path"])
-        if not path.is_file():
-            raise DataError(f"Data file {path} does not exist on this machine; copy it there at the same path.")
-        if spec.get("sha256") and _sha256(path) != spec["sha256"]:
-            raise DataError(f"Data file {path} has changed since the study recorded it; "
-                            "restore the original file or start a new study.")
+        recorded_file(spec)
         _names, x, price, _date = _read_file(spec, o)
     else:
         raise DataError(f"Unknown data spec kind {spec.get('kind')!r}; re-create the study with --data.")
