@@ -19,12 +19,14 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 # `make demo` studies the lm family on its synthetic language (whose entropy rate is known): four
-# budgets of 2-layer models, so that width grows with the budget (on a CPU, 2 epochs are too few for
-# deeper models to beat shallow ones: README, the lm family). The PatchTST study of the design is
-# one flag away: `make demo FAMILY=patchtst`.
+# budgets of 2-layer models, so that width grows with the budget (on a CPU, a few epochs are too few
+# for deeper models to beat shallow ones: README, the lm family), searched with successive halving
+# under a WSD schedule (6 planned trials a budget, the best third go on from epoch 1 to epoch 3).
+# The PatchTST study of the design is one flag away: `make demo FAMILY=patchtst`.
 FAMILY ?= lm
-DEMO_FLAGS_lm := --family lm --data synthetic --budget 75K --budget 100K --budget 300K --budget 400K \
-	--n-layers 2 --n-heads 4 --trials 2 --learning-rate 3e-3 --batch-size 16 --epochs 2
+DEMO_FLAGS_lm := --family lm --data synthetic:tokens=100000 --budget 75K --budget 100K --budget 300K \
+	--budget 400K --n-layers 2 --trials 6 --learning-rate 3e-3 --batch-size 16 --epochs 3 \
+	--schedule wsd --pruner halving --min-fraction 1/3
 DEMO_FLAGS_patchtst := --family patchtst --budget 100K --budget 200K --budget 400K --trials 6
 
 demo: install

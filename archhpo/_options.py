@@ -28,7 +28,15 @@ from archhpo.budgets import DEFAULT_TOLERANCE
 from archhpo.errors import ArchhpoError
 from archhpo.models import Family
 from archhpo.models.data.timeseries import DEFAULT_HORIZON, DEFAULT_THRESHOLD
-from archhpo.schema import ARCH_HELP, ARCH_KEYS, SCHEDULES, TRAINING_PARAMS
+from archhpo.schema import (
+    ARCH_HELP,
+    ARCH_KEYS,
+    DEFAULT_ETA,
+    DEFAULT_MIN_FRACTION,
+    PRUNERS,
+    SCHEDULES,
+    TRAINING_PARAMS,
+)
 
 GRID, PARAMS, LAUNCH, WORKER, RUN, EXPORT, DASHBOARD, TRAIN, REPORT = (
     "grid", "params", "launch", "worker", "run", "export", "dashboard", "train", "report",
@@ -153,8 +161,14 @@ OPTIONS: tuple[Option, ...] = (
            command_defaults=_TASK_TRAIN_DEFAULT),
     Option("tolerance", DEFAULT_TOLERANCE, float, "keep architectures within ±tolerance of the budget",
            (GRID, *STUDY_COMMANDS), stored=True),
-    Option("pruner", "median", str, "stop trials worse than the median (median) or never (none)",
-           STUDY_COMMANDS, stored=True, choices=("median", "none")),
+    Option("pruner", "median", str, "stop trials worse than the median (median), successive halving over "
+           "the plan (halving: every trial to the first rung, the best 1/--eta of each rung go on), or never "
+           "(none); confirmation and paired-seed trials are never stopped early",
+           STUDY_COMMANDS, stored=True, choices=PRUNERS),
+    Option("eta", DEFAULT_ETA, int, "with --pruner halving: the best 1/ETA of each rung are promoted",
+           STUDY_COMMANDS, stored=True),
+    Option("min_fraction", DEFAULT_MIN_FRACTION, str, "with --pruner halving: the first rung, as a fraction "
+           "of each trial's epochs (1/9, 0.25)", STUDY_COMMANDS, stored=True, metavar="F"),
     Option("schedule", "cosine", str, "learning-rate schedule: warm-up then cosine decay (cosine), or warm-up, "
            "a constant rate and a 1-sqrt cooldown over the last --cooldown of the steps (wsd)",
            (*STUDY_COMMANDS, TRAIN), stored=True, choices=SCHEDULES, command_defaults=_TASK_TRAIN_DEFAULT),
@@ -164,6 +178,9 @@ OPTIONS: tuple[Option, ...] = (
            "training defaults (e.g. signal's batch 32, lr 3e-4) with the quick search space; --epochs etc. "
            "still win", (*STUDY_COMMANDS, TRAIN),
            stored=True, switch=True),
+    Option("ladder", False, None, "with several budgets: search them smallest first and plan each larger one "
+           "from the next smaller one's winners (learning rate x (N/N_small)^-1/3, its aspect ratios, half "
+           "the trials a step)", STUDY_COMMANDS, stored=True, switch=True),
     Option("paired_seeds", 0, int, "train every planned configuration with seeds 0..S-1 (seed s fixes data, "
            "split and initialisation, the same for every configuration); 0 = off", STUDY_COMMANDS,
            stored=True, metavar="S"),

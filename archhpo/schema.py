@@ -82,9 +82,24 @@ class Attr:
     OOM_SHARED = "oom_shared"  # an out-of-memory error while sharing a GPU (retried on a whole one)
     WHOLE_GPU = "whole_gpu"  # only a worker with a GPU of its own claims this trial
     CLAIM_TOKEN = "claim_token"  # who holds a RUNNING trial: heartbeat/report/finish are fenced on it
+    # Successive halving (search/_halving.py): the last rung a trial was scored at (the last rung =
+    # full length), its score at each rung, the epochs of its rungs and of each score's cooldown
+    # branch, and whether it waits (WAITING, unclaimable) for its rung's decision.
+    RUNG = "rung"
+    RUNG_SCORES = "rung_scores"
+    RUNG_EPOCHS = "rung_epochs"
+    BRANCH_EPOCHS = "branch_epochs"
+    RUNG_HOLD = "rung_hold"
+    # FLOPs: spent by the trial over all its claims, cooldown branches included; and what training
+    # it to full length once costs (the best JSON's flops_full_plan adds these over the plan).
+    FLOPS_SPENT = "flops_spent"
+    FLOPS_FULL = "flops_full"
 
 
 __all__ = [
+    "DEFAULT_ETA",
+    "DEFAULT_MIN_FRACTION",
+    "PRUNERS",
     "SCHEDULES",
     "check_schedule",
     "schedule_options",
@@ -101,6 +116,13 @@ __all__ = [
     "training_param",
 ]
 
+
+# The pruning rules of a study (search/_queue.py applies them; archhpo.search._plan.prunable says
+# which trials any of them may stop): Optuna's median rule, successive halving over the plan
+# (search/_halving.py: rungs at MIN_FRACTION * ETA**k of each trial's epochs), or none.
+PRUNERS = ("median", "halving", "none")
+DEFAULT_ETA = 3
+DEFAULT_MIN_FRACTION = "1/9"
 
 # The learning-rate schedules of the trainer (workers/_train.py): cosine decay, or WSD (warm-up,
 # a stable rate, then a 1-sqrt cooldown over the last `cooldown` fraction of the steps).

@@ -314,8 +314,10 @@ def progress_line(statuses: dict[str, PlanStatus], workers: int, elapsed: float)
     elif final >= total:
         eta = 0.0
     best = "  ".join(f"{n}={v:.4f}" for n, v in bests.items()) or "-"
+    held = sum(s.held for s in statuses.values())
     return (
-        f"[{_fmt_eta(elapsed)}] trials {final}/{total} done, {running} running, {failed} failed | "
+        f"[{_fmt_eta(elapsed)}] trials {final}/{total} done, {running} running, {failed} failed"
+        f"{f', {held} held at a rung' if held else ''} | "
         f"best {best} | ETA {_fmt_eta(eta)}"
     )
 

@@ -16,7 +16,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from archhpo._io import atomic_write
 from archhpo.report._confirm import confirmation_summary, paired_summary
-from archhpo.schema import ARCH_RECORD, TRAINING_PARAMS
+from archhpo.schema import ARCH_RECORD, TRAINING_PARAMS, Attr
 from archhpo.search._space import PARAM_NAMES
 from archhpo.search._study import StudySettings, experiment_studies, load_study
 
@@ -27,7 +27,7 @@ SPEC_COLUMNS = (
 # Appended after SPEC §8's columns (which stay first and unchanged); readers must cope without them.
 EXTRA_COLUMNS = (
     "state", "phase", "plan_slot", "seed", "family", "choices", "best_epoch", "flops_per_sample",
-    "train_flops", "samples_per_s", "val_curve", "baseline_val_loss",
+    "train_flops", "samples_per_s", "val_curve", "baseline_val_loss", Attr.RUNG, Attr.FLOPS_SPENT, Attr.FLOPS_FULL,
 )
 # Then each family metric a trial recorded (``val_accuracy``, ...), sorted by name.
 CSV_COLUMNS = SPEC_COLUMNS + EXTRA_COLUMNS
@@ -41,10 +41,10 @@ def _iso(t: dt.datetime | None) -> str:
 
 
 def _val_loss(t: FrozenTrial) -> float | None:
-    if t.state == TrialState.COMPLETE:
+    if t.value is not None:  # COMPLETE; or PRUNED: its best loss, or its score at a halving rung
         return t.value
     inter = [v for v in t.intermediate_values.values() if v == v]
-    return min(inter) if inter else None  # a pruned trial: best validation loss it reached
+    return min(inter) if inter else None  # a pruned trial without a value: the best loss it reached
 
 
 def finished_trials(study: optuna.Study) -> list[FrozenTrial]:
@@ -77,6 +77,7 @@ def result_rows(study: optuna.Study, settings: StudySettings) -> list[dict[str, 
             **{k: t.user_attrs.get(k) for k in ("best_epoch", "flops_per_sample", "train_flops", "samples_per_s")},
             "val_curve": json.dumps([[int(step), v] for step, v in sorted(t.intermediate_values.items())]),
             "baseline_val_loss": t.user_attrs.get("baseline_val_loss"),
+            **{k: t.user_attrs.get(k) for k in (Attr.RUNG, Attr.FLOPS_SPENT, Attr.FLOPS_FULL)},
             **_family_metrics(t.user_attrs),
         }
         rows.append(row)
@@ -128,11 +129,24 @@ def best_summary(study: optuna.Study, settings: StudySettings) -> dict[str, Any]
         "choices": dict(arch.get("choices") or {}) if arch else {},  # the winner's categorical choices
         "seed": best.user_attrs.get("seed") if best else None,  # the winner's paired/confirmation seed
     }
+    summary.update(flops_summary(trials))
     if any(e["phase"] == 3 for e in settings.plan):
         summary["confirmation"] = confirmation_summary(trials, settings.archs)
     if settings.options.get("paired_seeds"):
         summary["paired"] = paired_summary(trials, settings.archs)
     return summary
+
+
+def flops_summary(trials: list[FrozenTrial]) -> dict[str, int | None]:
+    """The study's FLOPs against those of training every planned trial to the end once (what
+    successive halving saves): every trial's flops_spent (all its claims, cooldown branches and
+    failed or pruned work included) and, per plan slot, the full-length cost of its trial."""
+    spent = [int(t.user_attrs[Attr.FLOPS_SPENT]) for t in trials if Attr.FLOPS_SPENT in t.user_attrs]
+    full: dict[Any, int] = {}
+    for t in trials:
+        if Attr.FLOPS_FULL in t.user_attrs:
+            full[t.user_attrs.get(Attr.PLAN_SLOT, f"trial {t.number}")] = int(t.user_attrs[Attr.FLOPS_FULL])
+    return {"flops_spent": sum(spent) if spent else None, "flops_full_plan": sum(full.values()) if full else None}
 
 
 def best_path(out_dir: Path, settings: StudySettings) -> Path:

@@ -302,7 +302,7 @@ def _ratio(logn: np.ndarray, logl: np.ndarray, within: tuple[np.ndarray, np.ndar
 def _verdict(theta: np.ndarray, samples: np.ndarray, ratio: dict[str, Any], logn: np.ndarray,
              logl: np.ndarray) -> list[str]:
     """Why the slope is not resolved (empty when it is): alpha at a bound of its range, A not
-    distinguishable from 0, or a loss-ratio interval that includes 1."""
+    distinguishable from 0, or a loss-ratio interval that includes 1 (or lies above it)."""
     reasons = []
     alpha = float(theta[2])
     lo, hi = _ALPHA_BOUNDS
@@ -319,9 +319,10 @@ def _verdict(theta: np.ndarray, samples: np.ndarray, ratio: dict[str, Any], logn
         reasons.append("the 95% intervals collapse to a point: no budget has a second trial or seed to resample "
                        "and the budget points alone cannot be resampled")
     r_lo, r_hi = ratio["ci95"]
+    where = "includes 1" if r_lo <= 1.0 else "lies above 1: the largest budget's loss is higher than the smallest's"
     if r_hi >= 1.0:
         reasons.append(f"the 95% interval of the loss ratio between the largest and the smallest budget, "
-                       f"[{r_lo:.4g}, {r_hi:.4g}], includes 1")
+                       f"[{r_lo:.4g}, {r_hi:.4g}], {where}")
     return reasons
 
 

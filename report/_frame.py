@@ -22,6 +22,9 @@ learning_rate, epochs, batch_size, weight_decay, warmup_steps   training paramet
 val_loss            best validation loss (PRUNED: the best it reached; NaN if none)
 train_loss, best_epoch, duration_s, timestamp
 flops_per_sample, train_flops, samples_per_s    compute accounting (NaN when not recorded)
+rung                successive halving: the last rung the trial was scored at (NaN without)
+flops_spent, flops_full   FLOPs the trial spent (all its claims, cooldown branches included) and
+                    what training it to full length once costs
 baseline_val_loss   loss of always predicting the training base rate
 val_curve           list of (epoch, validation loss) pairs, the per-epoch curve
 depth_to_width      n_layers / d_model
@@ -57,7 +60,7 @@ ARCH_COLUMNS = ARCH_RECORD
 TRAINING_COLUMNS = TRAINING_PARAMS
 NUMERIC_EXTRA = (
     "train_loss", "best_epoch", "duration_s", "flops_per_sample", "train_flops", "samples_per_s",
-    "baseline_val_loss", "mfu", "peak_memory_gib",
+    "baseline_val_loss", "mfu", "peak_memory_gib", "rung", "flops_spent", "flops_full",
 )
 FRAME_COLUMNS = (
     "experiment", "study", "budget", "budget_value", "trial", "state", "phase", "plan_slot", "seed",
@@ -65,6 +68,7 @@ FRAME_COLUMNS = (
     *TRAINING_COLUMNS, "val_loss", "train_loss", "best_epoch", "duration_s", "timestamp",
     "flops_per_sample", "train_flops", "samples_per_s", "baseline_val_loss", "val_curve",
     "depth_to_width", "fail_reason", "host", "device", "mfu", "peak_memory_gib", "gpu_name",
+    "rung", "flops_spent", "flops_full",
 )
 STATES = ("COMPLETE", "PRUNED", "FAIL")
 # Trial attributes that are bookkeeping, not metrics, although they start with "val_".

@@ -42,7 +42,9 @@ import pandas as pd
 
 from archhpo._io import atomic_write
 from archhpo.errors import StudyError
+from archhpo.report._compute import compute_rows, compute_text
 from archhpo.report._confirm import MIN_PAIRS, confirmation_summary
+from archhpo.report._decisions import decision_accuracy, decision_rows
 from archhpo.report._fit import fit_json, fit_scaling_law
 from archhpo.report._frame import best_and_runner_up, budgets_in, load_curves, ranked, trials_frame
 from archhpo.report._truth import truth_text
@@ -79,6 +81,7 @@ class Report:
     fit: dict[str, Any] = field(default_factory=dict)
     summary: pd.DataFrame | None = None
     notes_written: int = 0
+    compute: str | None = None  # FLOPs spent against the full plan (report/_compute.py), if recorded
 
 
 # ----------------------------------------------------------------------------- numbers
@@ -483,7 +486,39 @@ def _answer_section(frame: pd.DataFrame, summary: pd.DataFrame, fit: dict[str, A
     parts.append(f"<p class='law'><b>Scaling law.</b> {html.escape(law_text(fit))}</p>")
     if truth_text(fit):
         parts.append(f"<p class='truth'>{html.escape(truth_text(fit))}</p>")
+    accuracy = decision_accuracy(frame)
+    if accuracy:
+        parts += ["<h3>Decision accuracy: does a smaller budget's ranking hold at a larger one?</h3>",
+                  _table(["budgets", "matched shapes", "rankings that agree [95% interval]"], decision_rows(accuracy)),
+                  "<p class='muted'>A shape is a number of layers and heads (and a choice) found at both budgets; "
+                  "a pair of shapes agrees when the same one has the lower mean loss at both (DataDecide's "
+                  "measure). High agreement is the evidence for planning larger budgets from smaller ones "
+                  "(--ladder); 50% is chance.</p>"]
+    if frame.attrs.get("ladder"):
+        parts += ["<h3>Ladder: what each budget carried up</h3>",
+                  _table(["budget", "carried up"], [[b, text] for b, text in frame.attrs["ladder"].items()])]
+    if compute_text(frame):
+        parts += [f"<p class='compute'>{html.escape(_sentence(str(compute_text(frame))))}.</p>",
+                  _table(["budget", "FLOPs spent", "FLOPs of the full plan", "share"], compute_rows(frame), {1, 2, 3})]
     return parts
+
+
+def _sentence(text: str) -> str:
+    """`text` with its first letter capitalised and the rest as it was (FLOPs stays FLOPs)."""
+    return text[:1].upper() + text[1:]
+
+
+def ladder_notes(storage: Any, studies: dict[str, str]) -> dict[str, str]:
+    """Per ladder budget (--ladder), what it carried up from the smaller one (search/_ladder.py)."""
+    from archhpo.search._ladder import describe
+    from archhpo.search._study import LADDER_KEY
+
+    out = {}
+    for budget, name in studies.items():
+        attrs = storage.get_study_user_attrs(storage.get_study_id_from_name(name))
+        if attrs.get(LADDER_KEY):
+            out[budget] = describe(attrs[LADDER_KEY])
+    return out
 
 
 def _figures_section(images: dict[str, bytes]) -> list[str]:
@@ -610,7 +645,8 @@ def report_frame(frame: pd.DataFrame, out: str | Path = "results", experiment: s
     html_path = out / f"{experiment}_report.html"
     shown = [str(p.relative_to(out)) for p in files]
     atomic_write(html_path, render_html(experiment, frame, summary, fit, confirm, choices, images, shown))
-    report = Report(html=html_path, files=[html_path, *files], fit=fit, summary=summary)
+    report = Report(html=html_path, files=[html_path, *files], fit=fit, summary=summary,
+                    compute=compute_text(frame))
     if storage is not None and frame.attrs.get("studies"):
         picks = best_and_runner_up(frame)
         notes = {s["budget"]: budget_note(s["budget"], s, picks.get(s["budget"], (None, None))[0],
@@ -644,6 +680,7 @@ def write_report(experiment: str | None, storage: Any = None, csv: str | Path | 
     if storage is None or isinstance(storage, str):
         storage = open_storage(resolve_storage_url(storage), create=False)
     frame = trials_frame(experiment, storage=storage, curves=False)
+    frame.attrs["ladder"] = ladder_notes(storage, frame.attrs.get("studies") or {})
     top = ranked(frame).groupby("budget", sort=False).head(CURVES_SHOWN)
     load_curves(frame, storage, top.index)  # only the curves the figures draw
     return report_frame(frame, out, experiment, reference, n_boot, storage if notes else None)

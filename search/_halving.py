@@ -1,17 +1,23 @@
 """Successive halving's rung arithmetic: pure functions of a study's settings and a rung's scores.
 
 Rungs are fractions of each trial's own planned length: min_fraction, min_fraction*eta, ... and
-always the full length. A rung's decision is a deterministic function of its scores (ties broken
-by plan slot), so every worker that computes it, before or after a crash, computes the same one.
+always the full length.  Every trial of a study has the same number of rungs, so rung k means the
+same thing for a 50-epoch and a 100-epoch trial; a short trial whose fractions round to the same
+epoch is scored there again without training.  A rung's decision is a deterministic function of
+its scores (ties broken by plan slot), so every worker that computes it, before or after a crash,
+computes the same one.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 from fractions import Fraction
+from typing import Any
 
 from archhpo.errors import StudyError
+from archhpo.schema import DEFAULT_ETA
 
 
 def parse_fraction(text: str | float) -> Fraction:
@@ -25,20 +31,22 @@ def parse_fraction(text: str | float) -> Fraction:
     return value
 
 
-def rung_epochs(epochs: int, eta: int, min_fraction: Fraction) -> list[int]:
-    """The epochs at which a trial of `epochs` planned epochs is scored: rising, the last = epochs.
-
-    Fractions that round to the same epoch (a short trial) are one rung, never an empty one."""
+def rung_fractions(eta: int, min_fraction: Fraction) -> list[Fraction]:
+    """min_fraction * eta**k below 1, then 1: the same rungs for every trial of a study."""
     if eta < 2:
         raise StudyError(f"--eta {eta} must be at least 2 (the best 1/eta of a rung go on).")
-    rungs: list[int] = []
+    out: list[Fraction] = []
     fraction = Fraction(min_fraction)
     while fraction < 1:
-        e = max(1, math.floor(epochs * fraction))
-        if e < epochs and (not rungs or e > rungs[-1]):
-            rungs.append(e)
+        out.append(fraction)
         fraction *= eta
-    return [*rungs, epochs]
+    return [*out, Fraction(1)]
+
+
+def rung_epochs(epochs: int, eta: int, min_fraction: Fraction) -> list[int]:
+    """The epochs at which a trial of `epochs` planned epochs is scored: one per rung, never
+    falling, at least 1, the last = epochs (a short trial may be scored twice at one epoch)."""
+    return [min(epochs, max(1, math.floor(epochs * f))) for f in rung_fractions(eta, min_fraction)]
 
 
 def promotions(scores: Mapping[int, float], eta: int) -> list[int]:
@@ -47,3 +55,35 @@ def promotions(scores: Mapping[int, float], eta: int) -> list[int]:
     finite = sorted((score, slot) for slot, score in scores.items() if math.isfinite(score))
     keep = max(1, len(scores) // eta) if finite else 0
     return sorted(slot for _, slot in finite[:keep])
+
+
+@dataclass(frozen=True)
+class Halving:
+    """A study's successive-halving settings (stored in its options as {"eta", "min_fraction"})."""
+
+    eta: int = DEFAULT_ETA
+    min_fraction: Fraction = Fraction(1, 9)
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, Any]) -> Halving | None:
+        h = options.get("halving")
+        return None if not h else cls(int(h["eta"]), parse_fraction(h["min_fraction"]))
+
+    def as_option(self) -> dict[str, Any]:
+        return {"eta": self.eta, "min_fraction": str(self.min_fraction)}
+
+    @property
+    def n_rungs(self) -> int:
+        return len(rung_fractions(self.eta, self.min_fraction))
+
+    def epochs(self, epochs: int) -> list[int]:
+        return rung_epochs(epochs, self.eta, self.min_fraction)
+
+    def check_schedule(self, schedule: str, cooldown: float) -> None:
+        """Under WSD a rung below full length must fall before the cooldown: its score is a
+        cooldown branched from the constant-rate state there."""
+        last = rung_fractions(self.eta, self.min_fraction)[-2:-1]
+        if schedule == "wsd" and last and last[0] > 1 - Fraction(str(cooldown)):
+            raise StudyError(
+                f"The rung at {last[0]} of a trial falls inside the WSD cooldown (the last {cooldown} of the "
+                "steps); use a smaller --cooldown, --eta or --min-fraction.")

@@ -178,9 +178,20 @@ def make_plan(
             entries.append(PlanEntry(len(entries), 1, arch_idx, space.sample(rng)))
     for arch_idx in order[n1 : n1 + n2]:
         entries.append(PlanEntry(len(entries), 2, arch_idx, None))
-    if confirm > 0:
-        ranks = min(confirm, n1 + n2)  # never more ranks than the plan has architectures
-        for s in range(confirm_seeds):  # seed-major: an early stop still has pairs
-            for k in range(ranks):
-                entries.append(PlanEntry(len(entries), 3, None, None, seed=s, rank=k))
+    return _with_confirmation(entries, confirm, confirm_seeds, n1 + n2)
+
+
+def _with_confirmation(entries: list[PlanEntry], confirm: int, confirm_seeds: int, n_archs: int) -> list[PlanEntry]:
+    """`entries` and the confirmation's K x S phase-3 entries, seed-major (an early stop still has pairs)."""
+    ranks = min(confirm, n_archs)  # never more ranks than the plan has architectures
+    for s in range(confirm_seeds if confirm > 0 else 0):
+        for k in range(ranks):
+            entries.append(PlanEntry(len(entries), 3, None, None, seed=s, rank=k))
     return entries
+
+
+def ladder_plan(n_slots: int, confirm: int = 0, confirm_seeds: int = 0) -> list[PlanEntry]:
+    """A ladder budget's plan (search/_ladder.py): `n_slots` phase-1 entries whose architecture and
+    training parameters are filled by plan upkeep once the smaller budgets are final; no phase 2."""
+    entries = [PlanEntry(slot, 1, None, None) for slot in range(n_slots)]
+    return _with_confirmation(entries, confirm, confirm_seeds, n_slots)

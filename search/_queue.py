@@ -31,8 +31,11 @@ from optuna.distributions import distribution_to_json
 from optuna.storages import RDBStorage, fail_stale_trials
 from optuna.trial import TrialState
 
+from archhpo.budgets import GridRow
 from archhpo.errors import TrialLost
 from archhpo.schema import ARCH_RECORD, TRAINING_PARAMS, Attr
+from archhpo.search._halving import Halving, promotions
+from archhpo.search._ladder import Finished, carry_up
 from archhpo.search._optuna_private import models as m
 from archhpo.search._optuna_private import study_id_of, trial_id_of
 from archhpo.search._plan import prunable
@@ -45,8 +48,9 @@ from archhpo.search._storage import (
     resilient,
     session_scope,
 )
-from archhpo.search._study import MedianRule, StudySettings, enqueue_missing, load_study
+from archhpo.search._study import LADDER_KEY, MedianRule, StudySettings, enqueue_missing, load_study
 
+_HALVING_KEY = "archhpo_halving"  # the study's rung decisions: {phase: [promoted slots of rung 0, 1, ...]}
 MAX_ATTEMPTS = 2  # a trial whose worker vanished is retried once with the same parameters
 FINAL_FAIL_KEY = Attr.FAIL_REASON  # set by a worker: a deliberate FAIL (NaN, OOM, refused) is final
 # ... except an out-of-memory error of a trial that shared its GPU (the worker sets this too): it
@@ -72,6 +76,14 @@ class Claim:
     seed: int | None = None  # the plan entry's seed (paired studies, confirmation), else None
     token: str | None = None  # this claim's fence token (None: the driver's requeue safety net)
     whole_gpu: bool = False  # a retry of a shared-GPU OOM: needs a GPU of its own
+    # Successive halving (None: the study does not halve): the trial's rung epochs, the rung this
+    # claim trains to, the scores and branch epochs of the rungs it passed, and whether it stops and
+    # waits at that rung (park) or, never prunable (a replicate), scores every rung in passing.
+    rungs: list[int] | None = None
+    rung: int = 0
+    rung_scores: list[float] = field(default_factory=list)
+    branch_epochs: list[float] = field(default_factory=list)
+    park: bool = False
 
 
 @dataclass
@@ -91,6 +103,7 @@ class PlanStatus:
     skipped: int = 0  # confirmation ranks beyond the architectures that finished (final, no trial)
     retries: int = 0
     whole_gpu_waiting: int = 0  # WAITING trials only a worker with a whole GPU may claim
+    held: int = 0  # WAITING trials held at a successive-halving rung until its decision
     details: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -113,6 +126,9 @@ class TrialQueue:
         # None: the study prunes nothing (--pruner none).
         self.median_rule = (MedianRule.for_study(bool(self.settings.options.get("quick")))
                             if self.settings.pruner == "median" else None)
+        self.halving = Halving.from_options(self.settings.options)
+        self._ladder: dict[str, Any] | None = None  # a ladder budget's plan, once filled (_fill_ladder)
+        self._below: list[TrialQueue] | None = None  # the smaller budgets of its ladder
         space: SearchSpace = self.settings.search_space
         self.distributions = {**space.distributions(len(self.settings.archs)),
                               **arch_distributions(self.settings.archs)}
@@ -162,11 +178,9 @@ class TrialQueue:
             .limit(1)
         )
         if shared_gpu:  # a worker sharing its GPU never takes a trial that needs a whole one
-            q = q.where(~sa.exists().where(
-                m.TrialUserAttributeModel.trial_id == m.TrialModel.trial_id,
-                m.TrialUserAttributeModel.key == WHOLE_GPU_KEY,
-                m.TrialUserAttributeModel.value_json == "true",
-            ))
+            q = q.where(~_flag_set(WHOLE_GPU_KEY))
+        if self.halving is not None:  # a trial held at a rung waits for the rung's decision
+            q = q.where(~_flag_set(Attr.RUNG_HOLD))
         if self._postgres:
             q = q.with_for_update(skip_locked=True)
         return s.execute(q).scalars().first()
@@ -192,13 +206,27 @@ class TrialQueue:
             s.add(m.TrialHeartbeatModel(trial_id=trial.trial_id))
         else:
             hb.heartbeat = s.execute(sa.func.now()).scalar()
-        return Claim(
+        claim = Claim(
             trial_id=trial.trial_id, number=trial.number, slot=int(user_attrs.get("plan_slot", -1)),
             phase=int(user_attrs.get("phase", 0)), attempt=int(user_attrs.get("attempt", 1)),
             params=params, arch=arch, study_name=self.name,
             seed=int(user_attrs["seed"]) if user_attrs.get("seed") is not None else None,
             token=token, whole_gpu=bool(user_attrs.get(WHOLE_GPU_KEY, False)),
         )
+        if self.halving is not None:
+            self._halving_claim(claim, user_attrs)
+        return claim
+
+    def _halving_claim(self, claim: Claim, user_attrs: dict[str, Any]) -> None:
+        """The claim's rungs: a prunable trial trains to the rung after the last one it was scored
+        at (the first for a new trial); a replicate trains to full length, scoring rungs in passing."""
+        assert self.halving is not None
+        claim.rungs = self.halving.epochs(int(claim.params["epochs"]))
+        claim.park = prunable(claim)
+        passed = user_attrs.get(Attr.RUNG)
+        claim.rung = 0 if passed is None or not claim.park else int(passed) + 1
+        claim.rung_scores = [float(v) for v in user_attrs.get(Attr.RUNG_SCORES) or []]
+        claim.branch_epochs = [float(v) for v in user_attrs.get(Attr.BRANCH_EPOCHS) or []]
 
     def _write_params(self, s: Any, trial_id: int, values: dict[str, Any]) -> None:
         """Store a claimed trial's parameters with their distributions (the design's and the
@@ -339,12 +367,36 @@ class TrialQueue:
             trial = s.execute(
                 sa.select(m.TrialModel).where(m.TrialModel.trial_id == claim.trial_id)
             ).scalars().one()
-            _set_attrs(s, claim.trial_id, {**attrs, "state_note": state.name.lower()})
+            if claim.rungs and state == TrialState.COMPLETE:  # halving: only a full-length trial completes
+                attrs = {**attrs, Attr.RUNG: len(claim.rungs) - 1}
+            _set_attrs(s, claim.trial_id, {**_add_flops(s, claim.trial_id, attrs), "state_note": state.name.lower()})
             if value is not None and math.isfinite(value):
                 stored, kind = m.TrialValueModel.value_to_stored_repr(value)
                 s.add(m.TrialValueModel(trial_id=claim.trial_id, objective=0, value=stored, value_type=kind))
             trial.state = state
             trial.datetime_complete = dt.datetime.now()
+        return True
+
+    def park(self, claim: Claim, score: float, attrs: dict[str, Any]) -> bool:
+        """Hold a trial scored at its rung (claim.rung) until the rung's decision: WAITING but not
+        claimable, so no worker is tied up and the reaper (RUNNING trials only) never sees it; its
+        score is stored with it.  False, writing nothing, when the trial is no longer ours."""
+        return resilient(lambda: self._park(claim, score, attrs), "park")
+
+    def _park(self, claim: Claim, score: float, attrs: dict[str, Any]) -> bool:
+        with session_scope(self.storage) as s:
+            if not self._owned(s, claim):
+                return False
+            trial = s.execute(
+                sa.select(m.TrialModel).where(m.TrialModel.trial_id == claim.trial_id)
+            ).scalars().one()
+            _set_attrs(s, claim.trial_id, {
+                **_add_flops(s, claim.trial_id, attrs), Attr.RUNG: claim.rung,
+                Attr.RUNG_SCORES: [*claim.rung_scores, score], Attr.RUNG_HOLD: True,
+                "state_note": f"waiting at rung {claim.rung}",
+            })
+            trial.state = TrialState.WAITING
+            trial.datetime_start = None
         return True
 
     def requeue(self, claim: Claim, note: str = "interrupted") -> bool:
@@ -393,6 +445,10 @@ class TrialQueue:
         with _quiet():
             fail_stale_trials(self.study)
         trials = self._light_trials()
+        if self.settings.options.get("ladder") and self._ladder is None:
+            self._fill_ladder()
+        if self.halving is not None and self._decide_rungs(trials):
+            trials = self._light_trials()  # held trials were promoted or pruned
         status, retry, phase1_final = self._status(trials)
         for light in retry:
             t = self.storage.get_trial(light.trial_id)
@@ -419,6 +475,101 @@ class TrialQueue:
         if retry or (phase1_final and needs_phase2) or confirm:
             status, _, _ = self._status(self._light_trials())
         return status
+
+    # ------------------------------------------------------------------ ladder planning
+    def _fill_ladder(self) -> None:
+        """A ladder budget's phase 1, once every smaller budget's plan is final (under the plan lock):
+        what is carried up is stored in the study before its slots are enqueued and reused after, so
+        racing or killed upkeeps fill the plan once (search/_ladder.py)."""
+        ladder = self._study_attr(LADDER_KEY)
+        if ladder is None:
+            if self._below is None:
+                self._below = [TrialQueue(self.storage_url, n, storage=self.storage)
+                               for n in self.settings.options["ladder"]["below"]]
+            if not all(q.status().done for q in self._below):
+                return
+            ladder = self._carry_from(self._below[-1])
+            self.study.set_user_attr(LADDER_KEY, ladder)
+        enqueue_missing(self.study, self.settings, phase=1, ladder=ladder)
+        self._ladder = ladder
+
+    def _carry_from(self, smaller: TrialQueue) -> dict[str, Any]:
+        """carry_up from the next smaller budget's COMPLETE phase-1/2 trials."""
+        done = smaller.storage.get_all_trials(smaller.study_id, deepcopy=False, states=(TrialState.COMPLETE,))
+        finished = [
+            Finished(float(t.value), t.number, int(t.user_attrs["d_model"]), int(t.user_attrs["n_layers"]),
+                     (int(t.params["arch_idx"]),), {k: t.params[k] for k in TRAINING_PARAMS})
+            for t in done if t.value is not None and math.isfinite(t.value) and t.user_attrs.get("phase") in (1, 2)
+        ]
+        slots = [e["slot"] for e in self.settings.plan if e["phase"] == 1]
+        out = carry_up(finished, smaller.settings.budget_value, self.settings.budget_value,
+                       [GridRow(**a) for a in self.settings.archs], self.settings.search_space, slots,
+                       int(self.settings.options.get("seed", 0)))
+        return {**out, "from": smaller.name, "from_budget": smaller.settings.budget}
+
+    # ------------------------------------------------------------------ successive halving
+    def _decide_rungs(self, trials: Sequence[_LightTrial]) -> bool:
+        """Make and apply every rung decision that is due (under the plan lock); True if a held
+        trial was promoted or pruned.
+
+        Per phase (1 and 2: the prunable ones), rung 0's members are the phase's slots and rung
+        r+1's are those promoted from rung r.  A rung is decided once all its members are held at
+        it (or failed for good): promotions() of their scores.  The decision is stored in the study
+        before it is applied, and applying it again is a no-op, so a worker or driver killed
+        anywhere in between leaves the next upkeep to finish the same decision."""
+        assert self.halving is not None
+        decisions = self._study_attr(_HALVING_KEY) or {}
+        by_slot: dict[int, list[_LightTrial]] = {}
+        for t in trials:
+            if t.user_attrs.get(Attr.PLAN_SLOT) is not None:
+                by_slot.setdefault(int(t.user_attrs[Attr.PLAN_SLOT]), []).append(t)
+        changed = False
+        for phase in (1, 2):
+            members = [e["slot"] for e in self.settings.plan if e["phase"] == phase and prunable(e)]
+            decided: list[list[int]] = decisions.setdefault(str(phase), [])
+            for rung in range(self.halving.n_rungs - 1):
+                if not members:
+                    break
+                if rung == len(decided):
+                    scores = _rung_scores(rung, members, by_slot)
+                    if scores is None:  # the rung still waits for some of its members
+                        break
+                    decided.append(promotions(scores, self.halving.eta))
+                    self.study.set_user_attr(_HALVING_KEY, decisions)
+                changed |= self._apply_rung(rung, members, decided[rung], by_slot)
+                members = decided[rung]
+        return changed
+
+    def _apply_rung(self, rung: int, members: list[int], promoted: list[int],
+                    by_slot: dict[int, list[_LightTrial]]) -> bool:
+        """Release the promoted members held at `rung` and prune the others, with their rung score
+        as value, in one transaction; members no longer held there are left alone."""
+        held = [t for slot in members for t in by_slot.get(slot, [])
+                if t.state == TrialState.WAITING and t.user_attrs.get(Attr.RUNG_HOLD)
+                and int(t.user_attrs.get(Attr.RUNG, -1)) == rung]
+        if not held:
+            return False
+        keep = set(promoted)
+        with session_scope(self.storage) as s:
+            for t in held:
+                if int(t.user_attrs[Attr.PLAN_SLOT]) in keep:
+                    _set_attrs(s, t.trial_id, {Attr.RUNG_HOLD: False, "state_note": f"promoted to rung {rung + 1}"})
+                    continue
+                _set_attrs(s, t.trial_id, {Attr.RUNG_HOLD: False, "state_note": f"pruned at rung {rung}"})
+                stored, kind = m.TrialValueModel.value_to_stored_repr(float(t.user_attrs[Attr.RUNG_SCORES][rung]))
+                s.add(m.TrialValueModel(trial_id=t.trial_id, objective=0, value=stored, value_type=kind))
+                s.execute(sa.update(m.TrialModel).where(m.TrialModel.trial_id == t.trial_id)
+                          .values(state=TrialState.PRUNED, datetime_complete=dt.datetime.now())
+                          .execution_options(synchronize_session=False))
+        return True
+
+    def _study_attr(self, key: str) -> Any:
+        """A study user attribute read fresh from the database (not Optuna's cached study)."""
+        with read_scope(self.storage) as s:
+            text = s.execute(sa.select(m.StudyUserAttributeModel.value_json).where(
+                m.StudyUserAttributeModel.study_id == self.study_id, m.StudyUserAttributeModel.key == key,
+            )).scalar_one_or_none()
+        return json.loads(text) if text is not None else None
 
     # ------------------------------------------------------------------ confirmation (phase 3)
     def _phase3(self, fresh: bool = False) -> list[dict[str, Any]] | None:
@@ -596,8 +747,30 @@ class TrialQueue:
 
 
 _STATUS_KEYS = (Attr.PLAN_SLOT, Attr.PHASE, Attr.ATTEMPT, Attr.RETRY_OF, Attr.FAIL_REASON, Attr.DURATION_S,
-                Attr.OOM_SHARED, Attr.WHOLE_GPU)
-_CARRIED_KEYS = (Attr.SEED, Attr.RANK)  # plan-entry attrs a retry keeps (besides plan_slot and phase)
+                Attr.OOM_SHARED, Attr.WHOLE_GPU, Attr.RUNG, Attr.RUNG_SCORES, Attr.RUNG_HOLD)
+# What a retry keeps besides plan_slot and phase: the plan entry's seed and rank, and the rungs
+# it passed (it resumes from the dead attempt's checkpoint towards the same next rung).
+_CARRIED_KEYS = (Attr.SEED, Attr.RANK, Attr.RUNG, Attr.RUNG_SCORES, Attr.BRANCH_EPOCHS)
+
+
+def _flag_set(key: str) -> Any:
+    """SQL: the trial has the user attribute `key` set to true."""
+    return sa.exists().where(
+        m.TrialUserAttributeModel.trial_id == m.TrialModel.trial_id,
+        m.TrialUserAttributeModel.key == key,
+        m.TrialUserAttributeModel.value_json == "true",
+    )
+
+
+def _add_flops(s: Any, trial_id: int, attrs: dict[str, Any]) -> dict[str, Any]:
+    """`attrs` with FLOPS_SPENT (what this claim trained, from the worker) added to what the trial
+    had spent in its earlier claims (successive halving trains one trial over several)."""
+    if Attr.FLOPS_SPENT not in attrs:
+        return attrs
+    before = s.execute(sa.select(m.TrialUserAttributeModel.value_json).where(
+        m.TrialUserAttributeModel.trial_id == trial_id, m.TrialUserAttributeModel.key == Attr.FLOPS_SPENT,
+    )).scalar_one_or_none()
+    return {**attrs, Attr.FLOPS_SPENT: int(attrs[Attr.FLOPS_SPENT]) + (int(json.loads(before)) if before else 0)}
 
 
 def _shares_gpu(worker_attrs: dict[str, Any]) -> bool:
@@ -692,6 +865,7 @@ def _count_slot(st: PlanStatus, ts: list[_LightTrial], confirm_open: bool, retry
         st.whole_gpu_waiting += sum(
             t.state == TrialState.WAITING and bool(t.user_attrs.get(WHOLE_GPU_KEY)) for t in ts
         )
+        st.held += sum(t.state == TrialState.WAITING and bool(t.user_attrs.get(Attr.RUNG_HOLD)) for t in ts)
         return False
     if any(t.state in (TrialState.COMPLETE, TrialState.PRUNED) for t in ts):
         done = next(t for t in ts if t.state in (TrialState.COMPLETE, TrialState.PRUNED))
@@ -704,15 +878,39 @@ def _count_slot(st: PlanStatus, ts: list[_LightTrial], confirm_open: bool, retry
         if confirm_open:  # fewer architectures finished than --confirm asked for: nothing to confirm
             st.skipped += 1
         return confirm_open
-    last = ts[-1]  # only FAILs
-    lost = FINAL_FAIL_KEY not in last.user_attrs
-    # An OOM while sharing a GPU is retried once on a whole GPU, whatever the attempt.
-    oom_shared = bool(last.user_attrs.get(OOM_SHARED_KEY)) and not any(t.user_attrs.get(WHOLE_GPU_KEY) for t in ts)
-    if (lost and int(last.user_attrs.get("attempt", 1)) < MAX_ATTEMPTS) or oom_shared:
-        retry.append(last)
+    if _will_retry(ts):  # only FAILs
+        retry.append(ts[-1])
         return False
     st.failed += 1
     return True
+
+
+def _rung_scores(rung: int, members: list[int], by_slot: dict[int, list[_LightTrial]]) -> dict[int, float] | None:
+    """Every member's score at `rung` (inf: failed for good), or None while one is still on its way."""
+    scores: dict[int, float] = {}
+    for slot in members:
+        ts = sorted(by_slot.get(slot, []), key=lambda t: t.number)
+        live = [t for t in ts if t.state in (TrialState.WAITING, TrialState.RUNNING)]
+        if live:
+            t = live[-1]
+            if not (t.state == TrialState.WAITING and t.user_attrs.get(Attr.RUNG_HOLD)
+                    and int(t.user_attrs.get(Attr.RUNG, -1)) == rung):
+                return None
+            scores[slot] = float(t.user_attrs[Attr.RUNG_SCORES][rung])
+        elif ts and all(t.state == TrialState.FAIL for t in ts) and not _will_retry(ts):
+            scores[slot] = math.inf
+        else:  # not created yet, a retry still to be enqueued, or finished without being held
+            return None
+    return scores
+
+
+def _will_retry(ts: list[_LightTrial]) -> bool:
+    """A slot whose trials all FAILed gets another attempt: its worker vanished (no fail_reason)
+    and attempts remain, or it ran out of memory sharing a GPU (retried once on a whole GPU)."""
+    last = ts[-1]
+    lost = FINAL_FAIL_KEY not in last.user_attrs
+    oom_shared = bool(last.user_attrs.get(OOM_SHARED_KEY)) and not any(t.user_attrs.get(WHOLE_GPU_KEY) for t in ts)
+    return (lost and int(last.user_attrs.get("attempt", 1)) < MAX_ATTEMPTS) or oom_shared
 
 
 def _finish_status(st: PlanStatus, c: _LightCache, trials: Sequence[_LightTrial], durations: list[float],

@@ -32,14 +32,16 @@ from archhpo.budgets import (
 )
 from archhpo.errors import BudgetError, ConfigError, StorageError, StudyError
 from archhpo.models import Family, get_family
-from archhpo.schema import TRAINING_PARAMS, schedule_options
+from archhpo.schema import PRUNERS, TRAINING_PARAMS, schedule_options
+from archhpo.search._halving import Halving, parse_fraction
+from archhpo.search._ladder import ladder_trials
 from archhpo.search._optuna_private import rdb_storage_of, study_id_of
-from archhpo.search._plan import PlanEntry, make_plan
+from archhpo.search._plan import PlanEntry, ladder_plan, make_plan
 from archhpo.search._space import FULL_SPACE, QUICK_SPACE, SearchSpace
 from archhpo.search._storage import open_storage, plan_lock, plan_slots_of
 
 SCHEMA_VERSION = 1
-PRUNERS = ("median", "none")
+LADDER_KEY = "archhpo_ladder"  # a ladder budget's carried values and phase-1 assignments (search/_ladder.py)
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 
 
@@ -206,6 +208,9 @@ def prepare_settings(
     confirm_seeds: int = _default("seeds"),
     schedule: str = _default("schedule"),
     cooldown: float = _default("cooldown"),
+    eta: int = _default("eta"),
+    min_fraction: str = _default("min_fraction"),
+    ladder_below: Sequence[str] = (),
 ) -> StudySettings:
     """Validate everything and compute the grid and plan, touching no database.
 
@@ -215,6 +220,9 @@ def prepare_settings(
     paired_seeds: S > 0 trains every configuration with seeds 0..S-1 (no phase 2).
     confirm, confirm_seeds: retrain the `confirm` best architectures with `confirm_seeds` seeds.
     schedule, cooldown: the learning-rate schedule of every trial (stored in the options under wsd).
+    eta, min_fraction: successive halving's rungs (pruner "halving"; stored in the options then).
+    ladder_below: the studies of the smaller budgets of a ladder (--ladder), smallest first; this
+    budget's plan is then filled from theirs once they are final (search/_ladder.py).
     """
     check_experiment(experiment)
     pins = _normalise_pins(pins or {})
@@ -225,22 +233,50 @@ def prepare_settings(
     scalars, choices = _split_choices(family_options or {})
     options: dict[str, Any] = {"horizon": horizon, "threshold": threshold, "quick": quick, "seed": seed}
     options.update(scalars)
-    if paired_seeds:
-        options["paired_seeds"] = paired_seeds
-    if confirm:
-        options.update(confirm=confirm, confirm_seeds=confirm_seeds)
-    options.update(schedule_options(schedule, cooldown))
+    options.update(_training_options(paired_seeds, confirm, confirm_seeds, schedule, cooldown,
+                                     Halving(eta, parse_fraction(min_fraction)) if pruner == "halving" else None))
     spec, info = _data_and_info(fam, data, options, scalars, choices)
     rows = _rows(fam, info, choices, pins, label, value, tolerance)
     space, study_params = _space(fam, quick, dict(fixed_params or {}), paired_seeds)
-    plan = make_plan(rows, n_trials, space, seed, paired_seeds=paired_seeds, study_params=study_params,
-                     confirm=confirm, confirm_seeds=confirm_seeds)
+    if ladder_below:
+        options["ladder"] = {"below": list(ladder_below)}
+    plan = _study_plan(rows, n_trials, space, seed, paired_seeds, study_params, confirm, confirm_seeds,
+                       len(ladder_below))
     return StudySettings(
         experiment=experiment, budget=label, budget_value=value or 0, family=family,
         tolerance=tolerance, data=spec, options=options, info=info,
         archs=[r.as_dict() for r in rows], plan=[e.as_dict() for e in plan],
         space=space.as_dict(), n_trials=n_trials, pruner=pruner, choices=choices, pins=pins,
     )
+
+
+def _study_plan(rows: list[GridRow], n_trials: int, space: SearchSpace, seed: int, paired_seeds: int,
+                study_params: dict[str, Any] | None, confirm: int, confirm_seeds: int, ladder_step: int) -> list[PlanEntry]:
+    """The design's plan, or a ladder budget's (`ladder_step` > 0: filled once the smaller are final)."""
+    if not ladder_step:
+        return make_plan(rows, n_trials, space, seed, paired_seeds=paired_seeds, study_params=study_params,
+                         confirm=confirm, confirm_seeds=confirm_seeds)
+    if paired_seeds:
+        raise StudyError("--ladder plans larger budgets from the smaller ones' winners; a paired study "
+                         "trains every configuration anyway: drop --ladder or --paired-seeds.")
+    n_ext = sum(1 for r in rows if r.extreme)
+    return ladder_plan(ladder_trials(n_trials, ladder_step, n_ext), confirm, confirm_seeds)
+
+
+def _training_options(paired_seeds: int, confirm: int, confirm_seeds: int, schedule: str, cooldown: float,
+                      halving: Halving | None) -> dict[str, Any]:
+    """The options that shape how trials are trained and stopped; only those set are stored, so a
+    study that uses none of them keeps its identity."""
+    options: dict[str, Any] = {}
+    if paired_seeds:
+        options["paired_seeds"] = paired_seeds
+    if confirm:
+        options.update(confirm=confirm, confirm_seeds=confirm_seeds)
+    options.update(schedule_options(schedule, cooldown))
+    if halving is not None:
+        halving.check_schedule(schedule, cooldown)
+        options["halving"] = halving.as_option()
+    return options
 
 
 def _check_study_options(tolerance: float, horizon: int, pruner: str, paired_seeds: int, confirm: int,
@@ -415,7 +451,7 @@ def launch(storage_url: str, settings: StudySettings, storage: RDBStorage | None
                     f"Study {name!r} already exists with different settings ({'; '.join(diffs)}); "
                     "launch under a new --experiment name or repeat the original options."
                 )
-        enqueued = enqueue_missing(study, stored, phase=1)
+        enqueued = enqueue_missing(study, stored, phase=1, ladder=attrs.get(LADDER_KEY))
     return LaunchResult(stored, created, enqueued)
 
 
@@ -436,18 +472,25 @@ def enqueue_missing(
     phase: int,
     params: dict[str, Any] | None = None,
     ranks: list[dict[str, Any]] | None = None,
+    ladder: Mapping[str, Any] | None = None,
 ) -> int:
     """Enqueue every plan entry of `phase` that has no trial yet (call under plan_lock).
 
     params: phase 2's training parameters; ranks: phase 3's assignments (StudySettings.phase3),
-    whose missing ranks are skipped."""
+    whose missing ranks are skipped; ladder: a ladder budget's phase-1 assignments (by slot), without
+    which its phase-1 slots wait."""
     have = planned_slots(study)
     by_rank = {int(r["rank"]): r for r in ranks or []}
+    by_slot = {int(a["slot"]): a for a in (ladder or {}).get("assignments", [])}
     n = 0
     for entry in map(lambda d: PlanEntry(**d), settings.plan):
         if entry.phase != phase or entry.slot in have:
             continue
         arch_idx, training = entry.arch_idx, entry.params if entry.params is not None else params
+        if entry.phase == 1 and arch_idx is None:  # a ladder budget's slot
+            if entry.slot not in by_slot:
+                continue
+            arch_idx, training = by_slot[entry.slot]["arch_idx"], by_slot[entry.slot]["params"]
         if entry.phase == 3:
             assigned = by_rank.get(int(entry.rank or 0))
             if assigned is None:

@@ -144,6 +144,14 @@ def test_no_trend_under_trial_noise_is_no_scaling() -> None:
     assert fit["status"] == "no_scaling" and "includes 1" in fit["reason"]
 
 
+def test_a_loss_that_rises_with_size_is_no_scaling_and_says_so() -> None:
+    """A ratio interval entirely above 1 does not "include 1": it says the largest budget is worse."""
+    n, best, reps = _three_budgets(0.01, a=-20.0)  # 1.7 - 20 N^-0.34: the loss rises with N
+    fit = fit_law(n, best, n_boot=300, replicates=reps)
+    assert fit["status"] == "no_scaling" and fit["loss_ratio"]["ci95"][0] > 1
+    assert "lies above 1: the largest budget's loss is higher" in fit["reason"] and "includes 1" not in fit["reason"]
+
+
 def test_within_budget_minimum_follows_the_bootstrap_distribution() -> None:
     """The inverse-transform draw of a resample's minimum matches brute-force resampling."""
     losses = np.array([0.5, 0.1, 0.3, 0.2, 0.4])

@@ -19,9 +19,10 @@ def test_rungs_are_min_fraction_times_powers_of_eta_up_to_the_full_length() -> N
     assert rung_epochs(100, 2, Fraction(1, 4)) == [25, 50, 100]
 
 
-def test_a_short_trial_gets_fewer_rungs_never_an_empty_or_repeated_one() -> None:
-    assert rung_epochs(4, 3, Fraction(1, 9)) == [1, 4]
-    assert rung_epochs(1, 3, Fraction(1, 9)) == [1]
+def test_every_trial_has_the_same_rungs_a_short_one_scored_again_at_one_epoch() -> None:
+    # rung k means the same thing for every trial of a study, so a rung's members are comparable
+    assert rung_epochs(4, 3, Fraction(1, 9)) == [1, 1, 4]
+    assert rung_epochs(1, 3, Fraction(1, 9)) == [1, 1, 1]
     assert rung_epochs(9, 3, Fraction(1)) == [9]
 
 

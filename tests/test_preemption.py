@@ -166,3 +166,21 @@ def test_the_trainer_stops_between_two_steps_when_asked() -> None:
     with pytest.raises(TrialStopped):
         train(model, data, fam.loss, TrainConfig(epochs=2, batch_size=32, warmup_steps=0), should_stop=should_stop)
     assert len(asked) == 4, "asked before every step; stopped before the 4th"
+
+
+def test_run_stops_on_sigterm_as_on_ctrl_c_and_restores_the_handlers() -> None:
+    """`archhpo run` under a scheduler (or nohup'd, where the shell left SIGINT ignored) is stopped
+    with SIGTERM: the driver must see it as Ctrl-C, which gives every running trial back."""
+    from archhpo.cli._main import _stop_like_ctrl_c
+
+    before = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            with pytest.raises(KeyboardInterrupt), _stop_like_ctrl_c():
+                os.kill(os.getpid(), sig)
+                time.sleep(5)  # the handler interrupts this
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN, "the caller's handlers are put back"
+    finally:
+        signal.signal(signal.SIGTERM, before[0])
+        signal.signal(signal.SIGINT, before[1])

@@ -125,5 +125,21 @@ def test_a_cooldown_branch_scores_the_wsd_run_ending_there_and_leaves_the_model_
     before = copy.deepcopy(part.state_dict())
     branch = cooldown_branch(part, _data(), loss, TrainConfig(epochs=30, schedule="wsd", cooldown=0.2, **base),
                              saved[-1])
-    assert (branch.val_loss, branch.epochs, branch.samples) == (full.history[-1]["val_loss"], 2, 2 * 128)
+    assert (branch.val_loss, branch.steps, branch.epochs, branch.samples) == (
+        full.history[-1]["val_loss"], 2 * 4, 2.0, 2 * 128)  # 128 samples = 4 batches of 32 an epoch
     assert all(torch.equal(a, b) for a, b in zip(before.values(), part.state_dict().values(), strict=True))
+
+
+def test_a_cooldown_branch_ends_inside_an_epoch_when_its_steps_say_so() -> None:
+    loss = get_family("patchtst").loss
+    base = {"learning_rate": 3e-3, "batch_size": 32, "warmup_steps": 3, "min_lr_ratio": 0.0, "seed": 7}
+    saved: list[dict[str, Any]] = []
+    part = _model()
+    train(part, _data(), loss, TrainConfig(epochs=3, schedule="wsd", cooldown=0.0, **base),
+          checkpoint=lambda s: saved.append(copy.deepcopy(s)))
+    rng = torch.get_rng_state()
+    branch = cooldown_branch(part, _data(), loss, TrainConfig(epochs=30, schedule="wsd", cooldown=0.2, **base),
+                             saved[-1])
+    # 3 epochs of 4 steps held: a cooldown of round(12 * 0.2 / 0.8) = 3 steps, 3 of the 4 batches of epoch 4
+    assert (branch.steps, branch.epochs, branch.samples) == (3, 0.75, 96)
+    assert torch.equal(rng, torch.get_rng_state()), "the run it branched from keeps its dropout stream"

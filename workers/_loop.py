@@ -38,6 +38,7 @@ from optuna.trial import TrialState
 from archhpo._io import atomic_write
 from archhpo.errors import ArchhpoError, MemoryRefused, NonFiniteLoss, TrialLost, TrialStopped
 from archhpo.models import get_family
+from archhpo.schema import Attr
 from archhpo.workers import _device
 from archhpo.workers._build import BuiltTrial, DataCache, TrialSpec, build_trial
 from archhpo.workers._memory import (
@@ -49,7 +50,7 @@ from archhpo.workers._memory import (
     tensor_bytes,
     trial_shape,
 )
-from archhpo.workers._train import StopTraining, TrainConfig, resolve_device, train
+from archhpo.workers._train import StopTraining, TrainConfig, cooldown_branch, resolve_device, train
 
 log = logging.getLogger("archhpo.worker")
 
@@ -64,6 +65,8 @@ class QueueLike(Protocol):
     def report(self, claim: Any, step: int, value: float) -> bool: ...  # may raise TrialLost
     def finish(self, claim: Any, state: TrialState, value: float | None, attrs: dict[str, Any]) -> bool: ...
     def requeue(self, claim: Any, note: str = ...) -> bool: ...
+    # Successive halving only (a claim with `rungs` and `park`): hold the trial at its rung.
+    def park(self, claim: Any, score: float, attrs: dict[str, Any]) -> bool: ...
 
 
 @dataclass
@@ -73,6 +76,7 @@ class WorkerSummary:
     failed: int = 0
     lost: int = 0  # reaped while this worker held them (the retry elsewhere counts)
     requeued: int = 0  # given back to the queue because the worker was stopped
+    parked: int = 0  # scored at a successive-halving rung and held there for the rung's decision
     signal: int | None = None  # the signal that stopped the worker (SIGTERM 15, SIGINT 2), if any
     unhealthy: str | None = None  # a sticky CUDA fault stopped the worker: exit non-zero, never reuse
     trials: list[int] = field(default_factory=list)
@@ -118,9 +122,12 @@ class _TrialRun:
     attrs: dict[str, Any] = field(default_factory=dict)
     state: TrialState = TrialState.FAIL
     value: float | None = None
-    outcome: str = "finish"  # finish | requeue (stopped) | lost (fenced out) | unhealthy (CUDA fault)
+    outcome: str = "finish"  # finish | park (held at a rung) | requeue (stopped) | lost | unhealthy
     best: float = float("inf")
     start: float = field(default_factory=time.perf_counter)
+    rung_scores: list[float] = field(default_factory=list)  # successive halving: scores so far
+    branch_epochs: list[float] = field(default_factory=list)
+    branch_samples: int = 0  # trained by this claim's cooldown branches (they count as compute)
 
     @property
     def spec_seed(self) -> int | None:
@@ -262,6 +269,15 @@ class Worker:
         if self.checkpoint_dir is not None:  # the demo leaves no empty checkpoints/ folders behind
             _remove_empty(self.checkpoint_dir / queue.name, self.checkpoint_dir)
 
+    def _remove_study_checkpoints(self, queue: QueueLike) -> None:
+        """A study whose plan is done resumes nothing: drop what is left of its checkpoints (the
+        states of trials successive halving held at a rung and then pruned)."""
+        if self.checkpoint_dir is None:
+            return
+        for path in (self.checkpoint_dir / queue.name).glob("slot*.attempt*.pt"):
+            path.unlink(missing_ok=True)
+        _remove_empty(self.checkpoint_dir / queue.name, self.checkpoint_dir)
+
     # ------------------------------------------------------------------------ the loop
     def run(self) -> WorkerSummary:
         summary = WorkerSummary()
@@ -285,6 +301,8 @@ class Worker:
                     return claim, q
             for q in list(pending):
                 status = q.maintain(blocking=False)
+                if status.done:
+                    self._remove_study_checkpoints(q)
                 if status.done or self._only_whole_gpu_work(status):
                     pending.remove(q)
                 else:
@@ -369,6 +387,9 @@ class Worker:
         run.attrs["baseline_val_loss"] = built.baseline_loss
         if built.flops_per_sample is not None:
             run.attrs["flops_per_sample"] = built.flops_per_sample
+            # What training it to full length once costs (the plan's total is the halving baseline).
+            run.attrs[Attr.FLOPS_FULL] = (int(built.flops_per_sample) * built.data.n_train
+                                          * int(built.train_config.epochs))
         return built
 
     def _train(self, run: _TrialRun, built: BuiltTrial) -> None:
@@ -380,6 +401,7 @@ class Worker:
             for h in resume["history"]:  # the retry carries the dead attempt's curve
                 queue.report(claim, int(h["epoch"]), float(h["val_loss"]))
                 run.best = min(run.best, float(h["val_loss"]))
+        rungs, until = _rung_plan(run, resume)
 
         def on_eval(epoch: int, val: float) -> None:
             run.best = min(run.best, val)
@@ -387,25 +409,35 @@ class Worker:
                 raise StopTraining(epoch)
 
         def save(st: dict[str, Any]) -> None:
-            if ckpt is None or run.should_stop(self.stop_event) or st["epoch"] % self.checkpoint_every:
+            if ckpt is None or run.should_stop(self.stop_event):
                 return  # a fenced-out attempt never writes again
+            if st["epoch"] % self.checkpoint_every and st["epoch"] not in rungs:  # a rung's state is kept
+                return
             _atomic_save({"params": claim.params, "arch": claim.arch, "attempt": int(claim.attempt),
-                          "trial_number": claim.number, "pid": os.getpid(), **st}, ckpt)
+                          "trial_number": claim.number, "pid": os.getpid(), "rung_scores": run.rung_scores,
+                          "branch_epochs": run.branch_epochs, **st}, ckpt)
 
-        fam = built.family
+        fam, score = built.family, _rung_scorer(run, built)
         try:
             result = train(built.model, built.data, fam.loss, built.train_config, metrics_fn=fam.metrics,
                            on_eval=on_eval, checkpoint=save if ckpt is not None else None, resume=resume,
-                           should_stop=lambda: run.should_stop(self.stop_event))
-            run.state, run.value = TrialState.COMPLETE, result.best_val_loss
-            run.attrs.update(train_loss=result.train_loss, best_epoch=result.best_epoch,
-                             **{f"val_{k}": v for k, v in result.metrics.items()})
+                           should_stop=lambda: run.should_stop(self.stop_event),
+                           rungs=rungs, on_rung=score, until=until)
             samples, seconds = result.samples, result.train_s
+            if until is not None:  # held at this claim's rung
+                if len(run.rung_scores) == claim.rung and resume is not None:  # killed before it was held
+                    score(int(resume["epoch"]), float(resume["history"][-1]["val_loss"]), resume)
+                run.outcome, run.value = "park", run.rung_scores[claim.rung]
+            else:
+                run.state, run.value = TrialState.COMPLETE, result.best_val_loss
+                run.attrs.update(train_loss=result.train_loss, best_epoch=result.best_epoch,
+                                 **{f"val_{k}": v for k, v in result.metrics.items()})
         except StopTraining as stop:
             run.state, run.value = TrialState.PRUNED, run.best
             run.attrs["pruned_at_epoch"] = stop.args[0]
             samples, seconds = int(getattr(stop, "samples", 0)), float(getattr(stop, "seconds", 0.0))
         run.attrs.update(self._throughput(built, samples, seconds))
+        _record_rungs(run, built, samples)
 
     def _classify_failure(self, run: _TrialRun, exc: Exception) -> None:
         """Final failures name their reason; a shared-GPU OOM or refusal is retried once on a whole
@@ -455,6 +487,13 @@ class Worker:
         attrs = run.attrs
         attrs["duration_s"] = round(time.perf_counter() - run.start, 3)
         attrs.update(_device.peak_memory_attrs(self.device))
+        if run.outcome == "park":
+            if not queue.park(claim, float(run.value), attrs):  # type: ignore[arg-type]
+                summary.lost += 1
+                return
+            summary.parked += 1
+            queue.maintain()  # this may have completed the rung: decide it now (else the next upkeep does)
+            return
         if "fail_reason" in attrs:
             log.warning("trial %s failed: %s", claim.number, attrs["fail_reason"])
         if not queue.finish(claim, run.state, run.value, attrs):
@@ -480,3 +519,60 @@ class Worker:
                 if value is not None:
                     out["mfu"] = round(float(value), 4)
         return out
+
+
+# ---------------------------------------------------------------------------- successive halving
+def _rung_plan(run: _TrialRun, resume: dict[str, Any] | None) -> tuple[list[int], int | None]:
+    """The epochs this claim scores as rungs and the epoch it stops after to be held at its rung;
+    ([], None) for a study that does not halve, or a trial at its last rung (full length)."""
+    claim = run.claim
+    rungs: list[int] | None = getattr(claim, "rungs", None)
+    if not rungs:
+        return [], None
+    run.rung_scores, run.branch_epochs = list(claim.rung_scores), list(claim.branch_epochs)
+    if claim.park:
+        if claim.rung >= len(rungs) - 1:
+            return [], None
+        return [rungs[claim.rung]], rungs[claim.rung]
+    if resume is not None:  # a replicate resumed: the rungs it passed were scored before its checkpoint
+        run.rung_scores = [float(v) for v in resume.get("rung_scores", [])]
+        run.branch_epochs = [float(v) for v in resume.get("branch_epochs", [])]
+    return sorted(set(rungs[:-1])), None
+
+
+def _rung_scorer(run: _TrialRun, built: BuiltTrial) -> Any:
+    """on_rung for train(): a rung's score is the loss there (cosine, a run cut short) or after a
+    WSD cooldown branched from the constant-rate state there (its steps count as compute)."""
+    rungs: list[int] | None = getattr(run.claim, "rungs", None)
+    if not rungs:
+        return None
+    cfg = built.train_config
+
+    def score(epoch: int, val: float, state: dict[str, Any]) -> None:
+        times = 1 if run.claim.park else rungs[:-1].count(epoch)  # a short trial: rungs at one epoch
+        if cfg.schedule == "wsd":
+            branch = cooldown_branch(built.model, built.data, built.family.loss, cfg, state)
+            val, cooled = branch.val_loss, branch.epochs
+            run.branch_samples += branch.samples
+        else:
+            cooled = 0.0
+        run.rung_scores += [val] * times
+        run.branch_epochs += [cooled] * times
+
+    return score
+
+
+def _record_rungs(run: _TrialRun, built: BuiltTrial, samples: int) -> None:
+    """This claim's FLOPs (training and branches; the queue adds the trial's earlier claims) and,
+    under halving, the rungs of a trial finished at full length."""
+    if built.flops_per_sample is not None:
+        run.attrs[Attr.FLOPS_SPENT] = int(built.flops_per_sample) * (int(samples) + run.branch_samples)
+    rungs: list[int] | None = getattr(run.claim, "rungs", None)
+    if not rungs:
+        return
+    run.attrs[Attr.RUNG_EPOCHS] = rungs
+    if run.outcome == "park":  # the queue stores the rung and its score with the hold
+        run.attrs[Attr.BRANCH_EPOCHS] = run.branch_epochs
+    elif run.state == TrialState.COMPLETE:
+        run.attrs.update({Attr.RUNG_SCORES: [*run.rung_scores, run.value],
+                          Attr.BRANCH_EPOCHS: [*run.branch_epochs, 0.0]})

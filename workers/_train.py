@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -44,6 +44,7 @@ class TrainConfig:
     seed: int = 0
     schedule: str = "cosine"  # cosine, or wsd (warm-up, stable, decay)
     cooldown: float = 0.2  # wsd: the fraction of the steps spent cooling down
+    total_steps: int | None = None  # the schedule's length when not whole epochs (a cooldown branch)
 
     def __post_init__(self) -> None:
         if self.learning_rate <= 0 or self.epochs < 1 or self.batch_size < 1 or self.eval_every < 1:
@@ -153,7 +154,7 @@ def _start(model: nn.Module, data: TensorDataset, cfg: TrainConfig, resume: dict
     """The optimiser, schedule and batch-order generator, fresh or from a checkpoint."""
     device = next(model.parameters()).device
     gen = torch.Generator(device=device).manual_seed(cfg.seed)
-    total = math.ceil(data.n_train / cfg.batch_size) * cfg.epochs
+    total = cfg.total_steps or math.ceil(data.n_train / cfg.batch_size) * cfg.epochs
     # fused: one kernel for the whole update on CUDA (the CPU path keeps the default foreach).
     fused: dict[str, Any] = {"fused": True} if device.type == "cuda" else {}
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay, **fused)
@@ -180,15 +181,17 @@ def _start(model: nn.Module, data: TensorDataset, cfg: TrainConfig, resume: dict
 
 
 def _train_epoch(run: _Run, data: TensorDataset, loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
-                 cfg: TrainConfig, check_stop: Callable[[], None], epoch: int) -> float:
-    """One pass over the training set in the generator's order; the epoch's mean loss."""
+                 cfg: TrainConfig, check_stop: Callable[[], None], epoch: int, max_steps: int | None = None) -> float:
+    """One pass over the training set in the generator's order (its first `max_steps` batches
+    only, for a cooldown branch that ends inside an epoch); the mean loss of what was trained."""
     model, opt = run.model, run.opt
     device = next(model.parameters()).device
     extra = getattr(model, "extra_loss", None)
     model.train()
     perm = torch.randperm(data.n_train, device=device, generator=run.gen)
     loss_sum = torch.zeros((), device=device)
-    for i in range(0, data.n_train, cfg.batch_size):
+    n = data.n_train if max_steps is None else min(data.n_train, max_steps * cfg.batch_size)
+    for i in range(0, n, cfg.batch_size):
         check_stop()
         idx = perm[i : i + cfg.batch_size]
         inputs = tuple(t[idx] for t in data.train_inputs)
@@ -202,7 +205,7 @@ def _train_epoch(run: _Run, data: TensorDataset, loss_fn: Callable[[torch.Tensor
         run.sched.step()
         loss_sum += loss.detach() * idx.numel()
     # One host sync per epoch: a NaN anywhere in the epoch poisons the sum.
-    train_loss = float(loss_sum) / data.n_train
+    train_loss = float(loss_sum) / n
     if not math.isfinite(train_loss):
         raise NonFiniteLoss(f"training loss became non-finite ({train_loss}) in epoch {epoch}")
     return train_loss
@@ -232,14 +235,18 @@ def train(
     checkpoint: Callable[[dict[str, Any]], None] | None = None,
     resume: dict[str, Any] | None = None,
     should_stop: Callable[[], bool] | None = None,
+    rungs: Sequence[int] = (),
+    on_rung: Callable[[int, float, dict[str, Any]], None] | None = None,
+    until: int | None = None,
 ) -> TrainResult:
     """Train in place; `data` must already be on the model's device.
 
-    ``checkpoint(state)`` is called after every validated epoch with everything needed to go on;
-    ``resume=state`` continues from such a state (a retried trial picks up where it died; a WSD
-    run resumed from a constant-rate run of the same peak rate continues it into its cooldown).
-    ``should_stop()`` is asked before every step and every validation (a Python flag: no device
-    sync); when it says True, TrialStopped is raised (a worker being stopped or fenced out).
+    ``checkpoint(state)``: after every validated epoch, with everything needed to go on;
+    ``resume=state`` continues from such a state (a retry where it died; a constant-rate WSD run
+    into its cooldown). ``should_stop()``: asked before every step and validation (a Python flag,
+    no device sync); True raises TrialStopped (a worker stopped or fenced out). ``rungs``: epochs
+    always validated, where ``on_rung(epoch, val, state)`` scores a successive-halving rung before
+    the checkpoint; ``until``: stop after that epoch, the schedule still that of ``cfg.epochs``.
     """
     run = _start(model, data, cfg, resume)
     first = run.first
@@ -251,21 +258,23 @@ def train(
         if should_stop is not None and should_stop():
             raise TrialStopped(f"training stopped in epoch {epoch}")
 
-    for epoch in range(first, cfg.epochs + 1):
+    last = cfg.epochs if until is None else min(until, cfg.epochs)
+    for epoch in range(first, last + 1):
         epoch_start = time.perf_counter()
         run.train_loss = _train_epoch(run, data, loss_fn, cfg, check_stop, epoch)
         train_s += time.perf_counter() - epoch_start  # _train_epoch ends on a host sync: the work is done
-        if epoch % cfg.eval_every and epoch != cfg.epochs:
+        if epoch % cfg.eval_every and epoch not in (cfg.epochs, last) and epoch not in rungs:
             continue
         check_stop()
         val = _validate(run, data, loss_fn, metrics_fn, cfg, epoch)
-        if on_eval is not None:
-            try:
+        try:
+            if on_eval is not None:
                 on_eval(epoch, val)  # may raise StopTraining
-            except StopTraining as stop:
-                stop.samples = (epoch - first + 1) * data.n_train  # type: ignore[attr-defined]
-                stop.seconds = train_s  # type: ignore[attr-defined]
-                raise
+        except StopTraining as stop:
+            stop.samples, stop.seconds = (epoch - first + 1) * data.n_train, train_s  # type: ignore[attr-defined]
+            raise
+        if on_rung is not None and epoch in rungs:
+            on_rung(epoch, val, run.state(epoch))
         if checkpoint is not None:
             checkpoint(run.state(epoch))
     duration = time.perf_counter() - start
@@ -282,7 +291,8 @@ class Branch:
     """A WSD rung score: the validation loss after a cooldown branched from a constant-rate state."""
 
     val_loss: float
-    epochs: int  # the branch's own epochs (compute spent on top of the constant-rate run)
+    steps: int  # the branch's own optimizer steps (compute spent on top of the constant-rate run)
+    epochs: float  # the same in epochs
     samples: int
 
 
@@ -290,14 +300,32 @@ def cooldown_branch(
     model: nn.Module, data: TensorDataset, loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
     cfg: TrainConfig, state: dict[str, Any],
 ) -> Branch:
-    """Cool down a copy of `model` from `state` (a constant-rate checkpoint at epoch e) as a WSD run
-    ending there would: over cooldown/(1-cooldown) of e epochs (at least one). The model and the
-    state are left as they were, so the constant-rate run goes on from the state."""
-    e = int(state["epoch"])
-    k = max(1, round(e * cfg.cooldown / (1 - cfg.cooldown)))
-    branch_cfg = replace(cfg, epochs=e + k, cooldown=k / (e + k), eval_every=e + k)
-    result = train(copy.deepcopy(model), data, loss_fn, branch_cfg, resume=state)
-    return Branch(val_loss=result.history[-1]["val_loss"], epochs=k, samples=result.samples)
+    """Cool down a copy of `model` from `state` (a constant-rate checkpoint after epoch e) as a WSD
+    run ending there would: cooldown/(1-cooldown) of its e epochs' steps (at least one step; the
+    last epoch may be cut short), then validate. The model and the state are left as they were, so
+    the constant-rate run goes on from the state."""
+    per_epoch = math.ceil(data.n_train / cfg.batch_size)
+    hold = int(state["epoch"]) * per_epoch
+    steps = max(1, round(hold * cfg.cooldown / (1 - cfg.cooldown)))
+    branch_cfg = replace(cfg, epochs=int(state["epoch"]) + math.ceil(steps / per_epoch),
+                         total_steps=hold + steps, cooldown=steps / (hold + steps))
+    # The branch must leave the run it branches from exactly as it was: a copy of the state (loading
+    # it into an optimizer would alias its moment tensors) and the global RNG (dropout) put back.
+    rng = torch.get_rng_state()
+    cuda_rng = torch.cuda.get_rng_state() if "cuda_rng" in state else None
+    try:
+        run = _start(copy.deepcopy(model), data, branch_cfg, copy.deepcopy(state))
+        left = steps
+        while left > 0:
+            _train_epoch(run, data, loss_fn, branch_cfg, lambda: None, run.first, max_steps=left)
+            left -= min(left, per_epoch)
+        val, _ = evaluate(run.model, data, loss_fn, None, cfg.eval_batch_size, run.autocast)
+    finally:
+        torch.set_rng_state(rng)
+        if cuda_rng is not None:
+            torch.cuda.set_rng_state(cuda_rng)
+    samples = data.n_train * (steps // per_epoch) + min(data.n_train, (steps % per_epoch) * cfg.batch_size)
+    return Branch(val_loss=val, steps=steps, epochs=round(steps / per_epoch, 4), samples=samples)
 
 
 def describe_result(result: TrainResult) -> dict[str, Any]:

@@ -14,6 +14,7 @@ experiment file, then default) and `args.given`, the names given on the line or 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import functools
 import io
@@ -21,8 +22,10 @@ import json
 import logging
 import os
 import re
+import signal
 import sys
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -141,24 +144,34 @@ def _pins(args: argparse.Namespace) -> dict[str, list[int]]:
     return {d: getattr(args, d) for d in ARCH_OPTIONS if getattr(args, d, None)}
 
 
-def _settings_from_args(args: argparse.Namespace, budget: str | None) -> Any:
+def _settings_from_args(args: argparse.Namespace, budget: str | None, ladder_below: Sequence[str] = ()) -> Any:
     from archhpo.search._study import prepare_settings
 
     fam = get_family(args.family)
-    if "seeds" in args.given and not args.confirm:
-        raise ArchhpoError("--seeds S counts only with --confirm K (the confirmation phase); add --confirm "
-                           "or drop --seeds (paired seeds for every configuration: --paired-seeds S).")
-    if "cooldown" in args.given and args.schedule != "wsd":
-        raise ArchhpoError("--cooldown counts only with --schedule wsd (cosine has no cooldown); add "
-                           "--schedule wsd or drop --cooldown.")
+    _check_companions(args)
     return prepare_settings(
         args.experiment, budget, family=args.family, n_trials=args.trials, data=args.data,
         horizon=args.horizon, threshold=args.threshold, seed=args.seed, quick=args.quick,
         tolerance=args.tolerance, pruner=args.pruner, family_options=_family_values(args, fam, False),
         pins=_pins(args), fixed_params={k: getattr(args, k) for k in TRAINING_OPTIONS if getattr(args, k) is not None},
         paired_seeds=args.paired_seeds, confirm=args.confirm, confirm_seeds=args.seeds,
-        schedule=args.schedule, cooldown=args.cooldown,
+        schedule=args.schedule, cooldown=args.cooldown, eta=args.eta, min_fraction=args.min_fraction,
+        ladder_below=ladder_below,
     )
+
+
+def _check_companions(args: argparse.Namespace) -> None:
+    """A flag that only means something beside another one is refused without it."""
+    if "seeds" in args.given and not args.confirm:
+        raise ArchhpoError("--seeds S counts only with --confirm K (the confirmation phase); add --confirm "
+                           "or drop --seeds (paired seeds for every configuration: --paired-seeds S).")
+    if "cooldown" in args.given and args.schedule != "wsd":
+        raise ArchhpoError("--cooldown counts only with --schedule wsd (cosine has no cooldown); add "
+                           "--schedule wsd or drop --cooldown.")
+    for flag in ("eta", "min_fraction"):
+        if flag in args.given and args.pruner != "halving":
+            raise ArchhpoError(f"--{flag.replace('_', '-')} counts only with --pruner halving; add --pruner "
+                               f"halving or drop --{flag.replace('_', '-')}.")
 
 
 def _launch_all(args: argparse.Namespace) -> list[str]:
@@ -168,7 +181,7 @@ def _launch_all(args: argparse.Namespace) -> list[str]:
     if not args.experiment:
         raise ArchhpoError("--experiment is required; give it on the line or as `experiment` in --config.")
     url = resolve_storage_url(args.storage)
-    settings = [_settings_from_args(args, b) for b in (args.budget or [None])]  # validate all before writing
+    settings = _all_settings(args)  # validate all before writing
     storage = open_storage(url)
     names = []
     for s in settings:
@@ -184,6 +197,22 @@ def _launch_all(args: argparse.Namespace) -> list[str]:
               file=sys.stderr)
         names.append(s.study_name)
     return names
+
+
+def _all_settings(args: argparse.Namespace) -> list[Any]:
+    """Each budget's settings; with --ladder, smallest first, each planned from the smaller ones."""
+    if not args.ladder:
+        return [_settings_from_args(args, b) for b in (args.budget or [None])]
+    from archhpo.budgets import parse_budget
+
+    budgets = args.budget or []
+    if len(budgets) < 2 or any(getattr(args, d, None) for d in ARCH_OPTIONS):
+        raise ArchhpoError("--ladder needs at least two --budget values (and no pinned architecture): it plans "
+                           "each larger budget from the smaller ones; add budgets or drop --ladder.")
+    out: list[Any] = []
+    for budget in sorted(budgets, key=parse_budget):
+        out.append(_settings_from_args(args, budget, [s.study_name for s in out]))
+    return out
 
 
 def _addressed_studies(args: argparse.Namespace, storage: Any) -> list[str]:
@@ -238,7 +267,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from archhpo.cluster._run import RunOptions, check_run_options, finished_plans, run_workers
+    from archhpo.cluster._run import RunOptions, check_run_options
     from archhpo.search._storage import resolve_storage_url
 
     gpus = args.gpus_per_trial  # checked before anything is written
@@ -254,6 +283,13 @@ def cmd_run(args: argparse.Namespace) -> int:
                       gpus_per_trial=gpus, out_dir=Path(args.out), checkpoint_dir=Path(args.checkpoint_dir),
                       checkpoint_every=args.checkpoint_every, threads=args.threads)
     check_run_options(url, opts)  # refused means nothing written: before _launch_all opens the database
+    with _stop_like_ctrl_c():
+        return _launch_and_run(args, url, opts)
+
+
+def _launch_and_run(args: argparse.Namespace, url: str, opts: Any) -> int:
+    from archhpo.cluster._run import finished_plans, run_workers
+
     names = _launch_all(args)
     statuses = finished_plans(url, names)
     if statuses:  # nothing to train: say so without starting Ray (that alone takes ~30 s)
@@ -265,6 +301,26 @@ def cmd_run(args: argparse.Namespace) -> int:
     print(f"results in {Path(args.out).resolve()}", file=sys.stderr)
     _report_after_run(args, url)
     return 0
+
+
+@contextlib.contextmanager
+def _stop_like_ctrl_c() -> Iterator[None]:
+    """SIGTERM (a scheduler's stop, `kill`) and SIGINT stop `run` as Ctrl-C does: the workers give
+    their trials back.  SIGINT is re-armed because a shell starts background jobs with it ignored."""
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    signal.signal(signal.SIGTERM, interrupt)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
 
 
 def _print_statuses(statuses: dict[str, Any]) -> None:
@@ -286,6 +342,8 @@ def _report_after_run(args: argparse.Namespace, url: str) -> None:
               f"`archhpo report --experiment {args.experiment}` retries it", file=sys.stderr)
         return
     print(fit_line(report.fit), file=sys.stderr)
+    if report.compute:
+        print(report.compute, file=sys.stderr)
     print(f"report: {report.html.resolve()}", file=sys.stderr)
 
 

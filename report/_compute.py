@@ -1,0 +1,45 @@
+"""What a study's compute bought: FLOPs spent against the full plan (successive halving's saving).
+
+`flops_spent` is what each trial trained (all its claims and cooldown branches), `flops_full` what
+training it to full length once costs; the full plan is one full-length training per plan slot.
+Read from the report frame, so a report from CSV files says the same as one from the database.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pandas as pd
+
+
+def compute_totals(frame: pd.DataFrame) -> dict[str, dict[str, float]]:
+    """Per budget (and "all"): {"spent": FLOPs, "full_plan": FLOPs}; budgets that recorded none are left out."""
+    out: dict[str, dict[str, float]] = {}
+    if "flops_spent" not in frame.columns:
+        return out
+    for budget, group in [*frame.groupby("budget", sort=False), ("all", frame)]:
+        spent = pd.to_numeric(group["flops_spent"], errors="coerce")
+        full = pd.to_numeric(group["flops_full"], errors="coerce")
+        by_slot = full.groupby([group["budget"], group["plan_slot"]]).first()  # one full training per slot
+        if spent.notna().any() and by_slot.notna().any():
+            out[str(budget)] = {"spent": float(spent.sum()), "full_plan": float(by_slot.sum())}
+    return out
+
+
+def compute_text(frame: pd.DataFrame) -> str | None:
+    """One sentence: FLOPs spent against the full plan, and the share saved; None if not recorded."""
+    total = compute_totals(frame).get("all")
+    if not total or not total["full_plan"] or not math.isfinite(total["spent"]):
+        return None
+    share = total["spent"] / total["full_plan"]
+    saved = (f"successive halving saved {1 - share:.0%}" if share < 1
+             else "nothing was saved (every trial ran to full length, cooldown branches on top)")
+    return (f"compute: {total['spent']:.3g} FLOPs spent against {total['full_plan']:.3g} to train every planned "
+            f"trial to full length ({share:.0%}; {saved})")
+
+
+def compute_rows(frame: pd.DataFrame) -> list[list[Any]]:
+    """Rows for the report's compute table: budget, spent, full plan, share."""
+    return [[b, f"{t['spent']:.3g}", f"{t['full_plan']:.3g}", f"{t['spent'] / t['full_plan']:.0%}"]
+            for b, t in compute_totals(frame).items() if t["full_plan"]]
