@@ -188,6 +188,10 @@ OPTIONS: tuple[Option, ...] = (
            "seeds each (phase 3); 0 = off", STUDY_COMMANDS, stored=True, metavar="K"),
     Option("seeds", 3, int, "seeds per confirmed architecture (with --confirm)", STUDY_COMMANDS, stored=True,
            metavar="S"),
+    Option("baselines", False, None, "with --confirm: also train the shapes common rules pick from the grid "
+           "(Kaplan's d_model/n_layers ~ 100, MobileLLM's deep-and-thin ~ 19, the grid's median) with the "
+           "confirmation seeds and the best's training parameters; the report gives each one's paired "
+           "difference from the best", STUDY_COMMANDS, stored=True, switch=True),
     *(Option(name, None, int, f"{name} of the architecture ({ARCH_HELP[name]}); launch/run/worker/export: "
         "pin it (a comma-separated list pins several values) instead of or within a budget",
         (PARAMS, TRAIN, *_PINNING), stored=True, required=(PARAMS,), list_commands=_PINNING)

@@ -73,6 +73,7 @@ class Attr:
     PLAN_SLOT = "plan_slot"  # the planned trial's position in the plan
     SEED = "seed"  # the training seed (paired studies and confirmations)
     RANK = "rank"  # a confirmation trial: the rank of the architecture it retrains
+    BASELINE = "baseline"  # a confirmation trial of --baselines: the rule whose shape it trains
     ATTEMPT = "attempt"  # 1, then 2 for the retry of a trial whose worker vanished
     RETRY_OF = "retry_of"  # the number of the trial a retry repeats
     DURATION_S = "duration_s"

@@ -56,7 +56,7 @@ def _row_from_trial(t: Any, archs: Sequence[Mapping[str, Any]] | None) -> dict[s
     row.update(
         trial=t.number, state=t.state.name, phase=ua.get("phase"), seed=ua.get("seed"), rank=ua.get("rank"),
         val_loss=t.value, choices=arch.get("choices", ua.get("choices", {})),
-        best_epoch=ua.get("best_epoch"), fail_reason=ua.get("fail_reason"),
+        best_epoch=ua.get("best_epoch"), fail_reason=ua.get("fail_reason"), baseline=ua.get("baseline"),
     )
     return row
 
@@ -75,6 +75,7 @@ def _all_rows(trials_or_rows: Iterable[Any], archs: Sequence[Mapping[str, Any]] 
             "arch": {k: _int(row.get(k)) for k in (*ARCH_KEYS, "param_count")},
             "choices": _choices(row.get("choices")), "best_epoch": _int(row.get("best_epoch")),
             "reason": reason if isinstance(reason, str) and reason else None,
+            "baseline": rule if isinstance(rule := row.get("baseline"), str) and rule else None,
         })
     return out
 
@@ -233,6 +234,47 @@ def _unfinished_text(missing: list[dict[str, Any]]) -> str:
     return f" Confirmation trials without a result: {named}."
 
 
+def baseline_statement(rule: str, lead: Mapping[str, Any], same_shape: bool) -> str:
+    """One sentence on a rule's shape against the searched best (lead = rule minus best, lower is better)."""
+    shape = f"the {rule} rule's shape"
+    if same_shape:
+        return f"The {rule} rule picks the searched best's architecture itself: nothing to beat."
+    n, mean, ci = lead["n_pairs"], lead["mean"], lead["ci95"]
+    if n == 0 or mean is None:
+        return f"No seed has finished for both the searched best and {shape}; nothing to compare yet."
+    if ci is None:
+        return (f"The searched best leads {shape} by {_fmt(mean)} on {n} seed(s); {MIN_PAIRS} or more complete "
+                "pairs are needed to judge seed noise.")
+    interval = f"paired 95% interval [{_fmt(ci[0])}, {_fmt(ci[1])}] over {n} seeds"
+    if ci[0] <= 0 <= ci[1]:
+        return (f"{shape.capitalize()} is within seed noise of the searched best (difference {_fmt(mean)}, "
+                f"{interval}): the rule is good enough at this budget.")
+    if mean > 0:
+        return f"The search beats {shape} by {_fmt(mean)} ({interval})."
+    return f"{shape.capitalize()} beat the searched best by {_fmt(-mean)} ({interval}): the search missed it."
+
+
+def baseline_summary(rows: list[dict[str, Any]], best: Mapping[str, Any] | None) -> list[dict[str, Any]]:
+    """Per --baselines rule: its shape's seed statistics and its paired difference from the
+    confirmed best (rank 0), seed by seed: {"rule", "architecture", "choices", "n", "mean", "std",
+    "values", "same_as_best", "difference": paired_difference (rule minus best), "statement"}."""
+    from archhpo.search._baselines import BASELINE_RULES
+
+    out = []
+    for rule in [r for r in BASELINE_RULES if any(x["baseline"] == r for x in rows)]:
+        members = sorted((x for x in rows if x["baseline"] == rule and x["state"] == "COMPLETE"
+                          and x["value"] is not None and x["seed"] is not None), key=lambda x: x["trial"] or 0)
+        values = {x["seed"]: x["value"] for x in members}
+        planned = next(x for x in rows if x["baseline"] == rule)
+        best_values = {int(k): v for k, v in best["values"].items()} if best else {}
+        same = best is not None and _key(planned) == _key({"arch": best["architecture"], "choices": best["choices"]})
+        lead = paired_difference(best_values, values)
+        out.append({"rule": rule, "rule_text": BASELINE_RULES[rule], "architecture": planned["arch"],
+                    "choices": planned["choices"], **seed_stats(values), "same_as_best": same,
+                    "difference": lead, "statement": baseline_statement(rule, lead, same)})
+    return out
+
+
 def confirmation_summary(
     trials_or_rows: Iterable[Any], archs: Sequence[Mapping[str, Any]] | None = None
 ) -> dict[str, Any]:
@@ -251,9 +293,10 @@ def confirmation_summary(
     "comparison": {"winner_rank": 0, "runner_up_rank": 1, "n_pairs", "seeds", "unpaired_seeds",
     "differences", "lead": mean(runner-up - winner), "std", "se", "ci95" (None below MIN_PAIRS
     pairs), "within_noise"} or None, "unfinished": [{"rank", "seed", "trial", "state", "reason"}],
-    "statement"}.
+    "statement", "baselines": `baseline_summary` (empty without --baselines)}.
     """
-    rows = _all_rows(trials_or_rows, archs)
+    everything = _all_rows(trials_or_rows, archs)
+    rows = [r for r in everything if r["baseline"] is None]  # the rules' shapes are summarised apart
     done = [r for r in rows if r["state"] == "COMPLETE" and r["value"] is not None]
     selection = _selection(done)
     confirm = [r for r in done if r["phase"] == 3 and r["seed"] is not None]
@@ -269,6 +312,7 @@ def confirmation_summary(
         "comparison": comparison,
         "unfinished": unfinished,
         "statement": statement + _unfinished_text(unfinished),
+        "baselines": baseline_summary(everything, archs_out[0] if archs_out and archs_out[0]["rank"] == 0 else None),
     }
 
 
@@ -291,4 +335,4 @@ def paired_summary(
     return out
 
 
-__all__ = ["MIN_PAIRS", "confirmation_summary", "lead_statement", "paired_difference", "paired_summary", "seed_stats"]
+__all__ = ["MIN_PAIRS", "baseline_statement", "baseline_summary", "confirmation_summary", "lead_statement", "paired_difference", "paired_summary", "seed_stats"]

@@ -28,6 +28,7 @@ SPEC_COLUMNS = (
 EXTRA_COLUMNS = (
     "state", "phase", "plan_slot", "seed", "family", "choices", "best_epoch", "flops_per_sample",
     "train_flops", "samples_per_s", "val_curve", "baseline_val_loss", Attr.RUNG, Attr.FLOPS_SPENT, Attr.FLOPS_FULL,
+    Attr.BASELINE,
 )
 # Then each family metric a trial recorded (``val_accuracy``, ...), sorted by name.
 CSV_COLUMNS = SPEC_COLUMNS + EXTRA_COLUMNS
@@ -77,7 +78,7 @@ def result_rows(study: optuna.Study, settings: StudySettings) -> list[dict[str, 
             **{k: t.user_attrs.get(k) for k in ("best_epoch", "flops_per_sample", "train_flops", "samples_per_s")},
             "val_curve": json.dumps([[int(step), v] for step, v in sorted(t.intermediate_values.items())]),
             "baseline_val_loss": t.user_attrs.get("baseline_val_loss"),
-            **{k: t.user_attrs.get(k) for k in (Attr.RUNG, Attr.FLOPS_SPENT, Attr.FLOPS_FULL)},
+            **{k: t.user_attrs.get(k) for k in (Attr.RUNG, Attr.FLOPS_SPENT, Attr.FLOPS_FULL, Attr.BASELINE)},
             **_family_metrics(t.user_attrs),
         }
         rows.append(row)

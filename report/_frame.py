@@ -14,6 +14,7 @@ phase, plan_slot    plan phase (1, 2; 3 = confirmation) and plan slot; NaN when 
 seed                the trial's seed (paired seeds, confirmation); NaN for ordinary trials
 confirm_rank        for phase-3 trials read from a database: rank of the confirmed
                     architecture (0 = the budget's best); NaN otherwise
+baseline            for --baselines trials: the rule whose shape it trains (kaplan, ...); None otherwise
 family              model family
 arch_idx, d_model, n_layers, n_heads, d_ff, param_count (exact), extreme (grid extreme tags)
 choices, choice     categorical choices as a dict (``{"encoder": "sum"}``) and as a label
@@ -64,7 +65,7 @@ NUMERIC_EXTRA = (
 )
 FRAME_COLUMNS = (
     "experiment", "study", "budget", "budget_value", "trial", "state", "phase", "plan_slot", "seed",
-    "confirm_rank", "family", "arch_idx", *ARCH_COLUMNS, "extreme", "choices", "choice",
+    "confirm_rank", "baseline", "family", "arch_idx", *ARCH_COLUMNS, "extreme", "choices", "choice",
     *TRAINING_COLUMNS, "val_loss", "train_loss", "best_epoch", "duration_s", "timestamp",
     "flops_per_sample", "train_flops", "samples_per_s", "baseline_val_loss", "val_curve",
     "depth_to_width", "fail_reason", "host", "device", "mfu", "peak_memory_gib", "gpu_name",
@@ -106,7 +107,7 @@ def _finish(frame: pd.DataFrame, experiment: str, source: str) -> pd.DataFrame:
     """Common column types and order for both sources; derived columns."""
     for col in FRAME_COLUMNS:
         if col not in frame.columns:
-            frame[col] = None if col in ("choices", "val_curve", "fail_reason", "extreme") else np.nan
+            frame[col] = None if col in ("choices", "val_curve", "fail_reason", "extreme", "baseline") else np.nan
     numeric = ("budget_value", "trial", "phase", "plan_slot", "seed", "confirm_rank", "arch_idx",
                *ARCH_COLUMNS, *TRAINING_COLUMNS, "val_loss", *NUMERIC_EXTRA)
     for col in numeric:
@@ -121,6 +122,7 @@ def _finish(frame: pd.DataFrame, experiment: str, source: str) -> pd.DataFrame:
     frame["choice"] = [choice_label(c) for c in frame["choices"]]
     frame["val_curve"] = [c if isinstance(c, list) else [] for c in frame["val_curve"]]
     frame["state"] = frame["state"].fillna("COMPLETE").astype(str).str.upper()
+    frame["baseline"] = [b if isinstance(b, str) and b else None for b in frame["baseline"]]
     frame["budget"] = frame["budget"].astype(str)
     frame["depth_to_width"] = frame["n_layers"] / frame["d_model"]
     # Budgets without a parseable label (pinned architectures) sort by their median count.
@@ -259,6 +261,7 @@ def _study_rows(storage: Any, study_id: int, settings: Any, curves: bool = True)
             "budget_value": settings.budget_value, "trial": t["number"], "state": state,
             "phase": ua.get("phase"), "plan_slot": slot, "seed": ua.get("seed"),
             "confirm_rank": ranks.get(int(slot), ua.get("rank")) if slot is not None else ua.get("rank"),
+            "baseline": ua.get("baseline"),
             "family": settings.family, "arch_idx": idx,
             **{k: arch.get(k, ua.get(k)) for k in ARCH_COLUMNS},
             "extreme": arch.get("extreme", ""), "choices": dict(choices),

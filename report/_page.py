@@ -82,6 +82,7 @@ class Report:
     summary: pd.DataFrame | None = None
     notes_written: int = 0
     compute: str | None = None  # FLOPs spent against the full plan (report/_compute.py), if recorded
+    baselines: list[str] = field(default_factory=list)  # "budget: verdict" per --baselines rule
 
 
 # ----------------------------------------------------------------------------- numbers
@@ -125,7 +126,8 @@ def confirmation(frame: pd.DataFrame) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     if not (frame["phase"] == 3).any():
         return out
-    cols = [*ARCH, "param_count", "trial", "state", "phase", "seed", "val_loss", "choices", "best_epoch", "fail_reason"]
+    cols = [*ARCH, "param_count", "trial", "state", "phase", "seed", "val_loss", "choices", "best_epoch", "fail_reason",
+            "baseline"]
     for budget, group in frame.groupby("budget", sort=False):
         if not (group["phase"] == 3).any():
             continue
@@ -576,6 +578,32 @@ def confirmation_html(confirm: dict[str, dict[str, Any]]) -> list[str]:
                          f"{len(c['seeds'])} seeds.</p>")
             parts.append(_table(["seed", "rank 0 loss", "rank 1 loss", "rank 1 − rank 0"], prow, {0, 1, 2, 3}))
         parts.append(f"<p>{html.escape(c['statement'])}</p>")
+        parts += baselines_html(c.get("baselines") or [], len(c["seeds"]))
+    return parts
+
+
+def _arch_label(arch: dict[str, Any]) -> str:
+    return f"d_model {arch.get('d_model')}, {arch.get('n_layers')} layers, {arch.get('n_heads')} heads"
+
+
+def baselines_html(baselines: list[dict[str, Any]], n_seeds: int) -> list[str]:
+    """The --baselines table of one budget: each rule's shape, its mean over the confirmation seeds and
+    its paired difference from the searched best (rank 0) with the 95% interval, and the verdicts."""
+    if not baselines:
+        return []
+    rows = []
+    for b in baselines:
+        d = b["difference"]
+        ci = d["ci95"]
+        diff = "" if d["mean"] is None else f"{d['mean']:+.4f}" + (f" [{ci[0]:+.4f}, {ci[1]:+.4f}]" if ci else "")
+        rows.append([b["rule"], b["rule_text"], _arch_label(b["architecture"]), _fmt(b["mean"]),
+                     _fmt(b["std"], 3), f"{b['n']} of {n_seeds}", diff])
+    parts = ["<p>Rule-of-thumb baselines: the shape each rule picks from this budget's grid, trained with the "
+             "confirmation seeds and the best's training parameters; the difference is the rule's loss minus "
+             "the searched best's, seed by seed.</p>",
+             _table(["rule", "what it picks", "architecture", "mean", "std", "seeds", "rule − best [95% interval]"],
+                    rows, {3, 4})]
+    parts.append("<ul>" + "".join(f"<li>{html.escape(b['statement'])}</li>" for b in baselines) + "</ul>")
     return parts
 
 
@@ -646,7 +674,9 @@ def report_frame(frame: pd.DataFrame, out: str | Path = "results", experiment: s
     shown = [str(p.relative_to(out)) for p in files]
     atomic_write(html_path, render_html(experiment, frame, summary, fit, confirm, choices, images, shown))
     report = Report(html=html_path, files=[html_path, *files], fit=fit, summary=summary,
-                    compute=compute_text(frame))
+                    compute=compute_text(frame),
+                    baselines=[f"{budget}: {b['statement']}" for budget, c in confirm.items()
+                               for b in c.get("baselines") or []])
     if storage is not None and frame.attrs.get("studies"):
         picks = best_and_runner_up(frame)
         notes = {s["budget"]: budget_note(s["budget"], s, picks.get(s["budget"], (None, None))[0],

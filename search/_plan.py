@@ -17,7 +17,8 @@ parameters for the whole study; there is no phase 2, and the plan has configurat
 Confirmation (``--confirm K --seeds S``): K x S phase-3 entries ({"rank": k, "seed": s}) whose
 architecture and training parameters are filled in by plan upkeep once phases 1 and 2 are final:
 rank k is the k-th best architecture by its best phase-1/2 value, trained with the parameters of
-that best trial.
+that best trial.  With ``--baselines`` each seed also has one phase-3 entry per rule of
+search/_baselines.py ({"rank": K + j, "baseline": rule}), trained with the rank-0 parameters.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from __future__ import annotations
 import json
 import math
 import random
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
@@ -44,11 +45,13 @@ class PlanEntry:
     params: dict[str, Any] | None  # training parameters; None for phases 2/3 until upkeep fills them
     seed: int | None = None  # paired seed or confirmation seed; None for ordinary trials
     rank: int | None = None  # phase 3: 0 = the best architecture of phases 1-2
+    baseline: str | None = None  # phase 3 with --baselines: the rule whose shape this slot trains
 
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
-        if self.rank is None:
-            del d["rank"]
+        for key in ("rank", "baseline"):  # absent when unset, so older plans keep their identity
+            if d[key] is None:
+                del d[key]
         return d
 
 
@@ -157,6 +160,7 @@ def make_plan(
     study_params: dict[str, Any] | None = None,
     confirm: int = 0,
     confirm_seeds: int = 0,
+    baselines: Sequence[str] = (),
 ) -> list[PlanEntry]:
     """The study's plan.  ``study_params`` are the training parameters of a paired study."""
     order = plan_order(rows, seed)
@@ -178,20 +182,24 @@ def make_plan(
             entries.append(PlanEntry(len(entries), 1, arch_idx, space.sample(rng)))
     for arch_idx in order[n1 : n1 + n2]:
         entries.append(PlanEntry(len(entries), 2, arch_idx, None))
-    return _with_confirmation(entries, confirm, confirm_seeds, n1 + n2)
+    return _with_confirmation(entries, confirm, confirm_seeds, n1 + n2, baselines)
 
 
-def _with_confirmation(entries: list[PlanEntry], confirm: int, confirm_seeds: int, n_archs: int) -> list[PlanEntry]:
-    """`entries` and the confirmation's K x S phase-3 entries, seed-major (an early stop still has pairs)."""
+def _with_confirmation(entries: list[PlanEntry], confirm: int, confirm_seeds: int, n_archs: int,
+                       baselines: Sequence[str] = ()) -> list[PlanEntry]:
+    """`entries` and the confirmation's K x S phase-3 entries, then each seed's baseline entries,
+    seed-major (an early stop still has pairs)."""
     ranks = min(confirm, n_archs)  # never more ranks than the plan has architectures
     for s in range(confirm_seeds if confirm > 0 else 0):
         for k in range(ranks):
             entries.append(PlanEntry(len(entries), 3, None, None, seed=s, rank=k))
+        for j, rule in enumerate(baselines):
+            entries.append(PlanEntry(len(entries), 3, None, None, seed=s, rank=ranks + j, baseline=rule))
     return entries
 
 
-def ladder_plan(n_slots: int, confirm: int = 0, confirm_seeds: int = 0) -> list[PlanEntry]:
+def ladder_plan(n_slots: int, confirm: int = 0, confirm_seeds: int = 0, baselines: Sequence[str] = ()) -> list[PlanEntry]:
     """A ladder budget's plan (search/_ladder.py): `n_slots` phase-1 entries whose architecture and
     training parameters are filled by plan upkeep once the smaller budgets are final; no phase 2."""
     entries = [PlanEntry(slot, 1, None, None) for slot in range(n_slots)]
-    return _with_confirmation(entries, confirm, confirm_seeds, n_slots)
+    return _with_confirmation(entries, confirm, confirm_seeds, n_slots, baselines)

@@ -34,6 +34,7 @@ from optuna.trial import TrialState
 from archhpo.budgets import GridRow
 from archhpo.errors import TrialLost
 from archhpo.schema import ARCH_RECORD, TRAINING_PARAMS, Attr
+from archhpo.search._baselines import baseline_assignments
 from archhpo.search._halving import Halving, promotions
 from archhpo.search._ladder import Finished, carry_up
 from archhpo.search._optuna_private import models as m
@@ -594,6 +595,9 @@ class TrialQueue:
         ranks = self._phase3(fresh=True)
         if ranks is None:
             ranks = self._rank_architectures(trials)
+            if ranks:  # the rules' shapes, trained like the searched best (search/_baselines.py)
+                ranks += baseline_assignments(self.settings.plan, self.settings.archs, ranks[0],
+                                              self.settings.budget_value)
             self.study.set_user_attr("archhpo_phase3", ranks)
             self._phase3_cache = ranks
         enqueue_missing(self.study, self.settings, phase=3, ranks=ranks)
@@ -601,7 +605,8 @@ class TrialQueue:
     def _rank_architectures(self, trials: Sequence[_LightTrial]) -> list[dict[str, Any]]:
         """Rank k = the k-th best architecture by its best COMPLETE phase-1/2 value (ties: the
         earlier trial); it is confirmed with the training parameters of that best trial."""
-        n_ranks = 1 + max(int(e.get("rank") or 0) for e in self.settings.plan if e["phase"] == 3)
+        n_ranks = 1 + max(int(e.get("rank") or 0) for e in self.settings.plan if e["phase"] == 3
+                          and not e.get("baseline"))
         done = {
             t.trial_id: t for t in trials
             if t.state == TrialState.COMPLETE and t.value is not None and math.isfinite(t.value)
@@ -748,9 +753,9 @@ class TrialQueue:
 
 _STATUS_KEYS = (Attr.PLAN_SLOT, Attr.PHASE, Attr.ATTEMPT, Attr.RETRY_OF, Attr.FAIL_REASON, Attr.DURATION_S,
                 Attr.OOM_SHARED, Attr.WHOLE_GPU, Attr.RUNG, Attr.RUNG_SCORES, Attr.RUNG_HOLD)
-# What a retry keeps besides plan_slot and phase: the plan entry's seed and rank, and the rungs
+# What a retry keeps besides plan_slot and phase: the plan entry's seed, rank and baseline rule, and the rungs
 # it passed (it resumes from the dead attempt's checkpoint towards the same next rung).
-_CARRIED_KEYS = (Attr.SEED, Attr.RANK, Attr.RUNG, Attr.RUNG_SCORES, Attr.BRANCH_EPOCHS)
+_CARRIED_KEYS = (Attr.SEED, Attr.RANK, Attr.BASELINE, Attr.RUNG, Attr.RUNG_SCORES, Attr.BRANCH_EPOCHS)
 
 
 def _flag_set(key: str) -> Any:

@@ -33,6 +33,7 @@ from archhpo.budgets import (
 from archhpo.errors import BudgetError, ConfigError, StorageError, StudyError
 from archhpo.models import Family, get_family
 from archhpo.schema import PRUNERS, TRAINING_PARAMS, schedule_options
+from archhpo.search._baselines import BASELINE_RULES
 from archhpo.search._halving import Halving, parse_fraction
 from archhpo.search._ladder import ladder_trials
 from archhpo.search._optuna_private import rdb_storage_of, study_id_of
@@ -211,6 +212,7 @@ def prepare_settings(
     eta: int = _default("eta"),
     min_fraction: str = _default("min_fraction"),
     ladder_below: Sequence[str] = (),
+    baselines: bool = _default("baselines"),
 ) -> StudySettings:
     """Validate everything and compute the grid and plan, touching no database.
 
@@ -223,12 +225,14 @@ def prepare_settings(
     eta, min_fraction: successive halving's rungs (pruner "halving"; stored in the options then).
     ladder_below: the studies of the smaller budgets of a ladder (--ladder), smallest first; this
     budget's plan is then filled from theirs once they are final (search/_ladder.py).
+    baselines: also train the shapes of search/_baselines.py's rules with the confirmation seeds.
     """
     check_experiment(experiment)
     pins = _normalise_pins(pins or {})
     label = study_label(budget, pins)
     value = parse_budget(budget) if budget not in (None, "") else None
     _check_study_options(tolerance, horizon, pruner, paired_seeds, confirm, confirm_seeds)
+    rules = _baseline_rules(baselines, confirm)
     fam = get_family(family)
     scalars, choices = _split_choices(family_options or {})
     options: dict[str, Any] = {"horizon": horizon, "threshold": threshold, "quick": quick, "seed": seed}
@@ -240,8 +244,10 @@ def prepare_settings(
     space, study_params = _space(fam, quick, dict(fixed_params or {}), paired_seeds)
     if ladder_below:
         options["ladder"] = {"below": list(ladder_below)}
+    if rules:
+        options["baselines"] = list(rules)
     plan = _study_plan(rows, n_trials, space, seed, paired_seeds, study_params, confirm, confirm_seeds,
-                       len(ladder_below))
+                       len(ladder_below), rules)
     return StudySettings(
         experiment=experiment, budget=label, budget_value=value or 0, family=family,
         tolerance=tolerance, data=spec, options=options, info=info,
@@ -251,16 +257,27 @@ def prepare_settings(
 
 
 def _study_plan(rows: list[GridRow], n_trials: int, space: SearchSpace, seed: int, paired_seeds: int,
-                study_params: dict[str, Any] | None, confirm: int, confirm_seeds: int, ladder_step: int) -> list[PlanEntry]:
+                study_params: dict[str, Any] | None, confirm: int, confirm_seeds: int, ladder_step: int,
+                baselines: Sequence[str]) -> list[PlanEntry]:
     """The design's plan, or a ladder budget's (`ladder_step` > 0: filled once the smaller are final)."""
     if not ladder_step:
         return make_plan(rows, n_trials, space, seed, paired_seeds=paired_seeds, study_params=study_params,
-                         confirm=confirm, confirm_seeds=confirm_seeds)
+                         confirm=confirm, confirm_seeds=confirm_seeds, baselines=baselines)
     if paired_seeds:
         raise StudyError("--ladder plans larger budgets from the smaller ones' winners; a paired study "
                          "trains every configuration anyway: drop --ladder or --paired-seeds.")
     n_ext = sum(1 for r in rows if r.extreme)
-    return ladder_plan(ladder_trials(n_trials, ladder_step, n_ext), confirm, confirm_seeds)
+    return ladder_plan(ladder_trials(n_trials, ladder_step, n_ext), confirm, confirm_seeds, baselines)
+
+
+def _baseline_rules(baselines: bool, confirm: int) -> tuple[str, ...]:
+    """The rules --baselines trains; they pair seed by seed with the confirmed best, so they need --confirm."""
+    if not baselines:
+        return ()
+    if not confirm:
+        raise StudyError("--baselines compares rule-picked shapes with the searched best seed by seed, so it "
+                         "needs the confirmation phase: add --confirm 1 (or more) and --seeds 3 (or more).")
+    return tuple(BASELINE_RULES)
 
 
 def _training_options(paired_seeds: int, confirm: int, confirm_seeds: int, schedule: str, cooldown: float,
@@ -503,6 +520,8 @@ def enqueue_missing(
             attrs["seed"] = entry.seed
         if entry.rank is not None:
             attrs["rank"] = entry.rank
+        if entry.baseline is not None:
+            attrs["baseline"] = entry.baseline
         study.enqueue_trial({"arch_idx": arch_idx, **training}, user_attrs=attrs)
         n += 1
     return n

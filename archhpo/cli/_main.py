@@ -156,7 +156,7 @@ def _settings_from_args(args: argparse.Namespace, budget: str | None, ladder_bel
         pins=_pins(args), fixed_params={k: getattr(args, k) for k in TRAINING_OPTIONS if getattr(args, k) is not None},
         paired_seeds=args.paired_seeds, confirm=args.confirm, confirm_seeds=args.seeds,
         schedule=args.schedule, cooldown=args.cooldown, eta=args.eta, min_fraction=args.min_fraction,
-        ladder_below=ladder_below,
+        ladder_below=ladder_below, baselines=args.baselines,
     )
 
 
@@ -344,6 +344,8 @@ def _report_after_run(args: argparse.Namespace, url: str) -> None:
     print(fit_line(report.fit), file=sys.stderr)
     if report.compute:
         print(report.compute, file=sys.stderr)
+    for line in report.baselines:
+        print(f"baseline {line}", file=sys.stderr)
     print(f"report: {report.html.resolve()}", file=sys.stderr)
 
 
@@ -373,6 +375,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     for path in report.files:
         print(path)
     print(fit_line(report.fit), file=sys.stderr)
+    for line in report.baselines:
+        print(f"baseline {line}", file=sys.stderr)
     print(f"report: {report.html}", file=sys.stderr)
     return 0
 
