@@ -3,6 +3,7 @@ reading, measured CPU peaks against the memory estimate."""
 
 from __future__ import annotations
 
+import csv
 import dataclasses
 import json
 import subprocess
@@ -216,6 +217,9 @@ def test_run_on_a_finished_study_says_so_without_starting_ray(tmp_path: Path) ->
     assert res.returncode == 0, res.stderr
     assert "finished; nothing to run" in res.stderr
     assert "trials 1/1 done" not in res.stderr, "no worker pool was started"
+    with open(tmp_path / "results" / "experiment_results.csv") as fh:  # a killed driver's stale export is rewritten
+        assert len(list(csv.DictReader(fh))) == 1
+    assert (tmp_path / "results" / "gf_report.html").exists()
 
 
 def test_the_checkpoint_cadence_is_a_flag(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -5,6 +5,7 @@ study whose worker is SIGKILLed makes the same decisions as one that is not (SQL
 
 from __future__ import annotations
 
+import csv
 import os
 import signal
 import subprocess
@@ -158,3 +159,40 @@ def test_a_sigkilled_worker_changes_no_decision(backend: str, tmp_path: Path, re
     (decided, final), (decided_killed, final_killed) = outcomes
     assert decided_killed == decided and final_killed == final
     assert any(state == "PRUNED" for state, _ in final.values())
+
+
+@pytest.mark.ray
+def test_a_sigkilled_driver_changes_no_decision(tmp_path: Path) -> None:
+    """`run` SIGKILLed while a rung waits (its Ray workers die with it), then run again: every slot
+    finishes exactly once, with the same rung decisions and final losses as a plain worker that was
+    never interrupted (1 thread each, as `run --workers 2 --threads 1`)."""
+    plain = f"sqlite:///{tmp_path / 'plain.db'}"
+    common = ["--experiment", "p", "--budget", "100K", "--storage", plain]
+    assert run_cli("launch", *common, *_FLAGS).returncode == 0
+    worker = run_cli("worker", *common, "--threads", "1", "--checkpoint-dir", str(tmp_path / "ckp"), cwd=tmp_path)
+    assert worker.returncode == 0, worker.stderr[-2000:]
+    url = f"sqlite:///{tmp_path / 'killed.db'}"
+    args = ["run", "--experiment", "d", "--budget", "100K", "--storage", url, "--workers", "2", "--threads", "1",
+            "--out", str(tmp_path / "o"), "--checkpoint-dir", str(tmp_path / "ck"), *_FLAGS]
+    driver = _popen(*args, cwd=tmp_path)
+
+    def held() -> bool:
+        try:
+            trials = optuna.load_study(study_name="d_100K", storage=url).get_trials(deepcopy=False)
+        except Exception:  # the study is not created yet
+            return False
+        return any(t.user_attrs.get("rung_hold") for t in trials)
+
+    assert wait_for(held, timeout=240)
+    driver.send_signal(signal.SIGKILL)
+    driver.communicate(timeout=30)
+    res = run_cli(*args, cwd=tmp_path, env=FAST_REAP, timeout=600)
+    assert res.returncode == 0, res.stderr[-2000:]
+    decided, final = _outcome(url, "d_100K")
+    assert (decided, final) == _outcome(plain, "p_100K")
+    trials = optuna.load_study(study_name="d_100K", storage=url).get_trials(deepcopy=False)
+    finished = [t.user_attrs["plan_slot"] for t in trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
+    assert sorted(finished) == sorted(final) == list(range(6)), "every slot finished exactly once"
+    assert not [t for t in trials if t.state in (TrialState.RUNNING, TrialState.WAITING)]
+    with open(tmp_path / "o" / "experiment_results.csv") as fh:
+        assert sorted(int(r["plan_slot"]) for r in csv.DictReader(fh)) == list(range(6)), "one CSV row a slot"

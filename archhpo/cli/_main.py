@@ -289,15 +289,19 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def _launch_and_run(args: argparse.Namespace, url: str, opts: Any) -> int:
     from archhpo.cluster._run import finished_plans, run_workers
+    from archhpo.report._export import export_studies
+    from archhpo.search._storage import open_storage
 
     names = _launch_all(args)
     statuses = finished_plans(url, names)
     if statuses:  # nothing to train: say so without starting Ray (that alone takes ~30 s)
         _print_statuses(statuses)
-        print(f"the plan of {', '.join(names)} is finished; nothing to run (`archhpo report --experiment "
-              f"{args.experiment}` rewrites the report; a new --experiment starts a new study)", file=sys.stderr)
-        return 0
-    _print_statuses(run_workers(url, names, opts))
+        print(f"the plan of {', '.join(names)} is finished; nothing to run (a new --experiment starts a new "
+              "study)", file=sys.stderr)
+        # The results are still (re)written: a driver killed before its last export left them stale.
+        export_studies(open_storage(url, create=False), names, opts.out_dir)
+    else:
+        _print_statuses(run_workers(url, names, opts))
     print(f"results in {Path(args.out).resolve()}", file=sys.stderr)
     _report_after_run(args, url)
     return 0
