@@ -95,6 +95,28 @@ class Attr:
     # it to full length once costs (the best JSON's flops_full_plan adds these over the plan).
     FLOPS_SPENT = "flops_spent"
     FLOPS_FULL = "flops_full"
+    FLOPS_PER_SAMPLE = "flops_per_sample"
+    MEMORY_ESTIMATE_GIB = "memory_estimate_gib"  # the fit check's estimate of the trial's peak
+    RESUMED_FROM_EPOCH = "resumed_from_epoch"  # a retry or a promoted trial went on from this epoch
+    PRUNED_AT_EPOCH = "pruned_at_epoch"
+    # The worker that ran the trial (recorded with every claim): host, device, process, CPU threads
+    # (a CPU replay is exact with the same count) and its GPU share (Ray's num_gpus; see gpu_share).
+    HOST = "host"
+    DEVICE = "device"
+    PID = "pid"
+    THREADS = "threads"
+    GPU_SHARE = "gpu_share"
+
+
+def gpu_share(worker_attrs: dict[str, Any]) -> float:
+    """A worker's share of its GPU: Ray's num_gpus when it is a fraction in (0, 1), else 1 (a GPU of
+    its own, or a CPU worker, recorded as 0 or not at all). The OOM policy and the queue's whole-GPU
+    retries both read it from here."""
+    try:
+        share = float(worker_attrs.get(Attr.GPU_SHARE, 1.0))
+    except (TypeError, ValueError):
+        return 1.0
+    return share if 0 < share < 1 else 1.0
 
 
 __all__ = [
@@ -113,6 +135,7 @@ __all__ = [
     "TRAINING",
     "TRAINING_PARAMS",
     "Attr",
+    "gpu_share",
     "TrainingParam",
     "training_param",
 ]

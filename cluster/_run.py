@@ -16,6 +16,7 @@ from typing import Any, TextIO
 from archhpo.cluster._ray_private import loopback_only, token_auth_without_advice
 from archhpo.errors import ArchhpoError
 from archhpo.report._export import export_studies
+from archhpo.schema import Attr
 from archhpo.search._queue import PlanStatus, TrialQueue
 from archhpo.search._storage import is_sqlite, mask_url, open_storage
 from archhpo.workers._memory import CUDA_CONTEXT_BYTES, SAFETY
@@ -39,7 +40,7 @@ def worker_task(
     queues = [TrialQueue(storage_url, n) for n in names]
     ctx = ray.get_runtime_context()
     attrs: dict[str, Any] = {"run_id": run_id, "ray_node_id": ctx.get_node_id(),
-                             "ray_worker": ctx.get_worker_id()[:12], "gpu_share": float(gpu_share)}
+                             "ray_worker": ctx.get_worker_id()[:12], Attr.GPU_SHARE: float(gpu_share)}
     if gpu_share > 0:
         attrs["ray_gpu_ids"] = [str(i) for i in ctx.get_accelerator_ids().get("GPU", [])]
     elif device == "auto":
@@ -48,7 +49,7 @@ def worker_task(
     # trial stops between two steps and goes back to the queue (same attempt), and the task returns.
     worker = Worker(queues, device=device, threads=threads, extra_attrs=attrs, checkpoint_dir=checkpoint_dir,
                     checkpoint_every=checkpoint_every, handle_signals=True)
-    return {**worker.run().__dict__, "gpu_share": float(gpu_share)}
+    return {**worker.run().__dict__, Attr.GPU_SHARE: float(gpu_share)}
 
 
 # ----------------------------------------------------------------------------------- GPU placement
@@ -500,7 +501,7 @@ class _Pool:
             self.out.write(f"A worker stopped after a CUDA fault ({result['unhealthy'][:200]}); its trial "
                            "went back to the queue.\n")
             if self.replaced < MAX_REPLACEMENTS and not all(st.done for st in statuses.values()):
-                share = float(result.get("gpu_share", self.placement.share))
+                share = float(result.get(Attr.GPU_SHARE, self.placement.share))
                 self.refs.append(self.task(share).remote(*self.args(share)))
                 self.replaced += 1
 

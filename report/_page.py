@@ -253,30 +253,35 @@ def choice_table(frame: pd.DataFrame, reference: str | None = None, n_boot: int 
             sub = group[group["choice"] == label].sort_values(["val_loss", "trial"], kind="stable")
             per[label] = sub.drop_duplicates("seed").set_index("seed")
         ref = reference if reference is not None else labels[0]
-        # A study still running may have no finished reference seed yet: its rows are shown, with
-        # no pairs, rather than the budget left out.
-        base = per[ref]["val_loss"] if ref in per else pd.Series(dtype=float)
-        for label in labels:
-            sel = per[label]
-            vals = sel["val_loss"]
-            common = vals.index.intersection(base.index)
-            diffs = (vals.loc[common] - base.loc[common]).to_numpy()
-            # No interval from fewer than MIN_PAIRS pairs: a bootstrap of two values is two points.
-            lo, hi = (bootstrap_ci(diffs, n_boot, seed) if label != ref and len(diffs) >= MIN_PAIRS
-                      else (math.nan, math.nan))
-            epochs = sel["best_epoch"].dropna()
-            rows.append({
-                "budget": budget, "choice": label, "n_seeds": len(vals), "mean": float(vals.mean()),
-                "std": float(vals.std(ddof=1)) if len(vals) > 1 else math.nan,
-                "best_epoch": float(epochs.mean()) if len(epochs) else math.nan,
-                "param_count": float(sel["param_count"].median()), "reference": ref, "n_pairs": len(common),
-                "diff_mean": float(diffs.mean()) if len(diffs) and label != ref else (0.0 if label == ref else math.nan),
-                "diff_ci95_lo": lo, "diff_ci95_hi": hi,
-            })
+        rows += [_choice_row(budget, label, per, ref, n_boot, seed) for label in labels]
     if reference is not None and all_labels and reference not in all_labels:
         raise StudyError(f"--reference {reference!r} is not one of the choices ({', '.join(sorted(all_labels))}); "
                          "pick one of them.")
     return pd.DataFrame(rows, columns=list(CHOICE_COLUMNS))
+
+
+def _choice_row(budget: Any, label: str, per: dict[str, pd.DataFrame], ref: str, n_boot: int,
+                seed: int) -> dict[str, Any]:
+    """One choice's row: its seeds' mean and std, and its paired difference from the reference."""
+    # A study still running may have no finished reference seed yet: its rows are shown, with
+    # no pairs, rather than the budget left out.
+    base = per[ref]["val_loss"] if ref in per else pd.Series(dtype=float)
+    sel = per[label]
+    vals = sel["val_loss"]
+    common = vals.index.intersection(base.index)
+    diffs = (vals.loc[common] - base.loc[common]).to_numpy()
+    # No interval from fewer than MIN_PAIRS pairs: a bootstrap of two values is two points.
+    lo, hi = (bootstrap_ci(diffs, n_boot, seed) if label != ref and len(diffs) >= MIN_PAIRS
+              else (math.nan, math.nan))
+    epochs = sel["best_epoch"].dropna()
+    return {
+        "budget": budget, "choice": label, "n_seeds": len(vals), "mean": float(vals.mean()),
+        "std": float(vals.std(ddof=1)) if len(vals) > 1 else math.nan,
+        "best_epoch": float(epochs.mean()) if len(epochs) else math.nan,
+        "param_count": float(sel["param_count"].median()), "reference": ref, "n_pairs": len(common),
+        "diff_mean": float(diffs.mean()) if len(diffs) and label != ref else (0.0 if label == ref else math.nan),
+        "diff_ci95_lo": lo, "diff_ci95_hi": hi,
+    }
 
 
 def _diff_text(r: pd.Series, ref: str) -> str:
@@ -648,18 +653,7 @@ def report_frame(frame: pd.DataFrame, out: str | Path = "results", experiment: s
     choices = choice_table(frame, reference)
     files: list[Path] = []
 
-    from archhpo.report._figures import make_figures
-
-    images: dict[str, bytes] = {}
-    for name, fig in make_figures(frame, fit).items():
-        png = _png_data(fig, png_dpi)
-        atomic_write(fig_dir / f"{name}.png", png)
-        buf = io.BytesIO()
-        fig.savefig(buf, format="pdf", dpi=150)
-        atomic_write(fig_dir / f"{name}.pdf", buf.getvalue())
-        images[name] = png
-        files += [fig_dir / f"{name}.png", fig_dir / f"{name}.pdf"]
-
+    images = _write_figures(frame, fit, fig_dir, png_dpi, files)
     fit_path = out / f"{experiment}_scaling_fit.json"
     atomic_write(fit_path, json.dumps(fit_json(fit), indent=2) + "\n")
     summary_path = out / f"{experiment}_summary.csv"
@@ -678,15 +672,39 @@ def report_frame(frame: pd.DataFrame, out: str | Path = "results", experiment: s
                     baselines=[f"{budget}: {b['statement']}" for budget, c in confirm.items()
                                for b in c.get("baselines") or []])
     if storage is not None and frame.attrs.get("studies"):
-        picks = best_and_runner_up(frame)
-        notes = {s["budget"]: budget_note(s["budget"], s, picks.get(s["budget"], (None, None))[0],
-                                          confirm.get(s["budget"]), fit)
-                 for _, s in summary.iterrows()}
-        try:
-            report.notes_written = save_dashboard_notes(storage, frame.attrs["studies"], notes)
-        except Exception as exc:  # the files are written; a read-only database keeps its notes
-            print(f"archhpo: warning: dashboard notes not written ({type(exc).__name__}: {exc})", file=sys.stderr)
+        report.notes_written = _write_notes(storage, frame, summary, confirm, fit)
     return report
+
+
+def _write_figures(frame: pd.DataFrame, fit: dict[str, Any], fig_dir: Path, png_dpi: int,
+                   files: list[Path]) -> dict[str, bytes]:
+    """Every figure as PNG and PDF (appended to `files`); returns the PNGs the page embeds."""
+    from archhpo.report._figures import make_figures
+
+    images: dict[str, bytes] = {}
+    for name, fig in make_figures(frame, fit).items():
+        png = _png_data(fig, png_dpi)
+        atomic_write(fig_dir / f"{name}.png", png)
+        buf = io.BytesIO()
+        fig.savefig(buf, format="pdf", dpi=150)
+        atomic_write(fig_dir / f"{name}.pdf", buf.getvalue())
+        images[name] = png
+        files += [fig_dir / f"{name}.png", fig_dir / f"{name}.pdf"]
+    return images
+
+
+def _write_notes(storage: Any, frame: pd.DataFrame, summary: pd.DataFrame, confirm: dict[str, Any],
+                 fit: dict[str, Any]) -> int:
+    """Each budget's answer as its study's note in optuna-dashboard; a warning, never a failure."""
+    picks = best_and_runner_up(frame)
+    notes = {s["budget"]: budget_note(s["budget"], s, picks.get(s["budget"], (None, None))[0],
+                                      confirm.get(s["budget"]), fit)
+             for _, s in summary.iterrows()}
+    try:
+        return save_dashboard_notes(storage, frame.attrs["studies"], notes)
+    except Exception as exc:  # the files are written; a read-only database keeps its notes
+        print(f"archhpo: warning: dashboard notes not written ({type(exc).__name__}: {exc})", file=sys.stderr)
+        return 0
 
 
 def write_report(experiment: str | None, storage: Any = None, csv: str | Path | Sequence[str | Path] | None = None,

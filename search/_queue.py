@@ -33,7 +33,7 @@ from optuna.trial import TrialState
 
 from archhpo.budgets import GridRow
 from archhpo.errors import TrialLost
-from archhpo.schema import ARCH_RECORD, TRAINING_PARAMS, Attr
+from archhpo.schema import ARCH_RECORD, TRAINING_PARAMS, Attr, gpu_share
 from archhpo.search._baselines import baseline_assignments
 from archhpo.search._halving import Halving, promotions
 from archhpo.search._ladder import Finished, carry_up
@@ -150,7 +150,7 @@ class TrialQueue:
         return resilient(lambda: self._claim(worker_attrs), "claim")
 
     def _claim(self, worker_attrs: dict[str, Any]) -> Claim | None:
-        shared = _shares_gpu(worker_attrs)
+        shared = gpu_share(worker_attrs) < 1
         for _ in range(50):  # lost races on SQLite retry with the next candidate
             with session_scope(self.storage) as s:
                 trial = self._pick_waiting(s, shared)
@@ -211,7 +211,7 @@ class TrialQueue:
             trial_id=trial.trial_id, number=trial.number, slot=int(user_attrs.get("plan_slot", -1)),
             phase=int(user_attrs.get("phase", 0)), attempt=int(user_attrs.get("attempt", 1)),
             params=params, arch=arch, study_name=self.name,
-            seed=int(user_attrs["seed"]) if user_attrs.get("seed") is not None else None,
+            seed=int(user_attrs[Attr.SEED]) if user_attrs.get(Attr.SEED) is not None else None,
             token=token, whole_gpu=bool(user_attrs.get(WHOLE_GPU_KEY, False)),
         )
         if self.halving is not None:
@@ -778,15 +778,6 @@ def _add_flops(s: Any, trial_id: int, attrs: dict[str, Any]) -> dict[str, Any]:
     return {**attrs, Attr.FLOPS_SPENT: int(attrs[Attr.FLOPS_SPENT]) + (int(json.loads(before)) if before else 0)}
 
 
-def _shares_gpu(worker_attrs: dict[str, Any]) -> bool:
-    """A worker given a fraction of a GPU (Ray's num_gpus < 1, recorded as `gpu_share`)."""
-    share = worker_attrs.get("gpu_share")
-    try:
-        return share is not None and 0 < float(share) < 1
-    except (TypeError, ValueError):
-        return False
-
-
 @dataclass
 class _LightTrial:
     trial_id: int
@@ -876,8 +867,8 @@ def _count_slot(st: PlanStatus, ts: list[_LightTrial], confirm_open: bool, retry
         done = next(t for t in ts if t.state in (TrialState.COMPLETE, TrialState.PRUNED))
         st.complete += done.state == TrialState.COMPLETE
         st.pruned += done.state == TrialState.PRUNED
-        if "duration_s" in done.user_attrs:
-            durations.append(float(done.user_attrs["duration_s"]))
+        if Attr.DURATION_S in done.user_attrs:
+            durations.append(float(done.user_attrs[Attr.DURATION_S]))
         return True
     if not ts:
         if confirm_open:  # fewer architectures finished than --confirm asked for: nothing to confirm
@@ -989,8 +980,8 @@ class _LightCache:
         self.totals[2] += outcome is None
         self.totals[3] += 1
         self.totals[4] += sum(1 for t in ts if "retry_of" in t.user_attrs)
-        if outcome is not None and "duration_s" in outcome.user_attrs:
-            self.duration_sum += float(outcome.user_attrs["duration_s"])
+        if outcome is not None and Attr.DURATION_S in outcome.user_attrs:
+            self.duration_sum += float(outcome.user_attrs[Attr.DURATION_S])
             self.duration_n += 1
 
 

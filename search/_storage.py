@@ -165,13 +165,8 @@ def _archhpo_version() -> str:
         return "(uninstalled)"
 
 
-def open_storage(url: str, create: bool = True) -> RDBStorage:
-    """Open the storage, or raise StorageError with a clear sentence before writing anything.
-
-    create=True (launch, run) creates Optuna's tables in a new or empty database; create=False
-    (worker, export, dashboard) refuses a database that has none.  Either way a database whose
-    Optuna schema version archhpo was not tested with is refused (check_schema).
-    """
+def _check_url(url: str) -> None:
+    """A supported scheme, and for SQLite a folder that exists: refused before anything is opened."""
     check_scheme(url)
     if is_sqlite(url):
         path = sqlite_path(url)
@@ -184,6 +179,17 @@ def open_storage(url: str, create: bool = True) -> RDBStorage:
             f"Unsupported storage URL {mask_url(url)!r}; use sqlite:///FILE.db or "
             "postgresql+psycopg2://user@host:5432/db."
         )
+
+
+def open_storage(url: str, create: bool = True) -> RDBStorage:
+    """Open the storage, or raise StorageError with a clear sentence before writing anything.
+
+    create=True (launch, run) creates Optuna's tables in a new or empty database; create=False
+    (worker, export, dashboard) refuses a database that has none.  Either way a database whose
+    Optuna schema version archhpo was not tested with is refused (check_schema).
+    """
+    _check_url(url)
+
     def rdb() -> RDBStorage:
         check_schema(url, create)
         with warnings.catch_warnings():

@@ -189,63 +189,43 @@ class LaunchResult:
 
 
 def prepare_settings(
-    experiment: str,
-    budget: str | int | None = None,
-    *,
-    family: str = _default("family"),
-    n_trials: int = _default("trials"),
-    data: str = _default("data"),
-    horizon: int = _default("horizon"),
-    threshold: float = _default("threshold"),
-    seed: int = _default("seed"),
-    quick: bool = _default("quick"),
-    tolerance: float = _default("tolerance"),
-    pruner: str = _default("pruner"),
-    family_options: Mapping[str, Any] | None = None,
-    pins: Mapping[str, int | Sequence[int]] | None = None,
-    fixed_params: Mapping[str, Any] | None = None,
-    paired_seeds: int = _default("paired_seeds"),
-    confirm: int = _default("confirm"),
-    confirm_seeds: int = _default("seeds"),
-    schedule: str = _default("schedule"),
-    cooldown: float = _default("cooldown"),
-    eta: int = _default("eta"),
-    min_fraction: str = _default("min_fraction"),
-    ladder_below: Sequence[str] = (),
+    experiment: str, budget: str | int | None = None, *, family: str = _default("family"),
+    n_trials: int = _default("trials"), data: str = _default("data"), horizon: int = _default("horizon"),
+    threshold: float = _default("threshold"), seed: int = _default("seed"), quick: bool = _default("quick"),
+    tolerance: float = _default("tolerance"), pruner: str = _default("pruner"),
+    family_options: Mapping[str, Any] | None = None, pins: Mapping[str, int | Sequence[int]] | None = None,
+    fixed_params: Mapping[str, Any] | None = None, paired_seeds: int = _default("paired_seeds"),
+    confirm: int = _default("confirm"), confirm_seeds: int = _default("seeds"),
+    schedule: str = _default("schedule"), cooldown: float = _default("cooldown"), eta: int = _default("eta"),
+    min_fraction: str = _default("min_fraction"), ladder_below: Sequence[str] = (),
     baselines: bool = _default("baselines"),
 ) -> StudySettings:
     """Validate everything and compute the grid and plan, touching no database.
 
-    family_options: a family flag's value, or a list of values (a categorical grid dimension).
-    pins: architecture dimensions fixed to one value or a list (instead of, or within, a budget).
-    fixed_params: training parameters every trial uses (the plan samples only the others).
-    paired_seeds: S > 0 trains every configuration with seeds 0..S-1 (no phase 2).
-    confirm, confirm_seeds: retrain the `confirm` best architectures with `confirm_seeds` seeds.
-    schedule, cooldown: the learning-rate schedule of every trial (stored in the options under wsd).
-    eta, min_fraction: successive halving's rungs (pruner "halving"; stored in the options then).
-    ladder_below: the studies of the smaller budgets of a ladder (--ladder), smallest first; this
-    budget's plan is then filled from theirs once they are final (search/_ladder.py).
+    family_options: a family flag's value or a list of values (a categorical grid dimension); pins:
+    architecture dimensions fixed to a value or a list; fixed_params: training parameters every trial
+    uses; paired_seeds: S > 0 trains every configuration with seeds 0..S-1 (no phase 2); confirm,
+    confirm_seeds: retrain the `confirm` best architectures with `confirm_seeds` seeds; schedule,
+    cooldown, eta, min_fraction: stored in the options under wsd / halving; ladder_below: the smaller
+    budgets' studies of a --ladder, smallest first (search/_ladder.py fills this plan from theirs);
     baselines: also train the shapes of search/_baselines.py's rules with the confirmation seeds.
     """
     check_experiment(experiment)
     pins = _normalise_pins(pins or {})
-    label = study_label(budget, pins)
-    value = parse_budget(budget) if budget not in (None, "") else None
+    label, value = study_label(budget, pins), parse_budget(budget) if budget not in (None, "") else None
     _check_study_options(tolerance, horizon, pruner, paired_seeds, confirm, confirm_seeds)
     rules = _baseline_rules(baselines, confirm)
     fam = get_family(family)
     scalars, choices = _split_choices(family_options or {})
-    options: dict[str, Any] = {"horizon": horizon, "threshold": threshold, "quick": quick, "seed": seed}
-    options.update(scalars)
-    options.update(_training_options(paired_seeds, confirm, confirm_seeds, schedule, cooldown,
-                                     Halving(eta, parse_fraction(min_fraction)) if pruner == "halving" else None))
+    halving = Halving(eta, parse_fraction(min_fraction)) if pruner == "halving" else None
+    options: dict[str, Any] = {
+        "horizon": horizon, "threshold": threshold, "quick": quick, "seed": seed, **scalars,
+        **_training_options(paired_seeds, confirm, confirm_seeds, schedule, cooldown, halving),
+        **({"ladder": {"below": list(ladder_below)}} if ladder_below else {}),
+        **({"baselines": list(rules)} if rules else {})}
     spec, info = _data_and_info(fam, data, options, scalars, choices)
     rows = _rows(fam, info, choices, pins, label, value, tolerance)
     space, study_params = _space(fam, quick, dict(fixed_params or {}), paired_seeds)
-    if ladder_below:
-        options["ladder"] = {"below": list(ladder_below)}
-    if rules:
-        options["baselines"] = list(rules)
     plan = _study_plan(rows, n_trials, space, seed, paired_seeds, study_params, confirm, confirm_seeds,
                        len(ladder_below), rules)
     return StudySettings(

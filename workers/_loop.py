@@ -38,7 +38,7 @@ from optuna.trial import TrialState
 from archhpo._io import atomic_write
 from archhpo.errors import ArchhpoError, MemoryRefused, NonFiniteLoss, TrialLost, TrialStopped
 from archhpo.models import get_family
-from archhpo.schema import Attr
+from archhpo.schema import Attr, gpu_share
 from archhpo.workers import _device
 from archhpo.workers._build import BuiltTrial, DataCache, TrialSpec, build_trial
 from archhpo.workers._memory import (
@@ -182,8 +182,8 @@ class Worker:
         self.signal_received: int | None = None
         self.unhealthy: str | None = None  # a sticky CUDA fault: the worker stops, its process exits
         self.attrs = {
-            "host": socket.gethostname(), "device": self._device_name(), "pid": os.getpid(),
-            "threads": torch.get_num_threads(),  # a CPU replay (`train --threads`) is exact with the same
+            Attr.HOST: socket.gethostname(), Attr.DEVICE: self._device_name(), Attr.PID: os.getpid(),
+            Attr.THREADS: torch.get_num_threads(),  # a CPU replay (`train --threads`) is exact with the same
             **_device.device_attrs(self.device),
             **(extra_attrs or {}),
         }
@@ -199,11 +199,7 @@ class Worker:
 
     def _gpu_share(self) -> float:
         """This worker's share of its GPU (Ray's num_gpus; 1 when it has the GPU to itself)."""
-        try:
-            share = float(self.attrs.get("gpu_share", 1.0))
-        except (TypeError, ValueError):
-            return 1.0
-        return share if 0 < share <= 1 else 1.0
+        return gpu_share(self.attrs)
 
     @property
     def shares_gpu(self) -> bool:
@@ -340,7 +336,7 @@ class Worker:
                                                  getattr(queue, "reap_s", 30.0)))
         run.beat.start()
         if run.spec_seed is not None:
-            run.attrs["seed"] = run.spec_seed
+            run.attrs[Attr.SEED] = run.spec_seed
         _device.reset_peak_memory(self.device)
         try:
             self._attempt(run)
@@ -377,16 +373,16 @@ class Worker:
                                 min(int(tcfg.eval_batch_size), max(1, data.n_val)),
                                 on_device if self.device.type == "cuda" else 0)
             need = estimate_training_bytes(shape, self.device.type)
-            run.attrs["memory_estimate_gib"] = round(need / 2**30, 3)
+            run.attrs[Attr.MEMORY_ESTIMATE_GIB] = round(need / 2**30, 3)
             check_fits(need, self.device, f"Trial {run.claim.number} ({shape.param_count:,} params)",
                        resident=shape.data_bytes)  # the dataset is loaded already
 
         params = int(run.claim.arch["param_count"])
         with host_build_slot(params, self.device, f"trial {run.claim.number} ({params:,} params)"):
             built = build_trial(spec, self.device, data_cache=self._data, before_build=check_memory)
-        run.attrs["baseline_val_loss"] = built.baseline_loss
+        run.attrs[Attr.BASELINE_VAL_LOSS] = built.baseline_loss
         if built.flops_per_sample is not None:
-            run.attrs["flops_per_sample"] = built.flops_per_sample
+            run.attrs[Attr.FLOPS_PER_SAMPLE] = built.flops_per_sample
             # What training it to full length once costs (the plan's total is the halving baseline).
             run.attrs[Attr.FLOPS_FULL] = (int(built.flops_per_sample) * built.data.n_train
                                           * int(built.train_config.epochs))
@@ -397,7 +393,7 @@ class Worker:
         ckpt = self._checkpoint_path(queue, claim)
         resume = self._load_resume(queue, claim)
         if resume is not None:
-            run.attrs["resumed_from_epoch"] = int(resume["epoch"])
+            run.attrs[Attr.RESUMED_FROM_EPOCH] = int(resume["epoch"])
             for h in resume["history"]:  # the retry carries the dead attempt's curve
                 queue.report(claim, int(h["epoch"]), float(h["val_loss"]))
                 run.best = min(run.best, float(h["val_loss"]))
@@ -434,7 +430,7 @@ class Worker:
                                  **{f"val_{k}": v for k, v in result.metrics.items()})
         except StopTraining as stop:
             run.state, run.value = TrialState.PRUNED, run.best
-            run.attrs["pruned_at_epoch"] = stop.args[0]
+            run.attrs[Attr.PRUNED_AT_EPOCH] = stop.args[0]
             samples, seconds = int(getattr(stop, "samples", 0)), float(getattr(stop, "seconds", 0.0))
         run.attrs.update(self._throughput(built, samples, seconds))
         _record_rungs(run, built, samples)
@@ -442,23 +438,23 @@ class Worker:
     def _classify_failure(self, run: _TrialRun, exc: Exception) -> None:
         """Final failures name their reason; a shared-GPU OOM or refusal is retried once on a whole
         GPU; a sticky CUDA fault is not the trial's: it goes back and this worker stops."""
-        attrs, where = run.attrs, self.attrs["device"]
+        attrs, where = run.attrs, self.attrs[Attr.DEVICE]
         if is_sticky_cuda_error(exc):
             run.outcome = "unhealthy"
             self.unhealthy = f"CUDA fault on {where} in trial {run.claim.number}: {str(exc)[:300]}"
             log.error("%s; giving the trial back and stopping this worker (its CUDA context is unusable)",
                       self.unhealthy)
         elif isinstance(exc, MemoryRefused) or is_oom(exc):
-            attrs["fail_reason"] = (str(exc) if isinstance(exc, MemoryRefused)
+            attrs[Attr.FAIL_REASON] = (str(exc) if isinstance(exc, MemoryRefused)
                                     else f"out of memory on {where}: {str(exc)[:300]}")
             if self.shares_gpu:  # neighbours' memory may be to blame: retried once on a GPU of its own
-                attrs["oom_shared"] = True
+                attrs[Attr.OOM_SHARED] = True
         elif isinstance(exc, NonFiniteLoss):
-            attrs["fail_reason"] = str(exc)
+            attrs[Attr.FAIL_REASON] = str(exc)
         elif isinstance(exc, ArchhpoError | ValueError):
-            attrs["fail_reason"] = f"{type(exc).__name__}: {exc}"
+            attrs[Attr.FAIL_REASON] = f"{type(exc).__name__}: {exc}"
         else:
-            attrs["fail_reason"] = f"{type(exc).__name__}: {exc}"[:1000]
+            attrs[Attr.FAIL_REASON] = f"{type(exc).__name__}: {exc}"[:1000]
             log.error("trial %s crashed:\n%s", run.claim.number, traceback.format_exc())
 
     def _release(self) -> None:
@@ -485,7 +481,7 @@ class Worker:
                 summary.lost += 1
             return
         attrs = run.attrs
-        attrs["duration_s"] = round(time.perf_counter() - run.start, 3)
+        attrs[Attr.DURATION_S] = round(time.perf_counter() - run.start, 3)
         attrs.update(_device.peak_memory_attrs(self.device))
         if run.outcome == "park":
             if not queue.park(claim, float(run.value), attrs):  # type: ignore[arg-type]
@@ -494,8 +490,8 @@ class Worker:
             summary.parked += 1
             queue.maintain()  # this may have completed the rung: decide it now (else the next upkeep does)
             return
-        if "fail_reason" in attrs:
-            log.warning("trial %s failed: %s", claim.number, attrs["fail_reason"])
+        if Attr.FAIL_REASON in attrs:
+            log.warning("trial %s failed: %s", claim.number, attrs[Attr.FAIL_REASON])
         if not queue.finish(claim, run.state, run.value, attrs):
             summary.lost += 1
             return

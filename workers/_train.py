@@ -224,6 +224,28 @@ def _validate(run: _Run, data: TensorDataset, loss_fn: Callable[[torch.Tensor, t
     return val
 
 
+@dataclass
+class _Hooks:
+    """What a validated epoch calls back: the pruner's report, a halving rung's score, the checkpoint."""
+
+    on_eval: Callable[[int, float], None] | None
+    checkpoint: Callable[[dict[str, Any]], None] | None
+    rungs: Sequence[int]
+    on_rung: Callable[[int, float, dict[str, Any]], None] | None
+
+    def validated(self, run: _Run, epoch: int, val: float, samples: int, train_s: float) -> None:
+        try:
+            if self.on_eval is not None:
+                self.on_eval(epoch, val)  # may raise StopTraining
+        except StopTraining as stop:
+            stop.samples, stop.seconds = samples, train_s  # type: ignore[attr-defined]
+            raise
+        if self.on_rung is not None and epoch in self.rungs:
+            self.on_rung(epoch, val, run.state(epoch))
+        if self.checkpoint is not None:
+            self.checkpoint(run.state(epoch))
+
+
 def train(
     model: nn.Module,
     data: TensorDataset,
@@ -249,10 +271,9 @@ def train(
     the checkpoint; ``until``: stop after that epoch, the schedule still that of ``cfg.epochs``.
     """
     run = _start(model, data, cfg, resume)
-    first = run.first
-    start = time.perf_counter()
+    hooks = _Hooks(on_eval, checkpoint, rungs, on_rung)
+    first, start, epoch = run.first, time.perf_counter(), run.first - 1
     train_s = 0.0  # samples/s and MFU time the training steps only
-    epoch = first - 1
 
     def check_stop() -> None:
         if should_stop is not None and should_stop():
@@ -267,16 +288,7 @@ def train(
             continue
         check_stop()
         val = _validate(run, data, loss_fn, metrics_fn, cfg, epoch)
-        try:
-            if on_eval is not None:
-                on_eval(epoch, val)  # may raise StopTraining
-        except StopTraining as stop:
-            stop.samples, stop.seconds = (epoch - first + 1) * data.n_train, train_s  # type: ignore[attr-defined]
-            raise
-        if on_rung is not None and epoch in rungs:
-            on_rung(epoch, val, run.state(epoch))
-        if checkpoint is not None:
-            checkpoint(run.state(epoch))
+        hooks.validated(run, epoch, val, (epoch - first + 1) * data.n_train, train_s)
     duration = time.perf_counter() - start
     samples = (epoch - first + 1) * data.n_train
     return TrainResult(

@@ -37,11 +37,9 @@ def _load_best(path: str) -> dict[str, Any]:
     return best
 
 
-def trial_spec_from_args(args: argparse.Namespace) -> TrialSpec:
-    """The TrialSpec `train` runs: a best JSON's trial (plan slot, seed, choices), or the flags'."""
-    best = _load_best(args.from_json) if args.from_json else None
-    family_name = best.get("family", args.family) if best else args.family
-    fam = get_family(family_name)
+def _options_from(args: argparse.Namespace, fam: Any, best: dict[str, Any] | None
+                  ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The trial's options (a best JSON's, unless a flag says otherwise) and the family flags given."""
     options: dict[str, Any] = dict(best.get("options", {})) if best else {}
     for key in ("horizon", "threshold", "seed"):
         if getattr(args, key, None) is not None:
@@ -54,10 +52,19 @@ def trial_spec_from_args(args: argparse.Namespace) -> TrialSpec:
     schedule = schedule if schedule is not None else options.pop("schedule", default("schedule"))
     cooldown = cooldown if cooldown is not None else options.pop("cooldown", default("cooldown"))
     options = {k: v for k, v in options.items() if k not in ("schedule", "cooldown")}
-    options.update(schedule_options(schedule, cooldown))  # a best JSON's schedule unless a flag says otherwise
+    options.update(schedule_options(schedule, cooldown))
     flag_values = {f.name: getattr(args, f"fam_{f.name}") for f in fam.flags
                    if getattr(args, f"fam_{f.name}", None) is not None}
     options.update(flag_values)
+    return options, flag_values
+
+
+def trial_spec_from_args(args: argparse.Namespace) -> TrialSpec:
+    """The TrialSpec `train` runs: a best JSON's trial (plan slot, seed, choices), or the flags'."""
+    best = _load_best(args.from_json) if args.from_json else None
+    family_name = best.get("family", args.family) if best else args.family
+    fam = get_family(family_name)
+    options, flag_values = _options_from(args, fam, best)
     if best and args.data is None:
         spec = dict(best["data"])
         if "path" in spec:  # a file (every family's format): re-validated and re-hashed on this machine
