@@ -105,11 +105,18 @@ def pg_url(pg_server: str) -> Iterator[str]:
         _admin(pg_server, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    """A SQLite study database in the test's folder, for tests whose subject is not the storage
+    (training, the command line, the report); storage behaviour is tested with `storage_url`."""
+    return f"sqlite:///{tmp_path / 'study.db'}"
+
+
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def storage_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """Every storage test runs on both backends."""
     if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'study.db'}"
+        return request.getfixturevalue("sqlite_url")
     return request.getfixturevalue("pg_url")
 
 

@@ -77,9 +77,9 @@ def _train_from(path: Path, threads: int = 1) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("case", list(CASES))
-def test_train_from_best_json_gives_exactly_the_trials_value(case: str, tmp_path: Path) -> None:
+def test_train_from_best_json_gives_exactly_the_trials_value(sqlite_url: str, case: str, tmp_path: Path) -> None:
     family, budget, data, fam_opts, epochs = CASES[case]
-    url = f"sqlite:///{tmp_path / 's.db'}"
+    url = sqlite_url
     s = _tiny_study(url, "exact", family, budget, data, fam_opts, epochs)
     torch.set_num_threads(1)
     q = TrialQueue(url, s.study_name)
@@ -104,8 +104,8 @@ def test_train_from_best_json_gives_exactly_the_trials_value(case: str, tmp_path
 
 
 @pytest.mark.parametrize("paired", [False, True])
-def test_a_seeded_trial_replays_exactly_with_its_seed(paired: bool, tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 's.db'}"
+def test_a_seeded_trial_replays_exactly_with_its_seed(sqlite_url: str, paired: bool, tmp_path: Path) -> None:
+    url = sqlite_url
     s = _tiny_study(url, "seeded", "patchtst", "200K", TINY_DATA, {}, 2, seed=5, paired=paired)
     q = TrialQueue(url, s.study_name)
     assert Worker([q], device="cpu", threads=1).run().complete == 1

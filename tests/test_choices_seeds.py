@@ -119,7 +119,7 @@ def test_paired_parameters_come_from_flags_then_family_defaults() -> None:
     assert p == {"learning_rate": 3e-4, "epochs": 7, "batch_size": 32, "weight_decay": 1e-4, "warmup_steps": 0}
 
 
-def test_paired_pinned_study_end_to_end(tmp_path: Path) -> None:
+def test_paired_pinned_study_end_to_end(sqlite_url: str, tmp_path: Path) -> None:
     """launch (CLI) → a plain worker addressed by the pins → export by --study: every
     (configuration, seed) once, the seed and choice in the CSV and best JSON; relaunch identity."""
     import torch
@@ -127,7 +127,7 @@ def test_paired_pinned_study_end_to_end(tmp_path: Path) -> None:
     from archhpo.workers import Worker
 
     torch.set_num_threads(1)
-    url = f"sqlite:///{tmp_path / 's.db'}"
+    url = sqlite_url
     pins = ["--d-model", "64", "--n-layers", "2", "--n-heads", "4", "--d-ff", "128"]
     common = ["--experiment", "enc", "--family", "signal", "--data", SIGNAL_DATA, "--quick", "--epochs", "2",
               "--storage", url, *pins]
@@ -168,8 +168,8 @@ def test_paired_and_confirm_together_are_refused_before_writing(tmp_path: Path) 
         prepare_settings("x", "200K", paired_seeds=-1)
 
 
-def test_relaunch_identity_covers_pins_seeds_and_confirmation(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 's.db'}"
+def test_relaunch_identity_covers_pins_seeds_and_confirmation(sqlite_url: str, tmp_path: Path) -> None:
+    url = sqlite_url
     base = {"family": "signal", "data": SIGNAL_DATA, "quick": True, "pins": PIN}
     launch(url, prepare_settings("id", None, **base, paired_seeds=2))
     with pytest.raises(StudyError, match="options"):

@@ -69,8 +69,8 @@ def test_worker_for_a_study_that_does_not_exist(tmp_path: Path) -> None:
     assert not (tmp_path / "empty.db").exists()
 
 
-def test_sqlite_cannot_serve_a_remote_ray_cluster(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 's.db'}"
+def test_sqlite_cannot_serve_a_remote_ray_cluster(sqlite_url: str, tmp_path: Path) -> None:
+    url = sqlite_url
     res = run_cli("run", "--experiment", "x", "--budget", "200K", "--trials", "4", "--quick", "--data", TINY_DATA,
                   "--storage", url, "--ray-address", "127.0.0.1:6380", cwd=tmp_path)
     assert res.returncode != 0 and "PostgreSQL" in res.stderr and "Traceback" not in res.stderr

@@ -59,8 +59,8 @@ def test_another_familys_flag_names_that_family(tmp_path: Path) -> None:
     _assert_clean_failure(res, tmp_path, "--encoder", "signal family", "--family signal")
 
 
-def test_a_conflicting_relaunch_shows_old_and_new_values(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 's.db'}"
+def test_a_conflicting_relaunch_shows_old_and_new_values(sqlite_url: str, tmp_path: Path) -> None:
+    url = sqlite_url
     assert run_cli(*LAUNCH, "--budget", "200K", "--data", TINY_DATA, "--storage", url, cwd=tmp_path).returncode == 0
     res = run_cli("launch", "--experiment", "x", "--trials", "6", "--quick", "--budget", "200K", "--data", TINY_DATA,
                   "--storage", url, cwd=tmp_path)
@@ -74,8 +74,8 @@ def test_an_unknown_config_key_suggests_the_nearest(tmp_path: Path) -> None:
     _assert_clean_failure(res, tmp_path, "'trial'", "did you mean trials?")
 
 
-def test_export_of_one_budget_keeps_the_other_budgets_rows(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 's.db'}"
+def test_export_of_one_budget_keeps_the_other_budgets_rows(sqlite_url: str, tmp_path: Path) -> None:
+    url = sqlite_url
     queues = []
     for budget in ("200K", "400K"):
         s = prepare_settings("ex", budget, n_trials=4, data=TINY_DATA, quick=True, pruner="none")
@@ -103,8 +103,8 @@ def test_workers_default_to_the_clusters_gpus(tmp_path: Path) -> None:
     assert "one per GPU of the cluster, else 2" in text
 
 
-def test_the_demo_leaves_no_empty_checkpoint_folders(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 's.db'}"
+def test_the_demo_leaves_no_empty_checkpoint_folders(sqlite_url: str, tmp_path: Path) -> None:
+    url = sqlite_url
     s = prepare_settings("ck", "200K", n_trials=4, data=TINY_DATA, quick=True, pruner="none")
     launch(url, dataclasses.replace(s, plan=s.plan[:1]))
     Worker([TrialQueue(url, s.study_name)], device="cpu", threads=1, checkpoint_dir=tmp_path / "checkpoints").run()

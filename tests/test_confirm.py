@@ -136,8 +136,8 @@ def test_phase3_is_created_once_with_the_best_architectures_and_their_params(sto
     assert status.best_value == 0.1, "the answer is phases 1-2's best, confirmation retrains aside"
 
 
-def test_missing_ranks_are_skipped_when_too_few_architectures_finished(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 's.db'}"
+def test_missing_ranks_are_skipped_when_too_few_architectures_finished(sqlite_url: str, tmp_path: Path) -> None:
+    url = sqlite_url
     s = _settings(n_trials=4)  # 3 phase-1 architectures and 1 in phase 2, one trial each
     launch(url, s)
     q = TrialQueue(url, s.study_name)

@@ -74,9 +74,9 @@ def test_signal_reads_no_files(tmp_path: Path) -> None:
         get_family("signal").parse_data(str(path), {})
 
 
-def test_a_worker_refuses_a_changed_char_cls_file(tmp_path: Path) -> None:
+def test_a_worker_refuses_a_changed_char_cls_file(sqlite_url: str, tmp_path: Path) -> None:
     path = _names(tmp_path)
-    url = f"sqlite:///{tmp_path / 's.db'}"
+    url = sqlite_url
     s = prepare_settings("integrity", "150K", family="char_cls", n_trials=4, data=str(path), quick=True,
                          pruner="none")
     assert s.data["sha256"]

@@ -96,8 +96,8 @@ def test_run_with_local_ray_writes_results(storage_url: str, tmp_path: Path) -> 
 
 
 @pytest.mark.ray
-def test_ctrl_c_leaves_no_trial_running_and_run_resumes(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 's.db'}"
+def test_ctrl_c_leaves_no_trial_running_and_run_resumes(sqlite_url: str, tmp_path: Path) -> None:
+    url = sqlite_url
     args = ["run", "--experiment", "stop", "--budget", "200K", "--trials", "6", "--quick",
             "--data", "synthetic:steps=3000", "--workers", "2", "--storage", url, "--out", str(tmp_path / "o")]
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}

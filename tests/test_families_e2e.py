@@ -23,8 +23,8 @@ FAMILY_RUNS = {
 
 @pytest.mark.ray
 @pytest.mark.parametrize("family", list(FAMILY_RUNS))
-def test_tiny_run_per_family(family: str, tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 's.db'}"
+def test_tiny_run_per_family(sqlite_url: str, family: str, tmp_path: Path) -> None:
+    url = sqlite_url
     res = run_cli("run", "--family", family, "--experiment", "fam", "--trials", "4", "--quick", "--workers", "2",
                   "--storage", url, "--out", str(tmp_path / "out"), "--pruner", "none", *FAMILY_RUNS[family],
                   cwd=tmp_path, timeout=600)
@@ -48,8 +48,8 @@ def test_tiny_run_per_family(family: str, tmp_path: Path) -> None:
     assert again["val_loss"] == best["best_value"]
 
 
-def test_train_from_best_json_reproduces_the_trial(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 's.db'}"
+def test_train_from_best_json_reproduces_the_trial(sqlite_url: str, tmp_path: Path) -> None:
+    url = sqlite_url
     common = ["--experiment", "rep", "--budget", "200K", "--storage", url]
     assert run_cli("launch", *common, "--trials", "4", "--quick", "--data", TINY_DATA,
                    "--pruner", "none").returncode == 0

@@ -59,12 +59,12 @@ def _queue(url: str, trials: int = 2) -> TrialQueue:
 
 
 @pytest.mark.parametrize("message", STICKY)
-def test_a_sticky_cuda_fault_gives_the_trial_back_and_stops_the_worker(
+def test_a_sticky_cuda_fault_gives_the_trial_back_and_stops_the_worker(sqlite_url: str,
     message: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     fam = archhpo.models.patchtst_spec.FAMILY
     monkeypatch.setattr(archhpo.models.patchtst_spec, "FAMILY", dataclasses.replace(fam, build=_raising(message)))
-    q = _queue(f"sqlite:///{tmp_path / 's.db'}")
+    q = _queue(sqlite_url)
     summary = Worker([q], device="cpu", threads=1).run()
     assert summary.unhealthy and message[:40] in summary.unhealthy
     assert (summary.requeued, summary.failed, summary.complete) == (1, 0, 0), "the later trial is not touched"
@@ -74,8 +74,8 @@ def test_a_sticky_cuda_fault_gives_the_trial_back_and_stops_the_worker(
     assert not any("fail_reason" in t.user_attrs for t in trials)
 
 
-def test_the_worker_command_exits_non_zero_after_a_sticky_fault(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 's.db'}"
+def test_the_worker_command_exits_non_zero_after_a_sticky_fault(sqlite_url: str, tmp_path: Path) -> None:
+    url = sqlite_url
     q = _queue(url, trials=1)
     script = textwrap.dedent(f"""
         import dataclasses, sys
@@ -94,28 +94,28 @@ def test_the_worker_command_exits_non_zero_after_a_sticky_fault(tmp_path: Path) 
     assert trial.state == TrialState.WAITING
 
 
-def test_a_memory_refusal_on_a_shared_gpu_is_retried_on_a_whole_gpu(
+def test_a_memory_refusal_on_a_shared_gpu_is_retried_on_a_whole_gpu(sqlite_url: str,
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Neighbours' cached memory can make a shared GPU look full: the refusal is not final."""
     monkeypatch.setattr(archhpo.workers._memory, "available_bytes", lambda device: 2**20)
-    q = _queue(f"sqlite:///{tmp_path / 's.db'}", trials=1)
+    q = _queue(sqlite_url, trials=1)
     assert Worker([q], device="cpu", threads=1, extra_attrs={"gpu_share": 0.25}).run().failed == 1
     first, retry = sorted(q.storage.get_all_trials(q.study_id), key=lambda t: t.number)
     assert first.user_attrs["oom_shared"] is True and "GiB" in first.user_attrs["fail_reason"]
     assert retry.state == TrialState.WAITING and retry.user_attrs["whole_gpu"] is True
 
 
-def test_a_refusal_on_a_whole_device_stays_final(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_refusal_on_a_whole_device_stays_final(sqlite_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(archhpo.workers._memory, "available_bytes", lambda device: 2**20)
-    q = _queue(f"sqlite:///{tmp_path / 's.db'}", trials=1)
+    q = _queue(sqlite_url, trials=1)
     Worker([q], device="cpu", threads=1).run()
     (trial,) = q.storage.get_all_trials(q.study_id)
     assert trial.state == TrialState.FAIL and "oom_shared" not in trial.user_attrs
     assert q.maintain().done
 
 
-def test_a_resumed_checkpoint_is_read_to_the_cpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_resumed_checkpoint_is_read_to_the_cpu(sqlite_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     seen: list[object] = []
     real = torch.load
 
@@ -123,7 +123,7 @@ def test_a_resumed_checkpoint_is_read_to_the_cpu(tmp_path: Path, monkeypatch: py
         seen.append(kwargs.get("map_location"))
         return real(*args, **kwargs)
 
-    q = _queue(f"sqlite:///{tmp_path / 's.db'}", trials=1)
+    q = _queue(sqlite_url, trials=1)
     worker = Worker([q], device="cpu", threads=1, checkpoint_dir=tmp_path / "ck")
     claim = q.claim(worker.attrs)
     path = worker._checkpoint_path(q, claim)
@@ -207,8 +207,8 @@ def test_the_cpu_estimate_covers_the_measured_peak_without_refusing_what_fits(en
     assert got["readme"] < 0.85 * 16 * 2**30, "study.toml's trials fit a 24 GiB machine with 16 GiB free"
 
 
-def test_run_on_a_finished_study_says_so_without_starting_ray(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 's.db'}"
+def test_run_on_a_finished_study_says_so_without_starting_ray(sqlite_url: str, tmp_path: Path) -> None:
+    url = sqlite_url
     q = _queue(url, trials=1)
     Worker([q], device="cpu", threads=1).run()
     assert q.maintain().done
@@ -222,12 +222,12 @@ def test_run_on_a_finished_study_says_so_without_starting_ray(tmp_path: Path) ->
     assert (tmp_path / "results" / "gf_report.html").exists()
 
 
-def test_the_checkpoint_cadence_is_a_flag(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_checkpoint_cadence_is_a_flag(sqlite_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import archhpo.workers._loop as loop
 
     saved: list[int] = []
     monkeypatch.setattr(loop, "_atomic_save", lambda obj, path: saved.append(int(obj["epoch"])))
-    q = _queue(f"sqlite:///{tmp_path / 's.db'}", trials=1)
+    q = _queue(sqlite_url, trials=1)
     Worker([q], device="cpu", threads=1, checkpoint_dir=tmp_path / "ck", checkpoint_every=2).run()
     (trial,) = q.storage.get_all_trials(q.study_id)
     epochs = int(trial.params["epochs"])
@@ -286,7 +286,7 @@ def test_samples_per_s_times_only_the_training_steps() -> None:
     assert res.samples == 3 * 64 and res.samples_per_s == pytest.approx(res.samples / res.train_s)
 
 
-def test_large_models_are_built_one_at_a_time_per_host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_large_models_are_built_one_at_a_time_per_host(sqlite_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """While another worker of the host holds the build slot, a large trial waits to be built."""
     import fcntl
     import threading
@@ -304,7 +304,7 @@ def test_large_models_are_built_one_at_a_time_per_host(tmp_path: Path, monkeypat
         return fam.build(cfg)
 
     monkeypatch.setattr(archhpo.models.patchtst_spec, "FAMILY", dataclasses.replace(fam, build=build))
-    q = _queue(f"sqlite:///{tmp_path / 's.db'}", trials=1)
+    q = _queue(sqlite_url, trials=1)
     worker = Worker([q], device="cpu", threads=1)
     with open(tmp_path / "build.lock", "a") as other:
         fcntl.flock(other, fcntl.LOCK_EX)  # another worker is building

@@ -42,8 +42,8 @@ def _by_slot(trials: list[optuna.trial.FrozenTrial], state: TrialState) -> dict[
     return {t.user_attrs["plan_slot"]: t.value for t in trials if t.state == state}
 
 
-def test_a_promoted_trial_ends_exactly_where_a_study_without_halving_does(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 's.db'}"
+def test_a_promoted_trial_ends_exactly_where_a_study_without_halving_does(sqlite_url: str, tmp_path: Path) -> None:
+    url = sqlite_url
     _, plain = _run(url, tmp_path, "none")
     s, halved = _run(url, tmp_path, "halving")
     phase1 = {e["slot"] for e in s.plan if e["phase"] == 1}
@@ -64,8 +64,8 @@ def test_a_promoted_trial_ends_exactly_where_a_study_without_halving_does(tmp_pa
     assert not list((tmp_path / "ck").rglob("*.pt")), "held states are removed once the plan is done"
 
 
-def test_replicates_of_a_halving_study_score_every_rung_in_passing(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 's.db'}"
+def test_replicates_of_a_halving_study_score_every_rung_in_passing(sqlite_url: str, tmp_path: Path) -> None:
+    url = sqlite_url
     _, trials = _run(url, tmp_path, "halving", paired_seeds=2, n_trials=3)
     assert {t.state for t in trials} == {TrialState.COMPLETE}, "a replicate is never stopped early"
     for t in trials:
@@ -74,8 +74,8 @@ def test_replicates_of_a_halving_study_score_every_rung_in_passing(tmp_path: Pat
         assert t.user_attrs["flops_spent"] > t.user_attrs["flops_full"], "its branches counted as compute"
 
 
-def test_while_a_rung_waits_an_idle_worker_trains_another_budget(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 's.db'}"
+def test_while_a_rung_waits_an_idle_worker_trains_another_budget(sqlite_url: str, tmp_path: Path) -> None:
+    url = sqlite_url
     a = prepare_settings("x", "100K", **{**LM, "pruner": "halving"})
     b = prepare_settings("x", "75K", **{**LM, "pruner": "none", "n_trials": 3})
     launch(url, a)

@@ -195,7 +195,7 @@ def test_the_study_stores_the_exact_entropy_rate() -> None:
     assert s.info["seq_len"] == 32 and s.data["language"] == 0
 
 
-def test_the_report_shows_the_entropy_rate_beside_the_fitted_e(tmp_path: Path) -> None:
+def test_the_report_shows_the_entropy_rate_beside_the_fitted_e(sqlite_url: str, tmp_path: Path) -> None:
     import dataclasses
     import json
 
@@ -203,7 +203,7 @@ def test_the_report_shows_the_entropy_rate_beside_the_fitted_e(tmp_path: Path) -
     from archhpo.search import TrialQueue, launch
     from archhpo.workers import Worker
 
-    url = f"sqlite:///{tmp_path / 's.db'}"
+    url = sqlite_url
     s = prepare_settings("truth", "100K", family="lm", n_trials=2, data="synthetic:tokens=2000", quick=True,
                          pruner="none", family_options={"seq_len": 8}, fixed_params={"epochs": 1})
     launch(url, dataclasses.replace(s, plan=s.plan[:1]))

@@ -64,8 +64,8 @@ def test_a_shared_gpu_oom_is_retried_once_on_a_whole_gpu(oom: None, storage_url:
     assert st.done and st.failed == 1
 
 
-def test_an_oom_alone_on_a_gpu_stays_final(oom: None, tmp_path: Path) -> None:
-    q = _one_trial_queue(f"sqlite:///{tmp_path / 's.db'}")
+def test_an_oom_alone_on_a_gpu_stays_final(sqlite_url: str, oom: None, tmp_path: Path) -> None:
+    q = _one_trial_queue(sqlite_url)
     for attrs in ({"gpu_share": 1.0}, {}):  # a whole GPU, or a plain worker (no Ray share)
         Worker([q], device="cpu", threads=1, extra_attrs=attrs).run()
     (trial,) = q.storage.get_all_trials(q.study_id)
@@ -73,8 +73,8 @@ def test_an_oom_alone_on_a_gpu_stays_final(oom: None, tmp_path: Path) -> None:
     assert q.maintain().done
 
 
-def test_whole_gpu_trials_are_claimed_by_any_worker_but_a_sharing_one(tmp_path: Path) -> None:
-    q = _one_trial_queue(f"sqlite:///{tmp_path / 's.db'}")
+def test_whole_gpu_trials_are_claimed_by_any_worker_but_a_sharing_one(sqlite_url: str, tmp_path: Path) -> None:
+    q = _one_trial_queue(sqlite_url)
     (t,) = q.storage.get_all_trials(q.study_id)
     q.storage.set_trial_user_attr(trial_id_of(t), "whole_gpu", True)
     assert q.claim({"gpu_share": 0.5}) is None
@@ -83,14 +83,14 @@ def test_whole_gpu_trials_are_claimed_by_any_worker_but_a_sharing_one(tmp_path: 
 
 
 @pytest.mark.ray
-def test_run_starts_a_worker_with_a_whole_gpu_for_the_retry(tmp_path: Path) -> None:
+def test_run_starts_a_worker_with_a_whole_gpu_for_the_retry(sqlite_url: str, tmp_path: Path) -> None:
     """`run` with workers sharing a (logical) GPU: a waiting whole-GPU retry gets a worker task with
     num_gpus=1 of its own; the sharing worker leaves it alone and steps aside once only it is left."""
     import io
 
     from archhpo.cluster._run import RunOptions, run_workers
 
-    url = f"sqlite:///{tmp_path / 's.db'}"
+    url = sqlite_url
     s = prepare_settings("wg", "200K", n_trials=4, data=TINY_DATA, quick=True, pruner="none")
     launch(url, dataclasses.replace(s, plan=s.plan[:2]))
     q = TrialQueue(url, s.study_name)

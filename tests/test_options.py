@@ -82,8 +82,8 @@ def _toml(tmp_path: Path, text: str) -> Path:
     return path
 
 
-def test_experiment_file_with_flags_on_the_line_winning(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 's.db'}"
+def test_experiment_file_with_flags_on_the_line_winning(sqlite_url: str, tmp_path: Path) -> None:
+    url = sqlite_url
     cfg = _toml(tmp_path, f"""
 experiment = "fromfile"
 budget = ["200K"]

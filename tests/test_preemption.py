@@ -90,13 +90,13 @@ def test_sigterm_gives_the_trial_back_and_exits_143(storage_url: str, tmp_path: 
     _stop_mid_trial(storage_url, tmp_path, signal.SIGTERM, "term")
 
 
-def test_sigint_gives_the_trial_back_and_exits_130(tmp_path: Path) -> None:
-    _stop_mid_trial(f"sqlite:///{tmp_path / 's.db'}", tmp_path, signal.SIGINT, "int")
+def test_sigint_gives_the_trial_back_and_exits_130(sqlite_url: str, tmp_path: Path) -> None:
+    _stop_mid_trial(sqlite_url, tmp_path, signal.SIGINT, "int")
 
 
-def test_a_given_back_trial_resumes_from_its_own_checkpoint(tmp_path: Path) -> None:
+def test_a_given_back_trial_resumes_from_its_own_checkpoint(sqlite_url: str, tmp_path: Path) -> None:
     """After SIGTERM the next worker takes the same trial (same attempt) and resumes it."""
-    url = f"sqlite:///{tmp_path / 's.db'}"
+    url = sqlite_url
     ck = tmp_path / "ck"
     common = [*_launch(url, "resume", n=1), "--threads", "1", "--checkpoint-dir", str(ck)]
     worker = _popen("worker", *common, cwd=tmp_path)
@@ -114,13 +114,13 @@ def test_a_given_back_trial_resumes_from_its_own_checkpoint(tmp_path: Path) -> N
 
 
 @pytest.mark.ray
-def test_ray_cancel_gives_the_trial_back(tmp_path: Path) -> None:
+def test_ray_cancel_gives_the_trial_back(sqlite_url: str, tmp_path: Path) -> None:
     import ray
 
     from archhpo.cluster._ray_private import loopback_only
     from archhpo.cluster._run import worker_task
 
-    url = f"sqlite:///{tmp_path / 's.db'}"
+    url = sqlite_url
     _launch(url, "cancel")
     with loopback_only():
         ray.init(address="local", num_cpus=1, include_dashboard=False, logging_level="WARNING",

@@ -201,8 +201,8 @@ def test_median_rule_prunes_only_trials_worse_than_completed_ones(storage_url: s
     assert not q.report(better, 2, 0.9), "the best loss so far counts, and no trial has epoch 2 yet"
 
 
-def test_pruner_none_never_prunes(tmp_path: Path) -> None:
-    q = _launch(f"sqlite:///{tmp_path / 'np.db'}", n_trials=12, pruner="none")
+def test_pruner_none_never_prunes(storage_url: str) -> None:
+    q = _launch(storage_url, n_trials=12, pruner="none")
     for _ in range(5):
         c = q.claim(WORKER)
         q.report(c, 1, 0.1)
@@ -210,10 +210,10 @@ def test_pruner_none_never_prunes(tmp_path: Path) -> None:
     assert not q.report(q.claim(WORKER), 1, 1e9)
 
 
-def test_status_waits_for_the_cache_lock_that_upkeep_holds(tmp_path: Path) -> None:
+def test_status_waits_for_the_cache_lock_that_upkeep_holds(storage_url: str) -> None:
     """The worker's heartbeat thread runs maintain() beside the main thread: both read and
     change the queue's trial cache, so status() takes the same lock as the upkeep."""
-    q = _launch(f"sqlite:///{tmp_path / 'db.sqlite'}")
+    q = _launch(storage_url)
     expected = q.status().total
     got: list[int] = []
     with q._cache_lock:  # as an upkeep on another thread would hold it

@@ -167,8 +167,8 @@ def test_trials_store_architecture_dimensions_and_choices_as_params(tmp_path: Pa
         assert t.distributions["d_model"] == optuna.distributions.IntDistribution(32, 32, log=True)
 
 
-def test_best_json_keeps_the_design_keys_and_csv_keeps_family_metrics(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 's.db'}"
+def test_best_json_keeps_the_design_keys_and_csv_keeps_family_metrics(sqlite_url: str, tmp_path: Path) -> None:
+    url = sqlite_url
     for budget in ("100K", "200K", "500K"):
         _drive(url, budget, np.random.default_rng(0))
     out = tmp_path / "x"

@@ -105,8 +105,8 @@ def test_sixteen_workers_with_instant_trials_claim_each_exactly_once(pg_url: str
     assert any(t.user_attrs["phase"] == 2 for t in trials)
 
 
-def test_sigkilled_worker_trial_is_retried_once_and_resumes_from_its_checkpoint(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 's.db'}"
+def test_sigkilled_worker_trial_is_retried_once_and_resumes_from_its_checkpoint(sqlite_url: str, tmp_path: Path) -> None:
+    url = sqlite_url
     common = ["--experiment", "kill", "--budget", "200K", "--storage", url]
     res = run_cli("launch", *common, "--trials", "3", "--quick", "--data", "synthetic:steps=4000", "--pruner", "none")
     assert res.returncode == 0, res.stderr
@@ -148,8 +148,8 @@ def test_sigkilled_worker_trial_is_retried_once_and_resumes_from_its_checkpoint(
 
 
 @pytest.mark.ray
-def test_killed_driver_restarts_without_duplicates(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 's.db'}"
+def test_killed_driver_restarts_without_duplicates(sqlite_url: str, tmp_path: Path) -> None:
+    url = sqlite_url
     args = ["run", "--experiment", "drv", "--budget", "200K", "--trials", "5", "--quick", "--pruner", "none",
             "--data", "synthetic:steps=3000", "--workers", "2", "--storage", url, "--out", str(tmp_path / "o"),
             "--checkpoint-dir", str(tmp_path / "ck")]

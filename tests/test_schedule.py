@@ -88,8 +88,8 @@ def test_a_cosine_run_of_another_length_is_not_that_run() -> None:
     assert a.history[:8] != b.history
 
 
-def test_launch_stores_wsd_in_the_study_and_its_trials_train_with_it(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 's.db'}"
+def test_launch_stores_wsd_in_the_study_and_its_trials_train_with_it(sqlite_url: str, tmp_path: Path) -> None:
+    url = sqlite_url
     common = ["--budget", "200K", "--trials", "4", "--quick", "--data", TINY_DATA, "--storage", url]
     assert main(["launch", "--experiment", "w", *common, "--schedule", "wsd", "--cooldown", "0.3"]) == 0
     assert main(["launch", "--experiment", "c", *common]) == 0

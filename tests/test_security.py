@@ -242,8 +242,8 @@ def _listeners(pids: set[int]) -> list[tuple[str, str, int]]:
 
 @pytest.mark.ray
 @pytest.mark.skipif(shutil.which("ss") is None, reason="needs ss (iproute2) to list listening sockets")
-def test_local_ray_and_dashboard_bind_loopback(tmp_path: Path, ray_tmpdir: Path) -> None:
-    url = f"sqlite:///{tmp_path / 's.db'}"
+def test_local_ray_and_dashboard_bind_loopback(sqlite_url: str, tmp_path: Path, ray_tmpdir: Path) -> None:
+    url = sqlite_url
     proc = subprocess.Popen(
         [sys.executable, "-m", "archhpo", "run", "--experiment", "lo", "--budget", "200K", "--trials", "6",
          "--quick", "--data", "synthetic:steps=3000", "--workers", "2", "--storage", url,

@@ -38,20 +38,20 @@ def _states(q: TrialQueue) -> list[TrialState]:
     return [t.state for t in q.storage.get_all_trials(q.study_id)]
 
 
-def test_nan_loss_fails_the_trial_with_a_reason_and_the_worker_goes_on(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_nan_loss_fails_the_trial_with_a_reason_and_the_worker_goes_on(storage_url, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     def nan_loss(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         return logits.sum() * float("nan")
 
     fam = archhpo.models.patchtst_spec.FAMILY
     monkeypatch.setattr(archhpo.models.patchtst_spec, "FAMILY", dataclasses.replace(fam, loss=nan_loss))
-    q = _queue(f"sqlite:///{tmp_path / 'nan.db'}")
+    q = _queue(storage_url)
     summary = Worker([q], device="cpu").run()
     trials = q.storage.get_all_trials(q.study_id)
     assert summary.failed == len(trials) == len(q.settings.plan), "every trial was tried, none retried"
     assert all(t.state == TrialState.FAIL and "non-finite" in t.user_attrs["fail_reason"] for t in trials)
 
 
-def test_out_of_memory_fails_the_trial_not_the_worker(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_out_of_memory_fails_the_trial_not_the_worker(storage_url, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     class Boom(torch.nn.Module):
         def __init__(self, cfg) -> None:  # type: ignore[no-untyped-def]
             super().__init__()
@@ -62,15 +62,15 @@ def test_out_of_memory_fails_the_trial_not_the_worker(tmp_path, monkeypatch) -> 
 
     fam = archhpo.models.patchtst_spec.FAMILY
     monkeypatch.setattr(archhpo.models.patchtst_spec, "FAMILY", dataclasses.replace(fam, build=Boom))
-    q = _queue(f"sqlite:///{tmp_path / 'oom.db'}")
+    q = _queue(storage_url)
     Worker([q], device="cpu").run()
     trials = q.storage.get_all_trials(q.study_id)
     assert trials and all(t.user_attrs["fail_reason"].startswith("out of memory") for t in trials)
 
 
-def test_a_2b_trial_is_refused_on_a_24_gib_machine(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_a_2b_trial_is_refused_on_a_24_gib_machine(storage_url, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     monkeypatch.setattr(archhpo.workers._memory, "available_bytes", lambda device: 24 * 2**30)
-    q = _queue(f"sqlite:///{tmp_path / 'big.db'}", budget="2B", trials=4)
+    q = _queue(storage_url, budget="2B", trials=4)
     summary = Worker([q], device="cpu").run()
     trials = q.storage.get_all_trials(q.study_id)
     assert summary.failed == len(trials) > 0
