@@ -70,14 +70,14 @@ def result_rows(study: optuna.Study, settings: StudySettings) -> list[dict[str, 
             "horizon": settings.options.get("horizon", ""),
             **{k: arch[k] for k in ARCH_RECORD},
             **{k: t.params.get(k) for k in PARAM_NAMES[1:]},
-            "val_loss": _val_loss(t), "train_loss": t.user_attrs.get("train_loss", ""),
-            "duration_s": t.user_attrs.get("duration_s", ""), "timestamp": _iso(t.datetime_complete),
-            "state": t.state.name, "phase": t.user_attrs.get("phase"), "plan_slot": t.user_attrs.get("plan_slot"),
-            "seed": t.user_attrs.get("seed"), "family": settings.family,
+            "val_loss": _val_loss(t), "train_loss": t.user_attrs.get(Attr.TRAIN_LOSS, ""),
+            "duration_s": t.user_attrs.get(Attr.DURATION_S, ""), "timestamp": _iso(t.datetime_complete),
+            "state": t.state.name, "phase": t.user_attrs.get(Attr.PHASE), "plan_slot": t.user_attrs.get(Attr.PLAN_SLOT),
+            "seed": t.user_attrs.get(Attr.SEED), "family": settings.family,
             "choices": json.dumps(arch.get("choices") or {}, sort_keys=True),
             **{k: t.user_attrs.get(k) for k in ("best_epoch", "flops_per_sample", "train_flops", "samples_per_s")},
             "val_curve": json.dumps([[int(step), v] for step, v in sorted(t.intermediate_values.items())]),
-            "baseline_val_loss": t.user_attrs.get("baseline_val_loss"),
+            "baseline_val_loss": t.user_attrs.get(Attr.BASELINE_VAL_LOSS),
             **{k: t.user_attrs.get(k) for k in (Attr.RUNG, Attr.FLOPS_SPENT, Attr.FLOPS_FULL, Attr.BASELINE)},
             **_family_metrics(t.user_attrs),
         }
@@ -101,7 +101,7 @@ def best_summary(study: optuna.Study, settings: StudySettings) -> dict[str, Any]
     complete = [t for t in trials if t.state == TrialState.COMPLETE and t.value is not None]
     # The answer is the best of phases 1-2 (and of a paired study's trials); confirmation (phase 3)
     # retrains are summarised under "confirmation" instead.
-    answer = [t for t in complete if t.user_attrs.get("phase") != 3]
+    answer = [t for t in complete if t.user_attrs.get(Attr.PHASE) != 3]
     best = min(answer, key=lambda t: (t.value, t.number)) if answer else None
     arch = settings.archs[int(best.params["arch_idx"])] if best else None
     summary: dict[str, Any] = {
@@ -120,15 +120,15 @@ def best_summary(study: optuna.Study, settings: StudySettings) -> dict[str, Any]
         # Beyond SPEC §8: what a reader needs to judge and reproduce the winner.
         "family": settings.family,
         "best_trial": best.number if best else None,
-        "plan_slot": best.user_attrs.get("plan_slot") if best else None,
+        "plan_slot": best.user_attrs.get(Attr.PLAN_SLOT) if best else None,
         "n_trials_failed": sum(t.state == TrialState.FAIL and "fail_reason" in t.user_attrs for t in trials),
         "n_trials_planned": len(settings.plan),
-        "baseline_val_loss": best.user_attrs.get("baseline_val_loss") if best else None,
+        "baseline_val_loss": best.user_attrs.get(Attr.BASELINE_VAL_LOSS) if best else None,
         "data": {k: v for k, v in settings.data.items() if k != "sha256"},
         "options": settings.options,
         "info": settings.info,
         "choices": dict(arch.get("choices") or {}) if arch else {},  # the winner's categorical choices
-        "seed": best.user_attrs.get("seed") if best else None,  # the winner's paired/confirmation seed
+        "seed": best.user_attrs.get(Attr.SEED) if best else None,  # the winner's paired/confirmation seed
     }
     summary.update(flops_summary(trials))
     if any(e["phase"] == 3 for e in settings.plan):

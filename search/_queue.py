@@ -208,8 +208,8 @@ class TrialQueue:
         else:
             hb.heartbeat = s.execute(sa.func.now()).scalar()
         claim = Claim(
-            trial_id=trial.trial_id, number=trial.number, slot=int(user_attrs.get("plan_slot", -1)),
-            phase=int(user_attrs.get("phase", 0)), attempt=int(user_attrs.get("attempt", 1)),
+            trial_id=trial.trial_id, number=trial.number, slot=int(user_attrs.get(Attr.PLAN_SLOT, -1)),
+            phase=int(user_attrs.get(Attr.PHASE, 0)), attempt=int(user_attrs.get(Attr.ATTEMPT, 1)),
             params=params, arch=arch, study_name=self.name,
             seed=int(user_attrs[Attr.SEED]) if user_attrs.get(Attr.SEED) is not None else None,
             token=token, whole_gpu=bool(user_attrs.get(WHOLE_GPU_KEY, False)),
@@ -453,7 +453,7 @@ class TrialQueue:
         status, retry, phase1_final = self._status(trials)
         for light in retry:
             t = self.storage.get_trial(light.trial_id)
-            attempt = int(t.user_attrs.get("attempt", 1)) + 1
+            attempt = int(t.user_attrs.get(Attr.ATTEMPT, 1)) + 1
             extra = {k: t.user_attrs[k] for k in _CARRIED_KEYS if t.user_attrs.get(k) is not None}
             if t.user_attrs.get(OOM_SHARED_KEY) or t.user_attrs.get(WHOLE_GPU_KEY):
                 extra[WHOLE_GPU_KEY] = True  # retried on a GPU of its own (and stays there)
@@ -461,8 +461,8 @@ class TrialQueue:
                 {k: v for k, v in (t.params or t.system_attrs.get("fixed_params", {})).items()
                  if k in PARAM_NAMES},  # the design's parameters; the claim adds the architecture's
                 user_attrs={
-                    "plan_slot": t.user_attrs["plan_slot"], "phase": t.user_attrs.get("phase", 0),
-                    "attempt": attempt, "retry_of": t.number, **extra,
+                    Attr.PLAN_SLOT: t.user_attrs[Attr.PLAN_SLOT], Attr.PHASE: t.user_attrs.get(Attr.PHASE, 0),
+                    Attr.ATTEMPT: attempt, Attr.RETRY_OF: t.number, **extra,
                 },
             )
         needs_phase2 = bool(self._light.phase2_slots) and not status.phase2_created  # (set by _status)
@@ -500,7 +500,7 @@ class TrialQueue:
         finished = [
             Finished(float(t.value), t.number, int(t.user_attrs["d_model"]), int(t.user_attrs["n_layers"]),
                      (int(t.params["arch_idx"]),), {k: t.params[k] for k in TRAINING_PARAMS})
-            for t in done if t.value is not None and math.isfinite(t.value) and t.user_attrs.get("phase") in (1, 2)
+            for t in done if t.value is not None and math.isfinite(t.value) and t.user_attrs.get(Attr.PHASE) in (1, 2)
         ]
         slots = [e["slot"] for e in self.settings.plan if e["phase"] == 1]
         out = carry_up(finished, smaller.settings.budget_value, self.settings.budget_value,
@@ -610,7 +610,7 @@ class TrialQueue:
         done = {
             t.trial_id: t for t in trials
             if t.state == TrialState.COMPLETE and t.value is not None and math.isfinite(t.value)
-            and int(t.user_attrs.get("phase", 0)) in (1, 2)
+            and int(t.user_attrs.get(Attr.PHASE, 0)) in (1, 2)
         }
         with read_scope(self.storage) as s:
             arch_of = {
@@ -707,7 +707,7 @@ class TrialQueue:
             ts = sorted(by_slot.get(entry["slot"], []), key=lambda t: t.number)
             confirm_open = entry["phase"] == 3 and ranks is not None and int(entry["rank"]) not in assigned
             final = _count_slot(st, ts, confirm_open, retry, durations)
-            st.retries += sum(1 for t in ts if "retry_of" in t.user_attrs)
+            st.retries += sum(1 for t in ts if Attr.RETRY_OF in t.user_attrs)
             st.final += final
             if final and ts and trials is c.last:  # settled by its trials (not a skipped confirmation slot)
                 c.settle(entry["slot"], ts)
@@ -725,7 +725,7 @@ class TrialQueue:
     def _best_phase1_params(self, trials: Sequence[_LightTrial]) -> dict[str, Any]:
         done = [
             t for t in trials
-            if t.state == TrialState.COMPLETE and t.user_attrs.get("phase") == 1 and t.value is not None
+            if t.state == TrialState.COMPLETE and t.user_attrs.get(Attr.PHASE) == 1 and t.value is not None
         ]
         if not done:  # every phase-1 trial failed: fall back to mid-range parameters
             return self.settings.search_space.default()
@@ -843,7 +843,7 @@ def _open_slots(c: _LightCache, trials: Sequence[_LightTrial], plan: list[dict[s
     by_slot: dict[int, list[_LightTrial]] = {}
     # `trials` is _light_trials()'s list: its finished trials of settled slots are not looked at again.
     for t in (*c.unsettled.values(), *c.live_trials) if trials is c.last else trials:
-        slot = t.user_attrs.get("plan_slot")
+        slot = t.user_attrs.get(Attr.PLAN_SLOT)
         if slot is not None and int(slot) not in c.settled:
             by_slot.setdefault(int(slot), []).append(t)
     return by_slot
@@ -906,7 +906,7 @@ def _will_retry(ts: list[_LightTrial]) -> bool:
     last = ts[-1]
     lost = FINAL_FAIL_KEY not in last.user_attrs
     oom_shared = bool(last.user_attrs.get(OOM_SHARED_KEY)) and not any(t.user_attrs.get(WHOLE_GPU_KEY) for t in ts)
-    return (lost and int(last.user_attrs.get("attempt", 1)) < MAX_ATTEMPTS) or oom_shared
+    return (lost and int(last.user_attrs.get(Attr.ATTEMPT, 1)) < MAX_ATTEMPTS) or oom_shared
 
 
 def _finish_status(st: PlanStatus, c: _LightCache, trials: Sequence[_LightTrial], durations: list[float],
@@ -917,7 +917,7 @@ def _finish_status(st: PlanStatus, c: _LightCache, trials: Sequence[_LightTrial]
         st.best_value = c.best
     else:
         values = [t.value for t in trials if t.state == TrialState.COMPLETE and t.value is not None
-                  and t.user_attrs.get("phase") != 3]
+                  and t.user_attrs.get(Attr.PHASE) != 3]
         st.best_value = min(values) if values else None
     n_durations = len(durations) + settled_durations[1]
     st.mean_duration_s = (sum(durations) + settled_durations[0]) / n_durations if n_durations else None
@@ -958,12 +958,12 @@ class _LightCache:
         if t.trial_id in self.final:  # (the heartbeat thread's upkeep may race the main thread's)
             return
         self.final[t.trial_id] = t
-        slot = t.user_attrs.get("plan_slot")
+        slot = t.user_attrs.get(Attr.PLAN_SLOT)
         if slot is None or int(slot) not in self.settled:
             self.unsettled[t.trial_id] = t
             if slot is not None:
                 self.by_slot_ids.setdefault(int(slot), []).append(t.trial_id)
-        if t.state == TrialState.COMPLETE and t.value is not None and t.user_attrs.get("phase") != 3:
+        if t.state == TrialState.COMPLETE and t.value is not None and t.user_attrs.get(Attr.PHASE) != 3:
             self.best = t.value if self.best is None else min(self.best, t.value)
 
     def settle(self, slot: int, ts: list[_LightTrial]) -> None:
@@ -979,7 +979,7 @@ class _LightCache:
         self.totals[1] += outcome is not None and outcome.state == TrialState.PRUNED
         self.totals[2] += outcome is None
         self.totals[3] += 1
-        self.totals[4] += sum(1 for t in ts if "retry_of" in t.user_attrs)
+        self.totals[4] += sum(1 for t in ts if Attr.RETRY_OF in t.user_attrs)
         if outcome is not None and Attr.DURATION_S in outcome.user_attrs:
             self.duration_sum += float(outcome.user_attrs[Attr.DURATION_S])
             self.duration_n += 1

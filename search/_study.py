@@ -32,7 +32,7 @@ from archhpo.budgets import (
 )
 from archhpo.errors import BudgetError, ConfigError, StorageError, StudyError
 from archhpo.models import Family, get_family
-from archhpo.schema import PRUNERS, TRAINING_PARAMS, schedule_options
+from archhpo.schema import PRUNERS, TRAINING_PARAMS, Attr, schedule_options
 from archhpo.search._baselines import BASELINE_RULES
 from archhpo.search._halving import Halving, parse_fraction
 from archhpo.search._ladder import ladder_trials
@@ -457,9 +457,9 @@ def planned_slots(study: optuna.Study) -> set[int]:
     if rdb is not None:  # one light query (loading every trial took seconds at 10,000 trials)
         return plan_slots_of(rdb, study_id_of(study))
     return {
-        int(t.user_attrs["plan_slot"])
+        int(t.user_attrs[Attr.PLAN_SLOT])
         for t in study.get_trials(deepcopy=False)
-        if "plan_slot" in t.user_attrs
+        if Attr.PLAN_SLOT in t.user_attrs
     }
 
 

@@ -165,7 +165,8 @@ def test_a_sigkilled_worker_changes_no_decision(backend: str, tmp_path: Path, re
 def test_a_sigkilled_driver_changes_no_decision(tmp_path: Path) -> None:
     """`run` SIGKILLed while a rung waits (its Ray workers die with it), then run again: every slot
     finishes exactly once, with the same rung decisions and final losses as a plain worker that was
-    never interrupted (1 thread each, as `run --workers 2 --threads 1`)."""
+    never interrupted (1 thread each, as `run --workers 2 --threads 1`). (It replaces the plain-median
+    driver test: the same kill and restart, with the halving state on top.)"""
     plain = f"sqlite:///{tmp_path / 'plain.db'}"
     common = ["--experiment", "p", "--budget", "100K", "--storage", plain]
     assert run_cli("launch", *common, *_FLAGS).returncode == 0
