@@ -14,8 +14,10 @@ The rules, each a target aspect ratio d_model / n_layers (the grid row nearest t
 - ``median``: no rule at all, the grid's median shape by aspect ratio (what picking "something in
   the middle" of the feasible shapes gives).
 
-Ties (several rows with the same aspect ratio, e.g. other head counts) go to the row with the
-searched best's categorical choices, then the parameter count nearest the budget, then the lower
+A rule sees only the rows with the searched best's categorical choices (all rows when none has
+them). Ties (several rows with the same aspect ratio) go to the head dimension d_model / n_heads
+nearest 64 in log ratio (what both rules' own models use: GPT-style 64-wide heads in Kaplan et al.,
+9 heads of 64 in MobileLLM-125M), then the parameter count nearest the budget, then the lower
 arch_idx, so the pick is deterministic.
 """
 
@@ -38,8 +40,13 @@ def _aspect(row: Mapping[str, Any]) -> float:
     return float(row["d_model"]) / float(row["n_layers"])
 
 
-def _tie_key(row: Mapping[str, Any], budget: int) -> tuple[int, int]:
-    return abs(int(row["param_count"]) - budget), int(row["arch_idx"])
+HEAD_DIM = 64  # the head dimension both rules' own models use
+
+
+def _tie_key(row: Mapping[str, Any], budget: int) -> tuple[float, int, int]:
+    head_dim = float(row["d_model"]) / float(row["n_heads"])
+    return (round(abs(math.log(head_dim / HEAD_DIM)), 12), abs(int(row["param_count"]) - budget),
+            int(row["arch_idx"]))
 
 
 def _candidates(archs: Sequence[Mapping[str, Any]], choices: Mapping[str, Any]) -> list[Mapping[str, Any]]:
@@ -79,4 +86,4 @@ def baseline_assignments(plan: Sequence[Mapping[str, Any]], archs: Sequence[Mapp
              "params": dict(best["params"])} for rank, rule in ranks]
 
 
-__all__ = ["BASELINE_RULES", "KAPLAN_ASPECT", "MOBILELLM_ASPECT", "baseline_assignments", "pick_baseline"]
+__all__ = ["BASELINE_RULES", "HEAD_DIM", "KAPLAN_ASPECT", "MOBILELLM_ASPECT", "baseline_assignments", "pick_baseline"]

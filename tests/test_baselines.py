@@ -25,8 +25,9 @@ from archhpo.search._baselines import BASELINE_RULES, MOBILELLM_ASPECT, pick_bas
 from tests.conftest import TINY_DATA
 
 
-def _row(idx: int, d_model: int, n_layers: int, params: int = 1000, choices: dict[str, Any] | None = None) -> dict:
-    return {"arch_idx": idx, "d_model": d_model, "n_layers": n_layers, "n_heads": 4, "d_ff": 4 * d_model,
+def _row(idx: int, d_model: int, n_layers: int, params: int = 1000, choices: dict[str, Any] | None = None,
+         n_heads: int = 4) -> dict:
+    return {"arch_idx": idx, "d_model": d_model, "n_layers": n_layers, "n_heads": n_heads, "d_ff": 4 * d_model,
             "param_count": params, "choices": choices or {}}
 
 
@@ -49,6 +50,18 @@ def test_ties_go_to_the_best_choices_then_the_count_nearest_the_budget_then_the_
     assert pick_baseline("kaplan", rows, {"enc": "b"}, 1000) == 2, "the best's choices first"
     assert pick_baseline("kaplan", rows, {"enc": "c"}, 1000) == 2, "no row has them: all rows compete"
     assert pick_baseline("kaplan", rows[:2] + [_row(5, 200, 2, 990, {"enc": "a"})], {"enc": "a"}, 1000) == 1
+
+
+def test_among_one_aspect_ratio_the_head_dimension_nearest_64_goes_first() -> None:
+    """Head counts change neither the aspect ratio nor the count: the rules' own models use 64-wide heads."""
+    rows = [_row(0, 256, 2, 1000, n_heads=2), _row(1, 256, 2, 1000, n_heads=4), _row(2, 256, 2, 1000, n_heads=32),
+            _row(3, 256, 2, 1000, n_heads=8)]
+    # head dimensions 128, 64, 8, 32
+    assert pick_baseline("kaplan", rows, {}, 1000) == 1
+    assert pick_baseline("kaplan", [rows[0], rows[2], rows[3]], {}, 1000) == 0, "128 and 32 tie in log ratio: the lower index"
+    assert pick_baseline("kaplan", [rows[2], rows[3]], {}, 1000) == 3, "32 is nearer 64 than 8"
+    narrow = [_row(0, 64, 2, 1000, n_heads=32), _row(1, 64, 2, 2000, n_heads=2)]
+    assert pick_baseline("mobilellm", narrow, {}, 1000) == 1, "the head dimension before the count"
 
 
 def test_an_unknown_rule_is_refused() -> None:
