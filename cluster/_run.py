@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import signal
 import sys
+import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -383,8 +386,27 @@ def run_workers(
         ray.shutdown()
 
 
+@contextlib.contextmanager
+def _keep_sigterm_handler() -> Iterator[None]:
+    """ray.init replaces the caller's SIGTERM handler (with sys.exit, and in the driver's core worker
+    with a C++ failure handler that aborts): `run` stopped by a scheduler's SIGTERM then died with
+    its trials still RUNNING instead of giving them back as on Ctrl-C. Put the caller's back."""
+    on_main = threading.current_thread() is threading.main_thread()
+    handler = signal.getsignal(signal.SIGTERM) if on_main else None
+    try:
+        yield
+    finally:
+        if handler is not None:
+            signal.signal(signal.SIGTERM, handler)
+
+
 def _start_ray(opts: RunOptions) -> int:
     """Join the cluster at --ray-address, else start a private local one; the threads per worker."""
+    with _keep_sigterm_handler():
+        return _init_ray(opts)
+
+
+def _init_ray(opts: RunOptions) -> int:
     import ray
 
     cpus = usable_cores()

@@ -6,10 +6,11 @@ from __future__ import annotations
 import csv
 import json
 import os
+import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import optuna
@@ -96,30 +97,37 @@ def test_run_with_local_ray_writes_results(storage_url: str, tmp_path: Path) -> 
 
 
 @pytest.mark.ray
-def test_ctrl_c_leaves_no_trial_running_and_run_resumes(sqlite_url: str, tmp_path: Path) -> None:
-    url = sqlite_url
-    args = ["run", "--experiment", "stop", "--budget", "200K", "--trials", "6", "--quick",
-            "--data", "synthetic:steps=3000", "--workers", "2", "--storage", url, "--out", str(tmp_path / "o")]
+def test_a_study_runs_in_parts_across_machines(tmp_path: Path) -> None:
+    """README "A study longer than one machine's lease": SIGTERM stops `run` as Ctrl-C does (exit
+    130, no trial left RUNNING); a `.backup` copy of the database and the checkpoint folder, moved
+    elsewhere, resume with the same command: every slot finishes once and the interrupted trial
+    resumes from its checkpointed epoch instead of starting over."""
+    def args(home: Path) -> list[str]:
+        return ["run", "--experiment", "stop", "--budget", "200K", "--trials", "6", "--quick",
+                "--data", "synthetic:steps=3000", "--workers", "2", "--storage", f"sqlite:///{home / 'study.db'}",
+                "--checkpoint-dir", str(home / "checkpoints"), "--out", str(tmp_path / "o")]
+
+    first, second = tmp_path / "lease1", tmp_path / "lease2"
+    first.mkdir()
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
-    proc = subprocess.Popen([sys.executable, "-m", "archhpo", *args], cwd=tmp_path, env=env,
+    proc = subprocess.Popen([sys.executable, "-m", "archhpo", *args(first)], cwd=tmp_path, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-    def running() -> bool:
-        try:
-            study = optuna.load_study(study_name="stop_200K", storage=url)
-            return any(t.state == TrialState.RUNNING for t in study.get_trials(deepcopy=False))
-        except Exception:
-            return False
-
-    assert wait_for(running, timeout=120), "a trial started"
-    time.sleep(1.0)
-    proc.send_signal(signal.SIGINT)
+    assert wait_for(lambda: any((first / "checkpoints").rglob("*.pt")), timeout=180), "an epoch was checkpointed"
+    proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err
-    study = optuna.load_study(study_name="stop_200K", storage=url)
+    study = optuna.load_study(study_name="stop_200K", storage=f"sqlite:///{first / 'study.db'}")
     assert not [t for t in study.trials if t.state == TrialState.RUNNING], err
-    res = run_cli(*args, cwd=tmp_path)  # the same command resumes and finishes the plan
+    assert any((first / "checkpoints").rglob("*.pt")), "the given-back trial keeps its checkpoint"
+
+    second.mkdir()
+    with sqlite3.connect(first / "study.db") as src, sqlite3.connect(second / "study.db") as dst:
+        src.backup(dst)  # what `sqlite3 study.db ".backup copy.db"` does
+    shutil.move(first / "checkpoints", second / "checkpoints")
+    shutil.rmtree(first)
+    res = run_cli(*args(second), cwd=tmp_path)
     assert res.returncode == 0, res.stderr
-    study = optuna.load_study(study_name="stop_200K", storage=url)
+    study = optuna.load_study(study_name="stop_200K", storage=f"sqlite:///{second / 'study.db'}")
     slots = [t.user_attrs["plan_slot"] for t in study.trials]
     assert sorted(slots) == list(range(6)) and all(t.state.is_finished() for t in study.trials)
+    assert any(t.user_attrs.get("resumed_from_epoch", 0) >= 1 for t in study.trials), res.stderr
