@@ -11,6 +11,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+from contextlib import closing
 from pathlib import Path
 
 import optuna
@@ -121,7 +122,7 @@ def test_a_study_runs_in_parts_across_machines(tmp_path: Path) -> None:
     assert any((first / "checkpoints").rglob("*.pt")), "the given-back trial keeps its checkpoint"
 
     second.mkdir()
-    with sqlite3.connect(first / "study.db") as src, sqlite3.connect(second / "study.db") as dst:
+    with closing(sqlite3.connect(first / "study.db")) as src, closing(sqlite3.connect(second / "study.db")) as dst:
         src.backup(dst)  # what `sqlite3 study.db ".backup copy.db"` does
     shutil.move(first / "checkpoints", second / "checkpoints")
     shutil.rmtree(first)
