@@ -1,34 +1,42 @@
-"""Dropout and attention dropout at the cost of their arithmetic on CPU.
+"""Dropout and attention dropout at the cost of their arithmetic on CPU (issue 18 part 1).
 
-On CPU, PyTorch's dropout draws a Bernoulli per value (``bernoulli_``), which costs about 12× the
-32 random bits of an int32 ``random_()`` (SPEC §10), and SDPA with ``dropout_p > 0`` leaves the
-CPU flash kernel for a math path that does the same Bernoulli draws on every T×T probability.
-Here, on CPU:
+On CPU, PyTorch's dropout draws a Bernoulli per value (``bernoulli_``), and SDPA with
+``dropout_p > 0`` leaves the CPU flash kernel for a math path that materialises the (B, h, L, L)
+probabilities and draws a Bernoulli for each.  Here, on CPU, in float32:
 
-- ``dropout`` keeps each value iff 15 random bits (an integer uniform on [0, 2^15), cut from int64
-  ``random_()`` draws) are at least ``round(p · 2^15)``: the drop rate is ``drop_rate(p)``, p to
-  within 2^-16, and kept values are scaled by 1/(1 − drop_rate(p)), so the expectation is kept
-  exactly, as ``F.dropout`` does.  The bits come from the default CPU generator, drawn serially,
-  so a run is the same under the same seed whatever the thread count.
-- ``attention`` with dropout computes softmax(q kᵀ/√d + mask) explicitly and drops those
-  probabilities with ``dropout``: the same dropout of the attention probabilities that SDPA's
-  ``dropout_p`` applies, not an approximation.  Without dropout (eval, p = 0) it is SDPA itself,
-  so the flash kernel still serves inference and dropout-free training.
+- The mask is a hash: element e of a call is kept iff the top 15 bits of
+  ``mix32(mix32(e ^ s0) + s1)`` are at least ``round(p · 2^15)``, where (s0, s1) is one int64 draw
+  from PyTorch's default CPU generator per call.  So ``torch.manual_seed`` and a checkpoint's RNG
+  state repeat a run, the mask never has to be stored (backward recomputes it), and it does not
+  depend on the thread count.  The drop rate is ``drop_rate(p)``, p to within 2^-16; kept values
+  are scaled by 1/(1 − drop_rate(p)), so the expectation is kept exactly, as ``F.dropout`` does.
+- ``attention`` with dropout runs a fused kernel (``_cpu_kernels.c``) that computes one query row
+  at a time like flash attention and keeps only the row log-sum-exp for backward: the same
+  dropout of the attention probabilities that SDPA's ``dropout_p`` applies, not an approximation.
+  Without dropout (eval, p = 0) it is SDPA itself, so the flash kernel serves inference and
+  dropout-free training.
 
-On CUDA (and any non-CPU device) both are PyTorch's fused kernels (``F.dropout``, SDPA's
-``dropout_p``), unchanged.  The random stream differs from ``F.dropout``'s, so a CPU run of this
-version does not repeat, draw for draw, a CPU run made before it.
+Where the kernels cannot be built (no C compiler; ``ARCHHPO_CPU_KERNELS=0``) or for other dtypes,
+the same masks come from tensor operations (``_keep_scale``) and attention is computed explicitly:
+the same numbers up to float rounding, slower.  On CUDA (and any non-CPU device) both are
+PyTorch's fused kernels (``F.dropout``, SDPA's ``dropout_p``), unchanged.
 """
 
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils._python_dispatch import _get_current_dispatch_mode
 
-_LANE_BITS = 15  # random bits used per value (see _cpu_dropout)
+from archhpo.models import _cpu_kernels
+
+_LANE_BITS = 15  # random bits compared per value (LANE_SHIFT = 32 - 15 in _cpu_kernels.c)
+_U32 = 0xFFFFFFFF
+_MAX_ELEMENTS = 2**32  # mask indices are uint32: a larger tensor takes F.dropout
 
 
 def drop_rate(p: float) -> float:
@@ -37,27 +45,82 @@ def drop_rate(p: float) -> float:
     return round(p * 2**_LANE_BITS) / 2**_LANE_BITS
 
 
-def _cpu_dropout(x: torch.Tensor, p: float) -> torch.Tensor:
-    # int64 random_() fills 8 bytes per draw far faster than int32 or uint8 draws fill the same
-    # bytes (4.7 ms against 12.2 / 16 ms for 6.4 MB, 1 thread); values are uniform on [0, 2^63),
-    # so each 16-bit lane has 15 uniform low bits (the top lane's sign bit is always 0).
-    n = x.numel()
-    words = torch.empty((n + 3) // 4, dtype=torch.int64, device=x.device).random_()
-    lanes = words.view(torch.int16)[:n].view(x.shape) & (2**_LANE_BITS - 1)  # uniform on [0, 2^15)
-    rate = drop_rate(p)
-    keep = lanes >= round(rate * 2**_LANE_BITS)  # P(drop) = rate
-    # One float mask already scaled by 1/(1 - rate): forward and backward are then one product
-    # each (measured faster, with backward, than where(), masked_fill or a bool product).
-    return x * keep.to(x.dtype).mul_(1.0 / (1.0 - rate))
+class _Mask:
+    """One call's mask: its seeds (one draw from the default generator) and threshold."""
+
+    def __init__(self, p: float) -> None:
+        word = int(torch.empty((), dtype=torch.int64).random_())
+        self.s0, self.s1 = word & _U32, (word >> 32) & _U32
+        rate = drop_rate(p)
+        self.thr = round(rate * 2**_LANE_BITS)
+        self.scale = 1.0 / (1.0 - rate)
+
+
+def _mix32(x: torch.Tensor) -> torch.Tensor:
+    # _cpu_kernels.c's mix32 on uint32 values held in int64 (products stay below 2^63).
+    x = x ^ (x >> 16)
+    x = (x * 0x7FEB352D) & _U32
+    x = x ^ (x >> 15)
+    x = (x * 0x846CA68B) & _U32
+    return x ^ (x >> 16)
+
+
+def _keep_scale(shape: torch.Size, m: _Mask, dtype: torch.dtype) -> torch.Tensor:
+    """The kernels' mask as a tensor: 0 where dropped, 1/(1 − rate) where kept."""
+    e = torch.arange(math.prod(shape), dtype=torch.int64)
+    h = _mix32((_mix32(e ^ m.s0) + m.s1) & _U32)
+    keep = (h >> (32 - _LANE_BITS)) >= m.thr
+    return (keep.to(dtype) * m.scale).view(shape)
+
+
+def _ptr(t: torch.Tensor) -> int:
+    return t.data_ptr()
+
+
+class _FusedDropout(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, m: _Mask) -> torch.Tensor:
+        ctx.m = m
+        return _apply(x, m)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        return _apply(grad, ctx.m), None  # d(x·mask)/dx = mask, recomputed from the seeds
+
+
+def _apply(x: torch.Tensor, m: _Mask) -> torch.Tensor:
+    so = _cpu_kernels.lib()
+    assert so is not None
+    x = x.contiguous()
+    y = torch.empty_like(x)
+    so.dropout_apply(_ptr(x), _ptr(y), x.numel(), m.s0, m.s1, m.thr, m.scale, torch.get_num_threads())
+    return y
+
+
+def _fused_ok(*ts: torch.Tensor) -> bool:
+    # The kernels read memory through data pointers: only real float32 tensors outside any tracing
+    # (torch.compile, FlopCounterMode and other dispatch modes, fake/meta tensors) may take them;
+    # everything else takes the tensor path, whose operations those tools can see.
+    return (
+        _cpu_kernels.lib() is not None
+        and all(type(t) is torch.Tensor and t.dtype == torch.float32 for t in ts)
+        and ts[0].numel() < _MAX_ELEMENTS
+        and not torch.compiler.is_compiling()
+        and _get_current_dispatch_mode() is None
+    )
 
 
 def dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
-    """Inverted dropout: cheap random bits on CPU, ``F.dropout`` elsewhere."""
+    """Inverted dropout: hashed masks on CPU (fused where the kernels build), ``F.dropout`` elsewhere."""
     if not training or p == 0.0:
         return x
-    if x.device.type != "cpu":
+    if x.device.type != "cpu" or x.numel() >= _MAX_ELEMENTS:
         return F.dropout(x, p, True)
-    return _cpu_dropout(x, p)
+    m = _Mask(p)
+    if _fused_ok(x):
+        out: torch.Tensor = _FusedDropout.apply(x, m)
+        return out
+    return x * _keep_scale(x.shape, m, x.dtype)
 
 
 class Dropout(nn.Dropout):
@@ -65,6 +128,41 @@ class Dropout(nn.Dropout):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return dropout(x, self.p, self.training)
+
+
+class _FusedAttention(torch.autograd.Function):
+    """softmax(q kᵀ/√d + mask) with dropout, times v, one query row at a time (``_cpu_kernels.c``)."""
+
+    @staticmethod
+    def forward(
+        ctx: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, m: _Mask
+    ) -> torch.Tensor:
+        q, k, v = q.contiguous(), k.contiguous(), v.contiguous()  # (B, h, L, d/h)
+        b, h, n, dh = q.shape
+        full = None if mask is None else mask.to(q.dtype).expand(b, h, n, n)
+        if full is not None and full.stride(-1) != 1:
+            full = full.contiguous()  # the kernel reads mask rows contiguously
+        args = _cpu_kernels.AttnArgs(
+            b, h, n, dh, *(full.stride()[:3] if full is not None else (0, 0, 0)),
+            None if full is None else _ptr(full), 1.0 / math.sqrt(dh), m.s0, m.s1, m.thr, m.scale,
+        )  # fmt: skip
+        out, lse = torch.empty_like(q), torch.empty(b, h, n, dtype=q.dtype)
+        so = _cpu_kernels.lib()
+        assert so is not None
+        so.attn_dropout_fwd(*map(_ptr, (q, k, v, out, lse)), args, torch.get_num_threads())
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.args, ctx.full = args, full  # full keeps the mask's memory alive for args.mask
+        return out
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        q, k, v, out, lse = ctx.saved_tensors
+        dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+        so = _cpu_kernels.lib()
+        assert so is not None
+        tensors = (q, k, v, out, grad.contiguous(), lse, dq, dk, dv)
+        so.attn_dropout_bwd(*map(_ptr, tensors), ctx.args, torch.get_num_threads())
+        return dq, dk, dv, None, None
 
 
 def attention(
@@ -79,10 +177,16 @@ def attention(
     ``mask`` is additive (float, broadcastable to (B, h, L, L)) or None.  p = 0 or a non-CPU
     tensor goes to SDPA.
     """
-    if p == 0.0 or q.device.type != "cpu":
+    numel = q.shape[0] * q.shape[1] * q.shape[2] * k.shape[2]
+    if p == 0.0 or q.device.type != "cpu" or numel >= _MAX_ELEMENTS:
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p, is_causal=False)
+    m = _Mask(p)
+    no_mask_grad = mask is None or not mask.requires_grad
+    if _fused_ok(q, k, v) and no_mask_grad and q.shape[2] == k.shape[2]:
+        out: torch.Tensor = _FusedAttention.apply(q, k, v, mask, m)
+        return out
     scores = torch.matmul(q * (1.0 / math.sqrt(q.shape[-1])), k.transpose(-2, -1))  # (B, h, L, L)
     if mask is not None:
         scores = scores + mask
     probs = torch.softmax(scores, dim=-1)
-    return torch.matmul(_cpu_dropout(probs, p), v)  # (B, h, L, d/h)
+    return torch.matmul(probs * _keep_scale(probs.shape, m, probs.dtype), v)  # (B, h, L, d/h)

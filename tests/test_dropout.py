@@ -1,18 +1,24 @@
-"""CPU dropout from cheap random bits (issue 18 part 1): the drop rate, the 1/(1 - p) scaling,
+"""CPU dropout from hashed masks (issue 18 part 1): the drop rate, the 1/(1 - p) scaling,
 reproducibility under a seed and across thread counts, attention dropout that is a dropout of the
-attention probabilities, and layers that equal PyTorch's own wherever no dropout applies."""
+attention probabilities, the fused C kernels against the tensor path that computes the same masks,
+the fallback where no compiler builds them, PyTorch's own kernels off the CPU, and layers that
+equal PyTorch's own wherever no dropout applies."""
 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from archhpo.models import _cpu_kernels
 from archhpo.models._blocks import Block, EncoderLayer
 from archhpo.models._dropout import Dropout, attention, drop_rate, dropout
+
+needs_kernels = pytest.mark.skipif(_cpu_kernels.lib() is None, reason="no C compiler built the CPU kernels")
 
 
 @pytest.mark.parametrize("p", [0.1, 0.5, 0.9])
@@ -128,3 +134,114 @@ def test_block_and_encoder_layer_drop_in_training_and_repeat_under_a_seed() -> N
         c = layer(x)
         layer.eval()
         assert torch.equal(a, b) and not torch.equal(a, c) and not torch.equal(a, layer(x))
+
+
+def _qkv(b: int, h: int, n: int, dh: int) -> list[torch.Tensor]:
+    torch.manual_seed(10)
+    x = torch.randn(b, n, 3, h, dh)  # laid out as the layers make them: a permuted (B, L, 3, h, d/h) view
+    return [t.clone().requires_grad_(True) for t in x.permute(2, 0, 3, 1, 4)]
+
+
+def _attention_and_grads(qkv: list[torch.Tensor], mask: torch.Tensor | None, p: float) -> list[torch.Tensor]:
+    for t in qkv:
+        t.grad = None
+    torch.manual_seed(11)
+    out = attention(*qkv, mask, p)
+    out.backward(torch.linspace(-1, 1, out.numel()).view(out.shape))
+    return [out.detach()] + [t.grad for t in qkv if t.grad is not None]
+
+
+def _masks(b: int, n: int) -> dict[str, torch.Tensor | None]:
+    causal = torch.zeros(n, n).masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf"))
+    pad = torch.zeros(b, 1, 1, n)
+    pad[0, ..., n // 2 :] = float("-inf")  # the first sample's second half is padding
+    return {"none": None, "causal": causal, "padding": pad, "both": causal + pad}
+
+
+@needs_kernels
+@pytest.mark.parametrize("shape", [(2, 3, 7, 4), (3, 4, 37, 16), (2, 2, 21, 24), (1, 2, 70, 40)])
+@pytest.mark.parametrize("mask_name", ["none", "causal", "padding", "both"])
+def test_fused_attention_equals_the_tensor_path(
+    shape: tuple[int, int, int, int], mask_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Sizes off the kernel's blocks (rows of 4, keys and features of 16) check its padding.
+    qkv, mask = _qkv(*shape), _masks(shape[0], shape[2])[mask_name]
+    fused = _attention_and_grads(qkv, mask, 0.3)
+    monkeypatch.setattr(_cpu_kernels, "lib", lambda: None)
+    plain = _attention_and_grads(qkv, mask, 0.3)  # the same masks, drawn with tensor operations
+    for got, want in zip(fused, plain, strict=True):
+        # Float rounding only: the kernel sums in another order and computes its own exp.
+        assert torch.allclose(got, want, rtol=1e-5, atol=2e-6), (got - want).abs().max()
+
+
+@needs_kernels
+def test_fused_attention_drops_probabilities_at_the_rate_and_scales_the_rest() -> None:
+    # q = k = 0: every probability is 1/L; v = the identity, so out[i, j] is P_ij's dropped value.
+    b, h, n, p = 16, 4, 64, 0.25
+    q = k = torch.zeros(b, h, n, n)
+    v = torch.eye(n).expand(b, h, n, n).contiguous()
+    torch.manual_seed(12)
+    out = attention(q, k, v, None, p)
+    dropped, total = int((out == 0).sum()), out.numel()
+    assert abs(dropped - total * p) < 5 * math.sqrt(total * p * (1 - p))
+    kept = out[out != 0]
+    assert torch.equal(kept, torch.full_like(kept, 1.0 / (1.0 - drop_rate(p)) / n))
+
+
+@needs_kernels
+def test_fused_dropout_equals_the_tensor_path_exactly(monkeypatch: pytest.MonkeyPatch) -> None:
+    x = torch.randn(33, 65, requires_grad=True)
+
+    def run() -> tuple[torch.Tensor, torch.Tensor]:
+        x.grad = None
+        torch.manual_seed(13)
+        y = dropout(x, 0.2, training=True)
+        y.backward(torch.full_like(y, 3.0))
+        assert x.grad is not None
+        return y.detach(), x.grad
+
+    fused = run()
+    monkeypatch.setattr(_cpu_kernels, "lib", lambda: None)
+    assert all(torch.equal(a, b) for a, b in zip(fused, run(), strict=True))
+
+
+@needs_kernels
+def test_fused_attention_repeats_exactly_whatever_the_thread_count() -> None:
+    qkv, mask = _qkv(2, 4, 45, 16), _masks(2, 45)["both"]
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = _attention_and_grads(qkv, mask, 0.1)
+        torch.set_num_threads(3)
+        three = _attention_and_grads(qkv, mask, 0.1)
+    finally:
+        torch.set_num_threads(threads)
+    assert all(torch.equal(a, b) for a, b in zip(one, three, strict=True))
+
+
+def test_without_a_compiler_the_tensor_path_runs(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("CC", "false")  # a compiler that fails
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))  # no library built before
+    _cpu_kernels.lib.cache_clear()
+    try:
+        assert _cpu_kernels.lib() is None
+        assert list(tmp_path.rglob("*.so")) == []
+        qkv = _qkv(2, 2, 9, 4)
+        out = _attention_and_grads(qkv, None, 0.5)
+        assert all(torch.isfinite(t).all() for t in out) and (dropout(torch.ones(100), 0.5, True) == 0).any()
+    finally:
+        _cpu_kernels.lib.cache_clear()
+
+
+def test_off_the_cpu_pytorchs_fused_kernels_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    # On CUDA (here the meta device stands in for it) dropout is F.dropout and attention is SDPA
+    # with dropout_p: PyTorch's fused kernels, not this module's.
+    calls: list[tuple[str, float]] = []
+    sdpa, drop = F.scaled_dot_product_attention, F.dropout
+    monkeypatch.setattr(F, "scaled_dot_product_attention",
+                        lambda *a, **k: calls.append(("sdpa", k["dropout_p"])) or sdpa(*a, **k))
+    monkeypatch.setattr(F, "dropout", lambda x, p, training: calls.append(("dropout", p)) or drop(x, p, training))
+    q = torch.empty(2, 2, 5, 4, device="meta")
+    assert attention(q, q, q, None, 0.1).device.type == "meta"
+    assert dropout(torch.empty(3, device="meta"), 0.2, training=True).device.type == "meta"
+    assert calls == [("sdpa", 0.1), ("dropout", 0.2)]

@@ -1,0 +1,324 @@
+/* Fused CPU kernels for training with dropout (archhpo.models._cpu_kernels builds and loads this).
+ *
+ * PyTorch's CPU flash attention has no dropout, so SDPA with dropout_p > 0 on CPU materialises the
+ * (B, h, L, L) scores and draws a Bernoulli for each of them: 2-3.5x the dropout-free step.  Here
+ * attention with dropout is computed one query row at a time, like flash attention: the row's
+ * scores, softmax and dropped probabilities live in an L-long buffer, only the log-sum-exp per row
+ * is kept for backward, and the dropout mask is never stored: it is a hash of the element's index
+ * and a per-call seed, recomputed in backward.  Each (batch, head) slice is computed by one thread
+ * in a fixed order, so results do not depend on the thread count.
+ *
+ * Layout: q, k, v, out, dout, dq, dk, dv are contiguous float32 (BH, L, D); lse is (BH, L);
+ * the additive mask (may be NULL) is read at mask[b*msb + h*msh + i*msi + j] (row-contiguous).
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define LANE_SHIFT 17 /* keep iff the top 15 bits of the hash are >= thr (thr = round(p * 2^15)) */
+
+static inline uint32_t mix32(uint32_t x) { /* "lowbias32" (C. Wellons): a bijection, full avalanche */
+    x ^= x >> 16;
+    x *= 0x7feb352dU;
+    x ^= x >> 15;
+    x *= 0x846ca68bU;
+    x ^= x >> 16;
+    return x;
+}
+
+/* The dropout factor of element idx of a call seeded (s0, s1): 0 or scale. */
+static inline float keep_factor(uint32_t idx, uint32_t s0, uint32_t s1, uint32_t thr, float scale) {
+    uint32_t h = mix32(mix32(idx ^ s0) + s1);
+    return (h >> LANE_SHIFT) >= thr ? scale : 0.0f;
+}
+
+/* exp(x) for x <= 0 (softmax arguments), vectorisable: 2^n * p(f), |rel. error| < 2e-7. */
+static inline float exp_nonpos(float x) {
+    x = x < -87.0f ? -87.0f : x;
+    float t = x * 1.44269504088896341f;
+    float n = __builtin_floorf(t + 0.5f); /* floor vectorises, round does not */
+    float f = x - n * 0.693145751953125f - n * 1.428606765330187e-06f;
+    float p = 1.9875691500e-4f;
+    p = p * f + 1.3981999507e-3f;
+    p = p * f + 8.3334519073e-3f;
+    p = p * f + 4.1665795894e-2f;
+    p = p * f + 1.6666665459e-1f;
+    p = p * f + 5.0000001201e-1f;
+    p = p * f * f + f + 1.0f;
+    int32_t bits = ((int32_t)n + 127) << 23;
+    float scale;
+    memcpy(&scale, &bits, sizeof scale);
+    return x <= -87.0f ? 0.0f : p * scale;
+}
+
+/* Sums with 32 independent lanes (four AVX vectors): one accumulator would wait on the add's
+ * latency at every step.  The order is fixed, so results repeat exactly. */
+#define LANES 32
+static inline float dot(const float *restrict a, const float *restrict b, int64_t n) {
+    float acc[LANES] = {0};
+    int64_t j = 0;
+    for (; j + LANES <= n; j += LANES)
+        for (int u = 0; u < LANES; u++) acc[u] += a[j + u] * b[j + u];
+    float t = 0.0f;
+    for (; j < n; j++) t += a[j] * b[j];
+    for (int u = 0; u < LANES; u++) t += acc[u];
+    return t;
+}
+
+static inline float sum(const float *restrict a, int64_t n) {
+    float acc[LANES] = {0};
+    int64_t j = 0;
+    for (; j + LANES <= n; j += LANES)
+        for (int u = 0; u < LANES; u++) acc[u] += a[j + u];
+    float t = 0.0f;
+    for (; j < n; j++) t += a[j];
+    for (int u = 0; u < LANES; u++) t += acc[u];
+    return t;
+}
+
+static inline float max(const float *restrict a, int64_t n) {
+    float acc[LANES];
+    for (int u = 0; u < LANES; u++) acc[u] = -INFINITY;
+    int64_t j = 0;
+    for (; j + LANES <= n; j += LANES)
+        for (int u = 0; u < LANES; u++) acc[u] = a[j + u] > acc[u] ? a[j + u] : acc[u];
+    float t = -INFINITY;
+    for (; j < n; j++) t = a[j] > t ? a[j] : t;
+    for (int u = 0; u < LANES; u++) t = acc[u] > t ? acc[u] : t;
+    return t;
+}
+
+void dropout_apply(const float *x, float *y, int64_t n, uint32_t s0, uint32_t s1, uint32_t thr,
+                   float scale, int nthreads) {
+#pragma omp parallel for num_threads(nthreads) schedule(static)
+    for (int64_t c = 0; c < n; c += 4096) {
+        int64_t end = c + 4096 < n ? c + 4096 : n;
+#pragma omp simd
+        for (int64_t e = c; e < end; e++) y[e] = x[e] * keep_factor((uint32_t)e, s0, s1, thr, scale);
+    }
+}
+
+typedef struct {
+    int64_t B, H, L, D, msb, msh, msi;
+    const float *mask;
+    float scale; /* 1/sqrt(D) */
+    uint32_t s0, s1, thr;
+    float dscale; /* 1/(1 - rate) */
+} attn_args;
+
+/* Query rows are taken R at a time and keys/features W at a time, so that the inner loops keep
+ * R x W accumulators in vector registers (a small matrix-multiply kernel) instead of streaming
+ * one row through memory per feature.  Rows, keys and features are zero-padded to multiples of
+ * R, W and W in per-thread buffers; padded keys get score -inf (probability 0) and padded query
+ * rows get a zero output gradient, so padding changes no result. */
+#define R 4
+#define W 16
+#define PAD(n, m) (((n) + (m)-1) / (m) * (m))
+
+typedef struct {      /* one (batch, head) slice in padded per-thread buffers */
+    int64_t L, Lr, Lp, D, Dp;
+    float *q;        /* (Lr, Dp) queries times 1/sqrt(D) */
+    float *k, *kt;   /* (Lp, Dp) keys and (Dp, Lp) transposed */
+    float *v, *vt;   /* the same for values */
+    float *dout;     /* (Lr, Dp) output gradient (backward) */
+    float *dk, *dv;  /* (Lp, Dp) accumulated gradients (backward) */
+    float *s, *t;    /* (R, Lp) rows of scores / probabilities and of their gradients */
+} slice;
+
+static int64_t slice_floats(int64_t L, int64_t D) {
+    int64_t Lr = PAD(L, R), Lp = PAD(L, W), Dp = PAD(D, W);
+    return 3 * Lr * Dp + 6 * Lp * Dp + 2 * R * Lp;
+}
+
+static slice slice_init(float *buf, int64_t L, int64_t D) {
+    slice sl = {L, PAD(L, R), PAD(L, W), D, PAD(D, W)};
+    int64_t rows = sl.Lr * sl.Dp, keys = sl.Lp * sl.Dp;
+    memset(buf, 0, sizeof(float) * slice_floats(L, D));
+    sl.q = buf, sl.dout = buf + rows, sl.k = buf + 3 * rows;
+    sl.kt = sl.k + keys, sl.v = sl.kt + keys, sl.vt = sl.v + keys, sl.dk = sl.vt + keys, sl.dv = sl.dk + keys;
+    sl.s = sl.dv + keys, sl.t = sl.s + R * sl.Lp;
+    return sl;
+}
+
+static void load_rows(float *dst, const float *src, int64_t L, int64_t D, int64_t Dp, float mul) {
+    for (int64_t i = 0; i < L; i++)
+        for (int64_t d = 0; d < D; d++) dst[i * Dp + d] = src[i * D + d] * mul;
+}
+
+static void load_keys(float *rows, float *cols, const float *src, const slice *sl) {
+    for (int64_t j = 0; j < sl->L; j++)
+        for (int64_t d = 0; d < sl->D; d++) rows[j * sl->Dp + d] = cols[d * sl->Lp + j] = src[j * sl->D + d];
+}
+
+/* GCC vector extensions: 8 floats (one AVX register; two SSE registers where there is no AVX). */
+typedef float v8 __attribute__((vector_size(32)));
+static inline v8 ld(const float *p) { v8 v; memcpy(&v, p, sizeof v); return v; }
+static inline void st(float *p, v8 v) { memcpy(p, &v, sizeof v); }
+
+/* out[r][j] = sum_d a[r][d] * bt[d][j] for R rows a (row stride Dp): scores and dout . v. */
+static void rows_times_cols(const float *a, const float *bt, float *out, const slice *sl) {
+    for (int64_t j0 = 0; j0 < sl->Lp; j0 += W) {
+        v8 acc[R][2] = {{{0}}};
+        for (int64_t d = 0; d < sl->Dp; d++) {
+            v8 b0 = ld(bt + d * sl->Lp + j0), b1 = ld(bt + d * sl->Lp + j0 + 8);
+            for (int r = 0; r < R; r++) {
+                float x = a[r * sl->Dp + d];
+                acc[r][0] += x * b0;
+                acc[r][1] += x * b1;
+            }
+        }
+        for (int r = 0; r < R; r++) {
+            st(out + r * sl->Lp + j0, acc[r][0]);
+            st(out + r * sl->Lp + j0 + 8, acc[r][1]);
+        }
+    }
+}
+
+/* out[r][d] = sum_j w[r][j] * b[j][d] for R rows w (stride Lp), over the first L keys. */
+static void rows_times_keys(const float *w, const float *b, float *out, const slice *sl) {
+    for (int64_t d0 = 0; d0 < sl->Dp; d0 += W) {
+        v8 acc[R][2] = {{{0}}};
+        for (int64_t j = 0; j < sl->L; j++) {
+            v8 b0 = ld(b + j * sl->Dp + d0), b1 = ld(b + j * sl->Dp + d0 + 8);
+            for (int r = 0; r < R; r++) {
+                float x = w[r * sl->Lp + j];
+                acc[r][0] += x * b0;
+                acc[r][1] += x * b1;
+            }
+        }
+        for (int r = 0; r < R; r++) {
+            st(out + r * sl->Dp + d0, acc[r][0]);
+            st(out + r * sl->Dp + d0 + 8, acc[r][1]);
+        }
+    }
+}
+
+/* acc[j][d] += sum_r w[r][j] * a[r][d]: the key-side gradients (dk from dS and q, dv from P and dout). */
+static void keys_add_rows(const float *w, const float *a, float *acc, const slice *sl) {
+    for (int64_t d0 = 0; d0 < sl->Dp; d0 += W) {
+        v8 ar[R][2];
+        for (int r = 0; r < R; r++) ar[r][0] = ld(a + r * sl->Dp + d0), ar[r][1] = ld(a + r * sl->Dp + d0 + 8);
+        for (int64_t j = 0; j < sl->L; j++) {
+            float *dst = acc + j * sl->Dp + d0;
+            v8 t0 = ld(dst), t1 = ld(dst + 8);
+            for (int r = 0; r < R; r++) {
+                float x = w[r * sl->Lp + j];
+                t0 += x * ar[r][0];
+                t1 += x * ar[r][1];
+            }
+            st(dst, t0);
+            st(dst + 8, t1);
+        }
+    }
+}
+
+/* Scores of rows i..i+R-1: s = q k^T + mask, padded keys -inf. */
+static void scores(const attn_args *a, const slice *sl, int64_t bh, int64_t i) {
+    rows_times_cols(sl->q + i * sl->Dp, sl->kt, sl->s, sl);
+    for (int r = 0; r < R; r++) {
+        float *s = sl->s + r * sl->Lp;
+        if (a->mask && i + r < sl->L) {
+            const float *m = a->mask + (bh / a->H) * a->msb + (bh % a->H) * a->msh + (i + r) * a->msi;
+            for (int64_t j = 0; j < sl->L; j++) s[j] += m[j];
+        }
+        for (int64_t j = sl->L; j < sl->Lp; j++) s[j] = -INFINITY;
+    }
+}
+
+static void attn_fwd_slice(const attn_args *a, slice *sl, int64_t bh, float *out, float *lse) {
+    float o[R * W * 8]; /* R rows of up to Dp features, written back unpadded */
+    float *orow = sl->Dp <= W * 8 ? o : malloc(sizeof(float) * R * sl->Dp);
+    for (int64_t i = 0; i < sl->Lr; i += R) {
+        scores(a, sl, bh, i);
+        for (int r = 0; r < R; r++) {
+            float *s = sl->s + r * sl->Lp;
+            float mx = max(s, sl->Lp);
+#pragma omp simd
+            for (int64_t j = 0; j < sl->Lp; j++) s[j] = exp_nonpos(s[j] - mx);
+            float z = sum(s, sl->Lp), l = mx + logf(z);
+            uint32_t base = (uint32_t)((bh * sl->L + i + r) * sl->L);
+#pragma omp simd
+            for (int64_t j = 0; j < sl->Lp; j++)
+                s[j] *= keep_factor(base + (uint32_t)j, a->s0, a->s1, a->thr, a->dscale) / z;
+            if (i + r < sl->L) lse[i + r] = l;
+        }
+        rows_times_keys(sl->s, sl->v, orow, sl);
+        for (int r = 0; r < R && i + r < sl->L; r++)
+            memcpy(out + (i + r) * sl->D, orow + r * sl->Dp, sizeof(float) * sl->D);
+    }
+    if (orow != o) free(orow);
+}
+
+void attn_dropout_fwd(const float *q, const float *k, const float *v, float *out, float *lse,
+                      attn_args a, int nthreads) {
+    int64_t L = a.L, D = a.D, BH = a.B * a.H;
+#pragma omp parallel num_threads(nthreads)
+    {
+        float *buf = malloc(sizeof(float) * slice_floats(L, D));
+#pragma omp for schedule(static)
+        for (int64_t bh = 0; bh < BH; bh++) {
+            slice sl = slice_init(buf, L, D);
+            load_rows(sl.q, q + bh * L * D, L, D, sl.Dp, a.scale);
+            load_keys(sl.k, sl.kt, k + bh * L * D, &sl);
+            load_keys(sl.v, sl.vt, v + bh * L * D, &sl);
+            attn_fwd_slice(&a, &sl, bh, out + bh * L * D, lse + bh * L);
+        }
+        free(buf);
+    }
+}
+
+static void attn_bwd_slice(const attn_args *a, slice *sl, int64_t bh, const float *out,
+                           const float *lse, float *dq) {
+    float g[R * W * 8];
+    float *grow = sl->Dp <= W * 8 ? g : malloc(sizeof(float) * R * sl->Dp);
+    for (int64_t i = 0; i < sl->Lr; i += R) {
+        scores(a, sl, bh, i);
+        rows_times_cols(sl->dout + i * sl->Dp, sl->vt, sl->t, sl); /* dd = dout . v */
+        for (int r = 0; r < R; r++) {
+            float *s = sl->s + r * sl->Lp, *t = sl->t + r * sl->Lp;
+            int live = i + r < sl->L;
+            float di = 0.0f, l = live ? lse[i + r] : 0.0f; /* di = dout_i . out_i */
+            for (int64_t d = 0; live && d < sl->D; d++) di += sl->dout[(i + r) * sl->Dp + d] * out[(i + r) * sl->D + d];
+            uint32_t base = (uint32_t)((bh * sl->L + i + r) * sl->L);
+#pragma omp simd
+            for (int64_t j = 0; j < sl->Lp; j++) {
+                float p = exp_nonpos(s[j] - l);
+                float m = keep_factor(base + (uint32_t)j, a->s0, a->s1, a->thr, a->dscale);
+                s[j] = p * m;               /* dropped probability, for dv */
+                t[j] = p * (t[j] * m - di); /* d score */
+            }
+        }
+        rows_times_keys(sl->t, sl->k, grow, sl); /* dq = dS k / sqrt(D) */
+        for (int r = 0; r < R && i + r < sl->L; r++)
+            for (int64_t d = 0; d < sl->D; d++) dq[(i + r) * sl->D + d] = grow[r * sl->Dp + d] * a->scale;
+        keys_add_rows(sl->t, sl->q + i * sl->Dp, sl->dk, sl);    /* dk += dS^T q / sqrt(D) */
+        keys_add_rows(sl->s, sl->dout + i * sl->Dp, sl->dv, sl); /* dv += P'^T dout */
+    }
+    if (grow != g) free(grow);
+}
+
+void attn_dropout_bwd(const float *q, const float *k, const float *v, const float *out,
+                      const float *dout, const float *lse, float *dq, float *dk, float *dv,
+                      attn_args a, int nthreads) {
+    int64_t L = a.L, D = a.D, BH = a.B * a.H, n = L * D;
+#pragma omp parallel num_threads(nthreads)
+    {
+        float *buf = malloc(sizeof(float) * slice_floats(L, D));
+#pragma omp for schedule(static)
+        for (int64_t bh = 0; bh < BH; bh++) {
+            slice sl = slice_init(buf, L, D);
+            load_rows(sl.q, q + bh * n, L, D, sl.Dp, a.scale);
+            load_rows(sl.dout, dout + bh * n, L, D, sl.Dp, 1.0f);
+            load_keys(sl.k, sl.kt, k + bh * n, &sl);
+            load_keys(sl.v, sl.vt, v + bh * n, &sl);
+            attn_bwd_slice(&a, &sl, bh, out + bh * n, lse + bh * L, dq + bh * n);
+            for (int64_t j = 0; j < L; j++)
+                for (int64_t d = 0; d < D; d++) {
+                    dk[bh * n + j * D + d] = sl.dk[j * sl.Dp + d];
+                    dv[bh * n + j * D + d] = sl.dv[j * sl.Dp + d];
+                }
+        }
+        free(buf);
+    }
+}
