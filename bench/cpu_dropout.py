@@ -2,12 +2,14 @@
 
 One step = forward, loss, backward, AdamW step, on one thread.  Models: every signal encoder at
 the encoder audit's Table 1 config (C 4, d 64, 4 heads, 3 layers, d_ff 256, 159 steps, batch 32),
-and three shared ``Block``s (used by ft_transformer, csn_transformer; d 64, 4 heads, d_ff 256)
-on a (32, 159, 64) input.  For each model three variants share the initial weights and alternate within each repeat,
+three shared ``Block``s (used by ft_transformer, csn_transformer; d 64, 4 heads, d_ff 256)
+on a (32, 159, 64) input, and the ``lm`` family (its causal mask; d 64, 3 layers, 4 heads, d_ff 256,
+32 sequences of 128 tokens).  For each model three variants share the initial weights and alternate within each repeat,
 so background load hits them alike:
 
 - ``p=0``: dropout 0 (SDPA's flash kernel, no random numbers);
-- ``p=0.1``: dropout 0.1 as archhpo trains it now (``archhpo.models._dropout``);
+- ``p=0.1``: dropout 0.1 as archhpo trains it now (``archhpo.models._dropout``: the fused C
+  kernels of ``_cpu_kernels.c``; ``ARCHHPO_CPU_KERNELS=0`` measures its tensor path instead);
 - ``stock p=0.1``: dropout 0.1 through PyTorch's own modules (``nn.TransformerEncoderLayer`` /
   ``nn.Dropout`` / SDPA ``dropout_p``), i.e. before this change (signal only).
 
@@ -34,7 +36,7 @@ from torch import nn
 sys.path.insert(0, os.path.dirname(__file__))
 from _common import git_commit, machine_busy_s  # noqa: E402
 
-from archhpo.models import signal  # noqa: E402
+from archhpo.models import lm, signal  # noqa: E402
 from archhpo.models._blocks import Block, EncoderLayer  # noqa: E402
 
 
@@ -87,6 +89,10 @@ def _models(encoders: list[str]) -> list[tuple[str, nn.Module, torch.Tensor, Cal
     torch.manual_seed(0)
     blocks = nn.Sequential(*(Block(64, 4, 256, dropout=0.1) for _ in range(3)))
     out.append(("Block x3 (shared)", blocks, torch.randn(32, 159, 64), lambda h: h.float().pow(2).mean()))
+    torch.manual_seed(0)
+    cfg_lm = lm.LMConfig(d_model=64, n_layers=3, n_heads=4, d_ff=256, seq_len=128, dropout=0.1)
+    ids = torch.randint(0, cfg_lm.vocab_size, (32, 129))
+    out.append(("lm (causal, 128 tokens)", lm.LM(cfg_lm), ids[:, :-1], lambda lg, y=ids[:, 1:]: lm.next_token_nll(lg, y)))
     return out
 
 
