@@ -124,11 +124,12 @@ typedef struct {      /* one (batch, head) slice in padded per-thread buffers */
     float *dout;     /* (Lr, Dp) output gradient (backward) */
     float *dk, *dv;  /* (Lp, Dp) accumulated gradients (backward) */
     float *s, *t;    /* (R, Lp) rows of scores / probabilities and of their gradients */
+    float *o;        /* (R, Dp) rows of output or dq, written back unpadded */
 } slice;
 
 static int64_t slice_floats(int64_t L, int64_t D) {
     int64_t Lr = PAD(L, R), Lp = PAD(L, W), Dp = PAD(D, W);
-    return 3 * Lr * Dp + 6 * Lp * Dp + 2 * R * Lp;
+    return 3 * Lr * Dp + 6 * Lp * Dp + 2 * R * Lp + R * Dp;
 }
 
 static slice slice_init(float *buf, int64_t L, int64_t D) {
@@ -137,7 +138,7 @@ static slice slice_init(float *buf, int64_t L, int64_t D) {
     memset(buf, 0, sizeof(float) * slice_floats(L, D));
     sl.q = buf, sl.dout = buf + rows, sl.k = buf + 3 * rows;
     sl.kt = sl.k + keys, sl.v = sl.kt + keys, sl.vt = sl.v + keys, sl.dk = sl.vt + keys, sl.dv = sl.dk + keys;
-    sl.s = sl.dv + keys, sl.t = sl.s + R * sl.Lp;
+    sl.s = sl.dv + keys, sl.t = sl.s + R * sl.Lp, sl.o = sl.t + R * sl.Lp;
     return sl;
 }
 
@@ -227,8 +228,6 @@ static void scores(const attn_args *a, const slice *sl, int64_t bh, int64_t i) {
 }
 
 static void attn_fwd_slice(const attn_args *a, slice *sl, int64_t bh, float *out, float *lse) {
-    float o[R * W * 8]; /* R rows of up to Dp features, written back unpadded */
-    float *orow = sl->Dp <= W * 8 ? o : malloc(sizeof(float) * R * sl->Dp);
     for (int64_t i = 0; i < sl->Lr; i += R) {
         scores(a, sl, bh, i);
         for (int r = 0; r < R; r++) {
@@ -243,21 +242,28 @@ static void attn_fwd_slice(const attn_args *a, slice *sl, int64_t bh, float *out
                 s[j] *= keep_factor(base + (uint32_t)j, a->s0, a->s1, a->thr, a->dscale) / z;
             if (i + r < sl->L) lse[i + r] = l;
         }
-        rows_times_keys(sl->s, sl->v, orow, sl);
+        rows_times_keys(sl->s, sl->v, sl->o, sl);
         for (int r = 0; r < R && i + r < sl->L; r++)
-            memcpy(out + (i + r) * sl->D, orow + r * sl->Dp, sizeof(float) * sl->D);
+            memcpy(out + (i + r) * sl->D, sl->o + r * sl->Dp, sizeof(float) * sl->D);
     }
-    if (orow != o) free(orow);
 }
 
-void attn_dropout_fwd(const float *q, const float *k, const float *v, float *out, float *lse,
-                      attn_args a, int nthreads) {
+/* Both return 0, or 1 where a thread could not allocate its buffer (nothing is then computed). */
+int attn_dropout_fwd(const float *q, const float *k, const float *v, float *out, float *lse,
+                     attn_args a, int nthreads) {
     int64_t L = a.L, D = a.D, BH = a.B * a.H;
+    int failed = 0;
 #pragma omp parallel num_threads(nthreads)
     {
         float *buf = malloc(sizeof(float) * slice_floats(L, D));
+        if (!buf) {
+#pragma omp atomic write
+            failed = 1;
+        }
+#pragma omp barrier
 #pragma omp for schedule(static)
         for (int64_t bh = 0; bh < BH; bh++) {
+            if (failed) continue;
             slice sl = slice_init(buf, L, D);
             load_rows(sl.q, q + bh * L * D, L, D, sl.Dp, a.scale);
             load_keys(sl.k, sl.kt, k + bh * L * D, &sl);
@@ -266,12 +272,11 @@ void attn_dropout_fwd(const float *q, const float *k, const float *v, float *out
         }
         free(buf);
     }
+    return failed;
 }
 
 static void attn_bwd_slice(const attn_args *a, slice *sl, int64_t bh, const float *out,
                            const float *lse, float *dq) {
-    float g[R * W * 8];
-    float *grow = sl->Dp <= W * 8 ? g : malloc(sizeof(float) * R * sl->Dp);
     for (int64_t i = 0; i < sl->Lr; i += R) {
         scores(a, sl, bh, i);
         rows_times_cols(sl->dout + i * sl->Dp, sl->vt, sl->t, sl); /* dd = dout . v */
@@ -289,24 +294,30 @@ static void attn_bwd_slice(const attn_args *a, slice *sl, int64_t bh, const floa
                 t[j] = p * (t[j] * m - di); /* d score */
             }
         }
-        rows_times_keys(sl->t, sl->k, grow, sl); /* dq = dS k / sqrt(D) */
+        rows_times_keys(sl->t, sl->k, sl->o, sl); /* dq = dS k / sqrt(D) */
         for (int r = 0; r < R && i + r < sl->L; r++)
-            for (int64_t d = 0; d < sl->D; d++) dq[(i + r) * sl->D + d] = grow[r * sl->Dp + d] * a->scale;
+            for (int64_t d = 0; d < sl->D; d++) dq[(i + r) * sl->D + d] = sl->o[r * sl->Dp + d] * a->scale;
         keys_add_rows(sl->t, sl->q + i * sl->Dp, sl->dk, sl);    /* dk += dS^T q / sqrt(D) */
         keys_add_rows(sl->s, sl->dout + i * sl->Dp, sl->dv, sl); /* dv += P'^T dout */
     }
-    if (grow != g) free(grow);
 }
 
-void attn_dropout_bwd(const float *q, const float *k, const float *v, const float *out,
-                      const float *dout, const float *lse, float *dq, float *dk, float *dv,
-                      attn_args a, int nthreads) {
+int attn_dropout_bwd(const float *q, const float *k, const float *v, const float *out,
+                     const float *dout, const float *lse, float *dq, float *dk, float *dv,
+                     attn_args a, int nthreads) {
     int64_t L = a.L, D = a.D, BH = a.B * a.H, n = L * D;
+    int failed = 0;
 #pragma omp parallel num_threads(nthreads)
     {
         float *buf = malloc(sizeof(float) * slice_floats(L, D));
+        if (!buf) {
+#pragma omp atomic write
+            failed = 1;
+        }
+#pragma omp barrier
 #pragma omp for schedule(static)
         for (int64_t bh = 0; bh < BH; bh++) {
+            if (failed) continue;
             slice sl = slice_init(buf, L, D);
             load_rows(sl.q, q + bh * n, L, D, sl.Dp, a.scale);
             load_rows(sl.dout, dout + bh * n, L, D, sl.Dp, 1.0f);
@@ -321,4 +332,5 @@ void attn_dropout_bwd(const float *q, const float *k, const float *v, const floa
         }
         free(buf);
     }
+    return failed;
 }

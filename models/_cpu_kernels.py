@@ -70,8 +70,8 @@ def _declare(so: ctypes.CDLL) -> ctypes.CDLL:
     so.dropout_apply.argtypes = [p, p, i64, u32, u32, u32, f32, i32]
     so.attn_dropout_fwd.argtypes = [p, p, p, p, p, AttnArgs, i32]
     so.attn_dropout_bwd.argtypes = [p, p, p, p, p, p, p, p, p, AttnArgs, i32]
-    for fn in (so.dropout_apply, so.attn_dropout_fwd, so.attn_dropout_bwd):
-        fn.restype = None
+    so.dropout_apply.restype = None
+    so.attn_dropout_fwd.restype = so.attn_dropout_bwd.restype = ctypes.c_int  # 1: out of memory
     return so
 
 

@@ -130,6 +130,11 @@ class Dropout(nn.Dropout):
         return dropout(x, self.p, self.training)
 
 
+def _check(status: int) -> None:
+    if status != 0:
+        raise MemoryError("the CPU attention kernel could not allocate its per-thread buffers")
+
+
 class _FusedAttention(torch.autograd.Function):
     """softmax(q kᵀ/√d + mask) with dropout, times v, one query row at a time (``_cpu_kernels.c``)."""
 
@@ -149,7 +154,7 @@ class _FusedAttention(torch.autograd.Function):
         out, lse = torch.empty_like(q), torch.empty(b, h, n, dtype=q.dtype)
         so = _cpu_kernels.lib()
         assert so is not None
-        so.attn_dropout_fwd(*map(_ptr, (q, k, v, out, lse)), args, torch.get_num_threads())
+        _check(so.attn_dropout_fwd(*map(_ptr, (q, k, v, out, lse)), args, torch.get_num_threads()))
         ctx.save_for_backward(q, k, v, out, lse)
         ctx.args, ctx.full = args, full  # full keeps the mask's memory alive for args.mask
         return out
@@ -161,7 +166,7 @@ class _FusedAttention(torch.autograd.Function):
         so = _cpu_kernels.lib()
         assert so is not None
         tensors = (q, k, v, out, grad.contiguous(), lse, dq, dk, dv)
-        so.attn_dropout_bwd(*map(_ptr, tensors), ctx.args, torch.get_num_threads())
+        _check(so.attn_dropout_bwd(*map(_ptr, tensors), ctx.args, torch.get_num_threads()))
         return dq, dk, dv, None, None
 
 
