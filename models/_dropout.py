@@ -97,16 +97,18 @@ def _apply(x: torch.Tensor, m: _Mask) -> torch.Tensor:
     return y
 
 
+def _traced() -> bool:
+    """Under torch.compile or a dispatch mode (FlopCounterMode, fake tensors) PyTorch's own ops run:
+    the kernels read memory through data pointers those tools cannot follow, and a per-call seed
+    read back as a Python int would break or re-specialise a compiled graph at every call."""
+    return torch.compiler.is_compiling() or _get_current_dispatch_mode() is not None
+
+
 def _fused_ok(*ts: torch.Tensor) -> bool:
-    # The kernels read memory through data pointers: only real float32 tensors outside any tracing
-    # (torch.compile, FlopCounterMode and other dispatch modes, fake/meta tensors) may take them;
-    # everything else takes the tensor path, whose operations those tools can see.
     return (
-        _cpu_kernels.lib() is not None
-        and all(type(t) is torch.Tensor and t.dtype == torch.float32 for t in ts)
+        all(type(t) is torch.Tensor and t.dtype == torch.float32 for t in ts)
         and ts[0].numel() < _MAX_ELEMENTS
-        and not torch.compiler.is_compiling()
-        and _get_current_dispatch_mode() is None
+        and _cpu_kernels.lib() is not None
     )
 
 
@@ -114,7 +116,7 @@ def dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
     """Inverted dropout: hashed masks on CPU (fused where the kernels build), ``F.dropout`` elsewhere."""
     if not training or p == 0.0:
         return x
-    if x.device.type != "cpu" or x.numel() >= _MAX_ELEMENTS:
+    if x.device.type != "cpu" or x.numel() >= _MAX_ELEMENTS or _traced():
         return F.dropout(x, p, True)
     m = _Mask(p)
     if _fused_ok(x):
@@ -183,7 +185,7 @@ def attention(
     tensor goes to SDPA.
     """
     numel = q.shape[0] * q.shape[1] * q.shape[2] * k.shape[2]
-    if p == 0.0 or q.device.type != "cpu" or numel >= _MAX_ELEMENTS:
+    if p == 0.0 or q.device.type != "cpu" or numel >= _MAX_ELEMENTS or _traced():
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p, is_causal=False)
     m = _Mask(p)
     no_mask_grad = mask is None or not mask.requires_grad

@@ -233,15 +233,30 @@ def test_without_a_compiler_the_tensor_path_runs(monkeypatch: pytest.MonkeyPatch
         _cpu_kernels.lib.cache_clear()
 
 
-def test_off_the_cpu_pytorchs_fused_kernels_run(monkeypatch: pytest.MonkeyPatch) -> None:
-    # On CUDA (here the meta device stands in for it) dropout is F.dropout and attention is SDPA
-    # with dropout_p: PyTorch's fused kernels, not this module's.
+def _spy_pytorch_kernels(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, float]]:
     calls: list[tuple[str, float]] = []
     sdpa, drop = F.scaled_dot_product_attention, F.dropout
     monkeypatch.setattr(F, "scaled_dot_product_attention",
                         lambda *a, **k: calls.append(("sdpa", k["dropout_p"])) or sdpa(*a, **k))
     monkeypatch.setattr(F, "dropout", lambda x, p, training: calls.append(("dropout", p)) or drop(x, p, training))
+    return calls
+
+
+def test_off_the_cpu_pytorchs_fused_kernels_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    # On CUDA (here the meta device stands in for it) dropout is F.dropout and attention is SDPA
+    # with dropout_p: PyTorch's fused kernels, not this module's.
+    calls = _spy_pytorch_kernels(monkeypatch)
     q = torch.empty(2, 2, 5, 4, device="meta")
     assert attention(q, q, q, None, 0.1).device.type == "meta"
     assert dropout(torch.empty(3, device="meta"), 0.2, training=True).device.type == "meta"
+    assert calls == [("sdpa", 0.1), ("dropout", 0.2)]
+
+
+def test_under_torch_compile_pytorchs_own_dropout_is_traced(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A compiled graph cannot call the kernels (data pointers) nor read a seed back per call.
+    calls = _spy_pytorch_kernels(monkeypatch)
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    q = torch.randn(2, 2, 5, 4)
+    attention(q, q, q, None, 0.1)
+    dropout(q, 0.2, training=True)
     assert calls == [("sdpa", 0.1), ("dropout", 0.2)]
