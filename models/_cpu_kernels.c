@@ -2,11 +2,12 @@
  *
  * PyTorch's CPU flash attention has no dropout, so SDPA with dropout_p > 0 on CPU materialises the
  * (B, h, L, L) scores and draws a Bernoulli for each of them: 2-3.5x the dropout-free step.  Here
- * attention with dropout is computed one query row at a time, like flash attention: the row's
- * scores, softmax and dropped probabilities live in an L-long buffer, only the log-sum-exp per row
- * is kept for backward, and the dropout mask is never stored: it is a hash of the element's index
- * and a per-call seed, recomputed in backward.  Each (batch, head) slice is computed by one thread
- * in a fixed order, so results do not depend on the thread count.
+ * attention with dropout is computed a few query rows at a time, like flash attention: the rows'
+ * scores, softmax and dropped probabilities live in L-long buffers, only the log-sum-exp per row
+ * is kept for backward (which recomputes the scores), and the dropout mask is never stored: it is
+ * a hash of the element's index and a per-call seed, recomputed in backward.  Each (batch, head)
+ * slice is computed by one thread in a fixed order, so results do not depend on the thread count.
+ * BENCHMARKS.md section 9 has the measurements that chose this layout.
  *
  * Layout: q, k, v, out, dout, dq, dk, dv are contiguous float32 (BH, L, D); lse is (BH, L);
  * the additive mask (may be NULL) is read at mask[b*msb + h*msh + i*msi + j] (row-contiguous).
