@@ -9,8 +9,10 @@
  * slice is computed by one thread in a fixed order, so results do not depend on the thread count.
  * BENCHMARKS.md section 9 has the measurements that chose this layout.
  *
- * Layout: q, k, v, out, dout, dq, dk, dv are contiguous float32 (BH, L, D); lse is (BH, L);
- * the additive mask (may be NULL) is read at mask[b*msb + h*msh + i*msi + j] (row-contiguous).
+ * Layout: q, k, v, out, dout, dq, dk, dv are float32 (B, H, L, D) views with unit stride along D,
+ * read and written in place through their strides (q, k, v are usually views into one projected
+ * (B, L, 3, H, D) tensor, out a view of (B, L, H, D): no copies either way); lse is (BH, L); the
+ * additive mask (may be NULL) is read at mask[b*msb + h*msh + i*msi + j] (row-contiguous).
  */
 #include <math.h>
 #include <stdint.h>
@@ -100,6 +102,11 @@ void dropout_apply(const float *x, float *y, int64_t n, uint32_t s0, uint32_t s1
     }
 }
 
+typedef struct { /* element (b, h, i, d) of a (B, H, L, D) view is p[b*sb + h*sh + i*sl + d] */
+    float *p;
+    int64_t sb, sh, sl;
+} view;
+
 typedef struct {
     int64_t B, H, L, D, msb, msh, msi;
     const float *mask;
@@ -143,14 +150,25 @@ static slice slice_init(float *buf, int64_t L, int64_t D) {
     return sl;
 }
 
-static void load_rows(float *dst, const float *src, int64_t L, int64_t D, int64_t Dp, float mul) {
-    for (int64_t i = 0; i < L; i++)
-        for (int64_t d = 0; d < D; d++) dst[i * Dp + d] = src[i * D + d] * mul;
+static float *row0(view v, int64_t bh, int64_t H) { return v.p + (bh / H) * v.sb + (bh % H) * v.sh; }
+
+static void load_rows(float *dst, view v, int64_t bh, const slice *sl, int64_t H, float mul) {
+    const float *src = row0(v, bh, H);
+    for (int64_t i = 0; i < sl->L; i++)
+        for (int64_t d = 0; d < sl->D; d++) dst[i * sl->Dp + d] = src[i * v.sl + d] * mul;
 }
 
-static void load_keys(float *rows, float *cols, const float *src, const slice *sl) {
+static void load_keys(float *rows, float *cols, view v, int64_t bh, const slice *sl, int64_t H) {
+    const float *src = row0(v, bh, H);
     for (int64_t j = 0; j < sl->L; j++)
-        for (int64_t d = 0; d < sl->D; d++) rows[j * sl->Dp + d] = cols[d * sl->Lp + j] = src[j * sl->D + d];
+        for (int64_t d = 0; d < sl->D; d++) rows[j * sl->Dp + d] = cols[d * sl->Lp + j] = src[j * v.sl + d];
+}
+
+static void store_rows(view v, int64_t bh, int64_t H, int64_t i0, int64_t n, const float *src, int64_t Dp,
+                       int64_t D, float mul) { /* rows i0..i0+n-1 of slice bh from an (n, Dp) buffer */
+    float *dst = row0(v, bh, H);
+    for (int64_t r = 0; r < n; r++)
+        for (int64_t d = 0; d < D; d++) dst[(i0 + r) * v.sl + d] = src[r * Dp + d] * mul;
 }
 
 /* GCC vector extensions: 8 floats (one AVX register; two SSE registers where there is no AVX). */
@@ -228,7 +246,7 @@ static void scores(const attn_args *a, const slice *sl, int64_t bh, int64_t i) {
     }
 }
 
-static void attn_fwd_slice(const attn_args *a, slice *sl, int64_t bh, float *out, float *lse) {
+static void attn_fwd_slice(const attn_args *a, slice *sl, int64_t bh, view out, float *lse) {
     for (int64_t i = 0; i < sl->Lr; i += R) {
         scores(a, sl, bh, i);
         for (int r = 0; r < R; r++) {
@@ -244,14 +262,12 @@ static void attn_fwd_slice(const attn_args *a, slice *sl, int64_t bh, float *out
             if (i + r < sl->L) lse[i + r] = l;
         }
         rows_times_keys(sl->s, sl->v, sl->o, sl);
-        for (int r = 0; r < R && i + r < sl->L; r++)
-            memcpy(out + (i + r) * sl->D, sl->o + r * sl->Dp, sizeof(float) * sl->D);
+        store_rows(out, bh, a->H, i, i + R <= sl->L ? R : sl->L - i, sl->o, sl->Dp, sl->D, 1.0f);
     }
 }
 
 /* Both return 0, or 1 where a thread could not allocate its buffer (nothing is then computed). */
-int attn_dropout_fwd(const float *q, const float *k, const float *v, float *out, float *lse,
-                     attn_args a, int nthreads) {
+int attn_dropout_fwd(view q, view k, view v, view out, float *lse, attn_args a, int nthreads) {
     int64_t L = a.L, D = a.D, BH = a.B * a.H;
     int failed = 0;
 #pragma omp parallel num_threads(nthreads)
@@ -266,18 +282,19 @@ int attn_dropout_fwd(const float *q, const float *k, const float *v, float *out,
         for (int64_t bh = 0; bh < BH; bh++) {
             if (failed) continue;
             slice sl = slice_init(buf, L, D);
-            load_rows(sl.q, q + bh * L * D, L, D, sl.Dp, a.scale);
-            load_keys(sl.k, sl.kt, k + bh * L * D, &sl);
-            load_keys(sl.v, sl.vt, v + bh * L * D, &sl);
-            attn_fwd_slice(&a, &sl, bh, out + bh * L * D, lse + bh * L);
+            load_rows(sl.q, q, bh, &sl, a.H, a.scale);
+            load_keys(sl.k, sl.kt, k, bh, &sl, a.H);
+            load_keys(sl.v, sl.vt, v, bh, &sl, a.H);
+            attn_fwd_slice(&a, &sl, bh, out, lse + bh * L);
         }
         free(buf);
     }
     return failed;
 }
 
-static void attn_bwd_slice(const attn_args *a, slice *sl, int64_t bh, const float *out,
-                           const float *lse, float *dq) {
+static void attn_bwd_slice(const attn_args *a, slice *sl, int64_t bh, view out, const float *lse,
+                           view dq) {
+    const float *o = row0(out, bh, a->H);
     for (int64_t i = 0; i < sl->Lr; i += R) {
         scores(a, sl, bh, i);
         rows_times_cols(sl->dout + i * sl->Dp, sl->vt, sl->t, sl); /* dd = dout . v */
@@ -285,7 +302,7 @@ static void attn_bwd_slice(const attn_args *a, slice *sl, int64_t bh, const floa
             float *s = sl->s + r * sl->Lp, *t = sl->t + r * sl->Lp;
             int live = i + r < sl->L;
             float di = 0.0f, l = live ? lse[i + r] : 0.0f; /* di = dout_i . out_i */
-            for (int64_t d = 0; live && d < sl->D; d++) di += sl->dout[(i + r) * sl->Dp + d] * out[(i + r) * sl->D + d];
+            for (int64_t d = 0; live && d < sl->D; d++) di += sl->dout[(i + r) * sl->Dp + d] * o[(i + r) * out.sl + d];
             uint32_t base = (uint32_t)((bh * sl->L + i + r) * sl->L);
 #pragma omp simd
             for (int64_t j = 0; j < sl->Lp; j++) {
@@ -296,17 +313,15 @@ static void attn_bwd_slice(const attn_args *a, slice *sl, int64_t bh, const floa
             }
         }
         rows_times_keys(sl->t, sl->k, sl->o, sl); /* dq = dS k / sqrt(D) */
-        for (int r = 0; r < R && i + r < sl->L; r++)
-            for (int64_t d = 0; d < sl->D; d++) dq[(i + r) * sl->D + d] = sl->o[r * sl->Dp + d] * a->scale;
+        store_rows(dq, bh, a->H, i, i + R <= sl->L ? R : sl->L - i, sl->o, sl->Dp, sl->D, a->scale);
         keys_add_rows(sl->t, sl->q + i * sl->Dp, sl->dk, sl);    /* dk += dS^T q / sqrt(D) */
         keys_add_rows(sl->s, sl->dout + i * sl->Dp, sl->dv, sl); /* dv += P'^T dout */
     }
 }
 
-int attn_dropout_bwd(const float *q, const float *k, const float *v, const float *out,
-                     const float *dout, const float *lse, float *dq, float *dk, float *dv,
-                     attn_args a, int nthreads) {
-    int64_t L = a.L, D = a.D, BH = a.B * a.H, n = L * D;
+int attn_dropout_bwd(view q, view k, view v, view out, view dout, const float *lse, view dq, view dk,
+                     view dv, attn_args a, int nthreads) {
+    int64_t L = a.L, D = a.D, BH = a.B * a.H;
     int failed = 0;
 #pragma omp parallel num_threads(nthreads)
     {
@@ -320,16 +335,13 @@ int attn_dropout_bwd(const float *q, const float *k, const float *v, const float
         for (int64_t bh = 0; bh < BH; bh++) {
             if (failed) continue;
             slice sl = slice_init(buf, L, D);
-            load_rows(sl.q, q + bh * n, L, D, sl.Dp, a.scale);
-            load_rows(sl.dout, dout + bh * n, L, D, sl.Dp, 1.0f);
-            load_keys(sl.k, sl.kt, k + bh * n, &sl);
-            load_keys(sl.v, sl.vt, v + bh * n, &sl);
-            attn_bwd_slice(&a, &sl, bh, out + bh * n, lse + bh * L, dq + bh * n);
-            for (int64_t j = 0; j < L; j++)
-                for (int64_t d = 0; d < D; d++) {
-                    dk[bh * n + j * D + d] = sl.dk[j * sl.Dp + d];
-                    dv[bh * n + j * D + d] = sl.dv[j * sl.Dp + d];
-                }
+            load_rows(sl.q, q, bh, &sl, a.H, a.scale);
+            load_rows(sl.dout, dout, bh, &sl, a.H, 1.0f);
+            load_keys(sl.k, sl.kt, k, bh, &sl, a.H);
+            load_keys(sl.v, sl.vt, v, bh, &sl, a.H);
+            attn_bwd_slice(&a, &sl, bh, out, lse + bh * L, dq);
+            store_rows(dk, bh, a.H, 0, L, sl.dk, sl.Dp, D, 1.0f);
+            store_rows(dv, bh, a.H, 0, L, sl.dv, sl.Dp, D, 1.0f);
         }
         free(buf);
     }

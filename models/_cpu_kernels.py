@@ -24,6 +24,12 @@ _FLAGS = ["-O3", "-march=native", "-fno-trapping-math", "-fopenmp", "-shared", "
 _CPU_FLAGS_FILE = Path("/proc/cpuinfo")
 
 
+class View(ctypes.Structure):
+    """Mirror of ``view``: a (B, H, L, D) float32 tensor with unit stride along D, by its strides."""
+
+    _fields_ = [("p", ctypes.c_void_p), ("sb", ctypes.c_int64), ("sh", ctypes.c_int64), ("sl", ctypes.c_int64)]
+
+
 class AttnArgs(ctypes.Structure):
     """Mirror of ``attn_args`` in the C file (same field order and types)."""
 
@@ -68,8 +74,8 @@ def _build(target: Path) -> None:
 def _declare(so: ctypes.CDLL) -> ctypes.CDLL:
     p, i64, u32, f32, i32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_uint32, ctypes.c_float, ctypes.c_int
     so.dropout_apply.argtypes = [p, p, i64, u32, u32, u32, f32, i32]
-    so.attn_dropout_fwd.argtypes = [p, p, p, p, p, AttnArgs, i32]
-    so.attn_dropout_bwd.argtypes = [p, p, p, p, p, p, p, p, p, AttnArgs, i32]
+    so.attn_dropout_fwd.argtypes = [View, View, View, View, p, AttnArgs, i32]
+    so.attn_dropout_bwd.argtypes = [View, View, View, View, View, p, View, View, View, AttnArgs, i32]
     so.dropout_apply.restype = None
     so.attn_dropout_fwd.restype = so.attn_dropout_bwd.restype = ctypes.c_int  # 1: out of memory
     return so

@@ -137,15 +137,25 @@ def _check(status: int) -> None:
         raise MemoryError("the CPU attention kernel could not allocate its per-thread buffers")
 
 
+def _view(t: torch.Tensor) -> tuple[torch.Tensor, _cpu_kernels.View]:
+    """A (B, h, L, d/h) tensor as the kernels read it: in place, unless its last dim is strided."""
+    t = t if t.stride(-1) == 1 else t.contiguous()
+    return t, _cpu_kernels.View(_ptr(t), t.stride(0), t.stride(1), t.stride(2))
+
+
+def _heads_last(b: int, h: int, n: int, dh: int, like: torch.Tensor) -> torch.Tensor:
+    # (B, h, L, d/h) over (B, L, h, d/h) memory: the caller's transpose(1, 2).reshape(B, L, d) is free.
+    return torch.empty(b, n, h, dh, dtype=like.dtype).permute(0, 2, 1, 3)
+
+
 class _FusedAttention(torch.autograd.Function):
-    """softmax(q kᵀ/√d + mask) with dropout, times v, one query row at a time (``_cpu_kernels.c``)."""
+    """softmax(q kᵀ/√d + mask) with dropout, times v, a block of query rows at a time (``_cpu_kernels.c``)."""
 
     @staticmethod
     def forward(
         ctx: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, m: _Mask
     ) -> torch.Tensor:
-        q, k, v = q.contiguous(), k.contiguous(), v.contiguous()  # (B, h, L, d/h)
-        b, h, n, dh = q.shape
+        b, h, n, dh = q.shape  # (B, h, L, d/h), usually views into the (B, L, 3, h, d/h) projection
         full = None if mask is None else mask.to(q.dtype).expand(b, h, n, n)
         if full is not None and full.stride(-1) != 1:
             full = full.contiguous()  # the kernel reads mask rows contiguously
@@ -153,10 +163,11 @@ class _FusedAttention(torch.autograd.Function):
             b, h, n, dh, *(full.stride()[:3] if full is not None else (0, 0, 0)),
             None if full is None else _ptr(full), 1.0 / math.sqrt(dh), m.s0, m.s1, m.thr, m.scale,
         )  # fmt: skip
-        out, lse = torch.empty_like(q), torch.empty(b, h, n, dtype=q.dtype)
+        (q, vq), (k, vk), (v, vv) = _view(q), _view(k), _view(v)
+        out, lse = _heads_last(b, h, n, dh, q), torch.empty(b, h, n, dtype=q.dtype)
         so = _cpu_kernels.lib()
         assert so is not None
-        _check(so.attn_dropout_fwd(*map(_ptr, (q, k, v, out, lse)), args, torch.get_num_threads()))
+        _check(so.attn_dropout_fwd(vq, vk, vv, _view(out)[1], _ptr(lse), args, torch.get_num_threads()))
         ctx.save_for_backward(q, k, v, out, lse)
         ctx.args, ctx.full = args, full  # full keeps the mask's memory alive for args.mask
         return out
@@ -164,12 +175,14 @@ class _FusedAttention(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         q, k, v, out, lse = ctx.saved_tensors
-        dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+        b, h, n, dh = q.shape
+        grads = torch.empty(b, n, 3, h, dh, dtype=q.dtype).permute(2, 0, 3, 1, 4)  # as the projection lays them
+        held = [_view(t) for t in (q, k, v, out, grad, *grads)]  # keeps any contiguous copy alive
         so = _cpu_kernels.lib()
         assert so is not None
-        tensors = (q, k, v, out, grad.contiguous(), lse, dq, dk, dv)
-        _check(so.attn_dropout_bwd(*map(_ptr, tensors), ctx.args, torch.get_num_threads()))
-        return dq, dk, dv, None, None
+        vq, vk, vv, vo, vg, dq, dk, dv = (view for _, view in held)
+        _check(so.attn_dropout_bwd(vq, vk, vv, vo, vg, _ptr(lse), dq, dk, dv, ctx.args, torch.get_num_threads()))
+        return grads[0], grads[1], grads[2], None, None
 
 
 def attention(
