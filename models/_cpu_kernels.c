@@ -120,7 +120,7 @@ typedef struct {
  * one row through memory per feature.  Rows, keys and features are zero-padded to multiples of
  * R, W and W in per-thread buffers; padded keys get score -inf (probability 0) and padded query
  * rows get a zero output gradient, so padding changes no result. */
-#define R 4
+#define R 6
 #define W 16
 #define PAD(n, m) (((n) + (m)-1) / (m) * (m))
 
