@@ -15,6 +15,7 @@ import pytest
 import torch
 from optuna.trial import TrialState
 
+import archhpo.models._cpu_kernels
 import archhpo.models.patchtst_spec
 import archhpo.workers._memory
 from archhpo.search import TrialQueue, launch, prepare_settings
@@ -156,6 +157,19 @@ def test_the_estimate_counts_what_cuda_keeps() -> None:
     # evaluation at eval_batch_size: a large eval batch can be the peak
     assert estimate_training_bytes(_shape(159, batch=1, eval_batch=4096), "cuda") > estimate_training_bytes(
         _shape(159, batch=1, eval_batch=1), "cuda")
+
+
+def test_cpu_training_keeps_attention_maps_only_without_the_kernels(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fused kernels (and SDPA's flash kernel) keep no T^2 maps for backward; the tensor path
+    that stands in for them without a C compiler keeps TRAIN_MAPS_CPU per layer."""
+    memory = archhpo.workers._memory
+    shape = _shape(1272, eval_batch=1)  # cat's 1272 tokens; a small eval batch, so training is the peak
+    monkeypatch.setattr(archhpo.models._cpu_kernels, "lib", lambda: object())
+    fused = estimate_training_bytes(shape, "cpu")
+    monkeypatch.setattr(archhpo.models._cpu_kernels, "lib", lambda: None)
+    tensor_path = estimate_training_bytes(shape, "cpu")
+    maps = shape.batch_size * shape.n_layers * memory.TRAIN_MAPS_CPU * shape.n_heads * 1272**2 * 4
+    assert tensor_path - fused == maps
 
 
 MEASURE = textwrap.dedent("""

@@ -5,9 +5,11 @@ a reason instead of taking the machine down (a 2B model on a 24 GiB CPU host, sa
 placement sizes GPU shares with the same function and the same SAFETY factor.
 
 Calibrated against measured CPU peaks (`tests/test_gpu_faults.py`, the `signal` family's sum, cat
-and ci encoders at d_model 64, 3 layers, batch 32: 0.41, 8.8 and 2.0 GiB measured, the estimate
-1.2-1.3x above each): CPU attention goes through SDPA's math path (a causal mask, dropout),
-which keeps about 3.4 maps of heads x T^2 floats per layer for backward; on CUDA SDPA's
+and ci encoders at d_model 64, 3 layers): CPU training keeps no attention maps for backward where
+the fused dropout kernels run (`archhpo.models._cpu_kernels`; SDPA's flash kernel, which takes
+the causal masks, likewise without dropout), while the tensor path that stands in for the kernels
+where no C compiler builds them keeps about 3.4 maps of heads x T^2 floats per layer (cat at batch
+32: 8.8 GiB). Evaluation on CPU keeps about 2.9 for the layer it is in. On CUDA SDPA's
 memory-efficient kernels keep none, and bf16 autocast halves the saved activations.
 """
 
@@ -29,7 +31,7 @@ from archhpo.errors import MemoryRefused
 SAFETY = 0.85  # never plan to use more than this share of what is free (one factor for every check)
 CUDA_CONTEXT_BYTES = 2**30  # per process: CUDA context, cuBLAS workspace, allocator slack (an allowance)
 CPU_ALLOWANCE_BYTES = 2**28  # thread pools and oneDNN workspace beyond the tensors (~0.2 GiB measured)
-TRAIN_MAPS_CPU = 4  # attention maps per layer kept for backward on CPU (3.4 measured)
+TRAIN_MAPS_CPU = 4  # attention maps per layer kept for backward on CPU without the kernels (3.4 measured)
 EVAL_MAPS_CPU = 3  # scores, masked scores, softmax of the layer being evaluated (2.9 measured)
 ACT_FLOATS_D, ACT_FLOATS_FF = 20, 4  # saved floats per token and layer: 20*d_model + 4*d_ff (1.24x measured)
 
@@ -83,6 +85,13 @@ def trial_shape(family: Any, cfg: Any, arch: dict[str, Any], batch_size: int, ev
                       int(data_bytes))
 
 
+def _cpu_train_maps() -> int:
+    """Attention maps per layer that CPU training keeps for backward (see the module docstring)."""
+    from archhpo.models._cpu_kernels import lib  # builds the kernels on first use (about a second)
+
+    return 0 if lib() is not None else TRAIN_MAPS_CPU
+
+
 def estimate_training_bytes(shape: TrialShape, device_type: str = "cuda") -> int:
     """fp32 weights + grads + AdamW's two moments (16 B/param), the dataset, and the larger of
     training's saved activations and one evaluation batch's transients."""
@@ -92,7 +101,7 @@ def estimate_training_bytes(shape: TrialShape, device_type: str = "cuda") -> int
     map_floats = shape.n_heads * shape.sequences * seq * seq  # one attention map of one sample
     per_token = ACT_FLOATS_D * shape.d_model + ACT_FLOATS_FF * shape.d_ff
     train = shape.batch_size * shape.n_layers * (
-        shape.tokens * per_token * act + (0 if cuda else TRAIN_MAPS_CPU) * map_floats * 4)
+        shape.tokens * per_token * act + (0 if cuda else _cpu_train_maps()) * map_floats * 4)
     evaluate = shape.eval_batch_size * (  # one layer alive at a time under no_grad
         shape.tokens * (4 * shape.d_model + shape.d_ff) * act + (0 if cuda else EVAL_MAPS_CPU) * map_floats * 4)
     fixed = 0 if cuda else CPU_ALLOWANCE_BYTES  # a GPU process's context: CUDA_CONTEXT_BYTES, by placement
