@@ -34,7 +34,7 @@ demo: install
 	$(VENV)/bin/archhpo run --experiment demo --quick --workers 2 --out results $(DEMO_FLAGS_$(FAMILY))
 
 lint: install
-	$(PY) -m ruff check archhpo budgets cluster models report search workers tests bench
+	$(PY) -m ruff check archhpo budgets cluster models report search workers tests bench scripts
 
 # The installed layout (archhpo.search, ...) as links, for mypy and editors (README, Development):
 # the folders are mapped by pyproject's package-dir, so the checkout itself has no archhpo/search/.

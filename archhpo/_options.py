@@ -178,6 +178,10 @@ OPTIONS: tuple[Option, ...] = (
            "training defaults (e.g. signal's batch 32, lr 3e-4) with the quick search space; --epochs etc. "
            "still win", (*STUDY_COMMANDS, TRAIN),
            stored=True, switch=True),
+    Option("compile", False, None, "compile every trial's model with torch.compile (default off: on a CPU it "
+           "wins for no family, compile time counted (BENCHMARKS.md §9); on GPUs it is not measured here). "
+           "Compiled and eager runs differ in their last bits and, with dropout, in their masks: a study is "
+           "all one or the other", (*STUDY_COMMANDS, TRAIN), stored=True, switch=True),
     Option("ladder", False, None, "with several budgets: search them smallest first and plan each larger one "
            "from the next smaller one's winners (learning rate x (N/N_small)^-1/3, its aspect ratios, half "
            "the trials a step)", STUDY_COMMANDS, stored=True, switch=True),
@@ -206,8 +210,9 @@ OPTIONS: tuple[Option, ...] = (
            (WORKER, RUN, TRAIN)),
     Option("checkpoint_dir", "checkpoints", str, "per-epoch checkpoints, so a retried trial resumes (shared "
            "storage on a cluster)", (WORKER, RUN), env="ARCHHPO_CHECKPOINT_DIR", metavar="DIR"),
-    Option("checkpoint_every", 1, int, "write a trial's checkpoint every N validated epochs (a retry resumes from "
-           "the last one; larger N: less I/O, more epochs repeated after a failure)", (WORKER, RUN), metavar="N"),
+    Option("checkpoint_every", 1, int, "write a trial's checkpoint every N validated epochs (a retry after a crash "
+           "resumes from the last one; larger N: less I/O, more epochs repeated after a crash; a stopped worker "
+           "always saves where it stopped)", (WORKER, RUN), metavar="N"),
     Option("workers", None, int, "Ray workers (default: one per GPU of the cluster, else 2)", (RUN,)),
     Option("ray_address", None, str, "an existing Ray cluster (default: a private local Ray)", (RUN,),
            metavar="ADDR"),

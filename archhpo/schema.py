@@ -76,7 +76,7 @@ class Attr:
     BASELINE = "baseline"  # a confirmation trial of --baselines: the rule whose shape it trains
     ATTEMPT = "attempt"  # 1, then 2 for the retry of a trial whose worker vanished
     RETRY_OF = "retry_of"  # the number of the trial a retry repeats
-    DURATION_S = "duration_s"
+    DURATION_S = "duration_s"  # wall time over all the claims that trained it (from their checkpoints)
     TRAIN_LOSS = "train_loss"
     BASELINE_VAL_LOSS = "baseline_val_loss"
     FAIL_REASON = "fail_reason"  # set by a worker: a deliberate FAIL (NaN, OOM, refused) is final
@@ -98,6 +98,7 @@ class Attr:
     FLOPS_PER_SAMPLE = "flops_per_sample"
     MEMORY_ESTIMATE_GIB = "memory_estimate_gib"  # the fit check's estimate of the trial's peak
     RESUMED_FROM_EPOCH = "resumed_from_epoch"  # a retry or a promoted trial went on from this epoch
+    RESUMED_FROM_STEP = "resumed_from_step"  # ... and this many steps into the next (a stopped trial)
     PRUNED_AT_EPOCH = "pruned_at_epoch"
     # The worker that ran the trial (recorded with every claim): host, device, process, CPU threads
     # (a CPU replay is exact with the same count) and its GPU share (Ray's num_gpus; see gpu_share).

@@ -13,6 +13,14 @@
  * read and written in place through their strides (q, k, v are usually views into one projected
  * (B, L, 3, H, D) tensor, out a view of (B, L, H, D): no copies either way); lse is (BH, L); the
  * additive mask (may be NULL) is read at mask[b*msb + h*msh + i*msi + j] (row-contiguous).
+ *
+ * Masked keys are skipped: for each block of query rows, keys past the last block of W keys that
+ * any of its rows can see (`jend`) have probability exactly 0, so their products (q k^T, P v and,
+ * in backward, dout v, dS k, dS^T q, P^T dout) add exact zeros and are not computed, nor are their
+ * exponentials and dropout hashes.  Under a causal mask that is about half of the work.  The
+ * softmax's max and sums still run over the whole row in the same order, and masked keys before
+ * `jend` are computed as before, so the results are bit for bit those of computing every key,
+ * whatever the mask.  `jend` comes from a table made once per call for each distinct mask slice.
  */
 #include <math.h>
 #include <stdint.h>
@@ -126,6 +134,7 @@ typedef struct {
 
 typedef struct {      /* one (batch, head) slice in padded per-thread buffers */
     int64_t L, Lr, Lp, D, Dp;
+    int64_t jend;    /* keys [jend, Lp) are masked for every row of the current block of R rows */
     float *q;        /* (Lr, Dp) queries times 1/sqrt(D) */
     float *k, *kt;   /* (Lp, Dp) keys and (Dp, Lp) transposed */
     float *v, *vt;   /* the same for values */
@@ -176,9 +185,10 @@ typedef float v8 __attribute__((vector_size(32)));
 static inline v8 ld(const float *p) { v8 v; memcpy(&v, p, sizeof v); return v; }
 static inline void st(float *p, v8 v) { memcpy(p, &v, sizeof v); }
 
-/* out[r][j] = sum_d a[r][d] * bt[d][j] for R rows a (row stride Dp): scores and dout . v. */
+/* out[r][j] = sum_d a[r][d] * bt[d][j] for R rows a (row stride Dp): scores and dout . v, for the
+ * keys before jend (the caller fills the rest). */
 static void rows_times_cols(const float *a, const float *bt, float *out, const slice *sl) {
-    for (int64_t j0 = 0; j0 < sl->Lp; j0 += W) {
+    for (int64_t j0 = 0; j0 < sl->jend; j0 += W) {
         v8 acc[R][2] = {{{0}}};
         for (int64_t d = 0; d < sl->Dp; d++) {
             v8 b0 = ld(bt + d * sl->Lp + j0), b1 = ld(bt + d * sl->Lp + j0 + 8);
@@ -195,11 +205,14 @@ static void rows_times_cols(const float *a, const float *bt, float *out, const s
     }
 }
 
-/* out[r][d] = sum_j w[r][j] * b[j][d] for R rows w (stride Lp), over the first L keys. */
+/* The real keys the current rows may see: w is 0 past them, and adding 0 * b changes no sum. */
+static inline int64_t live_keys(const slice *sl) { return sl->jend < sl->L ? sl->jend : sl->L; }
+
+/* out[r][d] = sum_j w[r][j] * b[j][d] for R rows w (stride Lp), over the keys they see. */
 static void rows_times_keys(const float *w, const float *b, float *out, const slice *sl) {
     for (int64_t d0 = 0; d0 < sl->Dp; d0 += W) {
         v8 acc[R][2] = {{{0}}};
-        for (int64_t j = 0; j < sl->L; j++) {
+        for (int64_t j = 0, n = live_keys(sl); j < n; j++) {
             v8 b0 = ld(b + j * sl->Dp + d0), b1 = ld(b + j * sl->Dp + d0 + 8);
             for (int r = 0; r < R; r++) {
                 float x = w[r * sl->Lp + j];
@@ -219,7 +232,7 @@ static void keys_add_rows(const float *w, const float *a, float *acc, const slic
     for (int64_t d0 = 0; d0 < sl->Dp; d0 += W) {
         v8 ar[R][2];
         for (int r = 0; r < R; r++) ar[r][0] = ld(a + r * sl->Dp + d0), ar[r][1] = ld(a + r * sl->Dp + d0 + 8);
-        for (int64_t j = 0; j < sl->L; j++) {
+        for (int64_t j = 0, n = live_keys(sl); j < n; j++) {
             float *dst = acc + j * sl->Dp + d0;
             v8 t0 = ld(dst), t1 = ld(dst + 8);
             for (int r = 0; r < R; r++) {
@@ -233,31 +246,67 @@ static void keys_add_rows(const float *w, const float *a, float *acc, const slic
     }
 }
 
-/* Scores of rows i..i+R-1: s = q k^T + mask, padded keys -inf. */
+static const float *mask_row(const attn_args *a, int64_t b, int64_t h, int64_t i) {
+    return a->mask + b * a->msb + h * a->msh + i * a->msi;
+}
+
+/* The table of jend: for each distinct mask slice (one when the mask is broadcast over batch and
+ * heads) and each block of R query rows, the end of the last block of W keys a real row of it
+ * sees (any entry not -inf; NaN counts as seen, so it reaches the result).  NULL: out of memory. */
+static int64_t *key_ends(const attn_args *a, int nthreads) {
+    int64_t nrb = PAD(a->L, R) / R, Lp = PAD(a->L, W);
+    int64_t nb = a->msb ? a->B : 1, nh = a->msh ? a->H : 1;
+    int64_t *ends = malloc(sizeof(int64_t) * nb * nh * nrb);
+    if (!ends) return NULL;
+#pragma omp parallel for num_threads(nthreads) schedule(static) collapse(2)
+    for (int64_t bh = 0; bh < nb * nh; bh++)
+        for (int64_t rb = 0; rb < nrb; rb++) {
+            int64_t end = a->mask ? 0 : Lp;
+            for (int64_t i = rb * R; a->mask && i < rb * R + R && i < a->L; i++) {
+                const float *m = mask_row(a, bh / nh, bh % nh, i);
+                int64_t j = a->L;
+                while (j > end && m[j - 1] == -INFINITY) j--;
+                if (j > end) end = j;
+            }
+            ends[bh * nrb + rb] = PAD(end, W);
+        }
+    return ends;
+}
+
+static int64_t key_end(const attn_args *a, const int64_t *ends, int64_t bh, int64_t i) {
+    int64_t nrb = PAD(a->L, R) / R, nh = a->msh ? a->H : 1;
+    int64_t slice_of = (a->msb ? bh / a->H : 0) * nh + (a->msh ? bh % a->H : 0);
+    return ends[slice_of * nrb + i / R];
+}
+
+/* Scores of rows i..i+R-1: s = q k^T + mask, padded and unseen keys -inf. */
 static void scores(const attn_args *a, const slice *sl, int64_t bh, int64_t i) {
     rows_times_cols(sl->q + i * sl->Dp, sl->kt, sl->s, sl);
     for (int r = 0; r < R; r++) {
         float *s = sl->s + r * sl->Lp;
         if (a->mask && i + r < sl->L) {
-            const float *m = a->mask + (bh / a->H) * a->msb + (bh % a->H) * a->msh + (i + r) * a->msi;
-            for (int64_t j = 0; j < sl->L; j++) s[j] += m[j];
+            const float *m = mask_row(a, bh / a->H, bh % a->H, i + r);
+            for (int64_t j = 0, n = live_keys(sl); j < n; j++) s[j] += m[j];
         }
-        for (int64_t j = sl->L; j < sl->Lp; j++) s[j] = -INFINITY;
+        for (int64_t j = live_keys(sl); j < sl->Lp; j++) s[j] = -INFINITY;
     }
 }
 
-static void attn_fwd_slice(const attn_args *a, slice *sl, int64_t bh, view out, float *lse) {
+static void attn_fwd_slice(const attn_args *a, slice *sl, int64_t bh, view out, float *lse, const int64_t *ends) {
     for (int64_t i = 0; i < sl->Lr; i += R) {
+        sl->jend = key_end(a, ends, bh, i);
         scores(a, sl, bh, i);
         for (int r = 0; r < R; r++) {
             float *s = sl->s + r * sl->Lp;
+            int64_t n = sl->jend;
             float mx = max(s, sl->Lp);
 #pragma omp simd
-            for (int64_t j = 0; j < sl->Lp; j++) s[j] = exp_nonpos(s[j] - mx);
-            float z = sum(s, sl->Lp), l = mx + logf(z);
+            for (int64_t j = 0; j < n; j++) s[j] = exp_nonpos(s[j] - mx);
+            memset(s + n, 0, sizeof(float) * (sl->Lp - n)); /* exp(-inf) = +0, as exp_nonpos gives */
+            float z = sum(s, sl->Lp), l = mx + logf(z);     /* the whole row, in the same order */
             uint32_t base = (uint32_t)((bh * sl->L + i + r) * sl->L);
 #pragma omp simd
-            for (int64_t j = 0; j < sl->Lp; j++)
+            for (int64_t j = 0; j < n; j++) /* past n: 0 times any factor */
                 s[j] *= keep_factor(base + (uint32_t)j, a->s0, a->s1, a->thr, a->dscale) / z;
             if (i + r < sl->L) lse[i + r] = l;
         }
@@ -269,7 +318,8 @@ static void attn_fwd_slice(const attn_args *a, slice *sl, int64_t bh, view out, 
 /* Both return 0, or 1 where a thread could not allocate its buffer (nothing is then computed). */
 int attn_dropout_fwd(view q, view k, view v, view out, float *lse, attn_args a, int nthreads) {
     int64_t L = a.L, D = a.D, BH = a.B * a.H;
-    int failed = 0;
+    int64_t *ends = key_ends(&a, nthreads);
+    int failed = ends == NULL;
 #pragma omp parallel num_threads(nthreads)
     {
         float *buf = malloc(sizeof(float) * slice_floats(L, D));
@@ -285,17 +335,19 @@ int attn_dropout_fwd(view q, view k, view v, view out, float *lse, attn_args a, 
             load_rows(sl.q, q, bh, &sl, a.H, a.scale);
             load_keys(sl.k, sl.kt, k, bh, &sl, a.H);
             load_keys(sl.v, sl.vt, v, bh, &sl, a.H);
-            attn_fwd_slice(&a, &sl, bh, out, lse + bh * L);
+            attn_fwd_slice(&a, &sl, bh, out, lse + bh * L, ends);
         }
         free(buf);
     }
+    free(ends);
     return failed;
 }
 
 static void attn_bwd_slice(const attn_args *a, slice *sl, int64_t bh, view out, const float *lse,
-                           view dq) {
+                           view dq, const int64_t *ends) {
     const float *o = row0(out, bh, a->H);
     for (int64_t i = 0; i < sl->Lr; i += R) {
+        sl->jend = key_end(a, ends, bh, i);
         scores(a, sl, bh, i);
         rows_times_cols(sl->dout + i * sl->Dp, sl->vt, sl->t, sl); /* dd = dout . v */
         for (int r = 0; r < R; r++) {
@@ -305,7 +357,7 @@ static void attn_bwd_slice(const attn_args *a, slice *sl, int64_t bh, view out, 
             for (int64_t d = 0; live && d < sl->D; d++) di += sl->dout[(i + r) * sl->Dp + d] * o[(i + r) * out.sl + d];
             uint32_t base = (uint32_t)((bh * sl->L + i + r) * sl->L);
 #pragma omp simd
-            for (int64_t j = 0; j < sl->Lp; j++) {
+            for (int64_t j = 0; j < sl->jend; j++) { /* past jend p = 0: only skipped products read s, t */
                 float p = exp_nonpos(s[j] - l);
                 float m = keep_factor(base + (uint32_t)j, a->s0, a->s1, a->thr, a->dscale);
                 s[j] = p * m;               /* dropped probability, for dv */
@@ -322,7 +374,8 @@ static void attn_bwd_slice(const attn_args *a, slice *sl, int64_t bh, view out, 
 int attn_dropout_bwd(view q, view k, view v, view out, view dout, const float *lse, view dq, view dk,
                      view dv, attn_args a, int nthreads) {
     int64_t L = a.L, D = a.D, BH = a.B * a.H;
-    int failed = 0;
+    int64_t *ends = key_ends(&a, nthreads);
+    int failed = ends == NULL;
 #pragma omp parallel num_threads(nthreads)
     {
         float *buf = malloc(sizeof(float) * slice_floats(L, D));
@@ -339,11 +392,12 @@ int attn_dropout_bwd(view q, view k, view v, view out, view dout, const float *l
             load_rows(sl.dout, dout, bh, &sl, a.H, 1.0f);
             load_keys(sl.k, sl.kt, k, bh, &sl, a.H);
             load_keys(sl.v, sl.vt, v, bh, &sl, a.H);
-            attn_bwd_slice(&a, &sl, bh, out, lse + bh * L, dq);
+            attn_bwd_slice(&a, &sl, bh, out, lse + bh * L, dq, ends);
             store_rows(dk, bh, a.H, 0, L, sl.dk, sl.Dp, D, 1.0f);
             store_rows(dv, bh, a.H, 0, L, sl.dv, sl.Dp, D, 1.0f);
         }
         free(buf);
     }
+    free(ends);
     return failed;
 }

@@ -28,15 +28,28 @@ def compute_totals(frame: pd.DataFrame) -> dict[str, dict[str, float]]:
 
 
 def compute_text(frame: pd.DataFrame) -> str | None:
-    """One sentence: FLOPs spent against the full plan, and the share saved; None if not recorded."""
+    """One sentence: FLOPs spent against the full plan, and what saved the difference; None if not recorded."""
     total = compute_totals(frame).get("all")
     if not total or not total["full_plan"] or not math.isfinite(total["spent"]):
         return None
     share = total["spent"] / total["full_plan"]
-    saved = (f"successive halving saved {1 - share:.0%}" if share < 1
-             else "nothing was saved (every trial ran to full length, cooldown branches on top)")
     return (f"compute: {total['spent']:.3g} FLOPs spent against {total['full_plan']:.3g} to train every planned "
-            f"trial to full length ({share:.0%}; {saved})")
+            f"trial to full length ({share:.0%}; {_what_saved(frame, share)})")
+
+
+def _what_saved(frame: pd.DataFrame, share: float) -> str:
+    """Credit a saving only to what the trials show: halving (they carry a rung) or pruning (PRUNED
+    trials); otherwise it is only a shortfall (failed trials; trials resumed before a version that
+    counted every claim recorded only their last one)."""
+    if share > 1:
+        return "nothing was saved (every trial ran to full length, cooldown branches on top)"
+    if share == 1:
+        return "every trial ran to full length"
+    if "rung" in frame.columns and pd.to_numeric(frame["rung"], errors="coerce").notna().any():
+        return f"successive halving saved {1 - share:.0%}"
+    if "state" in frame.columns and (frame["state"] == "PRUNED").any():
+        return f"pruning saved {1 - share:.0%}"
+    return f"{1 - share:.0%} not recorded as spent: nothing was pruned, so failed or partly recorded trials"
 
 
 def compute_rows(frame: pd.DataFrame) -> list[list[Any]]:

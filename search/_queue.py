@@ -383,11 +383,13 @@ class TrialQueue:
             trial.datetime_start = None
         return True
 
-    def requeue(self, claim: Claim, note: str = "interrupted") -> bool:
-        """Put a trial we own back to WAITING (Ctrl-C, shutdown): it keeps its number and params."""
-        return resilient(lambda: self._requeue(claim, note), "requeue")
+    def requeue(self, claim: Claim, note: str = "interrupted", attrs: dict[str, Any] | None = None) -> bool:
+        """Put a trial we own back to WAITING (Ctrl-C, shutdown): it keeps its number and params.
+        ``attrs`` may carry the claim's FLOPS_SPENT (what it trained before it stopped), added to the
+        trial's as a finished claim's is."""
+        return resilient(lambda: self._requeue(claim, note, attrs or {}), "requeue")
 
-    def _requeue(self, claim: Claim, note: str) -> bool:
+    def _requeue(self, claim: Claim, note: str, attrs: dict[str, Any]) -> bool:
         with session_scope(self.storage) as s:
             if not self._owned(s, claim):
                 return False
@@ -396,7 +398,7 @@ class TrialQueue:
             ).scalars().one()
             trial.state = TrialState.WAITING
             trial.datetime_start = None
-            _set_attrs(s, claim.trial_id, {"state_note": f"requeued: {note}"})
+            _set_attrs(s, claim.trial_id, {**_add_flops(s, claim.trial_id, attrs), "state_note": f"requeued: {note}"})
         return True
 
     def requeue_running(self, predicate: Callable[[dict[str, Any]], bool]) -> int:
@@ -646,15 +648,15 @@ class TrialQueue:
             rows += newer[0]
             values.update(newer[1])
             attrs.update(newer[2])
-            gone = sorted(c.live - {tid for tid, _, state in rows if state in live_states})
+            gone = sorted(c.live - {tid for tid, _, state, _ in rows if state in live_states})
             for i in range(0, len(gone), 500):  # finished since the last call
                 more = read(T.trial_id.in_(gone[i:i + 500]))
                 rows += more[0]
                 values.update(more[1])
                 attrs.update(more[2])
         live = []
-        for tid, num, state in {r[0]: r for r in rows}.values():  # a live trial may also be "newer"
-            light = _LightTrial(tid, num, state, values.get(tid), attrs.get(tid, {}))
+        for tid, num, state, started in {r[0]: r for r in rows}.values():  # a live trial may also be "newer"
+            light = _LightTrial(tid, num, state, values.get(tid), attrs.get(tid, {}), started)
             if state in live_states:
                 live.append(light)
             elif tid not in c.final:

@@ -5,6 +5,7 @@ the cache, its lock and the database reads; this module holds no state of its ow
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import math
 import time
@@ -44,6 +45,7 @@ class PlanStatus:
     retries: int = 0
     whole_gpu_waiting: int = 0  # WAITING trials only a worker with a whole GPU may claim
     held: int = 0  # WAITING trials held at a successive-halving rung until its decision
+    running_since: list[dt.datetime] = field(default_factory=list)  # when each RUNNING trial was claimed
     details: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -62,6 +64,7 @@ class _LightTrial:
     state: TrialState
     value: float | None
     user_attrs: dict[str, Any]
+    started: dt.datetime | None = None  # the current claim's start (RUNNING trials)
 
 
 class _Trials(Sequence[_LightTrial]):
@@ -92,9 +95,11 @@ class _CompletedValues:
 
 
 def _read_light(s: Any, study_id: int, cond: Any) -> tuple[list[Any], dict[int, float], dict[int, dict[str, Any]]]:
-    """(trial_id, number, state) rows, values and bookkeeping attrs of the study's trials matching `cond`."""
+    """(trial_id, number, state, datetime_start) rows, values and bookkeeping attrs of the study's
+    trials matching `cond`."""
     T = m.TrialModel
-    rows = s.execute(sa.select(T.trial_id, T.number, T.state).where(T.study_id == study_id, cond)).all()
+    started = T.__table__.c.datetime_start  # the column (Optuna's model types the attribute loosely)
+    rows = s.execute(sa.select(T.trial_id, T.number, T.state, started).where(T.study_id == study_id, cond)).all()
     values = dict(s.execute(
         sa.select(m.TrialValueModel.trial_id, m.TrialValueModel.value)
         .join(T, T.trial_id == m.TrialValueModel.trial_id)
@@ -134,6 +139,7 @@ def _count_slot(st: PlanStatus, ts: list[_LightTrial], confirm_open: bool, retry
     OOM on a shared GPU; `confirm_open` is a phase-3 slot no architecture was ranked for."""
     if any(t.state in (TrialState.RUNNING, TrialState.WAITING) for t in ts):
         st.running += sum(t.state == TrialState.RUNNING for t in ts)
+        st.running_since += [t.started for t in ts if t.state == TrialState.RUNNING and t.started is not None]
         st.waiting += sum(t.state == TrialState.WAITING for t in ts)
         st.whole_gpu_waiting += sum(
             t.state == TrialState.WAITING and bool(t.user_attrs.get(WHOLE_GPU_KEY)) for t in ts

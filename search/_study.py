@@ -198,7 +198,7 @@ def prepare_settings(
     confirm: int = _default("confirm"), confirm_seeds: int = _default("seeds"),
     schedule: str = _default("schedule"), cooldown: float = _default("cooldown"), eta: int = _default("eta"),
     min_fraction: str = _default("min_fraction"), ladder_below: Sequence[str] = (),
-    baselines: bool = _default("baselines"),
+    baselines: bool = _default("baselines"), compile_models: bool = _default("compile"),
 ) -> StudySettings:
     """Validate everything and compute the grid and plan, touching no database.
 
@@ -208,7 +208,8 @@ def prepare_settings(
     confirm_seeds: retrain the `confirm` best architectures with `confirm_seeds` seeds; schedule,
     cooldown, eta, min_fraction: stored in the options under wsd / halving; ladder_below: the smaller
     budgets' studies of a --ladder, smallest first (search/_ladder.py fills this plan from theirs);
-    baselines: also train the shapes of search/_baselines.py's rules with the confirmation seeds.
+    baselines: also train the shapes of search/_baselines.py's rules with the confirmation seeds;
+    compile_models: every trial's model is compiled (``torch.compile``; stored only when on).
     """
     check_experiment(experiment)
     pins = _normalise_pins(pins or {})
@@ -222,7 +223,8 @@ def prepare_settings(
         "horizon": horizon, "threshold": threshold, "quick": quick, "seed": seed, **scalars,
         **_training_options(paired_seeds, confirm, confirm_seeds, schedule, cooldown, halving),
         **({"ladder": {"below": list(ladder_below)}} if ladder_below else {}),
-        **({"baselines": list(rules)} if rules else {})}
+        **({"baselines": list(rules)} if rules else {}),
+        **({"compile": True} if compile_models else {})}
     spec, info = _data_and_info(fam, data, options, scalars, choices)
     rows = _rows(fam, info, choices, pins, label, value, tolerance)
     space, study_params = _space(fam, quick, dict(fixed_params or {}), paired_seeds)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -172,6 +173,32 @@ def test_fused_attention_equals_the_tensor_path(
     for got, want in zip(fused, plain, strict=True):
         # Float rounding only: the kernel sums in another order and computes its own exp.
         assert torch.allclose(got, want, rtol=1e-5, atol=2e-6), (got - want).abs().max()
+
+
+def _block_causal(steps: int, per_step: int) -> torch.Tensor:
+    from archhpo.models._blocks import _sdpa_mask
+    from archhpo.models.signal import block_causal_mask
+
+    return _sdpa_mask(block_causal_mask(steps, per_step), None, torch.float32)  # as the layers pass it
+
+
+@needs_kernels
+@pytest.mark.parametrize(("name", "make", "b", "n"), [
+    ("causal 159 (the signal encoders)", lambda: _block_causal(159, 1), 2, 159),
+    ("block-causal 23 x 4 (cat)", lambda: _block_causal(23, 4), 2, 92),
+    ("causal, shorter than a block", lambda: _block_causal(5, 1), 2, 5),
+    ("causal + per-sample padding", lambda: _masks(3, 70)["both"], 3, 70),
+])
+def test_masked_keys_are_skipped_without_changing_a_bit(name: str, make: Any, b: int, n: int) -> None:
+    # Keys hidden (-inf) from a whole block of query rows are not computed: their probability is
+    # exactly 0. A mask of -1e30 hides the same keys (probability 0 too) but is computed in full:
+    # output and gradients must agree bit for bit (signs of zero included).
+    mask = make()
+    qkv = _qkv(b, 4, n, 16)
+    skipped = _attention_and_grads(qkv, mask, 0.1)
+    computed = _attention_and_grads(qkv, mask.masked_fill(mask == float("-inf"), -1e30), 0.1)
+    for got, want in zip(skipped, computed, strict=True):
+        assert torch.equal(got.view(torch.int32), want.view(torch.int32)), name
 
 
 @needs_kernels

@@ -102,7 +102,7 @@ def test_a_study_runs_in_parts_across_machines(tmp_path: Path) -> None:
     """README "A study longer than one machine's lease": SIGTERM stops `run` as Ctrl-C does (exit
     130, no trial left RUNNING); a `.backup` copy of the database and the checkpoint folder, moved
     elsewhere, resume with the same command: every slot finishes once and the interrupted trial
-    resumes from its checkpointed epoch instead of starting over."""
+    resumes from the step where the cancel stopped it, its compute counted once."""
     def args(home: Path) -> list[str]:
         return ["run", "--experiment", "stop", "--budget", "200K", "--trials", "6", "--quick",
                 "--data", "synthetic:steps=3000", "--workers", "2", "--storage", f"sqlite:///{home / 'study.db'}",
@@ -131,4 +131,7 @@ def test_a_study_runs_in_parts_across_machines(tmp_path: Path) -> None:
     study = optuna.load_study(study_name="stop_200K", storage=f"sqlite:///{second / 'study.db'}")
     slots = [t.user_attrs["plan_slot"] for t in study.trials]
     assert sorted(slots) == list(range(6)) and all(t.state.is_finished() for t in study.trials)
-    assert any(t.user_attrs.get("resumed_from_epoch", 0) >= 1 for t in study.trials), res.stderr
+    resumed = [t for t in study.trials if "resumed_from_step" in t.user_attrs]
+    assert resumed and all(t.user_attrs["resumed_from_epoch"] >= 1 for t in resumed), res.stderr
+    # Saved where the cancel stopped it (through Ray too): nothing was trained twice, all was counted.
+    assert all(t.user_attrs["flops_spent"] == t.user_attrs["train_flops"] for t in resumed)

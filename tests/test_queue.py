@@ -223,3 +223,27 @@ def test_status_waits_for_the_cache_lock_that_upkeep_holds(storage_url: str) -> 
         assert reader.is_alive() and got == []  # waiting for the lock, not reading a changing cache
     reader.join(timeout=60)
     assert got == [expected]
+
+
+def test_the_eta_counts_down_with_the_running_trials(storage_url: str) -> None:
+    """`run`'s ETA: trials not yet final at the mean duration, less what the running ones have done
+    (each up to the mean), over the workers. It used to stand still between two finishes (for an
+    hour in a study of hour-long trials)."""
+    import datetime as dt
+
+    from archhpo.cluster._run import eta_s
+    from archhpo.search import PlanStatus
+
+    q = _launch(storage_url)
+    before = dt.datetime.now()
+    c = q.claim(WORKER)
+    (started,) = q.status().running_since
+    assert before - dt.timedelta(seconds=1) <= started <= dt.datetime.now(), "the claim's start time"
+    now = dt.datetime(2026, 1, 1, 12, 0, 0)
+    st = PlanStatus(total=10, final=4, mean_duration_s=100.0,
+                    running_since=[now - dt.timedelta(seconds=30), now - dt.timedelta(seconds=500)])
+    assert eta_s({"a": st}, workers=2, now=now) == (6 * 100 - 30 - 100) / 2, "a late trial counts as one mean"
+    assert eta_s({"a": st}, workers=2, now=now + dt.timedelta(seconds=40)) == (600 - 70 - 100) / 2
+    assert eta_s({"a": PlanStatus(total=3, final=0)}, workers=2) is None, "nothing finished: no estimate"
+    assert eta_s({"a": PlanStatus(total=3, final=3)}, workers=2) == 0.0
+    assert q.requeue(c, "test") and q.status().running_since == []

@@ -249,9 +249,25 @@ def test_the_compute_line_adds_spent_flops_against_one_full_training_per_slot() 
 
     frame = pd.DataFrame({
         "budget": ["1M", "1M", "1M", "2M"], "plan_slot": [0, 1, 1, 0],  # slot 1 of 1M: a retry, one slot
-        "flops_spent": [10.0, 20.0, 5.0, 40.0], "flops_full": [90.0, 90.0, 90.0, 100.0],
+        "flops_spent": [10.0, 20.0, 5.0, 40.0], "flops_full": [90.0, 90.0, 90.0, 100.0], "rung": [0, 1, 1, 2],
+        "state": ["PRUNED", "COMPLETE", "COMPLETE", "COMPLETE"],
     })
     assert compute_text(frame) == ("compute: 75 FLOPs spent against 280 to train every planned trial to full "
                                    "length (27%; successive halving saved 73%)")
     assert compute_rows(frame) == [["1M", "35", "180", "19%"], ["2M", "40", "100", "40%"], ["all", "75", "280", "27%"]]
     assert compute_text(frame.drop(columns=["flops_spent", "flops_full"])) is None
+
+
+def test_the_compute_line_credits_a_saving_only_to_what_made_it() -> None:
+    import pandas as pd
+
+    from archhpo.report._compute import compute_text
+
+    frame = pd.DataFrame({"budget": ["1M", "1M"], "plan_slot": [0, 1], "flops_spent": [30.0, 100.0],
+                          "flops_full": [100.0, 100.0], "rung": [None, None], "state": ["PRUNED", "COMPLETE"]})
+    assert compute_text(frame).endswith("(65%; pruning saved 35%)"), "the median pruner, not halving"
+    unpruned = frame.assign(state=["COMPLETE", "COMPLETE"])
+    assert compute_text(unpruned).endswith(
+        "(65%; 35% not recorded as spent: nothing was pruned, so failed or partly recorded trials)")
+    whole = frame.assign(flops_spent=[100.0, 100.0], state=["COMPLETE", "COMPLETE"])
+    assert compute_text(whole).endswith("(100%; every trial ran to full length)")

@@ -181,6 +181,8 @@ def build_trial(
         before_build(cfg, tcfg, data)
     torch.manual_seed(seeds.init)  # right before building: the weights depend on nothing else
     model = fam.build(cfg).to(device)
+    if spec.options.get("compile"):
+        model.compile()  # in place: its state_dict keys (checkpoints) are the eager model's
     return BuiltTrial(
         model=model, data=data, train_config=tcfg, seeds=seeds, config=cfg, family=fam, baseline_loss=baseline,
         flops_per_sample=int(fam.flops_per_sample(cfg)) if fam.flops_per_sample is not None else None,

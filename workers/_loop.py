@@ -64,7 +64,7 @@ class QueueLike(Protocol):
     def heartbeat(self, claim: Any) -> bool | None: ...  # False: the trial is no longer ours
     def report(self, claim: Any, step: int, value: float) -> bool: ...  # may raise TrialLost
     def finish(self, claim: Any, state: TrialState, value: float | None, attrs: dict[str, Any]) -> bool: ...
-    def requeue(self, claim: Any, note: str = ...) -> bool: ...
+    def requeue(self, claim: Any, note: str = ..., attrs: dict[str, Any] | None = ...) -> bool: ...
     # Successive halving only (a claim with `rungs` and `park`): hold the trial at its rung.
     def park(self, claim: Any, score: float, attrs: dict[str, Any]) -> bool: ...
 
@@ -125,6 +125,7 @@ class _TrialRun:
     outcome: str = "finish"  # finish | park (held at a rung) | requeue (stopped) | lost | unhealthy
     best: float = float("inf")
     start: float = field(default_factory=time.perf_counter)
+    prior_s: float = 0.0  # wall time of the earlier claims the resumed checkpoint carries
     rung_scores: list[float] = field(default_factory=list)  # successive halving: scores so far
     branch_epochs: list[float] = field(default_factory=list)
     branch_samples: int = 0  # trained by this claim's cooldown branches (they count as compute)
@@ -135,6 +136,10 @@ class _TrialRun:
 
     def should_stop(self, stop_event: threading.Event) -> bool:
         return stop_event.is_set() or self.beat.lost.is_set()
+
+    def elapsed_s(self) -> float:
+        """The trial's wall time so far, over every claim that trained the state it goes on from."""
+        return self.prior_s + time.perf_counter() - self.start
 
 
 def _atomic_save(obj: dict[str, Any], path: Path) -> None:
@@ -371,7 +376,7 @@ class Worker:
             on_device = tensor_bytes(*data.train_inputs, data.train_target, *data.val_inputs, data.val_target)
             shape = trial_shape(family, cfg, run.claim.arch, min(int(tcfg.batch_size), data.n_train),
                                 min(int(tcfg.eval_batch_size), max(1, data.n_val)),
-                                on_device if self.device.type == "cuda" else 0)
+                                on_device if self.device.type == "cuda" else 0, bool(spec.options.get("compile")))
             need = estimate_training_bytes(shape, self.device.type)
             run.attrs[Attr.MEMORY_ESTIMATE_GIB] = round(need / 2**30, 3)
             check_fits(need, self.device, f"Trial {run.claim.number} ({shape.param_count:,} params)",
@@ -393,10 +398,7 @@ class Worker:
         ckpt = self._checkpoint_path(queue, claim)
         resume = self._load_resume(queue, claim)
         if resume is not None:
-            run.attrs[Attr.RESUMED_FROM_EPOCH] = int(resume["epoch"])
-            for h in resume["history"]:  # the retry carries the dead attempt's curve
-                queue.report(claim, int(h["epoch"]), float(h["val_loss"]))
-                run.best = min(run.best, float(h["val_loss"]))
+            _resumed(run, resume)
         rungs, until = _rung_plan(run, resume)
 
         def on_eval(epoch: int, val: float) -> None:
@@ -405,13 +407,14 @@ class Worker:
                 raise StopTraining(epoch)
 
         def save(st: dict[str, Any]) -> None:
-            if ckpt is None or run.should_stop(self.stop_event):
+            if ckpt is None or run.beat.lost.is_set():
                 return  # a fenced-out attempt never writes again
-            if st["epoch"] % self.checkpoint_every and st["epoch"] not in rungs:  # a rung's state is kept
+            # A rung's state is kept, and so is a stop's (it resumes between the two steps).
+            if st["epoch"] % self.checkpoint_every and st["epoch"] not in rungs and "partial" not in st:
                 return
             _atomic_save({"params": claim.params, "arch": claim.arch, "attempt": int(claim.attempt),
                           "trial_number": claim.number, "pid": os.getpid(), "rung_scores": run.rung_scores,
-                          "branch_epochs": run.branch_epochs, **st}, ckpt)
+                          "branch_epochs": run.branch_epochs, "elapsed_s": run.elapsed_s(), **st}, ckpt)
 
         fam, score = built.family, _rung_scorer(run, built)
         try:
@@ -419,7 +422,7 @@ class Worker:
                            on_eval=on_eval, checkpoint=save if ckpt is not None else None, resume=resume,
                            should_stop=lambda: run.should_stop(self.stop_event),
                            rungs=rungs, on_rung=score, until=until)
-            samples, seconds = result.samples, result.train_s
+            samples, seconds, path = result.samples, result.train_s, result.path_samples(built.data.n_train)
             if until is not None:  # held at this claim's rung
                 if len(run.rung_scores) == claim.rung and resume is not None:  # killed before it was held
                     score(int(resume["epoch"]), float(resume["history"][-1]["val_loss"]), resume)
@@ -432,7 +435,11 @@ class Worker:
             run.state, run.value = TrialState.PRUNED, run.best
             run.attrs[Attr.PRUNED_AT_EPOCH] = stop.args[0]
             samples, seconds = int(getattr(stop, "samples", 0)), float(getattr(stop, "seconds", 0.0))
-        run.attrs.update(self._throughput(built, samples, seconds))
+            path = int(stop.args[0]) * built.data.n_train
+        except TrialStopped as stop:  # given back: what this claim trained is spent all the same
+            _record_spent(run, built, int(getattr(stop, "samples", 0)))
+            raise
+        run.attrs.update(self._throughput(built, samples, seconds, path))
         _record_rungs(run, built, samples)
 
     def _classify_failure(self, run: _TrialRun, exc: Exception) -> None:
@@ -474,14 +481,15 @@ class Worker:
         if run.outcome in ("requeue", "unhealthy"):
             why = (self.unhealthy if run.outcome == "unhealthy" else
                    signal.Signals(self.signal_received).name if self.signal_received else "worker stopped")
-            if queue.requeue(claim, str(why)[:500]):  # same attempt: nothing is spent
+            spent = {k: run.attrs[k] for k in (Attr.FLOPS_SPENT,) if k in run.attrs}
+            if queue.requeue(claim, str(why)[:500], spent):  # same attempt; its compute is counted
                 summary.requeued += 1
                 log.warning("trial %s given back to the queue (%s)", claim.number, why)
             else:
                 summary.lost += 1
             return
         attrs = run.attrs
-        attrs[Attr.DURATION_S] = round(time.perf_counter() - run.start, 3)
+        attrs[Attr.DURATION_S] = round(run.elapsed_s(), 3)
         attrs.update(_device.peak_memory_attrs(self.device))
         if run.outcome == "park":
             if not queue.park(claim, float(run.value), attrs):  # type: ignore[arg-type]
@@ -504,20 +512,36 @@ class Worker:
         else:
             summary.failed += 1
 
-    def _throughput(self, built: BuiltTrial, samples: int, seconds: float) -> dict[str, Any]:
+    def _throughput(self, built: BuiltTrial, samples: int, seconds: float, path: int) -> dict[str, Any]:
+        """This claim's speed (samples/s, MFU: what it trained in its training time) and the trial's
+        training compute (train_flops: every sample the model trained on since epoch 1, whichever
+        claims trained them, so a resumed trial counts as an uninterrupted one)."""
         out: dict[str, Any] = {}
         if seconds > 0:
             out["samples_per_s"] = round(samples / seconds, 1)
         if built.flops_per_sample is not None:
-            out["train_flops"] = int(built.flops_per_sample) * int(samples)
+            out["train_flops"] = int(built.flops_per_sample) * int(path)
             if self.device.type == "cuda":
-                value = _device.mfu(out["train_flops"], seconds, self.device, share=self._gpu_share())
+                value = _device.mfu(int(built.flops_per_sample) * int(samples), seconds, self.device,
+                                    share=self._gpu_share())
                 if value is not None:
                     out["mfu"] = round(float(value), 4)
         return out
 
 
 # ---------------------------------------------------------------------------- successive halving
+def _resumed(run: _TrialRun, resume: dict[str, Any]) -> None:
+    """A claim going on from a checkpoint: where from, the earlier claims' time, their curve."""
+    run.attrs[Attr.RESUMED_FROM_EPOCH] = int(resume["epoch"])
+    partial = resume.get("partial")
+    if partial is not None:
+        run.attrs[Attr.RESUMED_FROM_STEP] = int(partial["steps"])
+    run.prior_s = float(resume.get("elapsed_s", 0.0))
+    for h in resume["history"]:  # the retry carries the dead attempt's curve
+        run.queue.report(run.claim, int(h["epoch"]), float(h["val_loss"]))
+        run.best = min(run.best, float(h["val_loss"]))
+
+
 def _rung_plan(run: _TrialRun, resume: dict[str, Any] | None) -> tuple[list[int], int | None]:
     """The epochs this claim scores as rungs and the epoch it stops after to be held at its rung;
     ([], None) for a study that does not halve, or a trial at its last rung (full length)."""
@@ -558,11 +582,16 @@ def _rung_scorer(run: _TrialRun, built: BuiltTrial) -> Any:
     return score
 
 
+def _record_spent(run: _TrialRun, built: BuiltTrial, samples: int) -> None:
+    """This claim's FLOPs: its training and its cooldown branches (the queue adds earlier claims')."""
+    if built.flops_per_sample is not None:
+        run.attrs[Attr.FLOPS_SPENT] = int(built.flops_per_sample) * (int(samples) + run.branch_samples)
+
+
 def _record_rungs(run: _TrialRun, built: BuiltTrial, samples: int) -> None:
     """This claim's FLOPs (training and branches; the queue adds the trial's earlier claims) and,
     under halving, the rungs of a trial finished at full length."""
-    if built.flops_per_sample is not None:
-        run.attrs[Attr.FLOPS_SPENT] = int(built.flops_per_sample) * (int(samples) + run.branch_samples)
+    _record_spent(run, built, samples)
     rungs: list[int] | None = getattr(run.claim, "rungs", None)
     if not rungs:
         return

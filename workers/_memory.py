@@ -74,22 +74,24 @@ class TrialShape:
     n_heads: int
     d_ff: int
     data_bytes: int = 0  # the dataset held on the device
+    compiled: bool = False  # torch.compile traces PyTorch's own dropout: CPU keeps its attention maps
 
 
 def trial_shape(family: Any, cfg: Any, arch: dict[str, Any], batch_size: int, eval_batch_size: int,
-                data_bytes: int = 0) -> TrialShape:
+                data_bytes: int = 0, compiled: bool = False) -> TrialShape:
     tokens = int(family.tokens(cfg)) if family.tokens else 64
     sequences = int(family.sequences(cfg)) if getattr(family, "sequences", None) else 1
     return TrialShape(int(arch["param_count"]), int(batch_size), int(eval_batch_size), tokens, max(1, sequences),
                       int(arch["d_model"]), int(arch["n_layers"]), int(arch["n_heads"]), int(arch["d_ff"]),
-                      int(data_bytes))
+                      int(data_bytes), compiled)
 
 
-def _cpu_train_maps() -> int:
-    """Attention maps per layer that CPU training keeps for backward (see the module docstring)."""
+def _cpu_train_maps(compiled: bool) -> int:
+    """Attention maps per layer that CPU training keeps for backward (see the module docstring); a
+    compiled model cannot call the kernels, so it is counted as their tensor path is."""
     from archhpo.models._cpu_kernels import lib  # builds the kernels on first use (about a second)
 
-    return 0 if lib() is not None else TRAIN_MAPS_CPU
+    return 0 if lib() is not None and not compiled else TRAIN_MAPS_CPU
 
 
 def estimate_training_bytes(shape: TrialShape, device_type: str = "cuda") -> int:
@@ -101,7 +103,7 @@ def estimate_training_bytes(shape: TrialShape, device_type: str = "cuda") -> int
     map_floats = shape.n_heads * shape.sequences * seq * seq  # one attention map of one sample
     per_token = ACT_FLOATS_D * shape.d_model + ACT_FLOATS_FF * shape.d_ff
     train = shape.batch_size * shape.n_layers * (
-        shape.tokens * per_token * act + (0 if cuda else _cpu_train_maps()) * map_floats * 4)
+        shape.tokens * per_token * act + (0 if cuda else _cpu_train_maps(shape.compiled)) * map_floats * 4)
     evaluate = shape.eval_batch_size * (  # one layer alive at a time under no_grad
         shape.tokens * (4 * shape.d_model + shape.d_ff) * act + (0 if cuda else EVAL_MAPS_CPU) * map_floats * 4)
     fixed = 0 if cuda else CPU_ALLOWANCE_BYTES  # a GPU process's context: CUDA_CONTEXT_BYTES, by placement

@@ -67,6 +67,10 @@ class TrainResult:
     samples: int = 0  # training samples processed by this call (a resumed run counts its own)
     train_s: float = 0.0  # seconds in training steps only (not validation, checkpoints, database calls)
 
+    def path_samples(self, n_train: int) -> int:
+        """The samples the model has trained on since epoch 1, whichever calls trained them."""
+        return self.epochs_run * n_train
+
 
 def trial_seed(study_seed: int, slot: int) -> int:
     """The torch seed of a planned trial: the worker and `archhpo train --from` must agree, or a
@@ -138,6 +142,12 @@ class _Run:
     history: list[dict[str, float]] = field(default_factory=list)
     train_loss: float = math.nan
     first: int = 1  # the first epoch this call trains
+    samples: int = 0  # trained by this call
+    # The epoch in progress, so that a stop between two of its steps can be saved and resumed there:
+    epoch_gen: torch.Tensor | None = None  # the batch-order generator at the epoch's start
+    steps_done: int = 0  # its batches trained so far
+    loss_sum: torch.Tensor | None = None  # their summed loss (the epoch's mean training loss needs it)
+    skip: int = 0  # a run resumed between two steps: batches of its first epoch already trained
 
     def state(self, epoch: int) -> dict[str, Any]:
         # The global RNG (dropout) is saved too: a resumed run repeats an uninterrupted one bit for bit.
@@ -148,6 +158,19 @@ class _Run:
             "train_loss": self.train_loss, "torch_rng": torch.get_rng_state(),
             **({"cuda_rng": torch.cuda.get_rng_state()} if self.autocast else {}),
         }
+
+    def stopped_state(self, epoch: int) -> dict[str, Any]:
+        """The state between two steps of `epoch`: the last whole epoch, the model, optimiser,
+        schedule and RNG as they are now, and where in `epoch` it stopped (`partial`). Resumed, it
+        trains the rest of `epoch` in the same order, so a stopped run loses no step and repeats an
+        uninterrupted one bit for bit. The generator is the epoch's start: resuming redraws the
+        epoch's batch order from it."""
+        st = self.state(epoch - 1)
+        if self.epoch_gen is not None:
+            st["generator"] = self.epoch_gen
+        loss_sum = self.loss_sum.detach().clone() if self.loss_sum is not None else None
+        st["partial"] = {"steps": self.steps_done if loss_sum is not None else 0, "loss_sum": loss_sum}
+        return st
 
 
 def _start(model: nn.Module, data: TensorDataset, cfg: TrainConfig, resume: dict[str, Any] | None) -> _Run:
@@ -177,6 +200,9 @@ def _start(model: nn.Module, data: TensorDataset, cfg: TrainConfig, resume: dict
     run.best, run.best_epoch, run.best_metrics = resume["best"], resume["best_epoch"], resume["best_metrics"]
     run.history, run.train_loss = list(resume["history"]), resume["train_loss"]
     run.first = int(resume["epoch"]) + 1
+    partial = resume.get("partial")
+    if partial is not None and partial["loss_sum"] is not None:  # stopped between two steps of epoch `first`
+        run.skip, run.loss_sum = int(partial["steps"]), partial["loss_sum"].to(device)
     return run
 
 
@@ -188,10 +214,14 @@ def _train_epoch(run: _Run, data: TensorDataset, loss_fn: Callable[[torch.Tensor
     device = next(model.parameters()).device
     extra = getattr(model, "extra_loss", None)
     model.train()
+    run.epoch_gen = run.gen.get_state()
     perm = torch.randperm(data.n_train, device=device, generator=run.gen)
-    loss_sum = torch.zeros((), device=device)
+    skip, run.skip = run.skip, 0
+    loss_sum = run.loss_sum if skip and run.loss_sum is not None else torch.zeros((), device=device)
+    run.loss_sum = loss_sum  # summed in place below: a stop saves a copy
     n = data.n_train if max_steps is None else min(data.n_train, max_steps * cfg.batch_size)
-    for i in range(0, n, cfg.batch_size):
+    for i in range(skip * cfg.batch_size, n, cfg.batch_size):
+        run.steps_done = i // cfg.batch_size
         check_stop()
         idx = perm[i : i + cfg.batch_size]
         inputs = tuple(t[idx] for t in data.train_inputs)
@@ -204,6 +234,8 @@ def _train_epoch(run: _Run, data: TensorDataset, loss_fn: Callable[[torch.Tensor
         opt.step()
         run.sched.step()
         loss_sum += loss.detach() * idx.numel()
+        run.samples += idx.numel()
+    run.steps_done = math.ceil(n / cfg.batch_size)
     # One host sync per epoch: a NaN anywhere in the epoch poisons the sum.
     train_loss = float(loss_sum) / n
     if not math.isfinite(train_loss):
@@ -263,12 +295,13 @@ def train(
 ) -> TrainResult:
     """Train in place; `data` must already be on the model's device.
 
-    ``checkpoint(state)``: after every validated epoch, with everything needed to go on;
-    ``resume=state`` continues from such a state (a retry where it died; a constant-rate WSD run
-    into its cooldown). ``should_stop()``: asked before every step and validation (a Python flag,
-    no device sync); True raises TrialStopped (a worker stopped or fenced out). ``rungs``: epochs
-    always validated, where ``on_rung(epoch, val, state)`` scores a successive-halving rung before
-    the checkpoint; ``until``: stop after that epoch, the schedule still that of ``cfg.epochs``.
+    ``checkpoint(state)``: after every validated epoch, and when a stop ends the run between two
+    steps (``_Run.stopped_state``); ``resume=state`` goes on from such a state (a retry where it
+    died, a stopped run where it stopped, a constant-rate WSD run into its cooldown).
+    ``should_stop()``: asked before every step and validation (a Python flag, no device sync); True
+    raises TrialStopped (a worker stopped or fenced out) with ``samples``, what this call trained.
+    ``rungs``: epochs always validated, where ``on_rung(epoch, val, state)`` scores a halving rung
+    before the checkpoint; ``until``: stop after that epoch, the schedule still that of ``cfg.epochs``.
     """
     run = _start(model, data, cfg, resume)
     hooks = _Hooks(on_eval, checkpoint, rungs, on_rung)
@@ -277,7 +310,7 @@ def train(
 
     def check_stop() -> None:
         if should_stop is not None and should_stop():
-            raise TrialStopped(f"training stopped in epoch {epoch}")
+            _stop(run, epoch, checkpoint)
 
     last = cfg.epochs if until is None else min(until, cfg.epochs)
     for epoch in range(first, last + 1):
@@ -288,14 +321,22 @@ def train(
             continue
         check_stop()
         val = _validate(run, data, loss_fn, metrics_fn, cfg, epoch)
-        hooks.validated(run, epoch, val, (epoch - first + 1) * data.n_train, train_s)
+        hooks.validated(run, epoch, val, run.samples, train_s)
     duration = time.perf_counter() - start
-    samples = (epoch - first + 1) * data.n_train
     return TrainResult(
         best_val_loss=run.best, train_loss=run.train_loss, epochs_run=epoch, best_epoch=run.best_epoch,
-        duration_s=duration, samples_per_s=samples / max(train_s, 1e-9), metrics=run.best_metrics,
-        history=run.history, samples=samples, train_s=train_s,
+        duration_s=duration, samples_per_s=run.samples / max(train_s, 1e-9), metrics=run.best_metrics,
+        history=run.history, samples=run.samples, train_s=train_s,
     )
+
+
+def _stop(run: _Run, epoch: int, checkpoint: Callable[[dict[str, Any]], None] | None) -> None:
+    """End the run between two steps of `epoch`: save where it stopped, then raise TrialStopped."""
+    if checkpoint is not None:
+        checkpoint(run.stopped_state(epoch))
+    stop = TrialStopped(f"training stopped in epoch {epoch}")
+    stop.samples = run.samples  # type: ignore[attr-defined]
+    raise stop
 
 
 @dataclass

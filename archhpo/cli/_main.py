@@ -156,7 +156,7 @@ def _settings_from_args(args: argparse.Namespace, budget: str | None, ladder_bel
         pins=_pins(args), fixed_params={k: getattr(args, k) for k in TRAINING_OPTIONS if getattr(args, k) is not None},
         paired_seeds=args.paired_seeds, confirm=args.confirm, confirm_seeds=args.seeds,
         schedule=args.schedule, cooldown=args.cooldown, eta=args.eta, min_fraction=args.min_fraction,
-        ladder_below=ladder_below, baselines=args.baselines,
+        ladder_below=ladder_below, baselines=args.baselines, compile_models=args.compile,
     )
 
 

@@ -46,8 +46,9 @@ def _options_from(args: argparse.Namespace, fam: Any, best: dict[str, Any] | Non
             options[key] = getattr(args, key)
     for key in ("horizon", "threshold", "seed"):
         options.setdefault(key, default(key))  # one definition: archhpo/_options.py
-    if getattr(args, "quick", False):
-        options["quick"] = True
+    for key in ("quick", "compile"):  # switches: a flag turns one on; a best JSON keeps its study's
+        if getattr(args, key, False):
+            options[key] = True
     schedule, cooldown = (getattr(args, k, None) for k in ("schedule", "cooldown"))
     schedule = schedule if schedule is not None else options.pop("schedule", default("schedule"))
     cooldown = cooldown if cooldown is not None else options.pop("cooldown", default("cooldown"))
