@@ -297,6 +297,10 @@ class RunOptions:
     refresh_s: float = 1.0
     local_gpus: int | None = None  # GPUs of a local Ray instance (default: detected; tests: logical)
     threads: int | None = None  # torch threads per worker (default: see worker_threads)
+    # On Ctrl-C or SIGTERM, how long the driver waits for its workers to save their trials where
+    # they stand (between two steps) before requeueing what is left: a large model's stop-time
+    # checkpoint takes tens of seconds to write, and the wait ends as soon as all have returned.
+    stop_wait_s: float = 120.0
 
 
 def _fmt_eta(seconds: float | None) -> str:
@@ -543,10 +547,14 @@ class _Pool:
         """Ctrl-C: cancel the tasks (each gives its trial back) and requeue what is left."""
         import ray
 
-        self.out.write("\nStopping workers; their running trials go back to the queue...\n")
+        self.out.write(f"\nStopping workers: each saves its trial where it stands and gives it back (waiting up "
+                       f"to {self.opts.stop_wait_s:g} s; Ctrl-C again stops waiting, never the requeue)...\n")
         for ref in self.refs:
             ray.cancel(ref)  # interrupts the task (as SIGINT): it gives its trial back and returns
-        ray.wait(self.refs, num_returns=len(self.refs), timeout=15)
+        try:
+            ray.wait(self.refs, num_returns=len(self.refs), timeout=self.opts.stop_wait_s)
+        except KeyboardInterrupt:  # an impatient second Ctrl-C (or SIGTERM) must not skip the requeue
+            self.out.write("Not waiting for the workers' saves; requeueing their trials now.\n")
         requeued = sum(q.requeue_running(lambda a: a.get("run_id") == self.run_id) for q in self.queues.values())
         export_studies(self.storage, self.names, self.opts.out_dir)
         self.out.write(f"Stopped; {requeued} trial(s) requeued by the driver. Run the same command to resume.\n")

@@ -184,3 +184,40 @@ def test_run_stops_on_sigterm_as_on_ctrl_c_and_restores_the_handlers() -> None:
     finally:
         signal.signal(signal.SIGTERM, before[0])
         signal.signal(signal.SIGINT, before[1])
+
+
+def test_a_second_ctrl_c_while_the_driver_waits_still_requeues_its_trials(
+    sqlite_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`run`'s Ctrl-C cancels the worker tasks and waits for their stop-time saves; a second Ctrl-C
+    (or a scheduler's repeated SIGTERM) during that wait ends the wait, not the requeue: the run's
+    own RUNNING trials go back to the queue, another run's stay claimed."""
+    import io
+
+    import ray
+
+    from archhpo.cluster._run import RunOptions, _Pool
+    from archhpo.search import open_storage
+
+    _launch(sqlite_url, "stop")
+    pool = _Pool(sqlite_url, ["stop_200K"], RunOptions(out_dir=tmp_path / "out", stop_wait_s=90.0),
+                 io.StringIO(), open_storage(sqlite_url, create=False))
+    queue = pool.queues["stop_200K"]
+    ours = queue.claim({"host": "test", "run_id": pool.run_id})
+    theirs = queue.claim({"host": "test", "run_id": "another-run"})
+    assert ours is not None and theirs is not None
+    waits: list[float] = []
+
+    def interrupted_wait(refs: list[object], num_returns: int, timeout: float) -> None:
+        waits.append(timeout)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(ray, "cancel", lambda ref: None)
+    monkeypatch.setattr(ray, "wait", interrupted_wait)
+    pool.refs = [object()]
+    pool.stop()
+    states = {t.number: t.state for t in _trials(sqlite_url, "stop_200K")}
+    assert waits == [90.0], "the driver waits stop_wait_s for the saves"
+    assert states[ours.number] == TrialState.WAITING, "requeued despite the second Ctrl-C"
+    assert states[theirs.number] == TrialState.RUNNING, "another run's trial is not ours to requeue"
+    assert "1 trial(s) requeued by the driver" in pool.out.getvalue()  # type: ignore[attr-defined]
