@@ -298,9 +298,11 @@ class RunOptions:
     local_gpus: int | None = None  # GPUs of a local Ray instance (default: detected; tests: logical)
     threads: int | None = None  # torch threads per worker (default: see worker_threads)
     # On Ctrl-C or SIGTERM, how long the driver waits for its workers to save their trials where
-    # they stand (between two steps) before requeueing what is left: a large model's stop-time
-    # checkpoint takes tens of seconds to write, and the wait ends as soon as all have returned.
-    stop_wait_s: float = 120.0
+    # they stand before it requeues what is left (the wait ends as soon as all have returned).
+    # 20 s keeps the requeue inside the 30 s a scheduler (Slurm, Kubernetes) usually gives before
+    # SIGKILL: a trial left RUNNING would be reaped as lost and spend an attempt. Raise it where
+    # the grace is longer and a large model's stop-time checkpoint takes longer to write.
+    stop_wait_s: float = float(os.environ.get("ARCHHPO_STOP_WAIT_S", "20"))
 
 
 def _fmt_eta(seconds: float | None) -> str:
