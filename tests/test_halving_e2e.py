@@ -113,6 +113,13 @@ def _outcome(url: str, name: str) -> tuple[Any, dict[int, tuple[str, float]]]:
     return study.user_attrs["archhpo_halving"], final
 
 
+def _states(url: str, name: str) -> list[tuple[Any, ...]]:
+    """Each trial's number, state, slot, attempt, rung, hold and note: what a hung study waits for."""
+    study = optuna.load_study(study_name=name, storage=url)
+    keys = ("plan_slot", "attempt", "rung", "rung_hold", "state_note")
+    return [(t.number, t.state.name, *(t.user_attrs.get(k) for k in keys)) for t in study.get_trials(deepcopy=False)]
+
+
 def _running(name: str, url: str) -> list[int]:
     trials = optuna.load_study(study_name=name, storage=url).get_trials(deepcopy=False)
     return [t.number for t in trials if t.state == TrialState.RUNNING]
@@ -187,7 +194,11 @@ def test_a_sigkilled_driver_changes_no_decision(tmp_path: Path) -> None:
     assert wait_for(held, timeout=240)
     driver.send_signal(signal.SIGKILL)
     driver.communicate(timeout=30)
-    res = run_cli(*args, cwd=tmp_path, env=FAST_REAP, timeout=600)
+    try:
+        res = run_cli(*args, cwd=tmp_path, env=FAST_REAP, timeout=600)
+    except subprocess.TimeoutExpired as hung:  # say what the study was waiting for
+        raise AssertionError(f"the restarted run hung; trials: {_states(url, 'd_100K')}; its stderr ends: "
+                             f"{(hung.stderr or b'')[-1500:]!r}") from hung
     assert res.returncode == 0, res.stderr[-2000:]
     decided, final = _outcome(url, "d_100K")
     assert (decided, final) == _outcome(plain, "p_100K")
