@@ -49,7 +49,7 @@ typecheck: install tree
 	cd build/typecheck && $(CURDIR)/$(PY) -m mypy --config-file $(CURDIR)/pyproject.toml
 
 test: install lint typecheck
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=15
 
 bench: install
 	$(PY) bench/trainer_throughput.py
