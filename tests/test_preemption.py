@@ -187,7 +187,7 @@ def test_run_stops_on_sigterm_as_on_ctrl_c_and_restores_the_handlers() -> None:
 
 
 def test_a_second_ctrl_c_while_the_driver_waits_still_requeues_its_trials(
-    sqlite_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    storage_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """`run`'s Ctrl-C cancels the worker tasks and waits for their stop-time saves; a second Ctrl-C
     (or a scheduler's repeated SIGTERM) during that wait ends the wait, not the requeue: the run's
@@ -199,9 +199,9 @@ def test_a_second_ctrl_c_while_the_driver_waits_still_requeues_its_trials(
     from archhpo.cluster._run import RunOptions, _Pool
     from archhpo.search import open_storage
 
-    _launch(sqlite_url, "stop")
-    pool = _Pool(sqlite_url, ["stop_200K"], RunOptions(out_dir=tmp_path / "out", stop_wait_s=90.0),
-                 io.StringIO(), open_storage(sqlite_url, create=False))
+    _launch(storage_url, "stop")
+    pool = _Pool(storage_url, ["stop_200K"], RunOptions(out_dir=tmp_path / "out", stop_wait_s=90.0),
+                 io.StringIO(), open_storage(storage_url, create=False))
     queue = pool.queues["stop_200K"]
     ours = queue.claim({"host": "test", "run_id": pool.run_id})
     theirs = queue.claim({"host": "test", "run_id": "another-run"})
@@ -216,7 +216,7 @@ def test_a_second_ctrl_c_while_the_driver_waits_still_requeues_its_trials(
     monkeypatch.setattr(ray, "wait", interrupted_wait)
     pool.refs = [object()]
     pool.stop()
-    states = {t.number: t.state for t in _trials(sqlite_url, "stop_200K")}
+    states = {t.number: t.state for t in _trials(storage_url, "stop_200K")}
     assert waits == [90.0], "the driver waits stop_wait_s for the saves"
     assert states[ours.number] == TrialState.WAITING, "requeued despite the second Ctrl-C"
     assert states[theirs.number] == TrialState.RUNNING, "another run's trial is not ours to requeue"
