@@ -20,15 +20,13 @@ import os
 import threading
 import time
 import uuid
-import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import optuna
 import sqlalchemy as sa
 from optuna.distributions import distribution_to_json
-from optuna.storages import RDBStorage, fail_stale_trials
+from optuna.storages import RDBStorage
 from optuna.trial import TrialState
 
 from archhpo.budgets import GridRow
@@ -120,6 +118,9 @@ class TrialQueue:
         self._postgres = self.storage.engine.dialect.name == "postgresql"
         self.heartbeat_s = float(HEARTBEAT_INTERVAL_S)
         self.reap_s = float(os.environ.get("ARCHHPO_REAP_S", "30"))
+        # A RUNNING trial silent for this long is failed and retried (Optuna's rule: grace, else 2 beats).
+        beat = self.storage.heartbeat_interval
+        self._grace = dt.timedelta(seconds=float(self.storage.grace_period or 2 * beat)) if beat else None
         self._phase3_cache: list[dict[str, Any]] | None = None  # confirmation assignment, once made
         self._light = _LightCache()  # finished trials, read once (see _light_trials)
         # One lock for what the worker's heartbeat thread (its periodic maintain) and the main
@@ -428,8 +429,7 @@ class TrialQueue:
 
     def _upkeep(self) -> PlanStatus:
         """Under the plan lock: reap, retry, create phases 2 and 3; the status afterwards."""
-        with _quiet():
-            fail_stale_trials(self.study)
+        self._fail_stale(self._stale_candidates())
         trials = self._light_trials()
         if self.settings.options.get("ladder") and self._ladder is None:
             self._fill_ladder()
@@ -461,6 +461,43 @@ class TrialQueue:
         if retry or (phase1_final and needs_phase2) or confirm:
             status, _, _ = self._status(self._light_trials())
         return status
+
+    # -------------------------------------------------------------------------- reaping
+    def _stale_candidates(self) -> list[int]:
+        """RUNNING trials whose heartbeat is older than the grace period (a read, no locks)."""
+        if self._grace is None:  # heartbeats off: nothing is ever stale
+            return []
+        T, H = m.TrialModel, m.TrialHeartbeatModel
+        with read_scope(self.storage) as s:
+            cutoff = _db_now(s) - self._grace
+            return list(s.execute(
+                sa.select(T.trial_id).join(H, H.trial_id == T.trial_id)
+                .where(T.study_id == self.study_id, T.state == TrialState.RUNNING, H.heartbeat < cutoff)
+            ).scalars())
+
+    def _fail_stale(self, candidates: list[int]) -> list[int]:
+        """Fail the candidates that are, in this transaction, still RUNNING with a stale heartbeat.
+
+        Optuna's fail_stale_trials sets FAIL on the ids it read without looking again, and FAIL
+        may overwrite WAITING: a trial parked at a rung (or requeued, or requeued and claimed
+        again) between its read and its write became FAIL, its retry skipped the rung and the
+        rung was never decided (a study hung with every worker idle).  Here the rows are locked
+        (PostgreSQL; SQLite's write transaction holds the database) and read again first."""
+        if not candidates or self._grace is None:
+            return []
+        T, H = m.TrialModel, m.TrialHeartbeatModel
+        with session_scope(self.storage) as s:
+            q = sa.select(T.trial_id).where(T.trial_id.in_(candidates), T.state == TrialState.RUNNING)
+            running = list(s.execute(q.with_for_update() if self._postgres else q).scalars())
+            cutoff = _db_now(s) - self._grace
+            stale = list(s.execute(
+                sa.select(H.trial_id).where(H.trial_id.in_(running), H.heartbeat < cutoff)
+            ).scalars()) if running else []
+            if stale:
+                s.execute(sa.update(T).where(T.trial_id.in_(stale))
+                          .values(state=TrialState.FAIL, datetime_complete=dt.datetime.now())
+                          .execution_options(synchronize_session=False))
+        return stale
 
     # ------------------------------------------------------------------ ladder planning
     def _fill_ladder(self) -> None:
@@ -741,6 +778,11 @@ class TrialQueue:
 _CARRIED_KEYS = (Attr.SEED, Attr.RANK, Attr.BASELINE, Attr.RUNG, Attr.RUNG_SCORES, Attr.BRANCH_EPOCHS)
 
 
+def _db_now(s: Any) -> dt.datetime:
+    """The database's clock, as heartbeats are written (timezone dropped, as Optuna compares)."""
+    return s.execute(sa.func.now()).scalar().replace(tzinfo=None)
+
+
 def _flag_set(key: str) -> Any:
     """SQL: the trial has the user attribute `key` set to true."""
     return sa.exists().where(
@@ -779,18 +821,3 @@ def _set_attrs(s: Any, trial_id: int, attrs: dict[str, Any]) -> None:
             existing[key].value_json = text
         else:
             s.add(m.TrialUserAttributeModel(trial_id=trial_id, key=key, value_json=text))
-
-
-class _quiet:
-    """Silence Optuna's experimental-API warning and log lines during upkeep."""
-
-    def __enter__(self) -> None:
-        self.level = optuna.logging.get_verbosity()
-        optuna.logging.set_verbosity(optuna.logging.WARNING)
-        self.warnings = warnings.catch_warnings()
-        self.warnings.__enter__()
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-
-    def __exit__(self, *exc: Any) -> None:
-        self.warnings.__exit__(*exc)
-        optuna.logging.set_verbosity(self.level)

@@ -35,27 +35,57 @@ def _trials(url: str, name: str) -> list[optuna.trial.FrozenTrial]:
     return optuna.load_study(study_name=name, storage=url).get_trials(deepcopy=False)
 
 
-def _pause(proc: subprocess.Popen[str], url: str) -> None:
-    """SIGSTOP, but never inside one of the worker's SQLite write transactions: a process paused
-    there holds SQLite's one write lock and every other worker waits until it resumes (an SQLite
-    limit, not a fencing one; PostgreSQL's heartbeat takes no lock the reaper waits on)."""
+def _holds_a_lock(url: str) -> bool:
+    """Whether some connection to the study's database is inside a transaction or holds the plan
+    lock: a process paused there makes everyone wait until it resumes (SQLite's one write lock, a
+    PostgreSQL row lock the reaper must take, the plan lock every upkeep takes). That is the
+    databases' and the plan lock's limit, not fencing's, so the worker is never paused there."""
+    import fcntl
     import sqlite3
 
-    for _ in range(50):
-        proc.send_signal(signal.SIGSTOP)
-        if not url.startswith("sqlite"):
-            return
-        conn = sqlite3.connect(url.split(":///", 1)[1], timeout=0.5)
+    import sqlalchemy as sa
+
+    if url.startswith("sqlite"):
+        path = url.split(":///", 1)[1]
+        conn = sqlite3.connect(path, timeout=0.5)
         try:
             conn.execute("BEGIN IMMEDIATE")
             conn.rollback()
-            return
-        except sqlite3.OperationalError:  # paused mid-transaction: let it finish and try again
-            proc.send_signal(signal.SIGCONT)
-            time.sleep(0.3)
+        except sqlite3.OperationalError:
+            return True
         finally:
             conn.close()
-    raise AssertionError("could not pause the worker outside a write transaction")
+        with open(f"{path}.lock", "a+") as fh:  # the plan lock (search/_storage.py: plan_lock)
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return True
+            fcntl.flock(fh, fcntl.LOCK_UN)
+        return False
+    engine = sa.create_engine(url)
+    try:
+        with engine.connect() as conn:
+            busy = conn.execute(sa.text(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND pid <> pg_backend_pid() AND xact_start IS NOT NULL")).scalar()
+            advisory = conn.execute(sa.text(
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' "
+                "AND database = (SELECT oid FROM pg_database WHERE datname = current_database())")).scalar()
+        return bool(busy or advisory)
+    finally:
+        engine.dispose()
+
+
+def _pause(proc: subprocess.Popen[str], url: str) -> None:
+    """SIGSTOP, but never while the worker holds a lock others wait on (_holds_a_lock)."""
+    for _ in range(100):
+        proc.send_signal(signal.SIGSTOP)
+        time.sleep(0.05)  # the signal is delivered
+        if not _holds_a_lock(url):
+            return
+        proc.send_signal(signal.SIGCONT)  # paused holding one: let it finish and try again
+        time.sleep(0.3)
+    raise AssertionError("could not pause the worker outside its transactions and the plan lock")
 
 
 def test_a_paused_worker_is_fenced_out_and_never_touches_the_retry(storage_url: str, tmp_path: Path) -> None:

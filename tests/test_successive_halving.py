@@ -149,6 +149,41 @@ def test_a_held_trial_is_neither_claimed_nor_reaped(storage_url: str, monkeypatc
     assert status.held == 1 and held.user_attrs["state_note"] == "waiting at rung 0"
 
 
+def _make_stale(q: TrialQueue, trial_id: int) -> None:
+    with q.storage.engine.begin() as conn:
+        conn.execute(sa.update(m.TrialHeartbeatModel.__table__).where(m.TrialHeartbeatModel.trial_id == trial_id)
+                     .values(heartbeat=sa.text("'2000-01-01'")))
+
+
+def test_the_reaper_fails_only_what_is_still_stale_when_it_writes(storage_url: str) -> None:
+    """The reaper reads stale trials, then writes FAIL. A trial parked at its rung, or requeued and
+    claimed again, in between is left alone (Optuna's fail_stale_trials failed it: the parked trial's
+    retry then skipped the rung, the rung was never decided, and the study hung with idle workers);
+    a trial still silent is failed and retried."""
+    s = _settings(n_trials=3)
+    launch(storage_url, s)
+    q = TrialQueue(storage_url, s.study_name)
+    parked, again, silent = (q.claim(WORKER) for _ in range(3))
+    assert parked is not None and again is not None and silent is not None
+    for c in (parked, again, silent):
+        _make_stale(q, c.trial_id)
+    looked = q._stale_candidates()  # the reaper's read ...
+    assert sorted(looked) == sorted(c.trial_id for c in (parked, again, silent))
+    assert q.park(parked, 0.5, {})  # ... its owner parks it meanwhile ...
+    assert q.requeue(again, "stopped")  # ... another is given back and claimed again
+    reclaimed = q.claim(WORKER)
+    assert reclaimed is not None and reclaimed.trial_id == again.trial_id
+    assert q._fail_stale(looked) == [silent.trial_id]  # ... and then the reaper writes
+    held = q.storage.get_trial(parked.trial_id)
+    assert held.state == TrialState.WAITING and held.user_attrs["rung_hold"] is True
+    assert q.storage.get_trial(again.trial_id).state == TrialState.RUNNING
+    assert q.heartbeat(reclaimed) and not q.heartbeat(silent), "the silent one is fenced out"
+    assert q.storage.get_trial(silent.trial_id).state == TrialState.FAIL
+    q.maintain()
+    retry = [t for t in _trials(q) if t.user_attrs.get("retry_of") is not None]
+    assert [t.user_attrs["plan_slot"] for t in retry] == [silent.slot], "the silent one alone is retried"
+
+
 def test_a_rung_is_decided_once_however_many_upkeeps_race(storage_url: str) -> None:
     s = _settings()
     launch(storage_url, s)
