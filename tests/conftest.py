@@ -23,6 +23,10 @@ from pathlib import Path
 import pytest
 
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+# `make test` runs two xdist workers on a 2-core machine: a test's `archhpo worker` (or torch in the
+# test process) left at torch's default of one thread per core would oversubscribe the cores with
+# the other worker's test.  Tests that mean a thread count pass --threads or set it themselves.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 REPO = Path(__file__).resolve().parents[1]
 TINY_DATA = "synthetic:steps=700"  # ~500 training windows: a quick trial takes about a second
 

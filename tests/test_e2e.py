@@ -132,6 +132,8 @@ def test_a_study_runs_in_parts_across_machines(tmp_path: Path) -> None:
     slots = [t.user_attrs["plan_slot"] for t in study.trials]
     assert sorted(slots) == list(range(6)) and all(t.state.is_finished() for t in study.trials)
     resumed = [t for t in study.trials if "resumed_from_step" in t.user_attrs]
-    assert resumed and all(t.user_attrs["resumed_from_epoch"] >= 1 for t in resumed), res.stderr
+    # The trial whose epoch was checkpointed resumes after it; the other worker's may have been given
+    # back inside its first epoch (resumed_from_epoch 0, resumed_from_step the steps it had taken).
+    assert any(t.user_attrs["resumed_from_epoch"] >= 1 for t in resumed), res.stderr
     # Saved where the cancel stopped it (through Ray too): nothing was trained twice, all was counted.
     assert all(t.user_attrs["flops_spent"] == t.user_attrs["train_flops"] for t in resumed)
