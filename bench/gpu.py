@@ -16,7 +16,7 @@ sets it.  The training set is the synthetic PatchTST data tiled to a whole numbe
 - ``packing``: 1, 2, 4 and 8 separate processes, each training the 2M deep config on the same
   GPU at once: aggregate samples/s against one alone.
 
-    python bench/gpu.py                          # everything (not yet timed on a GPU)
+    python bench/gpu.py                          # everything (timed once on an H100: BENCHMARKS.md §4)
     python bench/gpu.py --sections throughput,packing --out results/
     python bench/gpu.py --help
 
@@ -174,9 +174,11 @@ def section_throughput(device: torch.device, args: argparse.Namespace, cache: Da
 
 
 def section_compile(device: torch.device, args: argparse.Namespace, cache: DataCache) -> list[dict[str, Any]]:
-    """torch.compile against eager on the launch-bound 2M configs; compile time counted."""
+    """torch.compile against eager on the launch-bound 2M configs named in --configs; compile time
+    counted.  Each row is printed as it is measured, so a run cut off by a time limit still says
+    what it measured (the 48-layer 2M-deep compiles for minutes)."""
     rows = []
-    for name in ("2M-deep", "2M-wide"):
+    for name in [c for c in args.configs if c in ("2M-deep", "2M-wide")]:
         for batch in args.batches:
             eager = _guarded(measure, CONFIGS[name], batch, device, seconds=args.seconds, cache=cache)
             rows.append({"config": name, "batch": batch, **eager})
@@ -193,6 +195,7 @@ def section_compile(device: torch.device, args: argparse.Namespace, cache: DataC
                     gain = 1 - eager["samples_per_s"] / row["samples_per_s"]  # share of eager time saved
                     row["break_even_eager_s"] = round(compile_s / gain, 1) if gain > 0 else None
                 rows.append({"config": name, "batch": batch, **row})
+                print(f"  {json.dumps(rows[-1], default=str)}", file=sys.stderr)
     torch._dynamo.reset()
     return rows
 

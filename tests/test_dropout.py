@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from archhpo.models import _cpu_kernels
+from archhpo.models import _cpu_kernels, family_names, get_family
 from archhpo.models._blocks import Block, EncoderLayer
 from archhpo.models._dropout import Dropout, attention, drop_rate, dropout
 
@@ -287,3 +287,38 @@ def test_under_torch_compile_pytorchs_own_dropout_is_traced(monkeypatch: pytest.
     attention(q, q, q, None, 0.1)
     dropout(q, 0.2, training=True)
     assert calls == [("sdpa", 0.1), ("dropout", 0.2)]
+
+
+_FUSED_SDPA = {
+    "aten::_scaled_dot_product_flash_attention",
+    "aten::_scaled_dot_product_efficient_attention",
+    "aten::_scaled_dot_product_cudnn_attention",
+}
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU; none is visible")
+@pytest.mark.parametrize("name", family_names())
+def test_on_cuda_a_training_step_keeps_pytorchs_fused_dropout_and_attention(name: str) -> None:
+    """On a real GPU, under the trainer's bf16 autocast, a training step with dropout 0.1 runs
+    SDPA's fused kernels with their own dropout (never the math path) and ``native_dropout``,
+    and none of this module's CPU functions."""
+    from torch.profiler import ProfilerActivity, profile
+
+    family = get_family(name)
+    quick = {"quick": True, "seed": 0}
+    data = family.load_data(family.parse_data("synthetic", quick), quick)
+    row = {"d_model": 64, "n_layers": 2, "n_heads": 4, "d_ff": 128}
+    torch.manual_seed(0)
+    model = family.build(family.config_for(row, {**data.info, "dropout": 0.1})).cuda().train()
+    inputs = tuple(t[:8].cuda() for t in data.train_inputs)
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = family.loss(model(*inputs), data.train_target[:8].cuda())
+        loss.backward()
+        torch.cuda.synchronize()
+    ops = {e.key for e in prof.key_averages()}
+    assert ops & _FUSED_SDPA, sorted(o for o in ops if "attention" in o)
+    assert "aten::_scaled_dot_product_attention_math" not in ops
+    assert "aten::native_dropout" in ops and "aten::bernoulli_" not in ops
+    assert not [o for o in ops if "_Fused" in o], ops  # _FusedDropout / _FusedAttention: CPU only

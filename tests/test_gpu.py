@@ -100,6 +100,18 @@ def test_cpu_records_no_gpu_attributes() -> None:
     assert torch.get_float32_matmul_precision() == before
 
 
+def test_a_tiny_models_mfu_keeps_its_significant_figures(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A 200K-parameter trial on an H100 reaches an MFU of ~1e-5: rounded to 4 decimals it was
+    # recorded as 0.0 (seen on a real H100), which reads as "no work done".
+    from archhpo.workers._loop import Worker
+
+    monkeypatch.setattr(_device, "mfu", lambda *a, **k: 1.23456e-5)
+    fake = types.SimpleNamespace(device=torch.device("cuda", 0), _gpu_share=lambda: 1.0)
+    built = types.SimpleNamespace(flops_per_sample=1000)
+    out = Worker._throughput(fake, built, samples=640, seconds=2.0, path=640)  # type: ignore[arg-type]
+    assert out == {"samples_per_s": 320.0, "train_flops": 640_000, "mfu": 1.23e-5}
+
+
 def test_cuda_attributes_name_index_and_ray_ids(monkeypatch: pytest.MonkeyPatch) -> None:
     """gpu_index is the GPU as nvidia-smi numbers it (through CUDA_VISIBLE_DEVICES); Ray's ids are
     read only when Ray is already imported and initialised."""

@@ -524,8 +524,8 @@ class Worker:
             if self.device.type == "cuda":
                 value = _device.mfu(int(built.flops_per_sample) * int(samples), seconds, self.device,
                                     share=self._gpu_share())
-                if value is not None:
-                    out["mfu"] = round(float(value), 4)
+                if value is not None:  # 3 significant figures: a tiny model's MFU on an H100 is ~1e-5
+                    out["mfu"] = float(f"{value:.3g}")
         return out
 
 
