@@ -10,6 +10,10 @@ tables:
   the aim's 0.05, and the mean trial time;
 - per seed: archhpo's value beside the paper's run of the same seed (the same data and split bit
   for bit; other initial weights, dropout masks and batch order);
+- as far as a draw: for each encoder, how many of the paper's own n-seed subsets (every one of
+  the C(20, n) subsets of its 20 runs, n = archhpo's seed count) whose mean lies at least as far
+  from Table 1's mean as archhpo's does.  A small count says archhpo's mean is not one the paper's
+  spread of seeds produces by itself; a large one says the difference is within that spread;
 - the tiers: the paper orders them linear family < cat < ci < sum; each tier's range of means and
   whether archhpo's means keep that order.
 
@@ -21,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import itertools
 import json
 import math
 import statistics
@@ -112,6 +117,29 @@ def seed_table(ours: dict[str, dict[int, tuple[float, int, float]]],
     return lines
 
 
+def subsets_as_far(p: list[float], v: list[float]) -> int:
+    """How many len(v)-seed subsets of the paper's runs p have a mean at least as far from mean(p)
+    as mean(v) is: exact, over all C(len(p), len(v)) subsets (15,504 for 5 of 20)."""
+    centre, n = statistics.mean(p), len(v)
+    gap = abs(statistics.mean(v) - centre) - 1e-12  # a subset exactly as far counts
+    return sum(abs(sum(c) / n - centre) >= gap for c in itertools.combinations(p, n))
+
+
+def draw_lines(ours: dict[str, dict[int, tuple[float, int, float]]],
+               paper: dict[str, dict[int, tuple[float, int]]]) -> list[str]:
+    """Per encoder: how often n of the paper's own seeds land as far from Table 1 as archhpo's n."""
+    lines = ["| encoder | archhpo − Table 1 | seeds | paper's own subsets of as many seeds at least as far |",
+             "|---|---|---|---|"]
+    for enc in ENCODERS:
+        if len(ours.get(enc, {})) < 2:
+            continue
+        p, v = [x[0] for x in paper[enc].values()], [x[0] for x in ours[enc].values()]
+        far, total = subsets_as_far(p, v), math.comb(len(p), len(v))
+        lines.append(f"| {enc} | {statistics.mean(v) - statistics.mean(p):+.4f} | {len(v)} "
+                     f"| {far:,} of {total:,} ({far / total:.1%}) |")
+    return lines
+
+
 def tier_lines(means: dict[str, float], label: str) -> list[str]:
     """Each tier's range of means, and whether every tier lies wholly below the next."""
     ranges = []
@@ -137,6 +165,7 @@ def main() -> None:
     ours, paper = read_study(args.results), read_paper(args.paper)
     print("\n".join(encoder_table(ours, paper)), end="\n\n")
     print("\n".join(seed_table(ours, paper)), end="\n\n")
+    print("\n".join(draw_lines(ours, paper)), end="\n\n")
     ours_means = {e: statistics.mean(x[0] for x in ours[e].values()) for e in ours}
     paper_means = {e: statistics.mean(x[0] for x in paper[e].values()) for e in paper}
     print("\n".join(tier_lines(ours_means, "archhpo") + tier_lines(paper_means, "paper (20 seeds)")))

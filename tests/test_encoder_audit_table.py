@@ -66,3 +66,26 @@ def test_the_table_flags_misses_missing_encoders_and_a_broken_tier_order(tmp_pat
     assert tiers == ("- archhpo: linear family 2.110–2.260, sum 2.110: **not** in the paper's order "
                      "(cat, ci not run) (linear family < sum by -0.150).")
     assert "- paper (20 seeds):" in out and "in the paper's order (linear family < cat by" in out
+
+
+def test_subsets_as_far_counts_every_subset_of_the_papers_seeds() -> None:
+    # Paper runs 1, 2, 3, 4 (mean 2.5); the 6 pairs have means 1.5, 2, 2.5, 2.5, 3, 3.5.
+    count = _script().subsets_as_far
+    assert count([1.0, 2.0, 3.0, 4.0], [2.9, 3.1]) == 4  # 0.5 off: the pairs at 1.5, 2, 3, 3.5
+    assert count([1.0, 2.0, 3.0, 4.0], [3.4, 3.6]) == 2  # 1.0 off: only 1.5 and 3.5
+    assert count([1.0, 2.0, 3.0, 4.0], [2.5, 2.5]) == 6  # on the mean: every pair is as far
+    assert count([1.0, 2.0, 3.0, 4.0], [9.0, 9.0]) == 0  # farther than any pair
+
+
+def test_the_table_says_how_often_the_papers_own_seeds_land_as_far(tmp_path: Path) -> None:
+    paper = tmp_path / "paper.csv"
+    rows = ["encoder,seed,best_val_nll,best_epoch"]
+    encoders = _script().ENCODERS
+    rows += [f"{e},{s},{2.0 + 0.01 * s},300" for e in encoders for s in range(20)]  # each: mean 2.095
+    paper.write_text("\n".join(rows) + "\n")
+    results = tmp_path / "experiment_results.csv"
+    _export(results, {"linear": {0: 2.095, 1: 2.095}, "mlp": {0: 2.30, 1: 2.30}})
+    out = subprocess.run([sys.executable, str(SCRIPT), str(results), "--paper", str(paper)],
+                         capture_output=True, text=True, check=True).stdout
+    assert "| linear | +0.0000 | 2 | 190 of 190 (100.0%) |" in out  # on the mean: every pair as far
+    assert "| mlp | +0.2050 | 2 | 0 of 190 (0.0%) |" in out  # far outside any two of the paper's seeds
