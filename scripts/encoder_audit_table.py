@@ -136,7 +136,7 @@ def draw_lines(ours: dict[str, dict[int, tuple[float, int, float]]],
         p, v = [x[0] for x in paper[enc].values()], [x[0] for x in ours[enc].values()]
         far, total = subsets_as_far(p, v), math.comb(len(p), len(v))
         lines.append(f"| {enc} | {statistics.mean(v) - statistics.mean(p):+.4f} | {len(v)} "
-                     f"| {far:,} of {total:,} ({far / total:.1%}) |")
+                     f"| {far:,} of {total:,} ({far / total:.2%}) |")
     return lines
 
 

@@ -87,5 +87,5 @@ def test_the_table_says_how_often_the_papers_own_seeds_land_as_far(tmp_path: Pat
     _export(results, {"linear": {0: 2.095, 1: 2.095}, "mlp": {0: 2.30, 1: 2.30}})
     out = subprocess.run([sys.executable, str(SCRIPT), str(results), "--paper", str(paper)],
                          capture_output=True, text=True, check=True).stdout
-    assert "| linear | +0.0000 | 2 | 190 of 190 (100.0%) |" in out  # on the mean: every pair as far
-    assert "| mlp | +0.2050 | 2 | 0 of 190 (0.0%) |" in out  # far outside any two of the paper's seeds
+    assert "| linear | +0.0000 | 2 | 190 of 190 (100.00%) |" in out  # on the mean: every pair as far
+    assert "| mlp | +0.2050 | 2 | 0 of 190 (0.00%) |" in out  # far outside any two of the paper's seeds
