@@ -11,8 +11,8 @@ tables:
 - per seed: archhpo's value beside the paper's run of the same seed (the same data and split bit
   for bit; other initial weights, dropout masks and batch order);
 - as far as a draw: for each encoder, how many of the paper's own n-seed subsets (every one of
-  the C(20, n) subsets of its 20 runs, n = archhpo's seed count) whose mean lies at least as far
-  from Table 1's mean as archhpo's does.  A small count says archhpo's mean is not one the paper's
+  the C(20, n) subsets of its 20 runs, n = archhpo's seed count) have a mean at least as far
+  from Table 1's mean as archhpo's has.  A small count says archhpo's mean is not one the paper's
   spread of seeds produces by itself; a large one says the difference is within that spread;
 - the tiers: the paper orders them linear family < cat < ci < sum; each tier's range of means and
   whether archhpo's means keep that order.
