@@ -157,7 +157,7 @@ OPTIONS: tuple[Option, ...] = (
            command_defaults=_TASK_TRAIN_DEFAULT),
     Option("threshold", DEFAULT_THRESHOLD, float, "label threshold on the return", (*STUDY_COMMANDS, TRAIN),
            stored=True, command_defaults=_TASK_TRAIN_DEFAULT),
-    Option("seed", 0, int, "study seed (data, plan and initialisation)", (*STUDY_COMMANDS, TRAIN), stored=True,
+    Option("seed", 0, int, "study seed (plan and initialisation; data too unless --data-seed)", (*STUDY_COMMANDS, TRAIN), stored=True,
            command_defaults=_TASK_TRAIN_DEFAULT),
     Option("tolerance", DEFAULT_TOLERANCE, float, "keep architectures within ±tolerance of the budget",
            (GRID, *STUDY_COMMANDS), stored=True),
@@ -188,6 +188,16 @@ OPTIONS: tuple[Option, ...] = (
     Option("paired_seeds", 0, int, "train every planned configuration with seeds 0..S-1 (seed s fixes data, "
            "split and initialisation, the same for every configuration); 0 = off", STUDY_COMMANDS,
            stored=True, metavar="S"),
+    Option("tokens_per_param", None, float, "train every trial of a budget on R x the budget's N tokens "
+           "(Chinchilla: about 20); repeat for several R (one study each, named {experiment}_{budget}-tR); "
+           "--epochs then counts validation intervals of D/epochs (default 9); lm and char_cls",
+           (*STUDY_COMMANDS, WORKER, EXPORT), stored=True, repeat=True, metavar="R"),
+    Option("samples_per_param", None, float, "as --tokens-per-param, in training samples, for the families "
+           "that do not read tokens (patchtst, signal, ...); studies named {experiment}_{budget}-sR",
+           (*STUDY_COMMANDS, WORKER, EXPORT), stored=True, repeat=True, metavar="R"),
+    Option("data_seed", None, int, "fix every trial's data (generation, split) with this seed, paired and "
+           "confirmation trials included, so seeds vary only the initialisation and batch order (default: "
+           "the study seed's data, a paired seed's own data)", STUDY_COMMANDS, stored=True, metavar="S"),
     Option("confirm", 0, int, "once phases 1-2 are final, retrain the K best architectures with --seeds new "
            "seeds each (phase 3); 0 = off", STUDY_COMMANDS, stored=True, metavar="K"),
     Option("seeds", 3, int, "seeds per confirmed architecture (with --confirm)", STUDY_COMMANDS, stored=True,

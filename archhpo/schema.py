@@ -9,6 +9,8 @@ package.  This module imports nothing but the standard library and archhpo.error
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -65,6 +67,66 @@ def training_param(name: str) -> TrainingParam:
     return next(p for p in TRAINING if p.name == name)
 
 
+# ----------------------------------------------------------------------------- data per parameter
+DATA_UNITS = ("tokens", "samples")
+DEFAULT_INTERVALS = 9
+"""Validation intervals of a data-budget study when --epochs does not set them: 9 puts halving's
+default rungs (1/9, 1/3, 1) on whole intervals."""
+
+
+@dataclass(frozen=True)
+class DataBudget:
+    """A study's training data stated per parameter (``--tokens-per-param R``): every trial of a
+    budget trains on D = R x the budget's nominal N data units, whatever its shape, and its
+    ``epochs`` count validation intervals of D/epochs each (not passes over the data set).
+
+    Stored in the study's options under ``OPTION``; a study without it trains whole epochs."""
+
+    OPTION = "data_budget"
+    unit: str  # "tokens" (lm, char_cls) or "samples" (every other family)
+    per_param: float  # R
+    budget_params: int  # the budget's nominal N (2M -> 2,000,000), not a shape's exact count
+
+    def __post_init__(self) -> None:
+        if self.unit not in DATA_UNITS:
+            raise ArchhpoError(f"Unknown data unit {self.unit!r}; use one of {', '.join(DATA_UNITS)}.")
+        if not (math.isfinite(self.per_param) and self.per_param > 0):
+            raise ArchhpoError(f"--{self.unit}-per-param must be a positive number, got {self.per_param}.")
+        if self.budget_params < 1:
+            raise ArchhpoError(f"--{self.unit}-per-param needs a parameter budget (--budget 2M), not pins alone.")
+
+    @property
+    def target(self) -> int:
+        """D: the data units every trial of the study trains on (rounded up)."""
+        return math.ceil(self.per_param * self.budget_params - 1e-9)
+
+    @property
+    def label(self) -> str:
+        return self.label_of(self.unit, self.per_param)
+
+    @staticmethod
+    def label_of(unit: str, per_param: float) -> str:
+        """The study-name suffix: 't20' (tokens) or 's20' (samples), so several R give several studies."""
+        return f"{unit[0]}{float(per_param):g}"
+
+    def as_option(self) -> dict[str, Any]:
+        return {"unit": self.unit, "per_param": float(self.per_param), "budget_params": int(self.budget_params),
+                "target": self.target}
+
+    @classmethod
+    def of(cls, options: Mapping[str, Any]) -> DataBudget | None:
+        raw = options.get(cls.OPTION)
+        if not raw:
+            return None
+        return cls(str(raw["unit"]), float(raw["per_param"]), int(raw["budget_params"]))
+
+    def samples_per_interval(self, units_per_sample: int, intervals: int) -> int:
+        """Training samples in each of `intervals` validation intervals: D over the units one sample
+        holds, split evenly (rounded up, so a trial trains at least D)."""
+        samples = math.ceil(self.target / max(1, int(units_per_sample)))
+        return max(1, math.ceil(samples / max(1, int(intervals))))
+
+
 # ----------------------------------------------------------------------------- trial attributes
 class Attr:
     """The user attributes a trial records (Optuna ``trial.user_attrs`` keys)."""
@@ -100,6 +162,13 @@ class Attr:
     RESUMED_FROM_EPOCH = "resumed_from_epoch"  # a retry or a promoted trial went on from this epoch
     RESUMED_FROM_STEP = "resumed_from_step"  # ... and this many steps into the next (a stopped trial)
     PRUNED_AT_EPOCH = "pruned_at_epoch"
+    # Data: tokens (token families) or samples trained since the start, whichever claims trained
+    # them; the study's data per parameter; and the passes over the training set that took.
+    TRAIN_TOKENS = "train_tokens"
+    TRAIN_SAMPLES = "train_samples"
+    TOKENS_PER_PARAM = "tokens_per_param"
+    SAMPLES_PER_PARAM = "samples_per_param"
+    DATA_PASSES = "data_passes"
     # The worker that ran the trial (recorded with every claim): host, device, process, CPU threads
     # (a CPU replay is exact with the same count) and its GPU share (Ray's num_gpus; see gpu_share).
     HOST = "host"
@@ -121,8 +190,11 @@ def gpu_share(worker_attrs: dict[str, Any]) -> float:
 
 
 __all__ = [
+    "DATA_UNITS",
     "DEFAULT_ETA",
+    "DEFAULT_INTERVALS",
     "DEFAULT_MIN_FRACTION",
+    "DataBudget",
     "PRUNERS",
     "SCHEDULES",
     "check_schedule",

@@ -137,6 +137,15 @@ class Family:
     sequences: Callable[[Any], int] | None = None
     flops_per_sample: Callable[[Any], int] | None = None
     """Forward+backward FLOPs of one training sample (FlopCounterMode's count); every family sets it."""
+    data_unit: str = "samples"
+    """What a study's data budget counts (``--tokens-per-param`` or ``--samples-per-param``): "tokens"
+    for families that read a sequence of tokens per sample (``tokens(config)`` of them), else "samples"."""
+
+    def units_per_sample(self, config: Any) -> int:
+        """Data units (tokens or samples, see ``data_unit``) in one training sample."""
+        if self.data_unit == "tokens" and self.tokens is not None:
+            return int(self.tokens(config))
+        return 1
 
 
 def check_arch(d_model: int, n_layers: int, n_heads: int, d_ff: int) -> None:

@@ -95,5 +95,6 @@ FAMILY = Family(
     ),
     tokens=lambda c: c.max_len,
     flops_per_sample=flops_per_sample,
+    data_unit="tokens",
     description="Character-level [CLS] transformer classifying short strings such as domain names.",
 )

@@ -84,6 +84,7 @@ FAMILY = Family(
     ),
     tokens=lambda c: c.seq_len,
     flops_per_sample=flops_per_sample,
+    data_unit="tokens",
     description="Causal decoder-only language model (nanoGPT-style, tied head) predicting the next token.",
     train_defaults={
         # Small batches: on CPU budgets the count of optimizer steps, not tokens per step, decides

@@ -56,3 +56,39 @@ def compute_rows(frame: pd.DataFrame) -> list[list[Any]]:
     """Rows for the report's compute table: budget, spent, full plan, share."""
     return [[b, f"{t['spent']:.3g}", f"{t['full_plan']:.3g}", f"{t['spent'] / t['full_plan']:.0%}"]
             for b, t in compute_totals(frame).items() if t["full_plan"]]
+
+
+# ----------------------------------------------------------------------------- data per parameter
+REPEAT_NOTE = (
+    "A pass beyond the first repeats tokens the model has seen, and repeated tokens are worth less than "
+    "fresh ones: Muennighoff et al. (2023, arXiv 2305.16264) find up to about 4 passes almost as good as "
+    "new data and quickly less after that, so a budget trained on more passes is not comparable with one "
+    "trained on fresh data at the same D."
+)
+
+
+def data_rows(frame: pd.DataFrame) -> list[list[Any]]:
+    """Per budget of a data-budget study (--tokens-per-param / --samples-per-param): R, the data
+    trained to full length (D) and the passes over the training set that took; [] otherwise."""
+    rows: list[list[Any]] = []
+    for unit in ("tokens", "samples"):
+        ratio, trained = f"{unit}_per_param", f"train_{unit}"
+        if ratio not in frame.columns or trained not in frame.columns:
+            continue
+        part = frame[frame[ratio].notna() & (frame["state"] == "COMPLETE")]
+        for budget, group in part.groupby("budget", sort=False):
+            passes = group["data_passes"].dropna() if "data_passes" in group.columns else pd.Series(dtype=float)
+            rows.append([budget, f"{group[ratio].iloc[0]:g} {unit}/param", f"{group[trained].max():,.0f} {unit}",
+                         f"{passes.max():.2f}" if len(passes) else "n/a"])
+    return rows
+
+
+def data_text(frame: pd.DataFrame) -> str | None:
+    """The sentence under the data table: fresh data everywhere, or which budgets repeated it."""
+    rows = data_rows(frame)
+    if not rows:
+        return None
+    repeated = [f"{r[0]} ({r[3]} passes)" for r in rows if r[3] != "n/a" and float(r[3]) > 1.05]
+    if not repeated:
+        return "Every budget trained on fresh data (one pass over its training set, D a stated multiple of N)."
+    return f"Repeated data at {', '.join(repeated)}. {REPEAT_NOTE}"

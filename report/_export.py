@@ -24,14 +24,16 @@ SPEC_COLUMNS = (
     "experiment", "trial", "budget", "horizon", *ARCH_RECORD, *TRAINING_PARAMS, "val_loss", "train_loss",
     "duration_s", "timestamp",
 )
+# The data a trial trained on (--tokens-per-param studies; train_tokens for every token family).
+DATA_COLUMNS = (Attr.TRAIN_TOKENS, Attr.TOKENS_PER_PARAM)
 # Appended after SPEC §8's columns (which stay first and unchanged); readers must cope without them.
 EXTRA_COLUMNS = (
     "state", "phase", "plan_slot", "seed", "family", "choices", "best_epoch", "flops_per_sample",
     "train_flops", "samples_per_s", "val_curve", "baseline_val_loss", Attr.RUNG, Attr.FLOPS_SPENT, Attr.FLOPS_FULL,
-    Attr.BASELINE,
+    Attr.BASELINE, Attr.TRAIN_SAMPLES, Attr.SAMPLES_PER_PARAM, Attr.DATA_PASSES,
 )
 # Then each family metric a trial recorded (``val_accuracy``, ...), sorted by name.
-CSV_COLUMNS = SPEC_COLUMNS + EXTRA_COLUMNS
+CSV_COLUMNS = SPEC_COLUMNS + DATA_COLUMNS + EXTRA_COLUMNS
 RESULTS_CSV = "experiment_results.csv"
 
 
@@ -79,6 +81,8 @@ def result_rows(study: optuna.Study, settings: StudySettings) -> list[dict[str, 
             "val_curve": json.dumps([[int(step), v] for step, v in sorted(t.intermediate_values.items())]),
             "baseline_val_loss": t.user_attrs.get(Attr.BASELINE_VAL_LOSS),
             **{k: t.user_attrs.get(k) for k in (Attr.RUNG, Attr.FLOPS_SPENT, Attr.FLOPS_FULL, Attr.BASELINE)},
+            **{k: t.user_attrs.get(k) for k in (*DATA_COLUMNS, Attr.TRAIN_SAMPLES, Attr.SAMPLES_PER_PARAM,
+                                                Attr.DATA_PASSES)},
             **_family_metrics(t.user_attrs),
         }
         rows.append(row)

@@ -62,6 +62,7 @@ TRAINING_COLUMNS = TRAINING_PARAMS
 NUMERIC_EXTRA = (
     "train_loss", "best_epoch", "duration_s", "flops_per_sample", "train_flops", "samples_per_s",
     "baseline_val_loss", "mfu", "peak_memory_gib", "rung", "flops_spent", "flops_full",
+    "train_tokens", "train_samples", "tokens_per_param", "samples_per_param", "data_passes",
 )
 FRAME_COLUMNS = (
     "experiment", "study", "budget", "budget_value", "trial", "state", "phase", "plan_slot", "seed",
@@ -70,6 +71,7 @@ FRAME_COLUMNS = (
     "flops_per_sample", "train_flops", "samples_per_s", "baseline_val_loss", "val_curve",
     "depth_to_width", "fail_reason", "host", "device", "mfu", "peak_memory_gib", "gpu_name",
     "rung", "flops_spent", "flops_full",
+    "train_tokens", "train_samples", "tokens_per_param", "samples_per_param", "data_passes",
 )
 STATES = ("COMPLETE", "PRUNED", "FAIL")
 # Trial attributes that are bookkeeping, not metrics, although they start with "val_".
@@ -97,8 +99,8 @@ def _num(v: Any) -> float:
 def _budget_value(label: str) -> float:
     from archhpo.budgets import parse_budget
 
-    try:
-        return float(parse_budget(label))
+    try:  # '100K', or '100K-t20' (a --tokens-per-param study)
+        return float(parse_budget(label.split("-")[0]))
     except Exception:
         return math.nan  # a pinned-architecture study's label: filled from its param counts below
 

@@ -42,7 +42,7 @@ import pandas as pd
 
 from archhpo._io import atomic_write
 from archhpo.errors import StudyError
-from archhpo.report._compute import compute_rows, compute_text
+from archhpo.report._compute import compute_rows, compute_text, data_rows, data_text
 from archhpo.report._confirm import MIN_PAIRS, confirmation_summary
 from archhpo.report._decisions import decision_accuracy, decision_rows
 from archhpo.report._fit import fit_json, fit_scaling_law
@@ -504,6 +504,10 @@ def _answer_section(frame: pd.DataFrame, summary: pd.DataFrame, fit: dict[str, A
     if frame.attrs.get("ladder"):
         parts += ["<h3>Ladder: what each budget carried up</h3>",
                   _table(["budget", "carried up"], [[b, text] for b, text in frame.attrs["ladder"].items()])]
+    if data_text(frame):
+        parts += ["<h3>Data: tokens per parameter and passes</h3>",
+                  _table(["budget", "data per parameter", "D (trained to full length)", "passes over the data"],
+                         data_rows(frame)), f"<p class='data'>{html.escape(str(data_text(frame)))}</p>"]
     if compute_text(frame):
         parts += [f"<p class='compute'>{html.escape(_sentence(str(compute_text(frame))))}.</p>",
                   _table(["budget", "FLOPs spent", "FLOPs of the full plan", "share"], compute_rows(frame), {1, 2, 3})]

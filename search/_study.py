@@ -30,9 +30,9 @@ from archhpo.budgets import (
     pinned_grid,
     require_rows,
 )
-from archhpo.errors import BudgetError, ConfigError, StorageError, StudyError
+from archhpo.errors import ArchhpoError, BudgetError, ConfigError, StorageError, StudyError
 from archhpo.models import Family, get_family
-from archhpo.schema import PRUNERS, TRAINING_PARAMS, Attr, schedule_options
+from archhpo.schema import DEFAULT_INTERVALS, PRUNERS, TRAINING_PARAMS, Attr, DataBudget, schedule_options
 from archhpo.search._baselines import BASELINE_RULES
 from archhpo.search._halving import Halving, parse_fraction
 from archhpo.search._ladder import ladder_trials
@@ -199,6 +199,7 @@ def prepare_settings(
     schedule: str = _default("schedule"), cooldown: float = _default("cooldown"), eta: int = _default("eta"),
     min_fraction: str = _default("min_fraction"), ladder_below: Sequence[str] = (),
     baselines: bool = _default("baselines"), compile_models: bool = _default("compile"),
+    tokens_per_param: float | None = None, samples_per_param: float | None = None, data_seed: int | None = None,
 ) -> StudySettings:
     """Validate everything and compute the grid and plan, touching no database.
 
@@ -209,7 +210,10 @@ def prepare_settings(
     cooldown, eta, min_fraction: stored in the options under wsd / halving; ladder_below: the smaller
     budgets' studies of a --ladder, smallest first (search/_ladder.py fills this plan from theirs);
     baselines: also train the shapes of search/_baselines.py's rules with the confirmation seeds;
-    compile_models: every trial's model is compiled (``torch.compile``; stored only when on).
+    compile_models: every trial's model is compiled (``torch.compile``; stored only when on);
+    tokens_per_param / samples_per_param: every trial trains on R x the budget's N tokens (samples),
+    and the study's name ends in '-tR' ('-sR'); data_seed: the data of every trial, paired or
+    confirmation trials included (None: the study seed's, or a paired seed's).
     """
     check_experiment(experiment)
     pins = _normalise_pins(pins or {})
@@ -217,6 +221,10 @@ def prepare_settings(
     _check_study_options(tolerance, horizon, pruner, paired_seeds, confirm, confirm_seeds)
     rules = _baseline_rules(baselines, confirm)
     fam = get_family(family)
+    data_budget = _data_budget(fam, tokens_per_param, samples_per_param, value)
+    if data_budget is not None:
+        label = f"{label}-{data_budget.label}"
+        fixed_params = {"epochs": DEFAULT_INTERVALS, **dict(fixed_params or {})}
     scalars, choices = _split_choices(family_options or {})
     halving = Halving(eta, parse_fraction(min_fraction)) if pruner == "halving" else None
     options: dict[str, Any] = {
@@ -224,7 +232,9 @@ def prepare_settings(
         **_training_options(paired_seeds, confirm, confirm_seeds, schedule, cooldown, halving),
         **({"ladder": {"below": list(ladder_below)}} if ladder_below else {}),
         **({"baselines": list(rules)} if rules else {}),
-        **({"compile": True} if compile_models else {})}
+        **({"compile": True} if compile_models else {}),
+        **({DataBudget.OPTION: data_budget.as_option()} if data_budget is not None else {}),
+        **({"data_seed": int(data_seed)} if data_seed is not None else {})}
     spec, info = _data_and_info(fam, data, options, scalars, choices)
     rows = _rows(fam, info, choices, pins, label, value, tolerance)
     space, study_params = _space(fam, quick, dict(fixed_params or {}), paired_seeds)
@@ -250,6 +260,27 @@ def _study_plan(rows: list[GridRow], n_trials: int, space: SearchSpace, seed: in
                          "trains every configuration anyway: drop --ladder or --paired-seeds.")
     n_ext = sum(1 for r in rows if r.extreme)
     return ladder_plan(ladder_trials(n_trials, ladder_step, n_ext), confirm, confirm_seeds, baselines)
+
+
+def _data_budget(fam: Family, tokens: float | None, samples: float | None, budget: int | None) -> DataBudget | None:
+    """The study's data per parameter, or None (whole epochs); refused where it cannot apply."""
+    if tokens is None and samples is None:
+        return None
+    if tokens is not None and samples is not None:
+        raise StudyError("Give --tokens-per-param or --samples-per-param, not both.")
+    if tokens is not None and fam.data_unit != "tokens":
+        raise StudyError(f"The {fam.name} family trains on samples, not tokens: state its data with "
+                         f"--samples-per-param R (R training samples per parameter of the budget).")
+    if samples is not None and fam.data_unit == "tokens":
+        raise StudyError(f"The {fam.name} family trains on tokens: state its data with --tokens-per-param R.")
+    if not budget:
+        raise StudyError("--tokens-per-param and --samples-per-param scale the data with the budget's N: give "
+                         "a --budget (pins may narrow it).")
+    unit, ratio = ("tokens", tokens) if tokens is not None else ("samples", samples)
+    try:
+        return DataBudget(unit, float(ratio), int(budget))  # type: ignore[arg-type]
+    except ArchhpoError as exc:
+        raise StudyError(str(exc)) from None
 
 
 def _baseline_rules(baselines: bool, confirm: int) -> tuple[str, ...]:

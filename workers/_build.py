@@ -16,6 +16,10 @@ Seeds (``trial_seeds``), for a trial of plan slot ``slot`` in a study seeded ``s
   the init and the batch order (slot-independent, so every confirmed configuration sees the same
   seeds).
 
+A study launched with ``--data-seed D`` (``options["data_seed"]``) fixes its data with D for every
+trial, paired and confirmation trials included, as a real study does: its seeds then vary only
+the initialisation and the batch order (the ground truths' replicates are init seeds).
+
 Replicate seeds are kept apart from slot seeds (``REPLICATE_BASE + seed``): confirmation seed 2
 must not repeat the ordinary trial of plan slot 2, or "new seeds" would retrain a seen run.
 """
@@ -31,7 +35,7 @@ import torch
 from torch import nn
 
 from archhpo.models import Family, TensorDataset, get_family
-from archhpo.schema import TRAINING_PARAMS
+from archhpo.schema import TRAINING_PARAMS, Attr, DataBudget
 from archhpo.workers._train import TrainConfig, trial_seed
 
 # The planned training parameters (the search space's keys): they always win over a family's
@@ -48,13 +52,16 @@ class Seeds:
     batches: int  # the trainer's batch-order generator (TrainConfig.seed)
 
 
-def trial_seeds(study_seed: int, slot: int, seed: int | None = None, paired: bool = False) -> Seeds:
+def trial_seeds(study_seed: int, slot: int, seed: int | None = None, paired: bool = False,
+                data_seed: int | None = None) -> Seeds:
     """The seeds of one trial (see the module docstring)."""
     study_seed = int(study_seed)
     if seed is None:
-        return Seeds(data=study_seed, init=trial_seed(study_seed, int(slot)), batches=int(slot))
+        data = study_seed if data_seed is None else int(data_seed)
+        return Seeds(data=data, init=trial_seed(study_seed, int(slot)), batches=int(slot))
     s = int(seed)
-    return Seeds(data=s if paired else study_seed, init=REPLICATE_BASE + s, batches=REPLICATE_BASE + s)
+    data = int(data_seed) if data_seed is not None else s if paired else study_seed
+    return Seeds(data=data, init=REPLICATE_BASE + s, batches=REPLICATE_BASE + s)
 
 
 @dataclass
@@ -78,8 +85,14 @@ class TrialSpec:
     def paired(self) -> bool:
         return int(self.options.get("paired_seeds", 0) or 0) > 0
 
+    @property
+    def data_seed(self) -> int | None:
+        value = self.options.get("data_seed")
+        return None if value is None else int(value)
+
     def seeds(self) -> Seeds:
-        return trial_seeds(int(self.options.get("seed", 0) or 0), self.slot, self.seed, self.paired)
+        return trial_seeds(int(self.options.get("seed", 0) or 0), self.slot, self.seed, self.paired,
+                           self.data_seed)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -91,9 +104,10 @@ class TrialSpec:
 
     # ------------------------------------------------------------------ derived, pure
     def data_spec_and_options(self) -> tuple[dict[str, Any], dict[str, Any]]:
-        """The data spec and options the data is loaded with (a paired seed replaces the data seed)."""
+        """The data spec and options the data is loaded with (a paired seed replaces the data seed,
+        unless the study fixed it with --data-seed)."""
         spec, options = dict(self.data), dict(self.options)
-        if self.seed is not None and self.paired:
+        if self.data_seed is not None or (self.seed is not None and self.paired):
             s = self.seeds().data
             if "seed" in spec:
                 spec["seed"] = s
@@ -104,8 +118,13 @@ class TrialSpec:
         """settings.info with the row's categorical choices merged over it (e.g. encoder)."""
         return {**self.info, **self.choices}
 
+    @property
+    def data_budget(self) -> DataBudget | None:
+        return DataBudget.of(self.options)
+
     def train_config(self, fam: Family | None = None) -> TrainConfig:
-        """The family's train_defaults, then the planned parameters over them; batch order seeded."""
+        """The family's train_defaults, then the planned parameters over them; batch order seeded.
+        In a data-budget study each epoch is an interval of D/epochs (DataBudget)."""
         fam = fam or get_family(self.family)
         known = set(TrainConfig.__dataclass_fields__) - {"seed"}
         merged = {**dict(fam.train_defaults), **self.params}
@@ -116,6 +135,10 @@ class TrialSpec:
         for key in ("schedule", "cooldown"):  # a study option (every trial of the study), not a plan one
             if key in self.options:
                 values[key] = self.options[key]
+        budget = self.data_budget
+        if budget is not None:
+            units = fam.units_per_sample(fam.config_for(self.arch, self.model_info()))
+            values["epoch_samples"] = budget.samples_per_interval(units, int(values.get("epochs", 1)))
         return TrainConfig(**values, seed=self.seeds().batches)
 
 
@@ -130,6 +153,25 @@ class BuiltTrial:
     baseline_loss: float
     flops_per_sample: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    data_budget: DataBudget | None = None
+
+    @property
+    def epoch_samples(self) -> int:
+        """Samples one epoch (a data-budget study: one validation interval) trains on."""
+        return self.train_config.samples_per_epoch(self.data.n_train)
+
+    def data_attrs(self, path_samples: int) -> dict[str, Any]:
+        """What a trial that trained `path_samples` samples since its start records of its data: the
+        tokens (token families) or samples, the passes over the training set, the study's ratio."""
+        units = self.family.units_per_sample(self.config)
+        out: dict[str, Any] = {Attr.TRAIN_SAMPLES: int(path_samples),
+                               Attr.DATA_PASSES: round(path_samples / max(1, self.data.n_train), 4)}
+        if self.family.data_unit == "tokens":
+            out[Attr.TRAIN_TOKENS] = int(path_samples) * units
+        if self.data_budget is not None:
+            key = Attr.TOKENS_PER_PARAM if self.data_budget.unit == "tokens" else Attr.SAMPLES_PER_PARAM
+            out[key] = self.data_budget.per_param
+        return out
 
 
 class DataCache:
@@ -186,4 +228,5 @@ def build_trial(
     return BuiltTrial(
         model=model, data=data, train_config=tcfg, seeds=seeds, config=cfg, family=fam, baseline_loss=baseline,
         flops_per_sample=int(fam.flops_per_sample(cfg)) if fam.flops_per_sample is not None else None,
+        data_budget=spec.data_budget,
     )

@@ -389,7 +389,7 @@ class Worker:
         if built.flops_per_sample is not None:
             run.attrs[Attr.FLOPS_PER_SAMPLE] = built.flops_per_sample
             # What training it to full length once costs (the plan's total is the halving baseline).
-            run.attrs[Attr.FLOPS_FULL] = (int(built.flops_per_sample) * built.data.n_train
+            run.attrs[Attr.FLOPS_FULL] = (int(built.flops_per_sample) * built.epoch_samples
                                           * int(built.train_config.epochs))
         return built
 
@@ -422,7 +422,7 @@ class Worker:
                            on_eval=on_eval, checkpoint=save if ckpt is not None else None, resume=resume,
                            should_stop=lambda: run.should_stop(self.stop_event),
                            rungs=rungs, on_rung=score, until=until)
-            samples, seconds, path = result.samples, result.train_s, result.path_samples(built.data.n_train)
+            samples, seconds, path = result.samples, result.train_s, result.path_samples(built.epoch_samples)
             if until is not None:  # held at this claim's rung
                 if len(run.rung_scores) == claim.rung and resume is not None:  # killed before it was held
                     score(int(resume["epoch"]), float(resume["history"][-1]["val_loss"]), resume)
@@ -435,7 +435,7 @@ class Worker:
             run.state, run.value = TrialState.PRUNED, run.best
             run.attrs[Attr.PRUNED_AT_EPOCH] = stop.args[0]
             samples, seconds = int(getattr(stop, "samples", 0)), float(getattr(stop, "seconds", 0.0))
-            path = int(stop.args[0]) * built.data.n_train
+            path = int(stop.args[0]) * built.epoch_samples
         except TrialStopped as stop:  # given back: what this claim trained is spent all the same
             _record_spent(run, built, int(getattr(stop, "samples", 0)))
             raise
@@ -516,7 +516,7 @@ class Worker:
         """This claim's speed (samples/s, MFU: what it trained in its training time) and the trial's
         training compute (train_flops: every sample the model trained on since epoch 1, whichever
         claims trained them, so a resumed trial counts as an uninterrupted one)."""
-        out: dict[str, Any] = {}
+        out: dict[str, Any] = built.data_attrs(int(path))
         if seconds > 0:
             out["samples_per_s"] = round(samples / seconds, 1)
         if built.flops_per_sample is not None:

@@ -45,6 +45,9 @@ class TrainConfig:
     schedule: str = "cosine"  # cosine, or wsd (warm-up, stable, decay)
     cooldown: float = 0.2  # wsd: the fraction of the steps spent cooling down
     total_steps: int | None = None  # the schedule's length when not whole epochs (a cooldown branch)
+    # A data-budget study (archhpo.schema.DataBudget): each "epoch" is an interval of this many
+    # samples drawn from passes over the training set (see `interval_order`); None: one pass an epoch.
+    epoch_samples: int | None = None
 
     def __post_init__(self) -> None:
         if self.learning_rate <= 0 or self.epochs < 1 or self.batch_size < 1 or self.eval_every < 1:
@@ -52,6 +55,15 @@ class TrainConfig:
         if self.weight_decay < 0 or self.warmup_steps < 0 or not 0 <= self.min_lr_ratio <= 1:
             raise ArchhpoError("weight_decay and warmup_steps must be ≥ 0 and min_lr_ratio in [0, 1].")
         check_schedule(self.schedule, self.cooldown)
+        if self.epoch_samples is not None and self.epoch_samples < 1:
+            raise ArchhpoError(f"epoch_samples must be positive, got {self.epoch_samples}.")
+
+    def samples_per_epoch(self, n_train: int) -> int:
+        """Samples one epoch (or validation interval) trains on."""
+        return int(self.epoch_samples) if self.epoch_samples is not None else int(n_train)
+
+    def steps_per_epoch(self, n_train: int) -> int:
+        return math.ceil(self.samples_per_epoch(n_train) / self.batch_size)
 
 
 @dataclass
@@ -67,15 +79,35 @@ class TrainResult:
     samples: int = 0  # training samples processed by this call (a resumed run counts its own)
     train_s: float = 0.0  # seconds in training steps only (not validation, checkpoints, database calls)
 
-    def path_samples(self, n_train: int) -> int:
-        """The samples the model has trained on since epoch 1, whichever calls trained them."""
-        return self.epochs_run * n_train
+    def path_samples(self, epoch_samples: int) -> int:
+        """The samples the model has trained on since epoch 1, whichever calls trained them
+        (`epoch_samples`: TrainConfig.samples_per_epoch)."""
+        return self.epochs_run * epoch_samples
 
 
 def trial_seed(study_seed: int, slot: int) -> int:
     """The torch seed of a planned trial: the worker and `archhpo train --from` must agree, or a
     best JSON would not reproduce its trial."""
     return study_seed * 100_003 + slot
+
+
+def interval_order(n_train: int, epoch_samples: int, epoch: int, seed: int) -> torch.Tensor:
+    """The training-set indices of interval `epoch` (1-based) of a data-budget run.
+
+    The intervals cut one stream of samples into pieces of `epoch_samples`: the stream is pass 0's
+    order, then pass 1's, ..., each pass a permutation of the whole training set drawn from
+    (`seed`, pass) alone. So every sample is seen once per pass, passes repeat only when the data
+    hold fewer than D samples, and the order of any interval is known without replaying the
+    earlier ones (a resumed run, a cooldown branch). A CPU generator: the same order on any device.
+    """
+    start, stop = (epoch - 1) * epoch_samples, epoch * epoch_samples
+    parts = []
+    for p in range(start // n_train, (stop - 1) // n_train + 1):
+        gen = torch.Generator().manual_seed(int(seed) * 1_000_003 + p)
+        perm = torch.randperm(n_train, generator=gen)
+        lo, hi = max(start - p * n_train, 0), min(stop - p * n_train, n_train)
+        parts.append(perm[lo:hi])
+    return torch.cat(parts)
 
 
 def lr_lambda(warmup: int, total: int, min_ratio: float, schedule: str = "cosine",
@@ -177,7 +209,7 @@ def _start(model: nn.Module, data: TensorDataset, cfg: TrainConfig, resume: dict
     """The optimiser, schedule and batch-order generator, fresh or from a checkpoint."""
     device = next(model.parameters()).device
     gen = torch.Generator(device=device).manual_seed(cfg.seed)
-    total = cfg.total_steps or math.ceil(data.n_train / cfg.batch_size) * cfg.epochs
+    total = cfg.total_steps or cfg.steps_per_epoch(data.n_train) * cfg.epochs
     # fused: one kernel for the whole update on CUDA (the CPU path keeps the default foreach).
     fused: dict[str, Any] = {"fused": True} if device.type == "cuda" else {}
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay, **fused)
@@ -215,11 +247,15 @@ def _train_epoch(run: _Run, data: TensorDataset, loss_fn: Callable[[torch.Tensor
     extra = getattr(model, "extra_loss", None)
     model.train()
     run.epoch_gen = run.gen.get_state()
-    perm = torch.randperm(data.n_train, device=device, generator=run.gen)
+    if cfg.epoch_samples is None:
+        perm = torch.randperm(data.n_train, device=device, generator=run.gen)
+    else:
+        perm = interval_order(data.n_train, cfg.epoch_samples, epoch, cfg.seed).to(device)
     skip, run.skip = run.skip, 0
     loss_sum = run.loss_sum if skip and run.loss_sum is not None else torch.zeros((), device=device)
     run.loss_sum = loss_sum  # summed in place below: a stop saves a copy
-    n = data.n_train if max_steps is None else min(data.n_train, max_steps * cfg.batch_size)
+    size = cfg.samples_per_epoch(data.n_train)
+    n = size if max_steps is None else min(size, max_steps * cfg.batch_size)
     for i in range(skip * cfg.batch_size, n, cfg.batch_size):
         run.steps_done = i // cfg.batch_size
         check_stop()
@@ -357,7 +393,7 @@ def cooldown_branch(
     run ending there would: cooldown/(1-cooldown) of its e epochs' steps (at least one step; the
     last epoch may be cut short), then validate. The model and the state are left as they were, so
     the constant-rate run goes on from the state."""
-    per_epoch = math.ceil(data.n_train / cfg.batch_size)
+    per_epoch = cfg.steps_per_epoch(data.n_train)
     hold = int(state["epoch"]) * per_epoch
     steps = max(1, round(hold * cfg.cooldown / (1 - cfg.cooldown)))
     branch_cfg = replace(cfg, epochs=int(state["epoch"]) + math.ceil(steps / per_epoch),
@@ -368,16 +404,17 @@ def cooldown_branch(
     cuda_rng = torch.cuda.get_rng_state() if "cuda_rng" in state else None
     try:
         run = _start(copy.deepcopy(model), data, branch_cfg, copy.deepcopy(state))
-        left = steps
-        while left > 0:
-            _train_epoch(run, data, loss_fn, branch_cfg, lambda: None, run.first, max_steps=left)
-            left -= min(left, per_epoch)
+        left, epoch = steps, run.first
+        while left > 0:  # the epochs a continued run would train next (an interval's own samples)
+            _train_epoch(run, data, loss_fn, branch_cfg, lambda: None, epoch, max_steps=left)
+            left, epoch = left - min(left, per_epoch), epoch + 1
         val, _ = evaluate(run.model, data, loss_fn, None, cfg.eval_batch_size, run.autocast)
     finally:
         torch.set_rng_state(rng)
         if cuda_rng is not None:
             torch.cuda.set_rng_state(cuda_rng)
-    samples = data.n_train * (steps // per_epoch) + min(data.n_train, (steps % per_epoch) * cfg.batch_size)
+    size = cfg.samples_per_epoch(data.n_train)
+    samples = size * (steps // per_epoch) + min(size, (steps % per_epoch) * cfg.batch_size)
     return Branch(val_loss=val, steps=steps, epochs=round(steps / per_epoch, 4), samples=samples)
 
 

@@ -144,7 +144,36 @@ def _pins(args: argparse.Namespace) -> dict[str, list[int]]:
     return {d: getattr(args, d) for d in ARCH_OPTIONS if getattr(args, d, None)}
 
 
-def _settings_from_args(args: argparse.Namespace, budget: str | None, ladder_below: Sequence[str] = ()) -> Any:
+def _data_ratios(args: argparse.Namespace) -> list[tuple[float | None, float | None]]:
+    """(tokens_per_param, samples_per_param) of each study per budget: one per R, or (None, None)."""
+    tokens, samples = args.tokens_per_param or [], args.samples_per_param or []
+    if tokens and samples:
+        raise ArchhpoError("Give --tokens-per-param or --samples-per-param, not both.")
+    ratios = tokens or samples
+    if len(set(ratios)) != len(ratios):
+        raise ArchhpoError(f"A data ratio is listed twice ({', '.join(f'{r:g}' for r in ratios)}); give each R once.")
+    if tokens:
+        return [(r, None) for r in tokens]
+    return [(None, r) for r in samples] or [(None, None)]
+
+
+def _ratio_suffixes(args: argparse.Namespace) -> list[str]:
+    """The study-name suffixes of --tokens-per-param / --samples-per-param ('-t20'), or ['']."""
+    from archhpo.schema import DataBudget
+
+    out = []
+    for tokens, samples in _data_ratios(args):
+        if tokens is not None:
+            out.append("-" + DataBudget.label_of("tokens", tokens))
+        elif samples is not None:
+            out.append("-" + DataBudget.label_of("samples", samples))
+        else:
+            out.append("")
+    return out
+
+
+def _settings_from_args(args: argparse.Namespace, budget: str | None, ladder_below: Sequence[str] = (),
+                        ratio: tuple[float | None, float | None] = (None, None)) -> Any:
     from archhpo.search._study import prepare_settings
 
     fam = get_family(args.family)
@@ -157,6 +186,7 @@ def _settings_from_args(args: argparse.Namespace, budget: str | None, ladder_bel
         paired_seeds=args.paired_seeds, confirm=args.confirm, confirm_seeds=args.seeds,
         schedule=args.schedule, cooldown=args.cooldown, eta=args.eta, min_fraction=args.min_fraction,
         ladder_below=ladder_below, baselines=args.baselines, compile_models=args.compile,
+        tokens_per_param=ratio[0], samples_per_param=ratio[1], data_seed=args.data_seed,
     )
 
 
@@ -201,8 +231,9 @@ def _launch_all(args: argparse.Namespace) -> list[str]:
 
 def _all_settings(args: argparse.Namespace) -> list[Any]:
     """Each budget's settings; with --ladder, smallest first, each planned from the smaller ones."""
+    ratios = _data_ratios(args)
     if not args.ladder:
-        return [_settings_from_args(args, b) for b in (args.budget or [None])]
+        return [_settings_from_args(args, b, (), r) for r in ratios for b in (args.budget or [None])]
     from archhpo.budgets import parse_budget
 
     budgets = args.budget or []
@@ -210,8 +241,11 @@ def _all_settings(args: argparse.Namespace) -> list[Any]:
         raise ArchhpoError("--ladder needs at least two --budget values (and no pinned architecture): it plans "
                            "each larger budget from the smaller ones; add budgets or drop --ladder.")
     out: list[Any] = []
-    for budget in sorted(budgets, key=parse_budget):
-        out.append(_settings_from_args(args, budget, [s.study_name for s in out]))
+    for r in ratios:  # one ladder per data ratio: each budget planned from the smaller ones at the same R
+        chain: list[Any] = []
+        for budget in sorted(budgets, key=parse_budget):
+            chain.append(_settings_from_args(args, budget, [s.study_name for s in chain], r))
+        out += chain
     return out
 
 
@@ -231,7 +265,8 @@ def _addressed_studies(args: argparse.Namespace, storage: Any) -> list[str]:
     names = list(args.study or [])
     pins = _pins(args)
     if args.budget or pins:
-        names += [study_name(args.experiment, study_label(b, pins)) for b in (args.budget or [None])]
+        names += [study_name(args.experiment, study_label(b, pins) + suffix)
+                  for suffix in _ratio_suffixes(args) for b in (args.budget or [None])]
     if names:
         for n in names:  # a clear error for a study that does not exist; a dropped connection is retried
             resilient(functools.partial(load_study, storage, n), "loading the study")

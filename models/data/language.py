@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from archhpo.errors import DataError
 from archhpo.models._family import TensorDataset
 from archhpo.models.data import file_sha256, recorded_file
+from archhpo.schema import DataBudget
 
 if TYPE_CHECKING:  # imported where used: `archhpo grid`/`params` read this module without them
     import numpy as np
@@ -42,6 +43,10 @@ QUICK_TOKENS = 300_000  # --quick: enough for tiny models to separate in CPU min
 BYTE_VOCAB = 256
 DEFAULT_VAL_FRACTION = 0.1
 MAX_TABLE = 1 << 22  # vocab^(order+1) next-symbol probabilities held in memory
+# A data-budget study (--tokens-per-param) validates on this many tokens at every budget: the same
+# windows for every budget (the loss of one is comparable with another's), and a validation that
+# costs a fixed amount instead of a tenth of D at each of the run's intervals.
+BUDGET_VAL_TOKENS = 1 << 16
 _INT_KEYS = ("vocab", "order", "language", "tokens")
 
 
@@ -166,15 +171,22 @@ def _parse_synthetic(raw: str, options: Mapping[str, Any]) -> dict[str, Any]:
         "vocab": _as_int("vocab_size", options.get("vocab_size", DEFAULT_VOCAB), "--vocab-size"),
         "order": _as_int("order", options.get("order", DEFAULT_ORDER), "--order"),
     }
+    given: set[str] = set()
     for item in filter(None, (s.strip() for s in raw.partition(":")[2].split(","))):
         key, eq, value = item.partition("=")
         key = key.strip().lower()
+        given.add(key)
         if not eq or key not in _INT_KEYS:
             raise DataError(
                 f"Cannot read {item!r} in --data {raw!r}; write e.g. "
                 f"'synthetic:vocab=32,order=3,language=0,tokens=2000000' (keys: {', '.join(_INT_KEYS)})."
             )
         spec[key] = _as_int(key, value, f"--data {raw!r}")
+    budget = DataBudget.of(options)
+    if budget is not None and "tokens" not in given:
+        # Sized to D: every token is fresh (one pass). tokens=N given explicitly caps it (passes repeat).
+        seq_len = _seq_len(options)
+        spec["tokens"] = max(1000, math.ceil(budget.target / seq_len) * seq_len)
     _validate_synthetic(spec)
     return spec
 
@@ -232,13 +244,17 @@ def _windows(stream: np.ndarray, seq_len: int) -> np.ndarray:
     return stream[idx]
 
 
-def _load_text(spec: Mapping[str, Any], seq_len: int, vf: float, quick: bool) -> tuple[np.ndarray, np.ndarray]:
+def _load_text(spec: Mapping[str, Any], seq_len: int, vf: float, quick: bool,
+               budget: bool) -> tuple[np.ndarray, np.ndarray]:
     import numpy as np
     path = recorded_file(spec)
     stream = np.frombuffer(_read_text(path), dtype=np.uint8).astype(np.int64)
     cut = int(round(len(stream) * (1 - vf)))
     train, val = _windows(stream[:cut], seq_len), _windows(stream[cut:], seq_len)
-    if quick:
+    if budget:  # evenly spaced windows over the whole validation split, the same at every budget
+        n_val = min(len(val), max(1, BUDGET_VAL_TOKENS // seq_len))
+        val = val[np.linspace(0, len(val) - 1, n_val).round().astype(np.int64)]
+    elif quick:  # a data-budget study trains on D whatever --quick says
         train = train[: max(1, QUICK_TOKENS // seq_len)]
     return train, val
 
@@ -253,19 +269,20 @@ def load_data(spec: Mapping[str, Any], options: Mapping[str, Any]) -> TensorData
     import torch
     seq_len, vf = _seq_len(options), _val_fraction(options)
     quick = bool(options.get("quick", False))
+    budget = DataBudget.of(options) is not None
     info = data_info(spec, options)
     if spec.get("kind") == "synthetic":
         v, k, lang = int(spec["vocab"]), int(spec["order"]), int(spec["language"])
-        tokens = min(int(spec["tokens"]), QUICK_TOKENS) if quick else int(spec["tokens"])
+        tokens = min(int(spec["tokens"]), QUICK_TOKENS) if quick and not budget else int(spec["tokens"])
         n_train = max(1, tokens // seq_len)
-        n_val = max(1, round(n_train * vf / (1 - vf)))
+        n_val = max(1, BUDGET_VAL_TOKENS // seq_len) if budget else max(1, round(n_train * vf / (1 - vf)))
         seed = int(options.get("seed", 0) or 0)
         # Separate streams: adding training tokens never changes the validation set.
         val = sample_windows(v, k, lang, n_val, seq_len + 1, np.random.SeedSequence([lang, seed, 1]))
         train = sample_windows(v, k, lang, n_train, seq_len + 1, np.random.SeedSequence([lang, seed, 0]))
         info["source"] = f"synthetic:vocab={v},order={k},language={lang},tokens={n_train * seq_len}"
     elif spec.get("kind") == "text":
-        train, val = _load_text(spec, seq_len, vf, quick)
+        train, val = _load_text(spec, seq_len, vf, quick, budget)
         info["source"] = str(spec["path"])
     else:
         raise DataError(f"Unknown data spec {dict(spec)!r}; pass 'synthetic' or a UTF-8 text file.")
