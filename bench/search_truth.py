@@ -7,7 +7,8 @@ halving").  An optional second experiment with `--schedule cosine` gives, at the
 epochs, the losses of cosine runs cut short.  One row per (budget, architecture, seed):
 
     budget, budget_params, arch_idx, d_model, n_layers, n_heads, d_ff, param_count, seed, epochs,
-    flops_per_epoch, loss, curve, rung_epochs, rung_loss, branch_epochs, cosine_rung_loss
+    flops_per_epoch, loss, curve, rung_epochs, rung_loss, branch_epochs, cosine_rung_loss,
+    train_tokens, tokens_per_param, data_seed, duration_s
 
 (lists ';'-joined: `curve` is the validation loss after each epoch of the constant-rate run,
 `rung_loss` the rung scores, the last one the full-length loss).
@@ -29,7 +30,7 @@ from typing import Any
 
 COLUMNS = ("budget", "budget_params", "arch_idx", "d_model", "n_layers", "n_heads", "d_ff", "param_count", "seed",
            "epochs", "flops_per_epoch", "loss", "curve", "rung_epochs", "rung_loss", "branch_epochs",
-           "cosine_rung_loss")
+           "cosine_rung_loss", "train_tokens", "tokens_per_param", "data_seed", "duration_s")
 
 
 def _join(values: Sequence[float | int]) -> str:
@@ -67,6 +68,10 @@ def read_rows(storage: str, experiment: str) -> list[dict[str, Any]]:
                 "curve": _join([t.intermediate_values[e] for e in range(1, epochs + 1)]),
                 "rung_epochs": _join(a["rung_epochs"]), "rung_loss": _join(a["rung_scores"]),
                 "branch_epochs": _join(a["branch_epochs"]), "cosine_rung_loss": "",
+                # the data (a --tokens-per-param truth; empty for the first truth's epoch studies) and cost
+                "train_tokens": a.get("train_tokens", ""), "tokens_per_param": a.get("tokens_per_param", ""),
+                "data_seed": study.user_attrs["archhpo_options"].get("data_seed", ""),
+                "duration_s": a.get("duration_s", ""),
             })
     return sorted(rows, key=lambda r: (r["budget_params"], r["arch_idx"], r["seed"]))
 

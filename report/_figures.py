@@ -136,6 +136,9 @@ def _scatter_by_budget(ax: Any, frame: pd.DataFrame, x: str, max_points: int, lo
     return True
 
 
+EXTRAPOLATE = 2.0  # the law's curve goes on past the largest budget this far, dotted and labelled
+
+
 @_styled
 def plot_loss_vs_params(frame: pd.DataFrame, fit: dict[str, Any] | None = None,
                         max_points: int = MAX_POINTS) -> Figure:
@@ -168,17 +171,23 @@ def _draw_law(ax: Any, frame: pd.DataFrame, fit: dict[str, Any] | None) -> None:
         return
     if fit.get("status") != "fitted":
         # The reason is long (it is in the page and the JSON); a short title keeps the points clear.
-        what = "no measurable scaling" if fit.get("status") == "no_scaling" else "no law fitted"
+        what = {"no_scaling": "no measurable scaling", "interpolation": "an interpolation, not a fit",
+                "unresolved": "law not resolved"}.get(str(fit.get("status")), "no law fitted")
         ax.set_title(f"{what}: no law drawn (reason in the report)", fontsize=8, loc="left", color="0.25")
         return
     counts = _finished(frame)["param_count"]
-    lo, hi = math.log10(counts.min()) - 0.15, math.log10(counts.max()) + 0.15
-    n = np.logspace(lo, hi, 200)
+    limits = ax.get_xlim(), ax.get_ylim()  # the data's: a band never sets the axes
+    n = np.logspace(math.log10(counts.min()), math.log10(counts.max()), 200)  # the data's range only
     low, high = band(fit, n)
     if np.any(high > low):
         ax.fill_between(n, low, high, color="tab:red", alpha=0.15, lw=0, label="95% bootstrap band")
     e, a, alpha = (fit[k]["estimate"] for k in ("E", "A", "alpha"))
     ax.plot(n, predict(fit, n), color="tab:red", lw=1.5, label=f"L = {e:.3g} + {a:.3g}·N^-{alpha:.3g}")
+    beyond = np.logspace(math.log10(counts.max()), math.log10(counts.max() * EXTRAPOLATE), 50)
+    ax.plot(beyond, predict(fit, beyond), color="tab:red", lw=1.2, ls=":",
+            label=f"extrapolation (to {EXTRAPOLATE:g}x the largest N)")
+    ax.set_xlim(limits[0][0], max(limits[0][1], counts.max() * EXTRAPOLATE * 1.1))
+    ax.set_ylim(*limits[1])
 
 
 @_styled

@@ -9,11 +9,17 @@ fewer than three distinct budgets cannot identify three parameters and are drawn
 budget's point itself redrawn from a resample of that budget's trials (seeds, where there are
 any, as whole units), so three budgets give real intervals.
 
-``status`` says what the fit can claim: ``too_few_budgets`` (under three budgets: no fit),
-``no_scaling`` (a fit whose slope is not resolved: alpha at a bound of its range, A not
-distinguishable from 0, or a 95% interval of the loss ratio between the largest and the
-smallest budget that includes 1; ``reason`` says which) or ``fitted``.  Only a ``fitted`` law
-is printed as a law anywhere.
+``status`` says what the fit can claim, the first that applies (``reason`` lists every failed
+condition):
+
+- ``too_few_budgets``: under three budgets, no fit at all;
+- ``no_scaling``: no measurable trend: the 95% interval of the loss ratio between the largest and
+  the smallest budget includes 1 (or lies above it), or A is not distinguishable from 0;
+- ``interpolation``: no more points than the law's 3 free parameters (L(N) needs 4 budgets): a
+  curve through the points is an interpolation, not a fit;
+- ``unresolved``: an exponent's interval touches a bound of its range, a prefactor's interval
+  reaches the bound of its (log) range (it is not finite), or the intervals collapse to a point;
+- ``fitted``: none of these. Only a ``fitted`` law is printed as a law anywhere.
 """
 
 from __future__ import annotations
@@ -31,10 +37,20 @@ from scipy.optimize import minimize
 LAW = "L(N) = E + A * N^-alpha"
 DELTA = 1e-3
 N_BOOT = 1000
-MIN_BUDGETS = 3
+MIN_BUDGETS = 3  # the least points a fit is attempted on
+N_PARAMS = 3  # E, A, alpha: a law is fitted only on more points than this
 _ALPHA_BOUNDS = (1e-4, 4.0)
 _A_FLOOR = 1e-3  # a reducible loss under 0.1% of the loss at the smallest budget counts as none
-STATUSES = ("fitted", "no_scaling", "too_few_budgets")
+STATUSES = ("fitted", "unresolved", "interpolation", "no_scaling", "too_few_budgets")
+
+
+def touches(interval: Any, lo: float, hi: float, rel: float = 0.005) -> bool:
+    """Whether a 95% interval reaches within `rel` of the range [lo, hi] of a bound (or is not finite)."""
+    a, b = (float(x) for x in interval)
+    if not (math.isfinite(a) and math.isfinite(b)):
+        return True
+    margin = rel * (hi - lo)
+    return a <= lo + margin or b >= hi - margin
 
 
 @contextlib.contextmanager
@@ -300,30 +316,45 @@ def _ratio(logn: np.ndarray, logl: np.ndarray, within: tuple[np.ndarray, np.ndar
 
 
 def _verdict(theta: np.ndarray, samples: np.ndarray, ratio: dict[str, Any], logn: np.ndarray,
-             logl: np.ndarray) -> list[str]:
-    """Why the slope is not resolved (empty when it is): alpha at a bound of its range, A not
-    distinguishable from 0, or a loss-ratio interval that includes 1 (or lies above it)."""
-    reasons = []
+             logl: np.ndarray) -> tuple[list[str], list[str]]:
+    """(why there is no measurable trend, why the law is not resolved); both empty: fitted."""
+    flat, unresolved = [], []
     alpha = float(theta[2])
     lo, hi = _ALPHA_BOUNDS
-    if alpha <= lo * 1.01 or alpha >= hi * 0.99:
-        reasons.append(f"alpha = {alpha:.3g} sits at a bound of its range [{lo:g}, {hi:g}]")
+    if len(samples) and touches(np.percentile(samples[:, 2], [2.5, 97.5]), lo, hi):
+        a_lo, a_hi = np.percentile(samples[:, 2], [2.5, 97.5])
+        unresolved.append(f"alpha's 95% interval [{a_lo:.3g}, {a_hi:.3g}] touches a bound of its range [{lo:g}, {hi:g}]")
+    elif alpha <= lo * 1.01 or alpha >= hi * 0.99:
+        unresolved.append(f"alpha = {alpha:.3g} sits at a bound of its range [{lo:g}, {hi:g}]")
+    a_top = _bounds(logn, logl)[1][1]
+    if len(samples) and float(np.log(np.percentile(samples[:, 1], 97.5))) >= a_top - 1e-6 * abs(a_top):
+        unresolved.append(f"A's 95% interval reaches the bound of its range ({math.exp(a_top):.3g}): the prefactor "
+                          "is not finite")
     small = int(np.argmin(logn))
     n_min, l_min = math.exp(logn[small]), math.exp(logl[small])
     reducible = math.exp(theta[1]) * n_min ** -alpha
     low = float(np.percentile(samples[:, 1] * n_min ** -samples[:, 2], 2.5)) if len(samples) else reducible
     if min(reducible, low) < _A_FLOOR * l_min:
-        reasons.append(f"A is not distinguishable from 0: the reducible loss A·N^-alpha at the smallest budget "
-                       f"is {reducible:.3g} (95% interval down to {low:.3g}), under {_A_FLOOR:.1%} of the loss there")
+        flat.append(f"A is not distinguishable from 0: the reducible loss A·N^-alpha at the smallest budget "
+                    f"is {reducible:.3g} (95% interval down to {low:.3g}), under {_A_FLOOR:.1%} of the loss there")
     if not len(samples) or np.ptp(samples[:, 2]) <= 1e-9 * max(abs(alpha), 1.0):
-        reasons.append("the 95% intervals collapse to a point: no budget has a second trial or seed to resample "
-                       "and the budget points alone cannot be resampled")
+        unresolved.append("the 95% intervals collapse to a point: no budget has a second trial or seed to resample "
+                          "and the budget points alone cannot be resampled")
     r_lo, r_hi = ratio["ci95"]
     where = "includes 1" if r_lo <= 1.0 else "lies above 1: the largest budget's loss is higher than the smallest's"
     if r_hi >= 1.0:
-        reasons.append(f"the 95% interval of the loss ratio between the largest and the smallest budget, "
-                       f"[{r_lo:.4g}, {r_hi:.4g}], {where}")
-    return reasons
+        flat.append(f"the 95% interval of the loss ratio between the largest and the smallest budget, "
+                    f"[{r_lo:.4g}, {r_hi:.4g}], {where}")
+    return flat, unresolved
+
+
+def law_status(flat: list[str], unresolved: list[str], n_points: int, n_params: int) -> tuple[str, str | None]:
+    """The status and reason of a fit (module docstring), shared by L(N) and L(N, D)."""
+    few = ([f"{n_points} points for {n_params} free parameters: a curve through them is an interpolation, not a "
+            f"fit (at least {n_params + 1} are needed)"] if n_points <= n_params else [])
+    reasons = [*flat, *few, *unresolved]
+    status = ("no_scaling" if flat else "interpolation" if few else "unresolved" if unresolved else "fitted")
+    return status, "; ".join(reasons) if reasons else None
 
 
 def _fit_law(n: Any, loss: Any, n_boot: int, seed: int, delta: float, labels: list[str] | None,
@@ -349,11 +380,10 @@ def _fit_law(n: Any, loss: Any, n_boot: int, seed: int, delta: float, labels: li
         out[name] = {"estimate": est, "ci95": [float(lo), float(hi)]}
     out["method"].update(starts=len(starts), bootstrap_resamples=len(samples))
     out["loss_ratio"] = _ratio(logn, logl, within, samples)
-    reasons = _verdict(theta, samples, out["loss_ratio"], logn, logl)
-    out["status"] = "no_scaling" if reasons else "fitted"
-    out["reason"] = "; ".join(reasons) if reasons else None
+    flat, unresolved = _verdict(theta, samples, out["loss_ratio"], logn, logl)
+    out["status"], out["reason"] = law_status(flat, unresolved, len(logn), N_PARAMS)
     out["objective"] = fun
-    if not reasons:
+    if out["status"] == "fitted":
         out["formula"] = f"L(N) = {e:.4g} + {a:.4g} * N^-{alpha:.4g}"
     out["samples"] = samples
     return out
@@ -427,4 +457,4 @@ def fit_json(fit: dict[str, Any]) -> dict[str, Any]:
     return clean({k: v for k, v in fit.items() if k != "samples"})
 
 
-__all__ = ["LAW", "STATUSES", "band", "fit_json", "fit_law", "fit_scaling_law", "predict", "within_budget_replicates"]
+__all__ = ["LAW", "STATUSES", "law_status", "touches", "band", "fit_json", "fit_law", "fit_scaling_law", "predict", "within_budget_replicates"]

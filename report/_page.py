@@ -47,7 +47,7 @@ from archhpo.report._confirm import MIN_PAIRS, confirmation_summary
 from archhpo.report._decisions import decision_accuracy, decision_rows
 from archhpo.report._fit import fit_json, fit_scaling_law
 from archhpo.report._frame import best_and_runner_up, budgets_in, load_curves, ranked, trials_frame
-from archhpo.report._truth import truth_text
+from archhpo.report._truth import below_floor, truth_text
 from archhpo.schema import ARCH_KEYS, ARCH_RECORD, TRAINING_PARAMS
 
 SUMMARY_COLUMNS = (
@@ -321,34 +321,49 @@ def _arch_text(row: Any) -> str:
     return f"{text} ({choice})" if choice else text
 
 
+def _ratio_text(fit: dict[str, Any]) -> str:
+    ratio = fit.get("loss_ratio") or {}
+    if not ratio:
+        return ""
+    lo, hi = ratio["ci95"]
+    return f"loss of the largest budget over the smallest {_fmt(ratio['estimate'])} [{_fmt(lo)}, {_fmt(hi)}]"
+
+
+def _intervals(fit: dict[str, Any], keys: Sequence[str]) -> str:
+    return ", ".join(f"{k} = {_fmt(fit[k]['estimate'])} [{_fmt(fit[k]['ci95'][0])}, {_fmt(fit[k]['ci95'][1])}]"
+                     for k in keys)
+
+
+_NO_LAW = {"no_scaling": "No measurable scaling", "interpolation": "No law: an interpolation, not a fit",
+           "unresolved": "No law: not resolved"}
+
+
 def law_text(fit: dict[str, Any]) -> str:
-    """The fit in one sentence: a law only when its status is ``fitted``."""
+    """The fit in one sentence: a law with its intervals only when its status is ``fitted``;
+    otherwise why not, and what the data do resolve (the loss ratio)."""
     status = fit.get("status")
     if status == "too_few_budgets" or not fit.get("E"):
         return f"No scaling law fitted: {fit.get('reason') or 'no fit'}."
-    ratio = fit.get("loss_ratio") or {}
-    ratio_text = ""
-    if ratio:
-        lo, hi = ratio["ci95"]
-        ratio_text = (f" Loss of the largest budget over the smallest: {_fmt(ratio['estimate'])} "
-                      f"[{_fmt(lo)}, {_fmt(hi)}].")
-    if status == "no_scaling":
-        return f"No measurable scaling over {fit['n_budgets']} budgets: {fit['reason']}.{ratio_text}"
-    parts = []
-    for k in ("E", "A", "alpha"):
-        est, (lo, hi) = fit[k]["estimate"], fit[k]["ci95"]
-        parts.append(f"{k} = {_fmt(est)} [{_fmt(lo)}, {_fmt(hi)}]")
-    return (f"L(N) = E + A·N^-alpha fitted to the best trial of {fit['n_budgets']} budgets: " + ", ".join(parts)
-            + f" (95% bootstrap intervals, {fit['method'].get('bootstrap_resamples', 0)} resamples)." + ratio_text)
+    ratio = _ratio_text(fit)
+    if status in _NO_LAW:
+        what = f" What the data resolve: the {ratio}." if ratio else ""
+        return (f"{_NO_LAW[status]} over {fit['n_budgets']} budgets: {fit['reason']}.{what} A curve through "
+                "these points would be an interpolation, so none is drawn.")
+    return (f"L(N) = E + A·N^-alpha fitted to the best trial of {fit['n_budgets']} budgets: "
+            + _intervals(fit, ("E", "A", "alpha"))
+            + f" (95% bootstrap intervals, {fit['method'].get('bootstrap_resamples', 0)} resamples)."
+            + (f" The {ratio}." if ratio else ""))
 
 
 def fit_line(fit: dict[str, Any]) -> str:
-    """One line for a terminal (`run` and `report` end with it)."""
+    """One line for a terminal (`run` and `report` end with it): the law with its intervals, or
+    the sentence that replaces it."""
     status = fit.get("status")
     if status == "fitted":
-        return f"scaling: {fit['formula']}"
-    if status == "no_scaling":
-        return f"scaling: no measurable scaling ({fit['reason']})"
+        return f"scaling: L(N) = E + A*N^-alpha with {_intervals(fit, ('E', 'A', 'alpha'))} (95% intervals)"
+    if status in _NO_LAW:
+        ratio = _ratio_text(fit)
+        return f"scaling: {_NO_LAW[status].lower()} ({fit['reason']})" + (f"; {ratio}" if ratio else "")
     return f"scaling: no law fitted ({fit.get('reason') or 'no fit'})"
 
 
@@ -492,7 +507,8 @@ def _answer_section(frame: pd.DataFrame, summary: pd.DataFrame, fit: dict[str, A
                                                     for _, s in summary.iterrows()], set(range(1, len(metrics) + 1))))
     parts.append(f"<p class='law'><b>Scaling law.</b> {html.escape(law_text(fit))}</p>")
     if truth_text(fit):
-        parts.append(f"<p class='truth'>{html.escape(truth_text(fit))}</p>")
+        flag = " style='color:#b00020'" if below_floor(fit) else ""
+        parts.append(f"<p class='truth'{flag}>{html.escape(truth_text(fit))}</p>")
     accuracy = decision_accuracy(frame)
     if accuracy:
         parts += ["<h3>Decision accuracy: does a smaller budget's ranking hold at a larger one?</h3>",

@@ -43,5 +43,14 @@ def truth_text(fit: Mapping[str, Any]) -> str:
         return text + "; the fitted E has no finite interval to compare with."
     target = floor if floor is not None else rate
     where = "contains" if lo <= target <= hi else ("lies above" if lo > target else "lies below")
-    return (text + f"; the fitted E is {est:.4f} [{lo:.4f}, {hi:.4f}], an interval that {where} "
-            f"{'the floor' if floor is not None else 'the entropy rate'}.")
+    what = "the floor" if floor is not None else "the entropy rate"
+    text += f"; the fitted E is {est:.4f} [{lo:.4f}, {hi:.4f}], an interval that {where} {what}."
+    if where == "lies below":
+        text += (f" Warning: E below {what} is impossible for any model: the law is fitted to undertrained "
+                 "models (more tokens per parameter move E up) or does not describe these points.")
+    return text
+
+
+def below_floor(fit: Mapping[str, Any]) -> bool:
+    """Whether the fitted E's whole interval lies below the data's known floor (flagged on the page)."""
+    return "Warning: E below" in truth_text(fit)

@@ -105,18 +105,19 @@ def test_a_flat_trend_is_no_scaling_with_every_reason() -> None:
     """The demo's case: equal losses gave "alpha = 4 [4, 4]" and A = 1e-13, printed as a law."""
     fit = fit_law([4e5, 2e6, 1e7], [0.4853, 0.4853, 0.4853], n_boot=200)
     assert fit["status"] == "no_scaling" and "formula" not in fit
-    assert "alpha = 4 sits at a bound" in fit["reason"]
+    assert "alpha's 95% interval [4, 4] touches a bound" in fit["reason"]
     assert "A is not distinguishable from 0" in fit["reason"]
     assert "[1, 1], includes 1" in fit["reason"]
     assert fit["loss_ratio"] == {"estimate": 1.0, "ci95": [1.0, 1.0]}
 
 
 def test_three_budgets_of_one_trial_each_cannot_claim_a_law() -> None:
-    """Three points and three parameters fit exactly: with nothing to resample the intervals
-    collapse, and the fit says so instead of printing a law."""
+    """Three points and three parameters fit exactly: an interpolation, and with nothing to
+    resample the intervals collapse; the fit says both instead of printing a law."""
     fit = fit_law([4e5, 2e6, 1e7], [1.0, 0.8, 0.7], n_boot=200)
     assert fit["alpha"]["ci95"][0] == pytest.approx(fit["alpha"]["ci95"][1])
-    assert fit["status"] == "no_scaling" and "collapse to a point" in fit["reason"]
+    assert fit["status"] == "interpolation" and "formula" not in fit
+    assert "3 points for 3 free parameters" in fit["reason"] and "collapse to a point" in fit["reason"]
 
 
 def _three_budgets(noise: float, a: float = 400.0, trials: int = 8) -> tuple[np.ndarray, list[float], tuple[np.ndarray, np.ndarray]]:
@@ -126,10 +127,10 @@ def _three_budgets(noise: float, a: float = 400.0, trials: int = 8) -> tuple[np.
     return n, [float(u[1].min()) for u in units], within_budget_replicates(units, 300, 0)
 
 
-def test_three_budgets_with_several_trials_give_real_intervals() -> None:
+def test_three_budgets_with_several_trials_give_real_intervals_but_no_law() -> None:
     n, best, reps = _three_budgets(0.02)
     fit = fit_law(n, best, n_boot=300, replicates=reps)
-    assert fit["status"] == "fitted"
+    assert fit["status"] == "interpolation" and "at least 4 are needed" in fit["reason"]
     for name in ("E", "A", "alpha"):
         lo, hi = fit[name]["ci95"]
         assert lo < fit[name]["estimate"] * (1 + 1e-9) and hi > lo, name
@@ -163,3 +164,26 @@ def test_within_budget_minimum_follows_the_bootstrap_distribution() -> None:
     assert set(zip(ns[:, 0], ls[:, 0], strict=True)) <= set(zip(counts, losses, strict=True))
     again = within_budget_replicates([(counts, losses)], 40000, 0)
     assert np.array_equal(again[1], ls)
+
+
+def test_four_budgets_with_several_trials_are_fitted() -> None:
+    n = np.array([1e5, 4e5, 2e6, 1e7])
+    rng = np.random.default_rng(0)
+    units = [(np.full(8, x), 1.7 + 400 * x**-0.34 + rng.normal(0, 0.005, 8)) for x in n]
+    fit = fit_law(n, [float(u[1].min()) for u in units], n_boot=300,
+                  replicates=within_budget_replicates(units, 300, 0))
+    assert fit["status"] == "fitted", fit["reason"]
+    assert fit["alpha"]["ci95"][0] < 0.34 < fit["alpha"]["ci95"][1]
+
+
+def test_an_exponent_whose_interval_reaches_its_bound_is_unresolved() -> None:
+    """Four points falling log-linearly: the data cannot tell a tiny alpha from 0, its bootstrap
+    interval reaches the bottom of its range, so no law is printed although the trend is resolved."""
+    n = np.array([1e5, 2e5, 4e5, 8e5])
+    rng = np.random.default_rng(1)
+    units = [(np.full(6, x), 2.0 - 0.02 * np.log2(x / 1e5) + rng.normal(0, 0.01, 6)) for x in n]
+    fit = fit_law(n, [float(u[1].min()) for u in units], n_boot=300,
+                  replicates=within_budget_replicates(units, 300, 0))
+    assert fit["status"] == "unresolved" and "formula" not in fit
+    assert "alpha's 95% interval [0.0117, 0.712] touches a bound" in fit["reason"]
+    assert fit["loss_ratio"]["ci95"][1] < 1, "the trend itself is resolved"

@@ -222,6 +222,10 @@ def test_truth_text_says_where_the_fitted_e_lies() -> None:
     assert "interval that contains the floor" in truth_text(fit)
     assert "lies above the floor" in truth_text({**fit, "E": {"estimate": 2.1, "ci95": [2.0, 2.2]}})
     assert "no law was fitted" in truth_text({"entropy_rate": 1.85})
+    from archhpo.report._truth import below_floor
+    low = {**fit, "E": {"estimate": 1.5, "ci95": [1.2, 1.6]}}
+    assert "lies below the floor" in truth_text(low) and "Warning: E below the floor" in truth_text(low)
+    assert below_floor(low) and not below_floor(fit)
     assert truth_text({"E": fit["E"]}) == ""
     assert known_truth([{"entropy_rate": 1.0}, {"entropy_rate": 1.0}]) == {"entropy_rate": 1.0}
     assert known_truth([{"entropy_rate": 1.0}, {"entropy_rate": 2.0}]) == {}, "mixed truths: none"

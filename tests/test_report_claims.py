@@ -65,14 +65,20 @@ def test_a_real_trend_is_fitted_and_printed_as_a_law(tmp_path: Path) -> None:
     path = _write(_rows("law"), tmp_path / "law.csv")
     report = write_report(None, csv=path, out=tmp_path / "r", n_boot=200)
     assert report.fit["status"] == "fitted" and report.fit["reason"] is None
-    assert fit_line(report.fit) == f"scaling: {report.fit['formula']}"
+    e, a, alpha = (report.fit[k] for k in ("E", "A", "alpha"))
+    assert fit_line(report.fit) == (
+        f"scaling: L(N) = E + A*N^-alpha with E = {e['estimate']:.4g} [{e['ci95'][0]:.4g}, {e['ci95'][1]:.4g}], "
+        f"A = {a['estimate']:.4g} [{a['ci95'][0]:.4g}, {a['ci95'][1]:.4g}], "
+        f"alpha = {alpha['estimate']:.4g} [{alpha['ci95'][0]:.4g}, {alpha['ci95'][1]:.4g}] (95% intervals)")
     lo, hi = report.fit["loss_ratio"]["ci95"]
     assert lo < hi < 1  # resampled within each budget's twelve trials: a real interval
     html = report.html.read_text()
     assert "L(N) = E + A·N^-alpha fitted to the best trial of 4 budgets" in html
-    labels = [t.get_text() for t in plot_loss_vs_params(trials_frame("law", csv=path), report.fit)
-              .axes[0].get_legend().get_texts()]
-    assert "95% bootstrap band" in labels
+    frame = trials_frame("law", csv=path)
+    fig = plot_loss_vs_params(frame, report.fit)
+    labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert "95% bootstrap band" in labels and "extrapolation (to 2x the largest N)" in labels
+    assert fig.axes[0].get_ylim() == plot_loss_vs_params(frame, None).axes[0].get_ylim(), "the band sets no axis"
 
 
 def test_two_budgets_are_too_few(tmp_path: Path) -> None:

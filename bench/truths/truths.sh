@@ -7,9 +7,9 @@
 # docs): a working copy outside the checkout, niced workers in the background, and a copy of
 # the database and checkpoints back into the checkout every 15 minutes and at every stop.
 #
-#   bench/truths/truths.sh start t1     # restore the working copy if needed, launch, start 2 workers + the saver
-#   bench/truths/truths.sh status t1    # trials done / planned per study
-#   bench/truths/truths.sh stop t1      # SIGTERM the workers (each running trial saved between two steps), save
+#   bench/truths/truths.sh start t1 t2 t3  # in the background: each truth in turn, 2 niced workers, a save every 15 min
+#   bench/truths/truths.sh status t1    # trials per study and state
+#   bench/truths/truths.sh stop         # SIGTERM the workers (each running trial saved between two steps), save all
 #   bench/truths/truths.sh save t1      # copy the live database and checkpoints into bench/truths/studies/
 #   bench/truths/truths.sh table t1     # bench/truths/t1.csv, its sha256 and cost (once every trial is done)
 #
@@ -67,31 +67,61 @@ save() {
   echo "$(date -u +%FT%TZ) saved $t" >&2
 }
 
-start() {
-  local t=$1
+work() {  # launch truth $1 and train it to the end with $WORKERS niced workers; 0 when its plan is done
+  local t=$1 pids=() rc=0
   restore "$t"
   # shellcheck disable=SC2046
   "$ARCHHPO" launch --experiment "$t" $(args_for "$t") --storage "sqlite:///$WORK/$t.db"
+  ( while sleep 900; do save "$t" || true; done ) >>"$WORK/$t.saver.log" 2>&1 &
+  echo $! >"$WORK/$t.saver.pid"
   for i in $(seq 1 "$WORKERS"); do
     nice -n 10 "$ARCHHPO" worker --experiment "$t" --storage "sqlite:///$WORK/$t.db" --threads 1 \
       --checkpoint-dir "$WORK/${t}_ck" >>"$WORK/$t.worker$i.log" 2>&1 &
-    echo $! >"$WORK/$t.worker$i.pid"
+    pids+=($!); echo $! >"$WORK/$t.worker$i.pid"
   done
-  ( while sleep 900; do save "$t" || true; done ) >>"$WORK/$t.saver.log" 2>&1 &
-  echo $! >"$WORK/$t.saver.pid"
-  echo "started $t: $WORKERS workers, logs in $WORK" >&2
+  for pid in "${pids[@]}"; do wait "$pid" || rc=$?; done
+  kill "$(cat "$WORK/$t.saver.pid")" 2>/dev/null || true
+  rm -f "$WORK/$t".worker*.pid "$WORK/$t.saver.pid"
+  save "$t"
+  return "$rc"
 }
 
-stop() {
-  local t=$1 pid
-  for f in "$WORK/$t".worker*.pid; do
+finished() {  # every planned trial of truth $1 has ended
+  [[ -f $WORK/$1.db ]] && [[ $(sqlite3 "$WORK/$1.db" "select count(*) from trials where state in ('WAITING','RUNNING')") == 0 ]] \
+    && [[ $(sqlite3 "$WORK/$1.db" "select count(*) from trials") -gt 0 ]]
+}
+
+chain() {  # the truths in order, each to the end; stops at the first one whose workers were stopped
+  local t pid
+  for f in "$WORK"/t*.worker*.pid; do  # workers of an earlier `start` still running: let them finish
+    [[ -f $f ]] || continue
+    pid=$(cat "$f"); while kill -0 "$pid" 2>/dev/null; do sleep 30; done
+  done
+  for t in "$@"; do
+    if finished "$t"; then echo "$t: finished" >&2; continue; fi
+    work "$t" || { echo "$t: workers stopped (exit $?); the chain ends here" >&2; return 1; }
+  done
+}
+
+start() {  # the chain in the background: bench/truths/truths.sh start t1 t2 t3
+  mkdir -p "$WORK"
+  nohup "$0" chain "$@" >>"$WORK/chain.log" 2>&1 &
+  echo $! >"$WORK/chain.pid"
+  echo "started the chain $* (log $WORK/chain.log)" >&2
+}
+
+stop() {  # SIGTERM every worker (each running trial is saved between two steps), then save every truth
+  local pid t
+  if [[ -f $WORK/chain.pid ]]; then kill "$(cat "$WORK/chain.pid")" 2>/dev/null || true; rm -f "$WORK/chain.pid"; fi
+  for f in "$WORK"/t*.worker*.pid; do
     [[ -f $f ]] || continue
     pid=$(cat "$f"); kill -TERM "$pid" 2>/dev/null || true
     while kill -0 "$pid" 2>/dev/null; do sleep 1; done
     rm -f "$f"
   done
-  if [[ -f $WORK/$t.saver.pid ]]; then kill "$(cat "$WORK/$t.saver.pid")" 2>/dev/null || true; rm -f "$WORK/$t.saver.pid"; fi
-  save "$t"
+  for f in "$WORK"/t*.saver.pid; do [[ -f $f ]] && kill "$(cat "$f")" 2>/dev/null; rm -f "$f"; done
+  for t in t1 t2 t3; do [[ -f $WORK/$t.db ]] && save "$t"; done
+  return 0
 }
 
 status() {
@@ -107,6 +137,8 @@ table() {
 }
 
 case "${1:-}" in
-  start|stop|save|status|table|restore) "$1" "${2:?which truth: t1, t2 or t3}" ;;
+  start|chain) cmd=$1; shift; if (($# == 0)); then set -- t1 t2 t3; fi; "$cmd" "$@" ;;
+  stop) stop ;;
+  save|status|table|restore|work) "$1" "${2:?which truth: t1, t2 or t3}" ;;
   *) sed -n '2,18p' "$0"; exit 2 ;;
 esac
