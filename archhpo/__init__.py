@@ -35,6 +35,7 @@ _LAZY = {
     "TensorDataset": "archhpo.models",
     "family_names": "archhpo.models",
     "get_family": "archhpo.models",
+    "StudyConfig": "archhpo.config",
     "StudySettings": "archhpo.search",
     "TrialQueue": "archhpo.search",
     "launch": "archhpo.search",

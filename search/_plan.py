@@ -47,7 +47,13 @@ class PlanEntry:
     rank: int | None = None  # phase 3: 0 = the best architecture of phases 1-2
     baseline: str | None = None  # phase 3 with --baselines: the rule whose shape this slot trains
 
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> PlanEntry:
+        """An entry of a stored plan (StudySettings.plan), as `as_dict` wrote it."""
+        return cls(**d)
+
     def as_dict(self) -> dict[str, Any]:
+        """The stored form (a study's plan is a list of these, so old studies load)."""
         d = asdict(self)
         for key in ("rank", "baseline"):  # absent when unset, so older plans keep their identity
             if d[key] is None:

@@ -8,7 +8,6 @@ needs only the storage URL and the study name.
 from __future__ import annotations
 
 import itertools
-import re
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -17,22 +16,20 @@ from typing import Any
 import optuna
 from optuna.storages import RDBStorage
 
-from archhpo._options import default as _default
 from archhpo.budgets import (
-    ARCH_DIMS,
     GridRow,
     budget_label,
     build_grid,
     candidates,
-    check_tolerance,
     parse_budget,
     pin_label,
     pinned_grid,
     require_rows,
 )
-from archhpo.errors import ArchhpoError, BudgetError, ConfigError, StorageError, StudyError
+from archhpo.config import OPTION_FIELDS, StudyConfig, check_experiment, family_options_of
+from archhpo.errors import ArchhpoError, ConfigError, StorageError, StudyError
 from archhpo.models import Family, get_family
-from archhpo.schema import DEFAULT_INTERVALS, PRUNERS, TRAINING_PARAMS, Attr, DataBudget, schedule_options
+from archhpo.schema import DEFAULT_INTERVALS, TRAINING_PARAMS, Attr, DataBudget, schedule_options
 from archhpo.search._baselines import BASELINE_RULES
 from archhpo.search._halving import Halving, parse_fraction
 from archhpo.search._ladder import ladder_trials
@@ -43,8 +40,6 @@ from archhpo.search._storage import open_storage, plan_lock, plan_slots_of
 
 SCHEMA_VERSION = 1
 LADDER_KEY = "archhpo_ladder"  # a ladder budget's carried values and phase-1 assignments (search/_ladder.py)
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
-
 
 
 def study_name(experiment: str, budget: str) -> str:
@@ -62,15 +57,6 @@ def study_label(budget: str | int | None, pins: Mapping[str, Sequence[int]] | No
     return label
 
 
-def check_experiment(name: str) -> str:
-    if not _NAME.match(name):
-        raise StudyError(
-            f"Experiment name {name!r} must start with a letter or digit and use only letters, digits, "
-            "'_', '.' and '-'; pick another --experiment."
-        )
-    return name
-
-
 @dataclass
 class StudySettings:
     """What `launch` stores in the study; the single source of truth for every worker."""
@@ -84,7 +70,7 @@ class StudySettings:
     options: dict[str, Any]  # horizon, threshold, quick, seed (+ family options)
     info: dict[str, Any]  # data shape facts the family's config needs
     archs: list[dict[str, Any]]  # GridRow dicts, indexed by arch_idx
-    plan: list[dict[str, Any]]  # PlanEntry dicts
+    plan: list[dict[str, Any]]  # PlanEntry dicts (the stored form; `entries` reads them)
     space: dict[str, Any]
     n_trials: int
     pruner: str = "median"
@@ -102,6 +88,11 @@ class StudySettings:
     @property
     def study_name(self) -> str:
         return study_name(self.experiment, self.budget)
+
+    @property
+    def entries(self) -> list[PlanEntry]:
+        """The plan as PlanEntry objects."""
+        return [PlanEntry.from_dict(d) for d in self.plan]
 
     @property
     def search_space(self) -> SearchSpace:
@@ -189,85 +180,86 @@ class LaunchResult:
 
 
 def prepare_settings(
-    experiment: str, budget: str | int | None = None, *, family: str = _default("family"),
-    n_trials: int = _default("trials"), data: str = _default("data"), horizon: int = _default("horizon"),
-    threshold: float = _default("threshold"), seed: int = _default("seed"), quick: bool = _default("quick"),
-    tolerance: float = _default("tolerance"), pruner: str = _default("pruner"),
-    family_options: Mapping[str, Any] | None = None, pins: Mapping[str, int | Sequence[int]] | None = None,
-    fixed_params: Mapping[str, Any] | None = None, paired_seeds: int = _default("paired_seeds"),
-    confirm: int = _default("confirm"), confirm_seeds: int = _default("seeds"),
-    schedule: str = _default("schedule"), cooldown: float = _default("cooldown"), eta: int = _default("eta"),
-    min_fraction: str = _default("min_fraction"), ladder_below: Sequence[str] = (),
-    baselines: bool = _default("baselines"), compile_models: bool = _default("compile"),
-    tokens_per_param: float | None = None, samples_per_param: float | None = None, data_seed: int | None = None,
+    config: StudyConfig | str, budget: str | int | None = None, *, ladder_below: Sequence[str] = (),
+    **keywords: Any,
 ) -> StudySettings:
-    """Validate everything and compute the grid and plan, touching no database.
+    """Validate one budget of a study and compute its grid and plan, touching no database.
 
-    family_options: a family flag's value or a list of values (a categorical grid dimension); pins:
-    architecture dimensions fixed to a value or a list; fixed_params: training parameters every trial
-    uses; paired_seeds: S > 0 trains every configuration with seeds 0..S-1 (no phase 2); confirm,
-    confirm_seeds: retrain the `confirm` best architectures with `confirm_seeds` seeds; schedule,
-    cooldown, eta, min_fraction: stored in the options under wsd / halving; ladder_below: the smaller
-    budgets' studies of a --ladder, smallest first (search/_ladder.py fills this plan from theirs);
-    baselines: also train the shapes of search/_baselines.py's rules with the confirmation seeds;
-    compile_models: every trial's model is compiled (``torch.compile``; stored only when on);
-    tokens_per_param / samples_per_param: every trial trains on R x the budget's N tokens (samples),
-    and the study's name ends in '-tR' ('-sR'); data_seed: the data of every trial, paired or
-    confirmation trials included (None: the study seed's, or a paired seed's).
+    config: the study (archhpo.config.StudyConfig, checked when it was built) with at most one data
+    ratio (StudyConfig.per_ratio splits several); budget: the budget planned (None: pins only);
+    ladder_below: the smaller budgets' studies of a --ladder, smallest first (search/_ladder.py
+    fills this plan from theirs).  `prepare_settings("exp", "2M", n_trials=6, quick=True, ...)`,
+    the keyword form the tests and benchmarks use, builds the config with `keyword_config`.
     """
-    check_experiment(experiment)
-    pins = _normalise_pins(pins or {})
+    if not isinstance(config, StudyConfig):
+        config = keyword_config(config, **keywords)
+    elif keywords:
+        raise TypeError(f"prepare_settings(StudyConfig, ...) takes no study keywords: {', '.join(keywords)}")
+    pins = {dim: list(values) for dim, values in config.pins.items()}
     label, value = study_label(budget, pins), parse_budget(budget) if budget not in (None, "") else None
-    _check_study_options(tolerance, horizon, pruner, paired_seeds, confirm, confirm_seeds)
-    rules = _baseline_rules(baselines, confirm)
-    fam = get_family(family)
-    data_budget = _data_budget(fam, tokens_per_param, samples_per_param, value)
+    rules = tuple(BASELINE_RULES) if config.confirm.baselines else ()
+    fam = get_family(config.family)
+    data_budget = _data_budget(fam, *config.data.ratio, value)
+    fixed_params = dict(config.fixed_params)
     if data_budget is not None:
         label = f"{label}-{data_budget.label}"
-        fixed_params = {"epochs": DEFAULT_INTERVALS, **dict(fixed_params or {})}
-    scalars, choices = _split_choices(family_options or {})
-    halving = Halving(eta, parse_fraction(min_fraction)) if pruner == "halving" else None
-    options: dict[str, Any] = {
-        "horizon": horizon, "threshold": threshold, "quick": quick, "seed": seed, **scalars,
-        **_training_options(paired_seeds, confirm, confirm_seeds, schedule, cooldown, halving),
-        **({"ladder": {"below": list(ladder_below)}} if ladder_below else {}),
-        **({"baselines": list(rules)} if rules else {}),
-        **({"compile": True} if compile_models else {}),
-        **({DataBudget.OPTION: data_budget.as_option()} if data_budget is not None else {}),
-        **({"data_seed": int(data_seed)} if data_seed is not None else {})}
-    spec, info = _data_and_info(fam, data, options, scalars, choices)
-    rows = _rows(fam, info, choices, pins, label, value, tolerance)
-    space, study_params = _space(fam, quick, dict(fixed_params or {}), paired_seeds)
-    plan = _study_plan(rows, n_trials, space, seed, paired_seeds, study_params, confirm, confirm_seeds,
-                       len(ladder_below), rules)
+        fixed_params = {"epochs": DEFAULT_INTERVALS, **fixed_params}
+    scalars, choices = _split_choices(config.family_values())
+    options = _study_options(config, scalars, ladder_below, rules, data_budget)
+    spec, info = _data_and_info(fam, config.data.spec, options, scalars, choices)
+    rows = _rows(fam, info, choices, pins, label, value, config.tolerance)
+    space, study_params = _space(fam, config.quick, fixed_params, config.paired_seeds)
+    plan = _study_plan(rows, config, space, study_params, len(ladder_below), rules)
     return StudySettings(
-        experiment=experiment, budget=label, budget_value=value or 0, family=family,
-        tolerance=tolerance, data=spec, options=options, info=info,
+        experiment=config.experiment, budget=label, budget_value=value or 0, family=config.family,
+        tolerance=config.tolerance, data=spec, options=options, info=info,
         archs=[r.as_dict() for r in rows], plan=[e.as_dict() for e in plan],
-        space=space.as_dict(), n_trials=n_trials, pruner=pruner, choices=choices, pins=pins,
+        space=space.as_dict(), n_trials=config.trials, pruner=config.pruning.rule, choices=choices, pins=pins,
     )
 
 
-def _study_plan(rows: list[GridRow], n_trials: int, space: SearchSpace, seed: int, paired_seeds: int,
-                study_params: dict[str, Any] | None, confirm: int, confirm_seeds: int, ladder_step: int,
-                baselines: Sequence[str]) -> list[PlanEntry]:
+# prepare_settings' keyword form: its keywords that are named otherwise among the options.
+_KEYWORD_OPTIONS = {"n_trials": "trials", "confirm_seeds": "seeds", "compile_models": "compile"}
+
+
+def keyword_config(
+    experiment: str, *, family_options: Mapping[str, Any] | None = None,
+    pins: Mapping[str, Any] | None = None, fixed_params: Mapping[str, Any] | None = None,
+    tokens_per_param: float | None = None, samples_per_param: float | None = None, **options: Any,
+) -> StudyConfig:
+    """The StudyConfig of prepare_settings' keyword form (n_trials=, confirm_seeds=, compile_models=,
+    a single tokens_per_param / samples_per_param; every other keyword is an option's name)."""
+    values = {_KEYWORD_OPTIONS.get(k, k): v for k, v in options.items()}
+    unknown = sorted(set(values) - set(OPTION_FIELDS))
+    if unknown:
+        raise TypeError(f"prepare_settings() got unexpected keywords: {', '.join(unknown)}")
+    ratios = {"tokens_per_param": tokens_per_param, "samples_per_param": samples_per_param}
+    values.update({k: [r] for k, r in ratios.items() if r is not None}, experiment=experiment)
+    config = StudyConfig.from_options(values)
+    family = None
+    if family_options:
+        family = family_options_of(config.family, get_family(config.family).flags, family_options)
+    return replace(config, pins=dict(pins or {}), fixed_params=dict(fixed_params or {}), family_options=family)
+
+
+def _study_plan(rows: list[GridRow], config: StudyConfig, space: SearchSpace, study_params: dict[str, Any] | None,
+                ladder_step: int, baselines: Sequence[str]) -> list[PlanEntry]:
     """The design's plan, or a ladder budget's (`ladder_step` > 0: filled once the smaller are final)."""
+    confirm, seeds = config.confirm.top, config.confirm.seeds
     if not ladder_step:
-        return make_plan(rows, n_trials, space, seed, paired_seeds=paired_seeds, study_params=study_params,
-                         confirm=confirm, confirm_seeds=confirm_seeds, baselines=baselines)
-    if paired_seeds:
+        return make_plan(rows, config.trials, space, config.seed, paired_seeds=config.paired_seeds,
+                         study_params=study_params, confirm=confirm, confirm_seeds=seeds, baselines=baselines)
+    if config.paired_seeds:
         raise StudyError("--ladder plans larger budgets from the smaller ones' winners; a paired study "
                          "trains every configuration anyway: drop --ladder or --paired-seeds.")
     n_ext = sum(1 for r in rows if r.extreme)
-    return ladder_plan(ladder_trials(n_trials, ladder_step, n_ext), confirm, confirm_seeds, baselines)
+    return ladder_plan(ladder_trials(config.trials, ladder_step, n_ext), confirm, seeds, baselines)
 
 
 def _data_budget(fam: Family, tokens: float | None, samples: float | None, budget: int | None) -> DataBudget | None:
     """The study's data per parameter, or None (whole epochs); refused where it cannot apply."""
     if tokens is None and samples is None:
         return None
-    if tokens is not None and samples is not None:
-        raise StudyError("Give --tokens-per-param or --samples-per-param, not both.")
     if tokens is not None and fam.data_unit != "tokens":
         raise StudyError(f"The {fam.name} family trains on samples, not tokens: state its data with "
                          f"--samples-per-param R (R training samples per parameter of the budget).")
@@ -283,40 +275,34 @@ def _data_budget(fam: Family, tokens: float | None, samples: float | None, budge
         raise StudyError(str(exc)) from None
 
 
-def _baseline_rules(baselines: bool, confirm: int) -> tuple[str, ...]:
-    """The rules --baselines trains; they pair seed by seed with the confirmed best, so they need --confirm."""
-    if not baselines:
-        return ()
-    if not confirm:
-        raise StudyError("--baselines compares rule-picked shapes with the searched best seed by seed, so it "
-                         "needs the confirmation phase: add --confirm 1 (or more) and --seeds 3 (or more).")
-    return tuple(BASELINE_RULES)
-
-
-def _training_options(paired_seeds: int, confirm: int, confirm_seeds: int, schedule: str, cooldown: float,
-                      halving: Halving | None) -> dict[str, Any]:
-    """The options that shape how trials are trained and stopped; only those set are stored, so a
-    study that uses none of them keeps its identity."""
-    options: dict[str, Any] = {}
-    if paired_seeds:
-        options["paired_seeds"] = paired_seeds
-    if confirm:
-        options.update(confirm=confirm, confirm_seeds=confirm_seeds)
+def _study_options(config: StudyConfig, scalars: Mapping[str, Any], ladder_below: Sequence[str],
+                   baselines: Sequence[str], data_budget: DataBudget | None) -> dict[str, Any]:
+    """The options stored in the study (and given to every trial): the task's, the family's scalars,
+    and those shaping how trials are trained and stopped; only those set are stored, so a study that
+    uses none of them keeps its identity."""
+    options: dict[str, Any] = {"horizon": config.horizon, "threshold": config.threshold, "quick": config.quick,
+                               "seed": config.seed, **scalars}
+    if config.paired_seeds:
+        options["paired_seeds"] = config.paired_seeds
+    if config.confirm.top:
+        options.update(confirm=config.confirm.top, confirm_seeds=config.confirm.seeds)
+    schedule, cooldown = config.schedule.name, config.schedule.cooldown
     options.update(schedule_options(schedule, cooldown))
-    if halving is not None:
+    if config.pruning.rule == "halving":
+        halving = Halving(config.pruning.eta, parse_fraction(config.pruning.min_fraction))
         halving.check_schedule(schedule, cooldown)
         options["halving"] = halving.as_option()
+    if ladder_below:
+        options["ladder"] = {"below": list(ladder_below)}
+    if baselines:
+        options["baselines"] = list(baselines)
+    if config.compile:
+        options["compile"] = True
+    if data_budget is not None:
+        options[DataBudget.OPTION] = data_budget.as_option()
+    if config.data.seed is not None:
+        options["data_seed"] = int(config.data.seed)
     return options
-
-
-def _check_study_options(tolerance: float, horizon: int, pruner: str, paired_seeds: int, confirm: int,
-                         confirm_seeds: int) -> None:
-    check_tolerance(tolerance)
-    if horizon < 1:
-        raise BudgetError(f"--horizon must be at least 1 step, got {horizon}.")
-    if pruner not in PRUNERS:
-        raise StudyError(f"Unknown pruner {pruner!r}; choose one of: {', '.join(PRUNERS)}.")
-    _check_seeds(paired_seeds, confirm, confirm_seeds)
 
 
 def _data_and_info(
@@ -347,31 +333,6 @@ def _space(
     family_defaults = {k: v for k, v in fam.train_defaults.items() if k in TRAINING_PARAMS and not quick}
     space = space.fixed({**space.default(), **family_defaults, **fixed_params})
     return space, space.default()  # exactly the values the distributions hold
-
-
-def _normalise_pins(pins: Mapping[str, int | Sequence[int]]) -> dict[str, list[int]]:
-    out: dict[str, list[int]] = {}
-    for dim, values in pins.items():
-        if dim not in ARCH_DIMS:
-            raise StudyError(f"Cannot pin {dim!r}; pin one of: {', '.join(ARCH_DIMS)}.")
-        if values is None:
-            continue
-        items = [values] if isinstance(values, int) else list(values)
-        if items:
-            out[dim] = sorted(set(items))
-    return out
-
-
-def _check_seeds(paired_seeds: int, confirm: int, confirm_seeds: int) -> None:
-    if paired_seeds < 0 or confirm < 0:
-        raise BudgetError("--paired-seeds and --confirm must be 0 (off) or positive.")
-    if confirm and confirm_seeds < 1:
-        raise BudgetError(f"--seeds must be at least 1 with --confirm, got {confirm_seeds}.")
-    if paired_seeds and confirm:
-        raise BudgetError(
-            "A paired study already trains every configuration with every seed; use --paired-seeds or "
-            "--confirm, not both."
-        )
 
 
 def _split_choices(values: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, list[Any]]]:
@@ -513,7 +474,7 @@ def enqueue_missing(
     by_rank = {int(r["rank"]): r for r in ranks or []}
     by_slot = {int(a["slot"]): a for a in (ladder or {}).get("assignments", [])}
     n = 0
-    for entry in map(lambda d: PlanEntry(**d), settings.plan):
+    for entry in settings.entries:
         if entry.phase != phase or entry.slot in have:
             continue
         arch_idx, training = entry.arch_idx, entry.params if entry.params is not None else params
@@ -566,6 +527,7 @@ __all__ = [
     "StudySettings",
     "check_experiment",
     "experiment_studies",
+    "keyword_config",
     "launch",
     "load_study",
     "make_pruner",

@@ -1,19 +1,17 @@
-"""One source for options: the parser, prepare_settings and experiment files (--config) all take
-their defaults from archhpo/_options.py; --help shows the named family's flags; flags on the line
+"""One source for options: the parser and experiment files (--config) take their defaults from
+archhpo/cli/_options.py, whose study options take theirs from archhpo/config.py's StudyConfig; --help shows the named family's flags; flags on the line
 win over the file; unknown keys are refused before anything is written."""
 
 from __future__ import annotations
 
-import inspect
 from pathlib import Path
 
 import optuna
 import pytest
 
-from archhpo._options import OPTIONS, default, options_for
 from archhpo.cli._main import COMMANDS, build_parser, main, register_command
+from archhpo.cli._options import OPTIONS, default, options_for
 from archhpo.models import family_names, get_family
-from archhpo.search import prepare_settings
 from tests.conftest import TINY_DATA
 
 
@@ -55,12 +53,19 @@ def test_help_follows_the_family_of_the_experiment_file(
 
 
 def test_every_default_is_defined_once() -> None:
-    """prepare_settings' keyword defaults are the options' defaults, and the parser fills them."""
-    sig = inspect.signature(prepare_settings).parameters
-    names = {"n_trials": "trials", "confirm_seeds": "seeds"}
-    for param in ("family", "n_trials", "data", "horizon", "threshold", "seed", "quick", "tolerance", "pruner",
-                  "paired_seeds", "confirm", "confirm_seeds"):
-        assert sig[param].default == default(names.get(param, param)), param
+    """The study options' defaults are the StudyConfig's, and the parser fills them."""
+    from archhpo.config import OPTION_FIELDS, StudyConfig, field_default
+
+    config = StudyConfig("e")
+    for name, path in OPTION_FIELDS.items():
+        if name == "experiment":
+            continue  # required: no default
+        value: object = config
+        for part in path.split("."):
+            value = getattr(value, part)
+        assert value == field_default(name), name
+        if name not in ("experiment", "budget", "tokens_per_param", "samples_per_param"):
+            assert default(name) == value, name
     import argparse
 
     from archhpo.cli._main import _complete
@@ -110,7 +115,7 @@ def test_experiment_file_holds_family_choices_pins_and_yaml(tmp_path: Path) -> N
     fam = get_family("signal")
     cfg = _toml(tmp_path, 'family = "signal"\nencoder = ["sum", "linear"]\nd-model = 64\nn_layers = [2, 3]\n'
                           'paired_seeds = 2\nepochs = 300\n')
-    from archhpo._options import load_config
+    from archhpo.cli._options import load_config
 
     args = build_parser(fam).parse_args(["launch", "--experiment", "e", "--n-layers", "4"])
     _complete(args, fam, load_config(str(cfg)), str(cfg))

@@ -19,10 +19,10 @@ from tests.conftest import REPO
 # cli (archhpo/cli) -> cluster -> report -> search -> budgets -> workers -> models
 LAYERS = {"cli": 0, "cluster": 1, "report": 2, "search": 3, "budgets": 4, "workers": 5, "models": 6}
 FOLDERS = {"cli": REPO / "archhpo" / "cli", **{name: REPO / name for name in LAYERS if name != "cli"}}
-ROOT_MODULES = ("errors", "schema", "_options", "_io")  # shared definitions every layer may import
-# ... and which of them may import a layer: the option table names the families' flags and the
-# budget's default tolerance and the trainer's schedules, so it sits just above budgets (and below).
-ROOT_IMPORTS = {"__main__.py": {"cli"}, "_options.py": {"budgets", "models"}}
+ROOT_MODULES = ("errors", "schema", "config", "_io")  # shared definitions every layer may import
+# ... and which of them may import a layer: only the entry point (the command line's option table
+# lives in archhpo/cli/_options.py; archhpo/config.py, the typed study config, imports no layer).
+ROOT_IMPORTS = {"__main__.py": {"cli"}}
 
 
 def _sources() -> list[Path]:
@@ -95,6 +95,14 @@ def test_imports_flow_one_way() -> None:
             elif parts[1] not in LAYERS and parts[1] not in ROOT_MODULES:
                 wrong.append((str(p.relative_to(REPO)), name))
     assert wrong == []
+
+
+def test_only_the_command_line_reads_its_option_table() -> None:
+    """search/ (and every layer below the command line) takes its defaults from archhpo.config."""
+    wrong = [(str(p.relative_to(REPO)), n) for p in _sources() for n in _imports(p)
+             if n.startswith("archhpo.cli") and _layer_of(p) not in ("cli", None)]
+    assert wrong == []
+    assert not (REPO / "archhpo" / "_options.py").exists()
 
 
 def test_every_source_folder_is_a_layer_of_the_import_test() -> None:

@@ -44,8 +44,8 @@ def test_the_scan_finds_a_literal_list() -> None:
 
 
 def test_layers_read_the_schema() -> None:
-    from archhpo._options import ARCH_OPTIONS, TRAINING_OPTIONS
     from archhpo.budgets import ARCH_DIMS
+    from archhpo.cli._options import ARCH_OPTIONS, TRAINING_OPTIONS
     from archhpo.report._frame import ARCH_COLUMNS, TRAINING_COLUMNS
     from archhpo.search._space import FULL_SPACE, QUICK_SPACE
     from archhpo.workers._build import PLANNED_KEYS

@@ -1,6 +1,7 @@
 """The `archhpo` command line (SPEC §2). Every user error ends in one sentence and exit code 2.
 
-Options are defined once, in `archhpo._options`; the parser is built from them.  A
+Options are defined once, in `archhpo.cli._options` (a study option's default and help are its
+field's in `archhpo.config.StudyConfig`); the parser is built from them.  A
 command is a function taking the parsed namespace, registered with `register_command` (the
 parser lists commands in registration order):
 
@@ -30,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from archhpo._options import (
+from archhpo.cli._options import (
     ARCH_OPTIONS,
     FAMILY_COMMANDS,
     GRID,
@@ -39,7 +40,6 @@ from archhpo._options import (
     RUN,
     STUDY_COMMANDS,
     TRAIN,
-    TRAINING_OPTIONS,
     argv_value,
     config_values,
     default,
@@ -47,6 +47,7 @@ from archhpo._options import (
     load_config,
     options_for,
 )
+from archhpo.config import Data, Environment, StudyConfig, family_options_of
 from archhpo.errors import ArchhpoError
 from archhpo.models import Family, family_names, get_family
 
@@ -146,15 +147,8 @@ def _pins(args: argparse.Namespace) -> dict[str, list[int]]:
 
 def _data_ratios(args: argparse.Namespace) -> list[tuple[float | None, float | None]]:
     """(tokens_per_param, samples_per_param) of each study per budget: one per R, or (None, None)."""
-    tokens, samples = args.tokens_per_param or [], args.samples_per_param or []
-    if tokens and samples:
-        raise ArchhpoError("Give --tokens-per-param or --samples-per-param, not both.")
-    ratios = tokens or samples
-    if len(set(ratios)) != len(ratios):
-        raise ArchhpoError(f"A data ratio is listed twice ({', '.join(f'{r:g}' for r in ratios)}); give each R once.")
-    if tokens:
-        return [(r, None) for r in tokens]
-    return [(None, r) for r in samples] or [(None, None)]
+    return Data(tokens_per_param=tuple(args.tokens_per_param or ()),
+                samples_per_param=tuple(args.samples_per_param or ())).ratios()
 
 
 def _ratio_suffixes(args: argparse.Namespace) -> list[str]:
@@ -172,36 +166,11 @@ def _ratio_suffixes(args: argparse.Namespace) -> list[str]:
     return out
 
 
-def _settings_from_args(args: argparse.Namespace, budget: str | None, ladder_below: Sequence[str] = (),
-                        ratio: tuple[float | None, float | None] = (None, None)) -> Any:
-    from archhpo.search._study import prepare_settings
-
+def _study_config(args: argparse.Namespace) -> StudyConfig:
+    """The study's configuration from the completed options (checked as it is built)."""
     fam = get_family(args.family)
-    _check_companions(args)
-    return prepare_settings(
-        args.experiment, budget, family=args.family, n_trials=args.trials, data=args.data,
-        horizon=args.horizon, threshold=args.threshold, seed=args.seed, quick=args.quick,
-        tolerance=args.tolerance, pruner=args.pruner, family_options=_family_values(args, fam, False),
-        pins=_pins(args), fixed_params={k: getattr(args, k) for k in TRAINING_OPTIONS if getattr(args, k) is not None},
-        paired_seeds=args.paired_seeds, confirm=args.confirm, confirm_seeds=args.seeds,
-        schedule=args.schedule, cooldown=args.cooldown, eta=args.eta, min_fraction=args.min_fraction,
-        ladder_below=ladder_below, baselines=args.baselines, compile_models=args.compile,
-        tokens_per_param=ratio[0], samples_per_param=ratio[1], data_seed=args.data_seed,
-    )
-
-
-def _check_companions(args: argparse.Namespace) -> None:
-    """A flag that only means something beside another one is refused without it."""
-    if "seeds" in args.given and not args.confirm:
-        raise ArchhpoError("--seeds S counts only with --confirm K (the confirmation phase); add --confirm "
-                           "or drop --seeds (paired seeds for every configuration: --paired-seeds S).")
-    if "cooldown" in args.given and args.schedule != "wsd":
-        raise ArchhpoError("--cooldown counts only with --schedule wsd (cosine has no cooldown); add "
-                           "--schedule wsd or drop --cooldown.")
-    for flag in ("eta", "min_fraction"):
-        if flag in args.given and args.pruner != "halving":
-            raise ArchhpoError(f"--{flag.replace('_', '-')} counts only with --pruner halving; add --pruner "
-                               f"halving or drop --{flag.replace('_', '-')}.")
+    family = family_options_of(fam.name, fam.flags, _family_values(args, fam, False))
+    return StudyConfig.from_options(vars(args), given=sorted(args.given), family_options=family)
 
 
 def _launch_all(args: argparse.Namespace) -> list[str]:
@@ -217,8 +186,8 @@ def _launch_all(args: argparse.Namespace) -> list[str]:
     for s in settings:
         res = launch(url, s, storage=storage)
         verb = "created" if res.created else "reloaded"
-        n1 = sum(e["phase"] == 1 for e in s.plan)
-        n3 = sum(e["phase"] == 3 for e in s.plan)
+        n1 = sum(e.phase == 1 for e in s.entries)
+        n3 = sum(e.phase == 3 for e in s.entries)
         extra = f", {n3} confirmation slots" if n3 else ""
         extra += f", {s.options['paired_seeds']} paired seeds" if s.options.get("paired_seeds") else ""
         fit = "architectures fit" if s.budget_value else "configurations"
@@ -230,21 +199,20 @@ def _launch_all(args: argparse.Namespace) -> list[str]:
 
 
 def _all_settings(args: argparse.Namespace) -> list[Any]:
-    """Each budget's settings; with --ladder, smallest first, each planned from the smaller ones."""
-    ratios = _data_ratios(args)
-    if not args.ladder:
-        return [_settings_from_args(args, b, (), r) for r in ratios for b in (args.budget or [None])]
+    """Each budget's settings, per data ratio; with --ladder, smallest first, each planned from the
+    smaller ones at the same ratio."""
     from archhpo.budgets import parse_budget
+    from archhpo.search._study import prepare_settings
 
-    budgets = args.budget or []
-    if len(budgets) < 2 or any(getattr(args, d, None) for d in ARCH_OPTIONS):
-        raise ArchhpoError("--ladder needs at least two --budget values (and no pinned architecture): it plans "
-                           "each larger budget from the smaller ones; add budgets or drop --ladder.")
+    config = _study_config(args)
     out: list[Any] = []
-    for r in ratios:  # one ladder per data ratio: each budget planned from the smaller ones at the same R
+    for part in config.per_ratio():
+        if not config.ladder:
+            out += [prepare_settings(part, b) for b in (config.budgets or (None,))]
+            continue
         chain: list[Any] = []
-        for budget in sorted(budgets, key=parse_budget):
-            chain.append(_settings_from_args(args, budget, [s.study_name for s in chain], r))
+        for budget in sorted(config.budgets, key=parse_budget):
+            chain.append(prepare_settings(part, budget, ladder_below=[s.study_name for s in chain]))
         out += chain
     return out
 
@@ -512,6 +480,7 @@ def _complete(args: argparse.Namespace, family: Family | None, config: dict[str,
         keys = {o.name: o for o in [*_command_options(LAUNCH, family), *_command_options(RUN, family)]}
         file_values = config_values(config, config_path, command, keys.values())
     given = set()
+    env = Environment.read()
     for o in _command_options(command, family):
         if hasattr(args, o.key):
             given.add(o.name)
@@ -519,7 +488,7 @@ def _complete(args: argparse.Namespace, family: Family | None, config: dict[str,
             setattr(args, o.key, file_values[o.key])
             given.add(o.name)
         else:
-            setattr(args, o.key, None if o.key.startswith("fam_") else o.default_for(command))
+            setattr(args, o.key, None if o.key.startswith("fam_") else o.default_for(command, env))
     args.given = given
 
 

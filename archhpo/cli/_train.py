@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from archhpo._options import default
+from archhpo.cli._options import default
 from archhpo.errors import ArchhpoError
 from archhpo.models import get_family
 from archhpo.schema import ARCH_KEYS, TRAINING_PARAMS, schedule_options

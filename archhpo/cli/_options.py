@@ -2,10 +2,12 @@
 
 Each option has one `Option` below: its name (the argparse dest and the key of an experiment
 file), type, default, help, the commands that take it and whether it is stored in the study.
-The parser (`archhpo.cli`), `prepare_settings`, `archhpo train` and the experiment files
-of `launch`/`run` (``--config study.toml``) all read them from here; nothing restates a default.
+The parser (`archhpo.cli`), `archhpo train` and the experiment files of `launch`/`run`
+(``--config study.toml``) all read them from here.  A study option's default and help are those
+of its field in `archhpo.config.StudyConfig` (`study_option`), so nothing restates a default;
+the command line turns the parsed options into a `StudyConfig` (`StudyConfig.from_options`).
 A family's own flags (``--encoder``, ``--num-features``) come from its ``Family.flags`` and are
-turned into options by `family_options`.
+turned into options by `family_options`.  Nothing outside `archhpo.cli` imports this table.
 
 Precedence: a flag on the command line wins over the experiment file, which wins over the
 default.  On `launch`/`run` a family flag given a comma-separated list (``--encoder
@@ -17,26 +19,16 @@ from __future__ import annotations
 
 import argparse
 import difflib
-import os
 import tomllib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from archhpo.budgets import DEFAULT_TOLERANCE
+from archhpo.config import Environment, field_default, field_help
 from archhpo.errors import ArchhpoError
 from archhpo.models import Family
-from archhpo.models.data.timeseries import DEFAULT_HORIZON, DEFAULT_THRESHOLD
-from archhpo.schema import (
-    ARCH_HELP,
-    ARCH_KEYS,
-    DEFAULT_ETA,
-    DEFAULT_MIN_FRACTION,
-    PRUNERS,
-    SCHEDULES,
-    TRAINING_PARAMS,
-)
+from archhpo.schema import ARCH_HELP, ARCH_KEYS, PRUNERS, SCHEDULES, TRAINING_PARAMS
 
 GRID, PARAMS, LAUNCH, WORKER, RUN, EXPORT, DASHBOARD, TRAIN, REPORT = (
     "grid", "params", "launch", "worker", "run", "export", "dashboard", "train", "report",
@@ -90,11 +82,14 @@ class Option:
     def key(self) -> str:
         return self.dest or self.name
 
-    def default_for(self, command: str) -> Any:
+    def default_for(self, command: str, env: Environment | None = None) -> Any:
+        """The default on `command`; an environment variable (`env`, read now when not given) wins."""
         if command in self.command_defaults:
             return self.command_defaults[command]
-        if self.env and os.environ.get(self.env):
-            return os.environ[self.env]
+        if self.env:
+            value = (env or Environment.read()).value(self.env)
+            if value:
+                return value
         return self.default
 
     def parser_type(self, command: str) -> Callable[[str], Any] | None:
@@ -132,6 +127,12 @@ class Option:
         parser.add_argument(self.flag_name, **kwargs)
 
 
+def study_option(name: str, type: Callable[[str], Any] | None, commands: tuple[str, ...], **kw: Any) -> Option:
+    """A stored study option whose default and help are its StudyConfig field's (archhpo.config)."""
+    kw.setdefault("default", field_default(name))
+    return Option(name, type=type, help=field_help(name), commands=commands, stored=True, **kw)
+
+
 ARCH_OPTIONS = ARCH_KEYS  # the architecture flags, one per dimension (archhpo.schema)
 TRAINING_OPTIONS = TRAINING_PARAMS
 _PINNING = (LAUNCH, RUN, WORKER, EXPORT)
@@ -140,72 +141,37 @@ _TASK_TRAIN_DEFAULT = {TRAIN: None}  # train: taken from --from's best JSON, els
 OPTIONS: tuple[Option, ...] = (
     Option("config", None, str, "experiment file (TOML, or YAML with pyyaml) holding any of this command's "
            "options; flags on the line win", (LAUNCH, RUN), metavar="FILE"),
-    Option("experiment", None, str, "experiment name; its studies are named {experiment}_{budget}",
-           (LAUNCH, RUN, WORKER, EXPORT, REPORT), required=(WORKER, EXPORT)),
-    Option("budget", None, str, "parameter budget such as 2M, 20M, 1.5B, 500K; repeat for several "
-           "(launch/run: or pin the architecture with --d-model ... instead)",
-           (GRID, LAUNCH, RUN, WORKER, EXPORT), repeat=True, required=(GRID,)),
+    Option("experiment", None, str, field_help("experiment"), (LAUNCH, RUN, WORKER, EXPORT, REPORT),
+           required=(WORKER, EXPORT)),
+    Option("budget", None, str, field_help("budget"), (GRID, LAUNCH, RUN, WORKER, EXPORT), repeat=True,
+           required=(GRID,)),
     Option("study", None, str, "an exact study name as `launch` printed it; repeat for several "
            "(instead of --budget and pins)", (WORKER, EXPORT), repeat=True),
-    Option("family", "patchtst", str, "model family (its flags are listed below: pass --family NAME --help "
-           "for another family's)", FAMILY_COMMANDS, stored=True),
-    Option("trials", 50, int, "planned trials per study (a paired study: configurations, each trained "
-           "with every seed)", STUDY_COMMANDS, stored=True),
-    Option("data", "synthetic", str, "synthetic[:k=v,...] or a CSV/Parquet path", (*STUDY_COMMANDS, TRAIN),
-           stored=True, command_defaults=_TASK_TRAIN_DEFAULT),
-    Option("horizon", DEFAULT_HORIZON, int, "label horizon in steps", (*STUDY_COMMANDS, TRAIN), stored=True,
-           command_defaults=_TASK_TRAIN_DEFAULT),
-    Option("threshold", DEFAULT_THRESHOLD, float, "label threshold on the return", (*STUDY_COMMANDS, TRAIN),
-           stored=True, command_defaults=_TASK_TRAIN_DEFAULT),
-    Option("seed", 0, int, "study seed (plan and initialisation; data too unless --data-seed)", (*STUDY_COMMANDS, TRAIN), stored=True,
-           command_defaults=_TASK_TRAIN_DEFAULT),
-    Option("tolerance", DEFAULT_TOLERANCE, float, "keep architectures within ±tolerance of the budget",
-           (GRID, *STUDY_COMMANDS), stored=True),
-    Option("pruner", "median", str, "stop trials worse than the median (median), successive halving over "
-           "the plan (halving: every trial to the first rung, the best 1/--eta of each rung go on), or never "
-           "(none); confirmation and paired-seed trials are never stopped early",
-           STUDY_COMMANDS, stored=True, choices=PRUNERS),
-    Option("eta", DEFAULT_ETA, int, "with --pruner halving: the best 1/ETA of each rung are promoted",
-           STUDY_COMMANDS, stored=True),
-    Option("min_fraction", DEFAULT_MIN_FRACTION, str, "with --pruner halving: the first rung, as a fraction "
-           "of each trial's epochs (1/9, 0.25)", STUDY_COMMANDS, stored=True, metavar="F"),
-    Option("schedule", "cosine", str, "learning-rate schedule: warm-up then cosine decay (cosine), or warm-up, "
-           "a constant rate and a 1-sqrt cooldown over the last --cooldown of the steps (wsd)",
-           (*STUDY_COMMANDS, TRAIN), stored=True, choices=SCHEDULES, command_defaults=_TASK_TRAIN_DEFAULT),
-    Option("cooldown", 0.2, float, "with --schedule wsd: the fraction of the steps spent cooling down, in [0, 1)",
-           (*STUDY_COMMANDS, TRAIN), stored=True, command_defaults=_TASK_TRAIN_DEFAULT),
-    Option("quick", False, None, "small data and few epochs (minutes on a CPU); replaces the family's own "
-           "training defaults (e.g. signal's batch 32, lr 3e-4) with the quick search space; --epochs etc. "
-           "still win", (*STUDY_COMMANDS, TRAIN),
-           stored=True, switch=True),
-    Option("compile", False, None, "compile every trial's model with torch.compile (default off: on a CPU it "
-           "wins for no family, compile time counted (BENCHMARKS.md §9); on GPUs it is not measured here). "
-           "Compiled and eager runs differ in their last bits and, with dropout, in their masks: a study is "
-           "all one or the other", (*STUDY_COMMANDS, TRAIN), stored=True, switch=True),
-    Option("ladder", False, None, "with several budgets: search them smallest first and plan each larger one "
-           "from the next smaller one's winners (learning rate x (N/N_small)^-1/3, its aspect ratios, half "
-           "the trials a step)", STUDY_COMMANDS, stored=True, switch=True),
-    Option("paired_seeds", 0, int, "train every planned configuration with seeds 0..S-1 (seed s fixes data, "
-           "split and initialisation, the same for every configuration); 0 = off", STUDY_COMMANDS,
-           stored=True, metavar="S"),
-    Option("tokens_per_param", None, float, "train every trial of a budget on R x the budget's N tokens "
-           "(Chinchilla: about 20); repeat for several R (one study each, named {experiment}_{budget}-tR); "
-           "--epochs then counts validation intervals of D/epochs (default 9); lm and char_cls",
-           (*STUDY_COMMANDS, WORKER, EXPORT), stored=True, repeat=True, metavar="R"),
-    Option("samples_per_param", None, float, "as --tokens-per-param, in training samples, for the families "
-           "that do not read tokens (patchtst, signal, ...); studies named {experiment}_{budget}-sR",
-           (*STUDY_COMMANDS, WORKER, EXPORT), stored=True, repeat=True, metavar="R"),
-    Option("data_seed", None, int, "fix every trial's data (generation, split) with this seed, paired and "
-           "confirmation trials included, so seeds vary only the initialisation and batch order (default: "
-           "the study seed's data, a paired seed's own data)", STUDY_COMMANDS, stored=True, metavar="S"),
-    Option("confirm", 0, int, "once phases 1-2 are final, retrain the K best architectures with --seeds new "
-           "seeds each (phase 3); 0 = off", STUDY_COMMANDS, stored=True, metavar="K"),
-    Option("seeds", 3, int, "seeds per confirmed architecture (with --confirm)", STUDY_COMMANDS, stored=True,
-           metavar="S"),
-    Option("baselines", False, None, "with --confirm: also train the shapes common rules pick from the grid "
-           "(Kaplan's d_model/n_layers ~ 100, MobileLLM's deep-and-thin ~ 19, the grid's median) with the "
-           "confirmation seeds and the best's training parameters; the report gives each one's paired "
-           "difference from the best", STUDY_COMMANDS, stored=True, switch=True),
+    # The study's options: default and help from their StudyConfig fields (archhpo/config.py).
+    study_option("family", str, FAMILY_COMMANDS),
+    study_option("trials", int, STUDY_COMMANDS),
+    study_option("data", str, (*STUDY_COMMANDS, TRAIN), command_defaults=_TASK_TRAIN_DEFAULT),
+    study_option("horizon", int, (*STUDY_COMMANDS, TRAIN), command_defaults=_TASK_TRAIN_DEFAULT),
+    study_option("threshold", float, (*STUDY_COMMANDS, TRAIN), command_defaults=_TASK_TRAIN_DEFAULT),
+    study_option("seed", int, (*STUDY_COMMANDS, TRAIN), command_defaults=_TASK_TRAIN_DEFAULT),
+    study_option("tolerance", float, (GRID, *STUDY_COMMANDS)),
+    study_option("pruner", str, STUDY_COMMANDS, choices=PRUNERS),
+    study_option("eta", int, STUDY_COMMANDS),
+    study_option("min_fraction", str, STUDY_COMMANDS, metavar="F"),
+    study_option("schedule", str, (*STUDY_COMMANDS, TRAIN), choices=SCHEDULES, command_defaults=_TASK_TRAIN_DEFAULT),
+    study_option("cooldown", float, (*STUDY_COMMANDS, TRAIN), command_defaults=_TASK_TRAIN_DEFAULT),
+    study_option("quick", None, (*STUDY_COMMANDS, TRAIN), switch=True),
+    study_option("compile", None, (*STUDY_COMMANDS, TRAIN), switch=True),
+    study_option("ladder", None, STUDY_COMMANDS, switch=True),
+    study_option("paired_seeds", int, STUDY_COMMANDS, metavar="S"),
+    study_option("tokens_per_param", float, (*STUDY_COMMANDS, WORKER, EXPORT), repeat=True, metavar="R",
+                 default=None),
+    study_option("samples_per_param", float, (*STUDY_COMMANDS, WORKER, EXPORT), repeat=True, metavar="R",
+                 default=None),
+    study_option("data_seed", int, STUDY_COMMANDS, metavar="S"),
+    study_option("confirm", int, STUDY_COMMANDS, metavar="K"),
+    study_option("seeds", int, STUDY_COMMANDS, metavar="S"),
+    study_option("baselines", None, STUDY_COMMANDS, switch=True),
     *(Option(name, None, int, f"{name} of the architecture ({ARCH_HELP[name]}); launch/run/worker/export: "
         "pin it (a comma-separated list pins several values) instead of or within a budget",
         (PARAMS, TRAIN, *_PINNING), stored=True, required=(PARAMS,), list_commands=_PINNING)
@@ -390,4 +356,5 @@ __all__ = [
     "load_config",
     "option",
     "options_for",
+    "study_option",
 ]

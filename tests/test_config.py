@@ -1,0 +1,184 @@
+"""The typed study config (archhpo/config.py): its defaults are the command line's, each check
+refuses with one sentence, experiment files still work, and a study written before it (a fixture
+of the user attributes `launch` stored at 31efe33) still loads and relaunches identically."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pytest
+
+from archhpo.cli._main import main
+from archhpo.cli._options import OPTIONS, default
+from archhpo.config import (
+    OPTION_FIELDS,
+    Confirm,
+    Data,
+    Environment,
+    Pruning,
+    Schedule,
+    StudyConfig,
+    family_options_class,
+    family_options_of,
+    field_default,
+    field_doc,
+    field_help,
+)
+from archhpo.errors import ArchhpoError, ConfigError
+from archhpo.models import get_family
+from archhpo.search._study import StudySettings, keyword_config, prepare_settings
+from tests.conftest import REPO, TINY_DATA
+
+FIXTURE = Path(__file__).parent / "data" / "study_attrs_v1.json"
+
+
+def test_config_sits_on_the_ground_floor() -> None:
+    tree = ast.parse((REPO / "archhpo" / "config.py").read_text())
+    modules = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    modules |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+    assert {m for m in modules if m.startswith("archhpo")} == {"archhpo.schema", "archhpo.errors"}
+
+
+def test_defaults_and_help_are_the_command_lines() -> None:
+    by_name = {o.name: o for o in OPTIONS}
+    for name in OPTION_FIELDS:
+        o = by_name[name]
+        assert o.help == field_help(name) != "", name
+        if name not in ("experiment", "budget", "tokens_per_param", "samples_per_param"):  # no default shown
+            assert o.default == field_default(name) == default(name), name
+    config = StudyConfig("e")
+    assert (config.trials, config.family, config.pruning.rule, config.schedule.name) == (
+        default("trials"), default("family"), default("pruner"), default("schedule"))
+
+
+def test_the_models_layers_fallbacks_agree_with_the_config() -> None:
+    """budgets/ and models/ keep their own fallback constants; they must equal the config's."""
+    from archhpo.budgets import DEFAULT_TOLERANCE
+    from archhpo.models.data.timeseries import DEFAULT_HORIZON, DEFAULT_THRESHOLD
+
+    assert (field_default("tolerance"), field_default("horizon"), field_default("threshold")) == (
+        DEFAULT_TOLERANCE, DEFAULT_HORIZON, DEFAULT_THRESHOLD)
+
+
+def test_every_field_has_its_docstring() -> None:
+    for cls in (StudyConfig, Data, Pruning, Schedule, Confirm, Environment):
+        for f in dataclasses.fields(cls):
+            assert field_doc(cls, f.name), f"{cls.__name__}.{f.name} has no docstring"
+
+
+@pytest.mark.parametrize(("build", "sentence"), [
+    (lambda: StudyConfig("bad name"), "Experiment name 'bad name' must start with a letter or digit"),
+    (lambda: StudyConfig("e", tolerance=1.5), "Tolerance 1.5 must lie between 0 and 1"),
+    (lambda: StudyConfig("e", horizon=0), "--horizon must be at least 1 step, got 0."),
+    (lambda: StudyConfig("e", paired_seeds=-1), "--paired-seeds and --confirm must be 0 (off) or positive."),
+    (lambda: StudyConfig("e", paired_seeds=2, confirm=Confirm(1)), "A paired study already trains every"),
+    (lambda: StudyConfig("e", trials="5"), "trials must be int, got '5'."),
+    (lambda: StudyConfig("e", pins={"depth": 3}), "Cannot pin 'depth'; pin one of: d_model"),
+    (lambda: StudyConfig("e", fixed_params={"lr": 0.1}), "--lr is not a training parameter"),
+    (lambda: StudyConfig("e", fixed_params={"epochs": 2.5}), "--epochs must be int, got 2.5."),
+    (lambda: StudyConfig("e", ladder=True, budgets=("2M",)), "--ladder needs at least two --budget values"),
+    (lambda: StudyConfig("e", given=frozenset({"seeds"})), "--seeds S counts only with --confirm K"),
+    (lambda: StudyConfig("e", given=frozenset({"cooldown"})), "--cooldown counts only with --schedule wsd"),
+    (lambda: StudyConfig("e", given=frozenset({"eta"})), "--eta counts only with --pruner halving"),
+    (lambda: StudyConfig("e", given=frozenset({"min_fraction"})), "--min-fraction counts only with --pruner"),
+    (lambda: Pruning("greedy"), "Unknown pruner 'greedy'; choose one of: median, halving, none."),
+    (lambda: Schedule("wsd", 1.0), "Unknown schedule 'wsd' or cooldown 1.0 outside [0, 1)"),
+    (lambda: Confirm(-1), "--paired-seeds and --confirm must be 0 (off) or positive."),
+    (lambda: Confirm(2, seeds=0), "--seeds must be at least 1 with --confirm, got 0."),
+    (lambda: Confirm(0, baselines=True), "--baselines compares rule-picked shapes"),
+    (lambda: Data(tokens_per_param=(20,), samples_per_param=(20,)), "Give --tokens-per-param or --samples-per"),
+    (lambda: Data(tokens_per_param=(20, 20.0)), "A data ratio is listed twice (20, 20); give each R once."),
+    (lambda: StudyConfig("e", family="lm", family_options=family_options_of("signal", get_family("signal").flags,
+                                                                            {})), "options of the signal family"),
+    (lambda: family_options_of("lm", get_family("lm").flags, {"encoder": "sum"}), "--encoder is not a flag of the lm"),
+    (lambda: family_options_of("lm", get_family("lm").flags, {"seq_len": "16"}), "--seq-len of the lm family must be"),
+])
+def test_each_check_raises_its_sentence(build: Any, sentence: str) -> None:
+    with pytest.raises(ArchhpoError) as exc:
+        build()
+    assert sentence in str(exc.value)
+    assert str(exc.value).endswith(".")
+
+
+def test_family_options_are_typed_per_family() -> None:
+    fam = get_family("signal")
+    cls = family_options_class("signal", tuple(fam.flags))
+    assert dataclasses.is_dataclass(cls) and cls.FAMILY == "signal"
+    opts = cls(encoder=["sum", "linear"], dropout=0)  # an int is a float; a list is a grid dimension
+    assert opts.given() == {"encoder": ["sum", "linear"], "dropout": 0}
+    assert opts.values()["channels"] == next(f.default for f in fam.flags if f.name == "channels")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        opts.encoder = "sum"  # type: ignore[attr-defined]
+    with pytest.raises(ConfigError):
+        cls(channels=True)
+    cards = family_options_of("ft_transformer", get_family("ft_transformer").flags, {"cat_cardinalities": (3, 4)})
+    assert cards.given() == {"cat_cardinalities": (3, 4)}  # a parsing type: the family checks it
+
+
+def test_from_options_splits_sections_and_ratios() -> None:
+    config = StudyConfig.from_options({"experiment": "e", "budget": ["2M", "20M"], "pruner": "halving", "eta": 4,
+                                       "tokens_per_param": [10, 20], "d_model": [64], "epochs": 3, "seeds": None,
+                                       "family": "lm"}, given=["eta"])
+    assert config.budgets == ("2M", "20M") and config.pruning == Pruning("halving", 4)
+    assert config.pins == {"d_model": (64,)} and config.fixed_params == {"epochs": 3}
+    assert config.confirm.seeds == 3 and config.given == {"eta"}
+    assert [c.data.ratio for c in config.per_ratio()] == [(10.0, None), (20.0, None)]
+    with pytest.raises(ArchhpoError, match="one data ratio"):
+        _ = config.data.ratio
+
+
+def test_the_keyword_form_plans_what_the_config_plans() -> None:
+    lm_data = "synthetic:tokens=100000"
+    kw = dict(family="lm", data=lm_data, quick=True, n_trials=3, pruner="halving", schedule="wsd", seed=2)
+    config = StudyConfig("kw", family="lm", data=Data(lm_data), quick=True, trials=3,
+                         pruning=Pruning("halving"), schedule=Schedule("wsd"), seed=2)
+    assert keyword_config("kw", **kw) == config
+    assert prepare_settings("kw", "100K", **kw) == prepare_settings(config, "100K")
+    with pytest.raises(TypeError):
+        keyword_config("kw", n_trails=3)
+    with pytest.raises(TypeError):
+        prepare_settings(config, "100K", quick=False)
+
+
+def test_environment_is_read_once_into_one_object() -> None:
+    env = Environment.read({"ARCHHPO_CHECKPOINT_DIR": "/ck", "ARCHHPO_STORAGE": ""})
+    assert env.checkpoint_dir == "/ck" and env.storage is None
+    assert env.value("ARCHHPO_CHECKPOINT_DIR") == "/ck"
+    checkpoint = next(o for o in OPTIONS if o.name == "checkpoint_dir")
+    assert checkpoint.default_for("worker", env) == "/ck"
+    assert checkpoint.default_for("worker", Environment()) == "checkpoints"
+
+
+def test_an_experiment_file_still_builds_the_study(tmp_path: Path, sqlite_url: str) -> None:
+    cfg = tmp_path / "study.toml"
+    cfg.write_text(f'experiment = "toml"\nbudget = ["200K"]\nfamily = "patchtst"\ntrials = 4\nquick = true\n'
+                   f'data = "{TINY_DATA}"\npruner = "halving"\neta = 2\nmin-fraction = "1/2"\nstorage = "{sqlite_url}"\n')
+    assert main(["launch", "--config", str(cfg)]) == 0
+    attrs = optuna.load_study(study_name="toml_200K", storage=sqlite_url).user_attrs
+    assert attrs["archhpo_options"]["halving"] == {"eta": 2, "min_fraction": "1/2"}
+    assert attrs["archhpo_n_trials"] == 4 and attrs["archhpo_pruner"] == "halving"
+    cfg.write_text(cfg.read_text().replace('pruner = "halving"', 'pruner = "median"'))
+    assert main(["launch", "--config", str(cfg)]) == 2  # --eta without halving: refused, one sentence
+
+
+def test_a_study_written_before_the_config_loads_and_relaunches_identically(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fixture = json.loads(FIXTURE.read_text())
+    attrs, name = fixture["user_attrs"], fixture["study_name"]
+    stored = StudySettings.from_attrs(attrs, name)
+    assert stored.study_name == name and stored.to_attrs() == attrs
+    assert [e.as_dict() for e in stored.entries] == attrs["archhpo_plan"]
+    url = f"sqlite:///{tmp_path / 'old.db'}"
+    study = optuna.create_study(study_name=name, storage=url)
+    for key, value in attrs.items():
+        study.set_user_attr(key, value)
+    assert main([*fixture["launch"], "--storage", url]) == 0
+    err = capsys.readouterr().err
+    assert f"reloaded study {name}" in err and "differen" not in err
+    assert optuna.load_study(study_name=name, storage=url).user_attrs == attrs  # nothing rewritten
