@@ -35,7 +35,7 @@ ARCH_HELP = {
 # ----------------------------------------------------------------------------- training parameters
 @dataclass(frozen=True)
 class TrainingParam:
-    """One training parameter the plan samples (SPEC §5).
+    """One training parameter the plan samples (docs/design.md §5).
 
     ``kind`` "log" is a log-uniform float range (lo, hi), "choice" a set of integers;
     ``full`` is the range of a full study, ``quick`` that of a ``--quick`` study.

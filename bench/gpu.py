@@ -58,7 +58,7 @@ from archhpo.workers._train import train
 
 FAMILY = "patchtst"
 DATA = "synthetic:steps=6000"  # ~4,000 training windows, tiled to the steps a measurement needs
-CONFIGS: dict[str, dict[str, int]] = {  # every one a row of its budget's grid (SPEC §3)
+CONFIGS: dict[str, dict[str, int]] = {  # every one a row of its budget's grid (docs/design.md §3)
     "2M-deep": {"d_model": 64, "n_layers": 48, "n_heads": 8, "d_ff": 256},  # 2,405,953 params
     "2M-wide": {"d_model": 256, "n_layers": 2, "n_heads": 8, "d_ff": 1024},  # 1,606,401
     "20M": {"d_model": 512, "n_layers": 6, "n_heads": 8, "d_ff": 2048},  # 18,968,065

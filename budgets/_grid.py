@@ -1,4 +1,4 @@
-"""The budget grid of SPEC §3: every architecture whose exact parameter count fits a budget."""
+"""The budget grid of docs/design.md §3: every architecture whose exact parameter count fits a budget."""
 
 from __future__ import annotations
 
@@ -48,7 +48,7 @@ def _flops(family: Family, cfg: Any) -> int | None:
 
 
 def candidates() -> list[dict[str, int]]:
-    """The cross product of SPEC §3 with n_heads dividing d_model, in (d, L, h, ff) order."""
+    """The cross product of docs/design.md §3 with n_heads dividing d_model, in (d, L, h, ff) order."""
     rows = []
     for d, n_layers, h, mult in itertools.product(D_MODELS, N_LAYERS, N_HEADS, FF_MULTIPLIERS):
         if d % h == 0:

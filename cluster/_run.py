@@ -48,7 +48,7 @@ def worker_task(
     if gpu_share > 0:
         attrs["ray_gpu_ids"] = [str(i) for i in ctx.get_accelerator_ids().get("GPU", [])]
     elif device == "auto":
-        device = "cpu"  # SPEC §10: a task without a GPU share sees every GPU of its node; use none of them
+        device = "cpu"  # docs/design.md §10: a task without a GPU share sees every GPU of its node; use none of them
     # ray.cancel(ref) interrupts the task's main thread like SIGINT: with the worker's handlers the
     # trial stops between two steps and goes back to the queue (same attempt), and the task returns.
     worker = Worker(queues, device=device, threads=threads, extra_attrs=attrs, checkpoint_dir=checkpoint_dir,
@@ -111,7 +111,7 @@ def choose_placement(
     many trials on a GPU as the largest planned trial's estimate allows (plus a CUDA context each,
     at most MAX_TRIALS_PER_GPU), but never more than the workers need to cover every GPU: 8 workers
     on 8 GPUs get a whole GPU each, 32 on 8 GPUs four to a GPU.  Without GPUs, or with --device
-    cpu, the share is 0 and the workers train on CPU (SPEC §10: a task without a share would
+    cpu, the share is 0 and the workers train on CPU (docs/design.md §10: a task without a share would
     otherwise see every GPU and crowd onto cuda:0).
     """
     gpus = int(cluster_gpus)
@@ -252,7 +252,7 @@ def _gpu_memory() -> int | None:
     """Memory of the smallest GPU of the cluster, or None without GPUs (or when it cannot be read).
 
     Probed by a task on every GPU node that asks for no GPU and no CPU, so it runs at once even on
-    a busy cluster, and sees every GPU of its node (SPEC §10); max_calls=1: its process exits
+    a busy cluster, and sees every GPU of its node (docs/design.md §10); max_calls=1: its process exits
     after it, so no later worker task inherits a process that has seen every GPU."""
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy

@@ -1,4 +1,4 @@
-"""Character-level [CLS] classifier for short strings such as domain names (SPEC §4).
+"""Character-level [CLS] classifier for short strings such as domain names (docs/design.md §4).
 
 Input: ``[CLS] + characters`` as ids (see ``models.data.domains.encode``: lower-cased, dots and
 every other character outside a-z 0-9 '-' '_' dropped, padded with PAD=0 or cut to max_len).

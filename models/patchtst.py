@@ -1,4 +1,4 @@
-"""PatchTST-style binary classifier over multivariate windows (SPEC §4), the default family."""
+"""PatchTST-style binary classifier over multivariate windows (docs/design.md §4), the default family."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Causal multi-channel signal transformer with swappable input encoders (SPEC §4).
+"""Causal multi-channel signal transformer with swappable input encoders (docs/design.md §4).
 
 Inputs x (B, T, C): C channels v(t) in R^C.  An encoder turns them into d-wide tokens, fixed
 sinusoidal positions p(t) (a buffer, not a parameter) are added, n_layers causal pre-norm

@@ -1,4 +1,4 @@
-"""CSV and best-config JSON (SPEC §8), written atomically from the database alone."""
+"""CSV and best-config JSON (docs/design.md §8), written atomically from the database alone."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ SPEC_COLUMNS = (
 )
 # The data a trial trained on (--tokens-per-param studies; train_tokens for every token family).
 DATA_COLUMNS = (Attr.TRAIN_TOKENS, Attr.TOKENS_PER_PARAM)
-# Appended after SPEC §8's columns (which stay first and unchanged); readers must cope without them.
+# Appended after docs/design.md §8's columns (which stay first and unchanged); readers must cope without them.
 EXTRA_COLUMNS = (
     "state", "phase", "plan_slot", "seed", "family", "choices", "best_epoch", "flops_per_sample",
     "train_flops", "samples_per_s", "val_curve", "baseline_val_loss", Attr.RUNG, Attr.FLOPS_SPENT, Attr.FLOPS_FULL,
@@ -121,7 +121,7 @@ def best_summary(study: optuna.Study, settings: StudySettings) -> dict[str, Any]
         "architecture": (
             {k: arch[k] for k in ARCH_RECORD} if arch else None
         ),
-        # Beyond SPEC §8: what a reader needs to judge and reproduce the winner.
+        # Beyond docs/design.md §8: what a reader needs to judge and reproduce the winner.
         "family": settings.family,
         "best_trial": best.number if best else None,
         "plan_slot": best.user_attrs.get(Attr.PLAN_SLOT) if best else None,

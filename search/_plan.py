@@ -1,4 +1,4 @@
-"""The trial plan of SPEC §5, with paired seeds and the confirmation phase.
+"""The trial plan of docs/design.md §5, with paired seeds and the confirmation phase.
 
 Phase 1: about 40% of the trials' worth of architectures, 2 trials each with random training
 parameters; phase 2: further architectures, 1 trial each, trained with the best phase-1

@@ -1,4 +1,4 @@
-"""Training-parameter ranges (SPEC §5) and their Optuna distributions.
+"""Training-parameter ranges (docs/design.md §5) and their Optuna distributions.
 
 `--quick` studies use a shrunken space so that what is recorded is what was trained: a quick
 trial that ran 3 epochs says epochs=3, never 50.

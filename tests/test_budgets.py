@@ -1,4 +1,4 @@
-"""Budget parsing and the SPEC §3 grid: exact counts, tolerance, stable indices, extremes."""
+"""Budget parsing and the docs/design.md §3 grid: exact counts, tolerance, stable indices, extremes."""
 
 from __future__ import annotations
 

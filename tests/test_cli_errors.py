@@ -1,4 +1,4 @@
-"""SPEC §2 errors: one clear sentence, a non-zero exit, no traceback, nothing half-written."""
+"""docs/design.md §2 errors: one clear sentence, a non-zero exit, no traceback, nothing half-written."""
 
 from __future__ import annotations
 

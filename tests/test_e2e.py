@@ -1,5 +1,5 @@
 """End to end as a user runs it: launch + worker + export, and `run` on a real local Ray, on
-SQLite and PostgreSQL; the outputs match SPEC §8; Optuna's own CLI reads the study."""
+SQLite and PostgreSQL; the outputs match docs/design.md §8; Optuna's own CLI reads the study."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""models/patchtst: SPEC §4 structure, exact closed-form count, shapes and `archhpo params`."""
+"""models/patchtst: docs/design.md §4 structure, exact closed-form count, shapes and `archhpo params`."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ def test_param_count_matches_module(cfg: PatchTSTConfig) -> None:
 
 
 def test_spec_example_architecture_count() -> None:
-    # d=64, 48 layers, d_ff 256, 8 features: the 2.4M model SPEC §10 measures.
+    # d=64, 48 layers, d_ff 256, 8 features: the 2.4M model docs/design.md §10 measures.
     assert param_count(PatchTSTConfig(64, 48, 8, 256)) == 2_405_953
     assert estimate(PatchTSTConfig(64, 48, 8, 256)) == 10 * 8 * 64 + 11 * 64 + 48 * (4 * 64**2 + 2 * 64 * 256 + 4 * 64) + 11 * 64
 

@@ -1,4 +1,4 @@
-"""The two-phase trial plan (SPEC §5): sizes, extremes, spread, no repeats, determinism."""
+"""The two-phase trial plan (docs/design.md §5): sizes, extremes, spread, no repeats, determinism."""
 
 from __future__ import annotations
 

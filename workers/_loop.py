@@ -1,4 +1,4 @@
-"""The worker loop of SPEC §6: take the next planned trial, build, train, report, finish, repeat.
+"""The worker loop of docs/design.md §6: take the next planned trial, build, train, report, finish, repeat.
 
 The loop knows nothing about Optuna: it talks to queue objects (search.TrialQueue) through the
 small protocol below, so data flows one way: search → workers → models.  A trial becomes a

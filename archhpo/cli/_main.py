@@ -1,4 +1,4 @@
-"""The `archhpo` command line (SPEC §2). Every user error ends in one sentence and exit code 2.
+"""The `archhpo` command line (docs/design.md §2). Every user error ends in one sentence and exit code 2.
 
 Options are defined once, in `archhpo.cli._options` (a study option's default and help are its
 field's in `archhpo.config.StudyConfig`); the parser is built from them.  A

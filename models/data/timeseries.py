@@ -1,4 +1,4 @@
-"""Multivariate time-series windows with binary "price moves up by > threshold" labels (SPEC §7).
+"""Multivariate time-series windows with binary "price moves up by > threshold" labels (docs/design.md §7).
 
 ``--data`` is either ``synthetic[:features=F,steps=N,seed=S]`` (generated, so a study needs no
 files) or a path to a CSV/Parquet file holding a price column, numeric feature columns and an
