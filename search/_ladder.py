@@ -1,5 +1,5 @@
 """Ladder planning (`--ladder`): budgets searched smallest first, a larger budget planned from the
-finished smaller ones.  Pure functions; search/_queue.py calls `carry_up` under the plan lock once
+finished smaller ones.  Pure functions; search/_upkeep.py calls `carry_up` under the plan lock once
 every smaller budget's plan is final, and stores its result in the study before enqueuing.
 
 What is carried up from the next smaller budget (its best COMPLETE trial of phases 1-2):

@@ -1,6 +1,6 @@
 """Every use of a private part of Optuna, in one place.
 
-archhpo writes Optuna's tables in one transaction per claim or finish (search/_queue.py) through
+archhpo writes Optuna's tables in one transaction per claim or finish (search/_tables.py) through
 Optuna's ORM models, which are not public API, and reads a few private attributes.  They are all
 here, so that a new Optuna release is checked against one short file, and the schema versions
 archhpo was tested with are refused otherwise (see check_schema_version in _storage.py).

@@ -1,6 +1,6 @@
 """What the plan's upkeep counts: the study's trials read lightly (state, value and the few
 bookkeeping attributes), a cache of the finished ones between calls, and the per-slot rules that
-turn them into a PlanStatus (final, retried, held at a rung). TrialQueue (search/_queue.py) owns
+turn them into a PlanStatus (final, retried, held at a rung). PlanUpkeep (search/_upkeep.py) owns
 the cache, its lock and the database reads; this module holds no state of its own."""
 
 from __future__ import annotations

@@ -107,7 +107,7 @@ def test_a_larger_budget_waits_then_is_planned_from_the_smaller_once(storage_url
         t.start()
     for t in threads:
         t.join()
-    ladder = q._study_attr(_study.LADDER_KEY)
+    ladder = q.upkeep.study_attr(_study.LADDER_KEY)
     assert ladder["from"] == small.study_name and ladder["from_trial"] == 0, "slot 0 had the best value"
     trials = q.storage.get_all_trials(q.study_id, deepcopy=False)
     assert sorted(t.user_attrs["plan_slot"] for t in trials) == list(range(len(large.plan))), "each slot once"
@@ -125,15 +125,15 @@ def test_a_ladder_stored_but_not_enqueued_is_enqueued_by_the_next_upkeep(
     def killed(*args: Any, **kw: Any) -> int:
         raise KeyboardInterrupt("killed between storing the ladder and enqueuing it")
 
-    monkeypatch.setattr("archhpo.search._queue.enqueue_missing", killed)
+    monkeypatch.setattr("archhpo.search._upkeep.enqueue_missing", killed)
     q = TrialQueue(storage_url, large.study_name)
     with pytest.raises(KeyboardInterrupt):
         q.maintain()
-    stored = q._study_attr(_study.LADDER_KEY)
+    stored = q.upkeep.study_attr(_study.LADDER_KEY)
     monkeypatch.undo()
     fresh = TrialQueue(storage_url, large.study_name)
     fresh.maintain()
-    assert fresh._study_attr(_study.LADDER_KEY) == stored
+    assert fresh.upkeep.study_attr(_study.LADDER_KEY) == stored
     assert len(fresh.storage.get_all_trials(fresh.study_id, deepcopy=False)) == len(large.plan)
     assert launch(storage_url, large).enqueued == 0, "a relaunch reuses it and duplicates nothing"
 

@@ -216,7 +216,7 @@ def test_status_waits_for_the_cache_lock_that_upkeep_holds(storage_url: str) -> 
     q = _launch(storage_url)
     expected = q.status().total
     got: list[int] = []
-    with q._cache_lock:  # as an upkeep on another thread would hold it
+    with q.upkeep._cache_lock:  # as an upkeep on another thread would hold it
         reader = threading.Thread(target=lambda: got.append(q.status().total))
         reader.start()
         reader.join(timeout=1.0)

@@ -76,7 +76,13 @@ def _stress_worker(url: str, name: str, barrier, out) -> None:  # type: ignore[n
     q = TrialQueue(url, name)
     barrier.wait()
     done = 0
-    while (c := q.next_trial({"host": "stress"}, lambda: False, poll_s=0.05)) is not None:
+    while True:  # a worker's loop: claim, else upkeep (which ends the loop once the plan is done)
+        c = q.claim({"host": "stress"})
+        if c is None:
+            if q.maintain(blocking=False).done:
+                break
+            time.sleep(0.05)
+            continue
         q.report(c, 1, 0.5)
         q.finish(c, TrialState.COMPLETE, 1.0 / (1 + c.number), {"duration_s": 0.0})
         done += 1

@@ -25,6 +25,7 @@ from archhpo.schema import Attr
 from archhpo.search import TrialQueue, launch, prepare_settings
 from archhpo.search._halving import promotions
 from archhpo.search._optuna_private import models as m
+from archhpo.search._rungs import RungDecisions
 from tests.conftest import TINY_DATA
 
 WORKER = {"host": "test", "device": "cpu"}
@@ -96,7 +97,7 @@ def test_the_best_third_of_each_rung_go_on_and_only_full_length_trials_complete(
     q = TrialQueue(storage_url, s.study_name)
     claims = _run_to_end(q)
     phase1 = [e["slot"] for e in s.plan if e["phase"] == 1]
-    decided = q._study_attr("archhpo_halving")
+    decided = q.upkeep.study_attr("archhpo_halving")
     rung0 = promotions({slot: _score(slot, 0) for slot in phase1}, 3)
     rung1 = promotions({slot: _score(slot, 1) for slot in rung0}, 3)
     assert decided["1"] == [rung0, rung1]
@@ -167,13 +168,13 @@ def test_the_reaper_fails_only_what_is_still_stale_when_it_writes(storage_url: s
     assert parked is not None and again is not None and silent is not None
     for c in (parked, again, silent):
         _make_stale(q, c.trial_id)
-    looked = q._stale_candidates()  # the reaper's read ...
+    looked = q.upkeep._stale_candidates()  # the reaper's read ...
     assert sorted(looked) == sorted(c.trial_id for c in (parked, again, silent))
     assert q.park(parked, 0.5, {})  # ... its owner parks it meanwhile ...
     assert q.requeue(again, "stopped")  # ... another is given back and claimed again
     reclaimed = q.claim(WORKER)
     assert reclaimed is not None and reclaimed.trial_id == again.trial_id
-    assert q._fail_stale(looked) == [silent.trial_id]  # ... and then the reaper writes
+    assert q.upkeep._fail_stale(looked) == [silent.trial_id]  # ... and then the reaper writes
     held = q.storage.get_trial(parked.trial_id)
     assert held.state == TrialState.WAITING and held.user_attrs["rung_hold"] is True
     assert q.storage.get_trial(again.trial_id).state == TrialState.RUNNING
@@ -205,9 +206,9 @@ def test_a_rung_is_decided_once_however_many_upkeeps_race(storage_url: str) -> N
     for t in threads:
         t.join()
     assert not errors
-    assert len(q._study_attr("archhpo_halving")["1"]) == 1
+    assert len(q.upkeep.study_attr("archhpo_halving")["1"]) == 1
     waiting = [t for t in _trials(q) if t.state == TrialState.WAITING]
-    assert sorted(t.user_attrs["plan_slot"] for t in waiting) == q._study_attr("archhpo_halving")["1"][0]
+    assert sorted(t.user_attrs["plan_slot"] for t in waiting) == q.upkeep.study_attr("archhpo_halving")["1"][0]
     assert all(t.user_attrs["rung_hold"] is False and t.user_attrs["rung"] == 0 for t in waiting)
 
 
@@ -221,14 +222,14 @@ def test_a_decision_stored_but_not_applied_is_finished_by_the_next_upkeep(
     def killed(*args: Any, **kw: Any) -> bool:
         raise KeyboardInterrupt("killed between storing the decision and applying it")
 
-    monkeypatch.setattr(TrialQueue, "_apply_rung", killed)
+    monkeypatch.setattr(RungDecisions, "_apply_rung", killed)
     with pytest.raises(KeyboardInterrupt):
         q.maintain()
-    stored = q._study_attr("archhpo_halving")["1"][0]
+    stored = q.upkeep.study_attr("archhpo_halving")["1"][0]
     monkeypatch.undo()
     fresh = TrialQueue(storage_url, s.study_name)
     fresh.maintain()
-    assert fresh._study_attr("archhpo_halving")["1"] == [stored]
+    assert fresh.upkeep.study_attr("archhpo_halving")["1"] == [stored]
     waiting = sorted(t.user_attrs["plan_slot"] for t in _trials(fresh) if t.state == TrialState.WAITING)
     assert waiting == stored
 
@@ -259,7 +260,7 @@ def test_a_trial_that_fails_for_good_at_a_rung_is_never_promoted(storage_url: st
         else:
             q.park(c, _score(c.slot, 0), {})
     q.maintain()
-    assert best not in q._study_attr("archhpo_halving")["1"][0]
+    assert best not in q.upkeep.study_attr("archhpo_halving")["1"][0]
 
 
 def test_replicates_are_never_held_they_score_every_rung_in_passing(storage_url: str) -> None:
@@ -270,7 +271,7 @@ def test_replicates_are_never_held_they_score_every_rung_in_passing(storage_url:
     assert c is not None and c.rungs is not None and not c.park and c.rung == 0
     q.finish(c, TrialState.COMPLETE, 1.0, {})
     q.maintain()
-    assert q._study_attr("archhpo_halving") is None or not any(q._study_attr("archhpo_halving").values())
+    assert q.upkeep.study_attr("archhpo_halving") is None or not any(q.upkeep.study_attr("archhpo_halving").values())
 
 
 def test_flops_summary_is_empty_for_a_study_that_recorded_none() -> None:

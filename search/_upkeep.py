@@ -1,0 +1,315 @@
+"""The plan's upkeep, run by every worker and the driver under the plan lock: reaping, retries,
+creating phases 2 and 3, the ladder fill, successive halving's rung decisions, and the status.
+
+Upkeep only fills slots that have no trial and stores each decision (a ladder, a rung, the
+confirmation ranks) in the study before acting on it, so it is idempotent however many workers
+run it at once, and one killed anywhere leaves the next upkeep to finish the same work.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import sqlalchemy as sa
+from optuna.storages import RDBStorage
+from optuna.trial import TrialState
+
+from archhpo.budgets import GridRow
+from archhpo.schema import TRAINING_PARAMS, Attr
+from archhpo.search._baselines import baseline_assignments
+from archhpo.search._halving import Halving
+from archhpo.search._ladder import Finished, carry_up
+from archhpo.search._optuna_private import models as m
+from archhpo.search._optuna_private import study_id_of
+from archhpo.search._ranking import best_phase1_params, rank_architectures
+from archhpo.search._rungs import RungDecisions
+from archhpo.search._space import PARAM_NAMES
+from archhpo.search._status import (
+    OOM_SHARED_KEY,
+    WHOLE_GPU_KEY,
+    PlanStatus,
+    _count_slot,
+    _finish_status,
+    _LightCache,
+    _LightTrial,
+    _open_slots,
+    _read_light,
+    _Trials,
+)
+from archhpo.search._storage import open_storage, plan_lock, read_scope, resilient, session_scope
+from archhpo.search._study import LADDER_KEY, StudySettings, enqueue_missing, load_study
+from archhpo.search._tables import db_now, end_trials, study_attr
+
+PHASE3_KEY = "archhpo_phase3"  # the confirmation assignment (StudySettings.phase3), once ranked
+# What a retry keeps besides plan_slot and phase: the plan entry's seed, rank and baseline rule, and the rungs
+# it passed (it resumes from the dead attempt's checkpoint towards the same next rung).
+_CARRIED_KEYS = (Attr.SEED, Attr.RANK, Attr.BASELINE, Attr.RUNG, Attr.RUNG_SCORES, Attr.BRANCH_EPOCHS)
+
+
+class PlanUpkeep:
+    """The upkeep of one study's plan, and its status (a cache of the study's trials read lightly)."""
+
+    def __init__(self, storage_url: str, name: str, storage: RDBStorage | None = None) -> None:
+        self.storage_url = storage_url
+        self.storage = storage or open_storage(storage_url, create=False)
+        self.study = resilient(lambda: load_study(self.storage, name), "loading the study")
+        self.study_id = study_id_of(self.study)
+        self.settings = StudySettings.from_attrs(self.study.user_attrs, name)
+        self.name = name
+        self.halving = Halving.from_options(self.settings.options)
+        self.rungs = (None if self.halving is None else
+                      RungDecisions(self.storage, self.study, self.study_id, self.settings.plan, self.halving))
+        self._ladder: dict[str, Any] | None = None  # a ladder budget's plan, once filled (_fill_ladder)
+        self._below: list[PlanUpkeep] | None = None  # the smaller budgets of its ladder
+        self._postgres = self.storage.engine.dialect.name == "postgresql"
+        # A RUNNING trial silent for this long is failed and retried (Optuna's rule: grace, else 2 beats).
+        beat = self.storage.heartbeat_interval
+        self._grace = dt.timedelta(seconds=float(self.storage.grace_period or 2 * beat)) if beat else None
+        self._phase3_cache: list[dict[str, Any]] | None = None  # confirmation assignment, once made
+        self._light = _LightCache()  # finished trials, read once (see _light_trials)
+        # One lock for what the worker's heartbeat thread (its periodic maintain) and the main
+        # thread share: self._light and the views of it that _light_trials returns.
+        self._cache_lock = threading.RLock()
+
+    def study_attr(self, key: str) -> Any:
+        """A study user attribute read fresh from the database (not Optuna's cached study)."""
+        return study_attr(self.storage, self.study_id, key)
+
+    # ----------------------------------------------------------------------- plan upkeep
+    def maintain(self, blocking: bool = True) -> PlanStatus:
+        """Reap stale trials, retry lost ones, create phase 2 when phase 1 is final.
+
+        blocking=False (the periodic upkeep of busy workers) skips the round when another worker
+        holds the plan lock: that worker is doing the same upkeep.
+        """
+        return resilient(lambda: self._maintain(blocking), "plan upkeep")
+
+    def _maintain(self, blocking: bool) -> PlanStatus:
+        with plan_lock(self.storage, self.name, blocking) as held:
+            if not held:
+                return self.status()
+            with self._cache_lock:  # taken after the plan lock: status() never waits on the plan lock
+                return self._upkeep()
+
+    def _upkeep(self) -> PlanStatus:
+        """Under the plan lock: reap, retry, create phases 2 and 3; the status afterwards."""
+        self._fail_stale(self._stale_candidates())
+        trials = self._light_trials()
+        if self.settings.options.get("ladder") and self._ladder is None:
+            self._fill_ladder()
+        if self.rungs is not None and self.rungs.decide(trials):
+            trials = self._light_trials()  # held trials were promoted or pruned
+        status, retry, phase1_final = self._status(trials)
+        self._retry(retry)
+        needs_phase2 = bool(self._light.phase2_slots) and not status.phase2_created  # (set by _status)
+        if phase1_final and needs_phase2:
+            params = best_phase1_params(self.storage, self.settings, trials)
+            self.study.set_user_attr("archhpo_phase2_params", params)
+            enqueue_missing(self.study, self.settings, phase=2, params=params)
+        confirm = status.phase12_final and status.phase3_pending
+        if confirm:
+            self._create_phase3(trials)
+        if retry or (phase1_final and needs_phase2) or confirm:
+            status, _, _ = self._status(self._light_trials())
+        return status
+
+    def _retry(self, retry: list[_LightTrial]) -> None:
+        """Enqueue the next attempt of each failed trial to retry, with what it carries."""
+        for light in retry:
+            t = self.storage.get_trial(light.trial_id)
+            attempt = int(t.user_attrs.get(Attr.ATTEMPT, 1)) + 1
+            extra = {k: t.user_attrs[k] for k in _CARRIED_KEYS if t.user_attrs.get(k) is not None}
+            if t.user_attrs.get(OOM_SHARED_KEY) or t.user_attrs.get(WHOLE_GPU_KEY):
+                extra[WHOLE_GPU_KEY] = True  # retried on a GPU of its own (and stays there)
+            self.study.enqueue_trial(
+                {k: v for k, v in (t.params or t.system_attrs.get("fixed_params", {})).items()
+                 if k in PARAM_NAMES},  # the design's parameters; the claim adds the architecture's
+                user_attrs={
+                    Attr.PLAN_SLOT: t.user_attrs[Attr.PLAN_SLOT], Attr.PHASE: t.user_attrs.get(Attr.PHASE, 0),
+                    Attr.ATTEMPT: attempt, Attr.RETRY_OF: t.number, **extra,
+                },
+            )
+
+    # -------------------------------------------------------------------------- reaping
+    def _stale_candidates(self) -> list[int]:
+        """RUNNING trials whose heartbeat is older than the grace period (a read, no locks)."""
+        if self._grace is None:  # heartbeats off: nothing is ever stale
+            return []
+        T, H = m.TrialModel, m.TrialHeartbeatModel
+        with read_scope(self.storage) as s:
+            cutoff = db_now(s) - self._grace
+            return list(s.execute(
+                sa.select(T.trial_id).join(H, H.trial_id == T.trial_id)
+                .where(T.study_id == self.study_id, T.state == TrialState.RUNNING, H.heartbeat < cutoff)
+            ).scalars())
+
+    def _fail_stale(self, candidates: list[int]) -> list[int]:
+        """Fail the candidates that are, in this transaction, still RUNNING with a stale heartbeat.
+
+        Optuna's fail_stale_trials sets FAIL on the ids it read without looking again, and FAIL
+        may overwrite WAITING: a trial parked at a rung (or requeued, or requeued and claimed
+        again) between its read and its write became FAIL, its retry skipped the rung and the
+        rung was never decided (a study hung with every worker idle).  Here the rows are locked
+        (PostgreSQL; SQLite's write transaction holds the database) and read again first."""
+        if not candidates or self._grace is None:
+            return []
+        T, H = m.TrialModel, m.TrialHeartbeatModel
+        with session_scope(self.storage) as s:
+            q = sa.select(T.trial_id).where(T.trial_id.in_(candidates), T.state == TrialState.RUNNING)
+            running = list(s.execute(q.with_for_update() if self._postgres else q).scalars())
+            cutoff = db_now(s) - self._grace
+            stale = list(s.execute(
+                sa.select(H.trial_id).where(H.trial_id.in_(running), H.heartbeat < cutoff)
+            ).scalars()) if running else []
+            if stale:
+                end_trials(s, stale, TrialState.FAIL)
+        return stale
+
+    # ------------------------------------------------------------------ ladder planning
+    def _fill_ladder(self) -> None:
+        """A ladder budget's phase 1, once every smaller budget's plan is final (under the plan lock):
+        what is carried up is stored in the study before its slots are enqueued and reused after, so
+        racing or killed upkeeps fill the plan once (search/_ladder.py)."""
+        ladder = self.study_attr(LADDER_KEY)
+        if ladder is None:
+            if self._below is None:
+                self._below = [PlanUpkeep(self.storage_url, n, storage=self.storage)
+                               for n in self.settings.options["ladder"]["below"]]
+            if not all(u.status().done for u in self._below):
+                return
+            ladder = self._carry_from(self._below[-1])
+            self.study.set_user_attr(LADDER_KEY, ladder)
+        enqueue_missing(self.study, self.settings, phase=1, ladder=ladder)
+        self._ladder = ladder
+
+    def _carry_from(self, smaller: PlanUpkeep) -> dict[str, Any]:
+        """carry_up from the next smaller budget's COMPLETE phase-1/2 trials."""
+        done = smaller.storage.get_all_trials(smaller.study_id, deepcopy=False, states=(TrialState.COMPLETE,))
+        finished = [
+            Finished(float(t.value), t.number, int(t.user_attrs["d_model"]), int(t.user_attrs["n_layers"]),
+                     (int(t.params["arch_idx"]),), {k: t.params[k] for k in TRAINING_PARAMS})
+            for t in done if t.value is not None and math.isfinite(t.value) and t.user_attrs.get(Attr.PHASE) in (1, 2)
+        ]
+        slots = [e["slot"] for e in self.settings.plan if e["phase"] == 1]
+        out = carry_up(finished, smaller.settings.budget_value, self.settings.budget_value,
+                       [GridRow(**a) for a in self.settings.archs], self.settings.search_space, slots,
+                       int(self.settings.options.get("seed", 0)))
+        return {**out, "from": smaller.name, "from_budget": smaller.settings.budget}
+
+    # ------------------------------------------------------------------ confirmation (phase 3)
+    def _phase3(self, fresh: bool = False) -> list[dict[str, Any]] | None:
+        """The confirmation assignment (StudySettings.phase3), read from the study once it exists."""
+        if self._phase3_cache is None and any(e["phase"] == 3 for e in self.settings.plan):
+            if fresh or self.settings.phase3 is None:
+                self._phase3_cache = self.study_attr(PHASE3_KEY)
+            else:
+                self._phase3_cache = self.settings.phase3
+        return self._phase3_cache
+
+    def _create_phase3(self, trials: Sequence[_LightTrial]) -> None:
+        """Rank the architectures of phases 1-2 and enqueue their confirmation slots (under the
+        plan lock; idempotent: an assignment once stored is reused, filled slots are skipped)."""
+        ranks = self._phase3(fresh=True)
+        if ranks is None:
+            ranks = rank_architectures(self.storage, self.study_id, self.settings, trials)
+            if ranks:  # the rules' shapes, trained like the searched best (search/_baselines.py)
+                ranks += baseline_assignments(self.settings.plan, self.settings.archs, ranks[0],
+                                              self.settings.budget_value)
+            self.study.set_user_attr(PHASE3_KEY, ranks)
+            self._phase3_cache = ranks
+        enqueue_missing(self.study, self.settings, phase=3, ranks=ranks)
+
+    # ------------------------------------------------------------------------- the status
+    def status(self) -> PlanStatus:
+        """Plan progress without taking the plan lock or changing anything (progress display)."""
+        with self._cache_lock:
+            return self._status(self._light_trials())[0]
+
+    def _light_trials(self) -> _Trials:
+        """State, value and the bookkeeping attrs of every trial: the upkeep runs often, and
+        Optuna's get_all_trials would load every param and attribute.
+
+        Bounded by the live part of the study, not its size: a finished trial (COMPLETE, PRUNED,
+        FAIL) never changes again, so each is read once and kept; every call reads only the
+        WAITING and RUNNING trials, trials newer than any seen, and those that were live last
+        time and have finished since.  A full re-read every FULL_RELOAD_S is the safety net.
+        """
+        c = self._light
+        if time.monotonic() - c.loaded_at > _LightCache.FULL_RELOAD_S:
+            c.reset()
+        live_states = (TrialState.RUNNING, TrialState.WAITING)
+        T = m.TrialModel
+        with read_scope(self.storage) as s:
+            def read(cond: Any) -> tuple[list[Any], dict[int, float], dict[int, dict[str, Any]]]:
+                return _read_light(s, self.study_id, cond)
+
+            # Two queries, not one with OR: each then uses an index on SQLite too (live: archhpo's
+            # (study_id, state, trial_id); newer: a trial_id range), instead of a scan of the study.
+            rows, values, attrs = read(T.state.in_(live_states))
+            newer = read(T.trial_id > c.max_seen)
+            rows += newer[0]
+            values.update(newer[1])
+            attrs.update(newer[2])
+            gone = sorted(c.live - {tid for tid, _, state, _ in rows if state in live_states})
+            for i in range(0, len(gone), 500):  # finished since the last call
+                more = read(T.trial_id.in_(gone[i:i + 500]))
+                rows += more[0]
+                values.update(more[1])
+                attrs.update(more[2])
+        live = []
+        for tid, num, state, started in {r[0]: r for r in rows}.values():  # a live trial may also be "newer"
+            light = _LightTrial(tid, num, state, values.get(tid), attrs.get(tid, {}), started)
+            if state in live_states:
+                live.append(light)
+            elif tid not in c.final:
+                c.add_final(light)
+            c.max_seen = max(c.max_seen, tid)
+        c.live, c.live_trials = {t.trial_id for t in live}, live
+        c.last = _Trials(c.final, live)  # a view, not a copy of 100,000 finished trials per call
+        return c.last
+
+    def _status(self, trials: Sequence[_LightTrial]) -> tuple[PlanStatus, list[_LightTrial], bool]:
+        """Plan progress, the failed trials to retry, and whether phase 1 is final.
+
+        Steps: the open slots' trials (_open_slots), one slot at a time (_count_slot), then the
+        study-wide figures (_finish_status).  Callers hold self._cache_lock (see _snapshot)."""
+        plan = self.settings.plan
+        # Slots whose outcome is settled (a COMPLETE/PRUNED trial, or a final failure) never change:
+        # their contribution is kept, so a large study costs one light pass, not a plan's worth of work.
+        c = self._light if trials is self._light.last else _LightCache()  # any other list: from scratch
+        by_slot = _open_slots(c, trials, plan)
+        st = PlanStatus(total=len(plan))
+        st.phase2_created = any(s in by_slot or s in c.settled for s in c.phase2_slots)
+        has_phase3 = 3 in c.phases
+        ranks = self._phase3() if has_phase3 else None
+        assigned = {int(r["rank"]) for r in ranks} if ranks is not None else set()
+        st.phase12_final = True
+        st.phase3_pending = has_phase3 and ranks is None
+        retry: list[_LightTrial] = []
+        phase1_final = True
+        durations: list[float] = []
+        st.complete, st.pruned, st.failed, st.final, st.retries = c.totals
+        settled_durations = (c.duration_sum, c.duration_n)  # before this call settles more slots
+        for entry in list((c.pending or {}).values()):
+            ts = sorted(by_slot.get(entry["slot"], []), key=lambda t: t.number)
+            confirm_open = entry["phase"] == 3 and ranks is not None and int(entry["rank"]) not in assigned
+            final = _count_slot(st, ts, confirm_open, retry, durations)
+            st.retries += sum(1 for t in ts if Attr.RETRY_OF in t.user_attrs)
+            st.final += final
+            if final and ts and trials is c.last:  # settled by its trials (not a skipped confirmation slot)
+                c.settle(entry["slot"], ts)
+            if entry["phase"] == 1 and not final:
+                phase1_final = False
+            if entry["phase"] in (1, 2) and not final:
+                st.phase12_final = False
+            if entry["phase"] == 3 and not ts and ranks is not None and int(entry["rank"]) in assigned:
+                st.phase3_pending = True  # assigned but not enqueued (upkeep stopped in between)
+        _finish_status(st, c, trials, durations, settled_durations)
+        if has_phase3 and ranks is None:
+            st.details["phase3"] = "waiting for phases 1 and 2"
+        return st, retry, phase1_final
