@@ -354,6 +354,7 @@ FIGURES = {
     "val_curves": "Validation curves of each budget's five best trials",
     "phase1_params": "Phase-1 training parameters against validation loss",
     "loss_vs_compute": "Validation loss against training compute",
+    "isoflops": "IsoFLOP curves of the fitted L(N, D), with the trials",
 }
 
 
@@ -367,7 +368,37 @@ def make_figures(frame: pd.DataFrame, fit: dict[str, Any] | None = None,
         "val_curves": plot_val_curves(frame),
         "phase1_params": plot_phase1_params(frame, max_points),
         "loss_vs_compute": plot_loss_vs_compute(frame, max_points),
+        **({"isoflops": plot_isoflops(frame, fit["nd_fit"])}
+           if fit and (fit.get("nd_fit") or {}).get("status") == "fitted" else {}),
     }
+
+
+@_styled
+def plot_isoflops(frame: pd.DataFrame, nd: dict[str, Any]) -> Figure:
+    """IsoFLOP curves of the fitted L(N, D): loss against N at fixed compute C (D = C/(kN)), one
+    curve per (budget, tokens per parameter) point's C, with the trials of that point on it; each
+    curve's minimum (N* at that C) starred. Curves span the trials' N range only."""
+    from archhpo.report._answer import isoflop_curves, nd_points
+
+    fig = _figure(8.2, right=2.0)
+    ax = fig.add_subplot()
+    pts = nd_points(frame)
+    done = _finished(frame)
+    n = np.logspace(math.log10(done["param_count"].min()), math.log10(done["param_count"].max()), 200)
+    colors = matplotlib.colormaps["viridis"](np.linspace(0, 0.9, max(1, len(pts))))
+    for color, (_, p), (c, curve) in zip(colors, pts.iterrows(), isoflop_curves(nd, list(pts["train_flops"]), n).items(),
+                                         strict=True):
+        ax.plot(n, curve, color=color, lw=1.3, label=f"C = {c:.2g} ({p['budget']})")
+        i = int(np.argmin(curve))
+        ax.scatter([n[i]], [curve[i]], marker="*", s=110, color=color, edgecolor="black", zorder=5)
+        trials = done[done["budget"] == p["budget"]]
+        ax.scatter(trials["param_count"], trials["val_loss"], s=14, color=color, alpha=0.7)
+    ax.set_xscale("log")
+    ax.set_xlabel("parameters N (exact count)")
+    ax.set_ylabel("validation loss")
+    _legend(ax)
+    fig.suptitle("IsoFLOP curves of the fitted L(N, D) (stars: the compute-optimal N at each C)")
+    return fig
 
 
 __all__ = [
@@ -375,6 +406,7 @@ __all__ = [
     "baseline_loss",
     "make_figures",
     "plot_arch_plane",
+    "plot_isoflops",
     "plot_loss_vs_compute",
     "plot_loss_vs_depth_width",
     "plot_loss_vs_params",

@@ -449,12 +449,12 @@ def fit_json(fit: dict[str, Any]) -> dict[str, Any]:
         if isinstance(v, float) and not math.isfinite(v):
             return None
         if isinstance(v, dict):
-            return {k: clean(x) for k, x in v.items()}
+            return {k: clean(x) for k, x in v.items() if k != "samples"}  # bootstrap rows: in memory only
         if isinstance(v, list):
             return [clean(x) for x in v]
         return v
 
-    return clean({k: v for k, v in fit.items() if k != "samples"})
+    return clean(fit)
 
 
 __all__ = ["LAW", "STATUSES", "law_status", "touches", "band", "fit_json", "fit_law", "fit_scaling_law", "predict", "within_budget_replicates"]

@@ -42,11 +42,13 @@ import pandas as pd
 
 from archhpo._io import atomic_write
 from archhpo.errors import StudyError
+from archhpo.report._answer import compute_answer, nd_fit
 from archhpo.report._compute import compute_rows, compute_text, data_rows, data_text
 from archhpo.report._confirm import MIN_PAIRS, confirmation_summary
 from archhpo.report._decisions import decision_accuracy, decision_rows
 from archhpo.report._fit import fit_json, fit_scaling_law
 from archhpo.report._frame import best_and_runner_up, budgets_in, load_curves, ranked, trials_frame
+from archhpo.report._law import fit_line, law_text, nd_text
 from archhpo.report._truth import below_floor, truth_text
 from archhpo.schema import ARCH_KEYS, ARCH_RECORD, TRAINING_PARAMS
 
@@ -321,52 +323,6 @@ def _arch_text(row: Any) -> str:
     return f"{text} ({choice})" if choice else text
 
 
-def _ratio_text(fit: dict[str, Any]) -> str:
-    ratio = fit.get("loss_ratio") or {}
-    if not ratio:
-        return ""
-    lo, hi = ratio["ci95"]
-    return f"loss of the largest budget over the smallest {_fmt(ratio['estimate'])} [{_fmt(lo)}, {_fmt(hi)}]"
-
-
-def _intervals(fit: dict[str, Any], keys: Sequence[str]) -> str:
-    return ", ".join(f"{k} = {_fmt(fit[k]['estimate'])} [{_fmt(fit[k]['ci95'][0])}, {_fmt(fit[k]['ci95'][1])}]"
-                     for k in keys)
-
-
-_NO_LAW = {"no_scaling": "No measurable scaling", "interpolation": "No law: an interpolation, not a fit",
-           "unresolved": "No law: not resolved"}
-
-
-def law_text(fit: dict[str, Any]) -> str:
-    """The fit in one sentence: a law with its intervals only when its status is ``fitted``;
-    otherwise why not, and what the data do resolve (the loss ratio)."""
-    status = fit.get("status")
-    if status == "too_few_budgets" or not fit.get("E"):
-        return f"No scaling law fitted: {fit.get('reason') or 'no fit'}."
-    ratio = _ratio_text(fit)
-    if status in _NO_LAW:
-        what = f" What the data resolve: the {ratio}." if ratio else ""
-        return (f"{_NO_LAW[status]} over {fit['n_budgets']} budgets: {fit['reason']}.{what} A curve through "
-                "these points would be an interpolation, so none is drawn.")
-    return (f"L(N) = E + A·N^-alpha fitted to the best trial of {fit['n_budgets']} budgets: "
-            + _intervals(fit, ("E", "A", "alpha"))
-            + f" (95% bootstrap intervals, {fit['method'].get('bootstrap_resamples', 0)} resamples)."
-            + (f" The {ratio}." if ratio else ""))
-
-
-def fit_line(fit: dict[str, Any]) -> str:
-    """One line for a terminal (`run` and `report` end with it): the law with its intervals, or
-    the sentence that replaces it."""
-    status = fit.get("status")
-    if status == "fitted":
-        return f"scaling: L(N) = E + A*N^-alpha with {_intervals(fit, ('E', 'A', 'alpha'))} (95% intervals)"
-    if status in _NO_LAW:
-        ratio = _ratio_text(fit)
-        return f"scaling: {_NO_LAW[status].lower()} ({fit['reason']})" + (f"; {ratio}" if ratio else "")
-    return f"scaling: no law fitted ({fit.get('reason') or 'no fit'})"
-
-
 def budget_note(budget: str, srow: pd.Series, best: pd.Series | None, confirm: dict[str, Any] | None,
                 fit: dict[str, Any]) -> str:
     """The Markdown answer of one budget (the optuna-dashboard study note)."""
@@ -506,6 +462,15 @@ def _answer_section(frame: pd.DataFrame, summary: pd.DataFrame, fit: dict[str, A
         parts.append(_table(["budget", *metrics], [[s["budget"], *(_fmt(s[m]) for m in metrics)]
                                                     for _, s in summary.iterrows()], set(range(1, len(metrics) + 1))))
     parts.append(f"<p class='law'><b>Scaling law.</b> {html.escape(law_text(fit))}</p>")
+    nd = fit.get("nd_fit") or {}
+    if nd.get("n_points"):
+        parts.append(f"<p class='law'><b>L(N, D).</b> {html.escape(nd_text(nd))}</p>")
+        answer = (nd.get("compute_optimal") or {}).get("sentence")
+        if answer:
+            parts.append(f"<p class='law'><b>Compute-optimal answer.</b> {html.escape(answer)}</p>")
+        if truth_text(nd):
+            flag = " style='color:#b00020'" if below_floor(nd) else ""
+            parts.append(f"<p class='truth'{flag}>L(N, D): {html.escape(truth_text(nd))}</p>")
     if truth_text(fit):
         flag = " style='color:#b00020'" if below_floor(fit) else ""
         parts.append(f"<p class='truth'{flag}>{html.escape(truth_text(fit))}</p>")
@@ -660,7 +625,7 @@ def _csv_text(df: pd.DataFrame) -> str:
 
 def report_frame(frame: pd.DataFrame, out: str | Path = "results", experiment: str | None = None,
                  reference: str | None = None, n_boot: int = 1000, storage: Any = None,
-                 png_dpi: int = 110) -> Report:
+                 png_dpi: int = 110, compute: float | None = None) -> Report:
     """Write every report file for a `trials_frame` frame into `out` (see the module docstring);
     with `storage` (the frame's database) also the dashboard notes."""
     experiment = experiment or frame.attrs.get("experiment") or "experiment"
@@ -670,6 +635,10 @@ def report_frame(frame: pd.DataFrame, out: str | Path = "results", experiment: s
     summary = budget_summary(frame, confirm)
     fit = fit_scaling_law(frame, n_boot=n_boot)
     fit.update(frame.attrs.get("truth") or {})  # a synthetic language's exact entropy rate, beside E
+    nd = nd_fit(frame, n_boot)
+    nd.update(frame.attrs.get("truth") or {})
+    nd["compute_optimal"] = compute_answer(frame, nd, compute)
+    fit["nd_fit"] = nd  # its bootstrap samples stay in memory (figures); fit_json drops them
     choices = choice_table(frame, reference)
     files: list[Path] = []
 
@@ -717,8 +686,10 @@ def _write_notes(storage: Any, frame: pd.DataFrame, summary: pd.DataFrame, confi
                  fit: dict[str, Any]) -> int:
     """Each budget's answer as its study's note in optuna-dashboard; a warning, never a failure."""
     picks = best_and_runner_up(frame)
+    answer = ((fit.get("nd_fit") or {}).get("compute_optimal") or {}).get("sentence")
+    extra = f"\n\n**Compute-optimal answer:** {answer}" if answer and (fit.get("nd_fit") or {}).get("n_points") else ""
     notes = {s["budget"]: budget_note(s["budget"], s, picks.get(s["budget"], (None, None))[0],
-                                      confirm.get(s["budget"]), fit)
+                                      confirm.get(s["budget"]), fit) + extra
              for _, s in summary.iterrows()}
     try:
         return save_dashboard_notes(storage, frame.attrs["studies"], notes)
@@ -729,7 +700,7 @@ def _write_notes(storage: Any, frame: pd.DataFrame, summary: pd.DataFrame, confi
 
 def write_report(experiment: str | None, storage: Any = None, csv: str | Path | Sequence[str | Path] | None = None,
                  out: str | Path = "results", reference: str | None = None, n_boot: int = 1000,
-                 notes: bool = True) -> Report:
+                 notes: bool = True, compute: float | None = None) -> Report:
     """`archhpo report`: read the experiment (database, or `csv` files) and write its report
     into `out`.  From CSV files `experiment` may be None when they hold one experiment.  Read from a database, each budget's answer also becomes its study's note in
     optuna-dashboard (unless `notes` is False)."""
@@ -739,7 +710,8 @@ def write_report(experiment: str | None, storage: Any = None, csv: str | Path | 
         if experiment is None and len(names) > 1:
             raise StudyError(f"The CSV files hold {len(names)} experiments ({', '.join(names)}); pass "
                              "--experiment NAME to pick one.")
-        return report_frame(frame, out, experiment or (names[0] if names else None), reference, n_boot)
+        return report_frame(frame, out, experiment or (names[0] if names else None), reference, n_boot,
+                            compute=compute)
     if experiment is None:
         raise StudyError("Reading a database needs --experiment NAME (only a CSV file with one experiment "
                          "names its own).")
@@ -751,7 +723,7 @@ def write_report(experiment: str | None, storage: Any = None, csv: str | Path | 
     frame.attrs["ladder"] = ladder_notes(storage, frame.attrs.get("studies") or {})
     top = ranked(frame).groupby("budget", sort=False).head(CURVES_SHOWN)
     load_curves(frame, storage, top.index)  # only the curves the figures draw
-    return report_frame(frame, out, experiment, reference, n_boot, storage if notes else None)
+    return report_frame(frame, out, experiment, reference, n_boot, storage if notes else None, compute=compute)
 
 
 __all__ = [
@@ -762,6 +734,7 @@ __all__ = [
     "choice_markdown",
     "choice_table",
     "confirmation",
+    "fit_line",
     "report_frame",
     "write_report",
 ]

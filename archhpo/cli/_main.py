@@ -21,6 +21,7 @@ import functools
 import io
 import json
 import logging
+import math
 import os
 import re
 import signal
@@ -377,11 +378,15 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     if args.csv and "storage" in args.given:
         raise ArchhpoError("Pass either --storage or --csv, not both: the report reads one source.")
+    if args.compute is not None and not (math.isfinite(args.compute) and args.compute > 0):
+        raise ArchhpoError(f"--compute {args.compute:g} must be a positive number of FLOPs, such as 1e18.")
     report = write_report(args.experiment, storage=args.storage, csv=args.csv, out=args.out,
-                          reference=args.reference)
+                          reference=args.reference, compute=args.compute)
     for path in report.files:
         print(path)
     print(fit_line(report.fit), file=sys.stderr)
+    if (report.fit.get("nd_fit") or {}).get("n_points"):
+        print(f"compute: {report.fit['nd_fit']['compute_optimal']['sentence']}", file=sys.stderr)
     for line in report.baselines:
         print(f"baseline {line}", file=sys.stderr)
     print(f"report: {report.html}", file=sys.stderr)

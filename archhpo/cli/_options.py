@@ -199,6 +199,9 @@ OPTIONS: tuple[Option, ...] = (
            metavar="DIR"),
     Option("csv", None, str, "an experiment_results.csv to read instead of a database; repeat for several",
            (REPORT,), repeat=True, metavar="FILE"),
+    Option("compute", None, float, "the compute budget C in training FLOPs (archhpo's exact count, e.g. 1e18) "
+           "for which the report recommends N*, D* and a shape from the fitted L(N, D) (default: the largest "
+           "budget's compute)", (REPORT,), metavar="FLOPS"),
     Option("reference", None, str, "the choice paired differences are taken against (default: the first "
            "listed)", (REPORT,), metavar="VALUE"),
     Option("report", False, None, "also write the report (HTML, figures, scaling fit, summary)", (EXPORT,),
