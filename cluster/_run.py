@@ -19,7 +19,6 @@ from typing import Any, TextIO
 
 from archhpo.cluster._ray_private import loopback_only, token_auth_without_advice
 from archhpo.errors import ArchhpoError
-from archhpo.report._export import export_studies
 from archhpo.schema import Attr
 from archhpo.search._queue import PlanStatus, TrialQueue
 from archhpo.search._storage import is_sqlite, mask_url, open_storage
@@ -291,7 +290,10 @@ class RunOptions:
     ray_address: str | None = None
     device: str = "auto"
     gpus_per_trial: float | str | None = None  # a share; None or "auto": from the memory estimate
-    out_dir: Path = Path("results")
+    # Called as trials become final (at most ~10% of the driver's time), when a stop has requeued
+    # what was left, and at the end: the command line writes the results there (the cluster itself
+    # writes no file, so it imports nothing from the report).
+    progress: Callable[[], None] | None = None
     checkpoint_dir: Path | None = None
     checkpoint_every: int = 1  # validated epochs between two checkpoints of a trial
     refresh_s: float = 1.0
@@ -395,7 +397,7 @@ def run_workers(
     try:
         pool.start()
         statuses = pool.supervise()
-        export_studies(storage, names, opts.out_dir)
+        pool.progress()
         return statuses
     except KeyboardInterrupt:
         pool.stop()
@@ -498,7 +500,7 @@ class _Pool:
             if final != exported and time.monotonic() >= next_export:
                 # Exporting is O(trials): at most ~10% of the driver's time goes to it in a large study.
                 began = time.monotonic()
-                export_studies(self.storage, self.names, self.opts.out_dir)
+                self.progress()
                 exported = final
                 next_export = time.monotonic() + 9 * (time.monotonic() - began)
             now = time.monotonic()
@@ -545,6 +547,10 @@ class _Pool:
                 self.refs.append(self.task(share).remote(*self.args(share)))
                 self.replaced += 1
 
+    def progress(self) -> None:
+        if self.opts.progress is not None:
+            self.opts.progress()
+
     def stop(self) -> None:
         """Ctrl-C: cancel the tasks (each gives its trial back) and requeue what is left."""
         import ray
@@ -558,7 +564,7 @@ class _Pool:
         except KeyboardInterrupt:  # an impatient second Ctrl-C (or SIGTERM) must not skip the requeue
             self.out.write("Not waiting for the workers' saves; requeueing their trials now.\n")
         requeued = sum(q.requeue_running(lambda a: a.get("run_id") == self.run_id) for q in self.queues.values())
-        export_studies(self.storage, self.names, self.opts.out_dir)
+        self.progress()
         self.out.write(f"Stopped; {requeued} trial(s) requeued by the driver. Run the same command to resume.\n")
 
 

@@ -21,7 +21,9 @@ import pytest
 from optuna.trial import TrialState
 
 from archhpo.cluster._run import RunOptions, run_workers
+from archhpo.report._export import export_studies
 from archhpo.search import TrialQueue, launch, prepare_settings
+from archhpo.search._storage import open_storage
 from tests.conftest import REPO, TINY_DATA, run_cli
 
 GiB = 2**30
@@ -63,7 +65,8 @@ def test_trials_run_on_more_than_one_ray_node(ray_cluster, pg_url: str, tmp_path
     assert len(worker_nodes) == 2 and ray_cluster.head_node.node_id not in worker_nodes
 
     statuses = run_workers(pg_url, [name], RunOptions(workers=2, ray_address=ray_cluster.address,
-                                                      out_dir=tmp_path / "out", refresh_s=0.5))
+                                                      refresh_s=0.5, progress=lambda: export_studies(
+                                                          open_storage(pg_url), [name], tmp_path / "out")))
 
     st = statuses[name]
     assert st.total == len(settings.plan) == 6

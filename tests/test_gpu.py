@@ -311,7 +311,7 @@ def test_run_on_logical_gpus_records_the_share_and_trains(tmp_path: Path) -> Non
     s = prepare_settings("lg", "200K", n_trials=3, data=TINY_DATA, quick=True, pruner="none", seed=0)
     launch(url, s)
     out = io.StringIO()
-    st = run_workers(url, [s.study_name], RunOptions(workers=2, out_dir=tmp_path / "o", refresh_s=0.5,
+    st = run_workers(url, [s.study_name], RunOptions(workers=2, refresh_s=0.5,
                                                      local_gpus=2), out=out)[s.study_name]
     assert st.done and st.final == 3, st
     assert "GPU placement: 1 GPU per trial" in out.getvalue() and "GPU memory unknown" in out.getvalue()

@@ -97,7 +97,7 @@ def test_run_starts_a_worker_with_a_whole_gpu_for_the_retry(sqlite_url: str, tmp
     first = min(q.storage.get_all_trials(q.study_id), key=lambda t: t.number)
     q.storage.set_trial_user_attr(trial_id_of(first), "whole_gpu", True)  # as upkeep marks a shared OOM's retry
     out = io.StringIO()
-    st = run_workers(url, [s.study_name], RunOptions(workers=1, gpus_per_trial=0.5, out_dir=tmp_path / "o",
+    st = run_workers(url, [s.study_name], RunOptions(workers=1, gpus_per_trial=0.5,
                                                      refresh_s=0.5, local_gpus=1), out=out)[s.study_name]
     assert st.done and st.complete == 2, out.getvalue()
     assert "on a GPU of its own" in out.getvalue()

@@ -97,6 +97,15 @@ def test_imports_flow_one_way() -> None:
     assert wrong == []
 
 
+def test_the_cluster_writes_no_results_and_search_reads_no_command_line() -> None:
+    """Results are written by the command line (the cluster calls back; it imports no report), and
+    the search layer takes nothing from the command line: the two arrows the layering once broke."""
+    wrong = [(str(p.relative_to(REPO)), n) for p in _sources() for n in _imports(p)
+             if (_layer_of(p) == "cluster" and n.startswith("archhpo.report"))
+             or (_layer_of(p) == "search" and n.startswith("archhpo.cli"))]
+    assert wrong == []
+
+
 def test_only_the_command_line_reads_its_option_table() -> None:
     """search/ (and every layer below the command line) takes its defaults from archhpo.config."""
     wrong = [(str(p.relative_to(REPO)), n) for p in _sources() for n in _imports(p)

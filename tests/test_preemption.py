@@ -200,7 +200,7 @@ def test_a_second_ctrl_c_while_the_driver_waits_still_requeues_its_trials(
     from archhpo.search import open_storage
 
     _launch(storage_url, "stop")
-    pool = _Pool(storage_url, ["stop_200K"], RunOptions(out_dir=tmp_path / "out", stop_wait_s=90.0),
+    pool = _Pool(storage_url, ["stop_200K"], RunOptions(stop_wait_s=90.0),
                  io.StringIO(), open_storage(storage_url, create=False))
     queue = pool.queues["stop_200K"]
     ours = queue.claim({"host": "test", "run_id": pool.run_id})

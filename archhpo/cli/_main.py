@@ -284,7 +284,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             raise ArchhpoError(f"--gpus-per-trial {gpus} must lie between 0 and the GPUs of one node.")
     url = resolve_storage_url(args.storage)
     opts = RunOptions(workers=args.workers, ray_address=args.ray_address, device=args.device,
-                      gpus_per_trial=gpus, out_dir=Path(args.out), checkpoint_dir=Path(args.checkpoint_dir),
+                      gpus_per_trial=gpus, checkpoint_dir=Path(args.checkpoint_dir),
                       checkpoint_every=args.checkpoint_every, threads=args.threads)
     check_run_options(url, opts)  # refused means nothing written: before _launch_all opens the database
     with _stop_like_ctrl_c():
@@ -297,14 +297,17 @@ def _launch_and_run(args: argparse.Namespace, url: str, opts: Any) -> int:
     from archhpo.search._storage import open_storage
 
     names = _launch_all(args)
+    out_dir = Path(args.out)
+    storage = open_storage(url, create=False)
     statuses = finished_plans(url, names)
     if statuses:  # nothing to train: say so without starting Ray (that alone takes ~30 s)
         _print_statuses(statuses)
         print(f"the plan of {', '.join(names)} is finished; nothing to run (a new --experiment starts a new "
               "study)", file=sys.stderr)
         # The results are still (re)written: a driver killed before its last export left them stale.
-        export_studies(open_storage(url, create=False), names, opts.out_dir)
-    else:
+        export_studies(storage, names, out_dir)
+    else:  # the cluster calls back as trials finish; the command line writes the results
+        opts.progress = lambda: export_studies(storage, names, out_dir)
         _print_statuses(run_workers(url, names, opts))
     print(f"results in {Path(args.out).resolve()}", file=sys.stderr)
     _report_after_run(args, url)
