@@ -88,7 +88,7 @@ class Schedule:
 
 @dataclass(frozen=True)
 class Pruning:
-    """How trials are stopped early (search/_queue.py applies the rule)."""
+    """How trials are stopped early (the stopping rules of search/_rules.py)."""
 
     rule: str = "median"
     """stop trials worse than the median (median), successive halving over the plan (halving: every trial to the first rung, the best 1/--eta of each rung go on), or never (none); confirmation and paired-seed trials are never stopped early"""

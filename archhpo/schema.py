@@ -196,6 +196,7 @@ __all__ = [
     "DEFAULT_MIN_FRACTION",
     "DataBudget",
     "PRUNERS",
+    "TrainingPlan",
     "SCHEDULES",
     "check_schedule",
     "schedule_options",
@@ -214,12 +215,41 @@ __all__ = [
 ]
 
 
-# The pruning rules of a study (search/_queue.py applies them; archhpo.search._plan.prunable says
-# which trials any of them may stop): Optuna's median rule, successive halving over the plan
-# (search/_halving.py: rungs at MIN_FRACTION * ETA**k of each trial's epochs), or none.
-PRUNERS = ("median", "halving", "none")
+# The names of the stopping rules a study may choose (--pruner): Optuna's median rule, successive
+# halving over the plan (rungs at MIN_FRACTION * ETA**k of each trial's epochs), or none.  Each is
+# one class of search/_rules.py; its registration there (register_rule) adds its name here, so the
+# config and the command line accept it.
+PRUNERS: list[str] = ["median", "halving", "none"]
 DEFAULT_ETA = 3
 DEFAULT_MIN_FRACTION = "1/9"
+
+
+
+@dataclass(frozen=True)
+class TrainingPlan:
+    """How far one claim of a trial trains, as its study's stopping rule decided (search/_rules.py),
+    in terms the trainer knows (workers/_train.py's train()):
+
+    - ``validate_at``: epochs always validated (besides every ``eval_every``-th and the last);
+    - ``score_at``: epochs where the rule scores the trial (a successive-halving rung; under WSD a
+      cooldown branched from the constant-rate state there), one score per listed epoch (an epoch
+      listed twice is scored twice: a short trial's rungs that round to one epoch);
+    - ``stop_after``: the epoch after which this claim stops and hands its state back to be held
+      (None: train to the trial's full length);
+    - ``scored``: every epoch the rule scores the trial at over all its claims, recorded with the trial
+      (its rung_epochs; empty when the rule scores nothing);
+    - ``scores``, ``branch_epochs``: what earlier claims scored, and ``scores_from_checkpoint``: a
+      trial never held (a replicate) carries its scores in its checkpoint, not in the queue.
+    """
+
+    validate_at: tuple[int, ...] = ()
+    score_at: tuple[int, ...] = ()
+    stop_after: int | None = None
+    scored: tuple[int, ...] = ()
+    scores: tuple[float, ...] = ()
+    branch_epochs: tuple[float, ...] = ()
+    scores_from_checkpoint: bool = False
+
 
 # The learning-rate schedules of the trainer (workers/_train.py): cosine decay, or WSD (warm-up,
 # a stable rate, then a 1-sqrt cooldown over the last `cooldown` fraction of the steps).

@@ -53,6 +53,7 @@ def _archhpo_run(encoder: str, epochs: int, data, steps: int | None = None) -> t
     import torch
 
     from archhpo.models import signal
+    from archhpo.schema import TrainingPlan
     from archhpo.workers import TrainConfig, train
     cfg = signal.SignalConfig(d_model=64, n_layers=3, n_heads=4, d_ff=256, encoder=encoder, channels=4,
                               num_bins=32, seq_len=159, dropout=0.1)
@@ -65,7 +66,7 @@ def _archhpo_run(encoder: str, epochs: int, data, steps: int | None = None) -> t
     tcfg = TrainConfig(learning_rate=3e-4, epochs=epochs, batch_size=32, weight_decay=1e-4, warmup_steps=0,
                        grad_clip=1.0, min_lr_ratio=0.01, eval_every=5)
     t0 = time.perf_counter()
-    res = train(model, data, signal.binned_nll, tcfg, rungs=(1,))  # a rung is always validated: epoch 1
+    res = train(model, data, signal.binned_nll, tcfg, plan=TrainingPlan(validate_at=(1,)))  # epoch 1 validated
     return res.samples, time.perf_counter() - t0
 
 

@@ -28,10 +28,11 @@ import math
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from archhpo.budgets import GridRow
 from archhpo.errors import BudgetError
+from archhpo.search._rules import prunable  # noqa: F401 - which trials a rule may stop; kept importable here
 from archhpo.search._space import SearchSpace
 
 PHASE1_SHARE = 0.4  # of the trials, in architectures (each run twice): 50 trials → 20 archs
@@ -59,27 +60,6 @@ class PlanEntry:
             if d[key] is None:
                 del d[key]
         return d
-
-
-class _Seeded(Protocol):
-    @property
-    def phase(self) -> int: ...
-    @property
-    def seed(self) -> int | None: ...
-
-
-def prunable(entry: _Seeded | Mapping[str, Any]) -> bool:
-    """Whether a pruner (median, halving, any other) may stop this trial on its own.
-
-    Confirmation (phase 3) and paired-seed trials never are: each is one seed of a replicate set,
-    and stopping the seeds that trail at an early epoch would leave means and variances of the
-    survivors only.  Every pruning rule consults this one predicate before it judges a trial.
-    `entry`: a PlanEntry, a plan entry dict or a queue Claim (anything with a phase and a seed)."""
-    if isinstance(entry, Mapping):
-        phase, seed = entry.get("phase"), entry.get("seed")
-    else:
-        phase, seed = entry.phase, entry.seed
-    return phase != 3 and seed is None
 
 
 def spread_order(rows: list[GridRow], seed: int = 0) -> list[int]:

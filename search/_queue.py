@@ -30,14 +30,13 @@ from optuna.storages import RDBStorage
 from optuna.trial import TrialState
 
 from archhpo.errors import TrialLost
-from archhpo.schema import ARCH_RECORD, Attr, gpu_share
+from archhpo.schema import ARCH_RECORD, Attr, TrainingPlan, gpu_share
 from archhpo.search._optuna_private import models as m
 from archhpo.search._optuna_private import trial_id_of
-from archhpo.search._plan import prunable
+from archhpo.search._rules import claim_plan, prunable
 from archhpo.search._space import PARAM_NAMES, SearchSpace, arch_distributions, arch_params
 from archhpo.search._status import WHOLE_GPU_KEY, PlanStatus, _CompletedValues
 from archhpo.search._storage import HEARTBEAT_INTERVAL_S, read_scope, resilient, session_scope
-from archhpo.search._study import MedianRule
 from archhpo.search._tables import (
     add_flops,
     add_value,
@@ -69,18 +68,14 @@ class Claim:
     params: dict[str, Any]
     arch: dict[str, Any]
     study_name: str
-    best_value: float = math.inf  # best validation loss reported so far (for the pruner)
+    best_value: float = math.inf  # best validation loss reported so far (for the stopping rule)
     seed: int | None = None  # the plan entry's seed (paired studies, confirmation), else None
     token: str | None = None  # this claim's fence token (None: the driver's requeue safety net)
     whole_gpu: bool = False  # a retry of a shared-GPU OOM: needs a GPU of its own
-    # Successive halving (None: the study does not halve): the trial's rung epochs, the rung this
-    # claim trains to, the scores and branch epochs of the rungs it passed, and whether it stops and
-    # waits at that rung (park) or, never prunable (a replicate), scores every rung in passing.
-    rungs: list[int] | None = None
+    # How far this claim trains, as the study's stopping rule planned it (search/_rules.py's
+    # claim_plan): what the worker reads; and the rung it trains to (the queue's, for park).
+    plan: TrainingPlan = field(default_factory=TrainingPlan)
     rung: int = 0
-    rung_scores: list[float] = field(default_factory=list)
-    branch_epochs: list[float] = field(default_factory=list)
-    park: bool = False
 
 
 class PlanDone(Exception):
@@ -99,10 +94,7 @@ class TrialQueue:
         self.study_id = self.upkeep.study_id
         self.settings = self.upkeep.settings
         self.name = name
-        # None: the study prunes nothing (--pruner none).
-        self.median_rule = (MedianRule.for_study(bool(self.settings.options.get("quick")))
-                            if self.settings.pruner == "median" else None)
-        self.halving = self.upkeep.halving
+        self.rule = self.upkeep.rule  # the study's stopping rule (search/_rules.py)
         space: SearchSpace = self.settings.search_space
         self.distributions = {**space.distributions(len(self.settings.archs)),
                               **arch_distributions(self.settings.archs)}
@@ -142,7 +134,7 @@ class TrialQueue:
         )
         if shared_gpu:  # a worker sharing its GPU never takes a trial that needs a whole one
             q = q.where(~flag_set(WHOLE_GPU_KEY))
-        if self.halving is not None:  # a trial held at a rung waits for the rung's decision
+        if self.rule.n_rungs:  # a trial held at a rung waits for the rung's decision
             q = q.where(~flag_set(Attr.RUNG_HOLD))
         if self._postgres:
             q = q.with_for_update(skip_locked=True)
@@ -171,20 +163,8 @@ class TrialQueue:
             seed=int(user_attrs[Attr.SEED]) if user_attrs.get(Attr.SEED) is not None else None,
             token=token, whole_gpu=bool(user_attrs.get(WHOLE_GPU_KEY, False)),
         )
-        if self.halving is not None:
-            self._halving_claim(claim, user_attrs)
+        claim.plan, claim.rung = claim_plan(self.rule, params, prunable(claim), user_attrs)
         return claim
-
-    def _halving_claim(self, claim: Claim, user_attrs: dict[str, Any]) -> None:
-        """The claim's rungs: a prunable trial trains to the rung after the last one it was scored
-        at (the first for a new trial); a replicate trains to full length, scoring rungs in passing."""
-        assert self.halving is not None
-        claim.rungs = self.halving.epochs(int(claim.params["epochs"]))
-        claim.park = prunable(claim)
-        passed = user_attrs.get(Attr.RUNG)
-        claim.rung = 0 if passed is None or not claim.park else int(passed) + 1
-        claim.rung_scores = [float(v) for v in user_attrs.get(Attr.RUNG_SCORES) or []]
-        claim.branch_epochs = [float(v) for v in user_attrs.get(Attr.BRANCH_EPOCHS) or []]
 
     # ----------------------------------------------------------------------- during a trial
     def _owned(self, s: Any, claim: Claim, lock: bool = True) -> bool:
@@ -221,7 +201,7 @@ class TrialQueue:
         return resilient(once, "heartbeat", HEARTBEAT_INTERVAL_S)
 
     def report(self, claim: Claim, step: int, value: float) -> bool:
-        """Record the validation loss of an epoch; True when the pruner says stop.
+        """Record the validation loss of an epoch; True when the stopping rule says stop.
 
         Raises TrialLost, writing nothing, when the trial is no longer ours (fenced)."""
         claim.best_value = min(claim.best_value, value)
@@ -231,19 +211,14 @@ class TrialQueue:
                 if not self._owned(s, claim):
                     raise TrialLost(f"trial {claim.number} is no longer held by this worker")
                 put_intermediate(s, claim.trial_id, step, value)
-            # Only trials a pruner may judge alone (never a confirmation or paired-seed trial).
-            return prunable(claim) and self._should_prune(step, claim.best_value)
+            # Only trials a rule may judge alone (never a confirmation or paired-seed trial); the
+            # completed trials' values at `step` are read only if the rule asks for them.
+            return prunable(claim) and self.rule.stops(step, claim.best_value, lambda: self._completed_values(step))
 
         return resilient(once, "report")
 
-    def _should_prune(self, step: int, best: float) -> bool:
-        """The study's pruning rule (MedianRule, or none) for a trial whose best loss is `best`."""
-        if self.median_rule is None:
-            return False
-        return self.median_rule.stops(step, best, self._completed_values(step))
-
     def _completed_values(self, step: int) -> list[float]:
-        """The finite values at `step` of every COMPLETE trial, sorted.
+        """The finite values at `step` of every COMPLETE trial, sorted (the median rule's).
 
         Kept between reports and topped up with the trials completed since: a trial's value row
         is written by the transaction that completes it, so reading value rows newer than the last
@@ -287,8 +262,8 @@ class TrialQueue:
             if not self._owned(s, claim):
                 return False
             trial = trial_row(s, claim.trial_id)
-            if claim.rungs and state == TrialState.COMPLETE:  # halving: only a full-length trial completes
-                attrs = {**attrs, Attr.RUNG: len(claim.rungs) - 1}
+            if claim.plan.scored and state == TrialState.COMPLETE:  # held at rungs: only at full length
+                attrs = {**attrs, Attr.RUNG: len(claim.plan.scored) - 1}
             set_attrs(s, claim.trial_id, {**add_flops(s, claim.trial_id, attrs), "state_note": state.name.lower()})
             if value is not None and math.isfinite(value):
                 add_value(s, claim.trial_id, value)
@@ -309,7 +284,7 @@ class TrialQueue:
             trial = trial_row(s, claim.trial_id)
             set_attrs(s, claim.trial_id, {
                 **add_flops(s, claim.trial_id, attrs), Attr.RUNG: claim.rung,
-                Attr.RUNG_SCORES: [*claim.rung_scores, score], Attr.RUNG_HOLD: True,
+                Attr.RUNG_SCORES: [*claim.plan.scores, score], Attr.RUNG_HOLD: True,
                 "state_note": f"waiting at rung {claim.rung}",
             })
             trial.state = TrialState.WAITING

@@ -1,5 +1,7 @@
-"""Successive halving's rung decisions, made and applied by the plan's upkeep under the plan lock
-(search/_upkeep.py): which trials held at a rung go on, and which are pruned there."""
+"""Rung decisions, made and applied by the plan's upkeep under the plan lock (search/_upkeep.py):
+which trials held at a rung go on, and which are pruned there.  What is promoted is the study's
+stopping rule's `decide` (search/_rules.py; successive halving: the best 1/eta); this module holds
+the bookkeeping every rule that holds trials shares: rung membership, storing, applying."""
 
 from __future__ import annotations
 
@@ -11,8 +13,7 @@ from optuna.storages import RDBStorage
 from optuna.trial import TrialState
 
 from archhpo.schema import Attr
-from archhpo.search._halving import Halving, promotions
-from archhpo.search._plan import prunable
+from archhpo.search._rules import StoppingRule, prunable
 from archhpo.search._status import _LightTrial, _rung_scores
 from archhpo.search._storage import session_scope
 from archhpo.search._tables import add_value, end_trials, set_attrs, study_attr
@@ -21,12 +22,12 @@ HALVING_KEY = "archhpo_halving"  # the study's rung decisions: {phase: [promoted
 
 
 class RungDecisions:
-    """The rung decisions of one study that halves (its Halving rule)."""
+    """The rung decisions of one study whose stopping rule holds trials at rungs."""
 
     def __init__(self, storage: RDBStorage, study: optuna.Study, study_id: int, plan: list[dict[str, Any]],
-                 halving: Halving) -> None:
+                 rule: StoppingRule) -> None:
         self.storage, self.study, self.study_id = storage, study, study_id
-        self.plan, self.halving = plan, halving
+        self.plan, self.rule = plan, rule
 
     def decide(self, trials: Sequence[_LightTrial]) -> bool:
         """Make and apply every rung decision that is due (under the plan lock); True if a held
@@ -34,7 +35,7 @@ class RungDecisions:
 
         Per phase (1 and 2: the prunable ones), rung 0's members are the phase's slots and rung
         r+1's are those promoted from rung r.  A rung is decided once all its members are held at
-        it (or failed for good): promotions() of their scores.  The decision is stored in the study
+        it (or failed for good): the rule's decide() of their scores.  The decision is stored in the study
         before it is applied, and applying it again is a no-op, so a worker or driver killed
         anywhere in between leaves the next upkeep to finish the same decision."""
         decisions = study_attr(self.storage, self.study_id, HALVING_KEY) or {}
@@ -46,14 +47,14 @@ class RungDecisions:
         for phase in (1, 2):
             members = [e["slot"] for e in self.plan if e["phase"] == phase and prunable(e)]
             decided: list[list[int]] = decisions.setdefault(str(phase), [])
-            for rung in range(self.halving.n_rungs - 1):
+            for rung in range(self.rule.n_rungs - 1):
                 if not members:
                     break
                 if rung == len(decided):
                     scores = _rung_scores(rung, members, by_slot)
                     if scores is None:  # the rung still waits for some of its members
                         break
-                    decided.append(promotions(scores, self.halving.eta))
+                    decided.append(self.rule.decide(rung, scores))
                     self.study.set_user_attr(HALVING_KEY, decisions)
                 changed |= self._apply_rung(rung, members, decided[rung], by_slot)
                 members = decided[rung]

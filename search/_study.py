@@ -31,10 +31,10 @@ from archhpo.errors import ArchhpoError, ConfigError, StorageError, StudyError
 from archhpo.models import Family, get_family
 from archhpo.schema import DEFAULT_INTERVALS, TRAINING_PARAMS, Attr, DataBudget, schedule_options
 from archhpo.search._baselines import BASELINE_RULES
-from archhpo.search._halving import Halving, parse_fraction
 from archhpo.search._ladder import ladder_trials
 from archhpo.search._optuna_private import rdb_storage_of, study_id_of
 from archhpo.search._plan import PlanEntry, ladder_plan, make_plan
+from archhpo.search._rules import MedianRule, make_rule
 from archhpo.search._space import FULL_SPACE, QUICK_SPACE, SearchSpace
 from archhpo.search._storage import open_storage, plan_lock, plan_slots_of
 
@@ -113,40 +113,6 @@ class StudySettings:
             raise StudyError(f"Study {name!r} was written by a newer archhpo; upgrade archhpo on this machine.")
         known = set(cls.__dataclass_fields__)
         return cls(**{k: v for k, v in fields.items() if k in known})
-
-
-@dataclass(frozen=True)
-class MedianRule:
-    """Optuna's median rule (MedianPruner's), defined once: stop a trial at epoch `step` when
-    its best loss so far is worse than the median of the COMPLETE trials' losses at that epoch,
-    once `n_startup_trials` of them have a value there and from epoch `n_warmup_steps` on.
-
-    The queue applies it in one query (search/_queue.py: asking MedianPruner itself reloads
-    every trial of the study on each report); `optuna_pruner` is the same rule for a plain
-    Optuna loop (the baseline in bench/).  Which trials it may judge at all: `prunable`."""
-
-    n_startup_trials: int = 5  # finished trials before the median means anything
-    n_warmup_steps: int = 10  # never before the model had a fair start
-
-    @classmethod
-    def for_study(cls, quick: bool) -> MedianRule:
-        return cls(n_warmup_steps=1) if quick else cls()
-
-    def stops(self, step: int, best: float, completed: Sequence[float]) -> bool:
-        """`completed`: the finite values of the COMPLETE trials at `step`, sorted."""
-        if step < self.n_warmup_steps or len(completed) < self.n_startup_trials:
-            return False
-        return best > _sorted_median(completed)
-
-    def optuna_pruner(self) -> optuna.pruners.MedianPruner:
-        return optuna.pruners.MedianPruner(n_startup_trials=self.n_startup_trials,
-                                           n_warmup_steps=self.n_warmup_steps)
-
-
-def _sorted_median(values: Sequence[float]) -> float:
-    n = len(values)
-    mid = n // 2
-    return values[mid] if n % 2 else (values[mid - 1] + values[mid]) / 2
 
 
 def make_pruner(name: str, quick: bool) -> optuna.pruners.BasePruner:
@@ -288,10 +254,7 @@ def _study_options(config: StudyConfig, scalars: Mapping[str, Any], ladder_below
         options.update(confirm=config.confirm.top, confirm_seeds=config.confirm.seeds)
     schedule, cooldown = config.schedule.name, config.schedule.cooldown
     options.update(schedule_options(schedule, cooldown))
-    if config.pruning.rule == "halving":
-        halving = Halving(config.pruning.eta, parse_fraction(config.pruning.min_fraction))
-        halving.check_schedule(schedule, cooldown)
-        options["halving"] = halving.as_option()
+    options.update(make_rule(config).study_options())  # the stopping rule's (search/_rules.py)
     if ladder_below:
         options["ladder"] = {"below": list(ladder_below)}
     if baselines:

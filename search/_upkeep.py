@@ -1,5 +1,5 @@
 """The plan's upkeep, run by every worker and the driver under the plan lock: reaping, retries,
-creating phases 2 and 3, the ladder fill, successive halving's rung decisions, and the status.
+creating phases 2 and 3, the ladder fill, the stopping rule's rung decisions, and the status.
 
 Upkeep only fills slots that have no trial and stores each decision (a ladder, a rung, the
 confirmation ranks) in the study before acting on it, so it is idempotent however many workers
@@ -22,11 +22,11 @@ from optuna.trial import TrialState
 from archhpo.budgets import GridRow
 from archhpo.schema import TRAINING_PARAMS, Attr
 from archhpo.search._baselines import baseline_assignments
-from archhpo.search._halving import Halving
 from archhpo.search._ladder import Finished, carry_up
 from archhpo.search._optuna_private import models as m
 from archhpo.search._optuna_private import study_id_of
 from archhpo.search._ranking import best_phase1_params, rank_architectures
+from archhpo.search._rules import make_rule
 from archhpo.search._rungs import RungDecisions
 from archhpo.search._space import PARAM_NAMES
 from archhpo.search._status import (
@@ -61,9 +61,9 @@ class PlanUpkeep:
         self.study_id = study_id_of(self.study)
         self.settings = StudySettings.from_attrs(self.study.user_attrs, name)
         self.name = name
-        self.halving = Halving.from_options(self.settings.options)
-        self.rungs = (None if self.halving is None else
-                      RungDecisions(self.storage, self.study, self.study_id, self.settings.plan, self.halving))
+        self.rule = make_rule(self.settings)  # the study's stopping rule (search/_rules.py)
+        self.rungs = (RungDecisions(self.storage, self.study, self.study_id, self.settings.plan, self.rule)
+                      if self.rule.n_rungs else None)  # a rule that holds trials at rungs decides them here
         self._ladder: dict[str, Any] | None = None  # a ladder budget's plan, once filled (_fill_ladder)
         self._below: list[PlanUpkeep] | None = None  # the smaller budgets of its ladder
         self._postgres = self.storage.engine.dialect.name == "postgresql"

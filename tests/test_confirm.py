@@ -336,7 +336,7 @@ def test_every_confirmation_trial_finishes_under_the_default_pruner(storage_url:
     assert main(["launch", "--experiment", "cf", "--budget", "200K", "--trials", "5", "--quick", "--epochs", "4",
                  "--data", TINY_DATA, "--confirm", "2", "--seeds", "3", "--storage", storage_url]) == 0
     q = TrialQueue(storage_url, "cf_200K")
-    assert q.settings.pruner == "median" and q.median_rule is not None
+    assert q.settings.pruner == "median" and isinstance(q.rule, MedianRule)
     threads = [threading.Thread(target=Worker([TrialQueue(storage_url, "cf_200K")], device="cpu", threads=1).run)
                for _ in range(2)]
     for t in threads:

@@ -46,8 +46,9 @@ def _step(q: TrialQueue, score: Callable[[int, int], float] = _score) -> list[tu
     """Every claimable trial once: held at its rung with its score, or finished at the last rung."""
     done = []
     while (c := q.claim(WORKER)) is not None:
-        assert c.rungs is not None and len(c.rungs) == 3
-        if c.rung < len(c.rungs) - 1:
+        assert len(c.plan.scored) == 3
+        if c.rung < len(c.plan.scored) - 1:
+            assert c.plan.stop_after == c.plan.scored[c.rung] and c.plan.score_at == (c.plan.stop_after,)
             assert q.park(c, score(c.slot, c.rung), {Attr.FLOPS_SPENT: 10, Attr.FLOPS_FULL: 90})
         else:
             q.finish(c, TrialState.COMPLETE, score(c.slot, c.rung), {Attr.FLOPS_SPENT: 60, Attr.FLOPS_FULL: 90})
@@ -246,7 +247,7 @@ def test_a_trial_lost_after_its_promotion_is_retried_towards_the_same_rung(stora
     q.maintain()
     retry = next(c for c in iter(lambda: q.claim(WORKER), None) if c.slot == promoted.slot)
     assert retry.attempt == 2
-    assert (retry.rung, retry.rung_scores) == (1, promoted.rung_scores)
+    assert (retry.rung, retry.plan.scores) == (1, promoted.plan.scores) and retry.plan.stop_after is not None
 
 
 def test_a_trial_that_fails_for_good_at_a_rung_is_never_promoted(storage_url: str) -> None:
@@ -268,7 +269,8 @@ def test_replicates_are_never_held_they_score_every_rung_in_passing(storage_url:
     launch(storage_url, s)
     q = TrialQueue(storage_url, s.study_name)
     c = q.claim(WORKER)
-    assert c is not None and c.rungs is not None and not c.park and c.rung == 0
+    assert c is not None and c.plan.scored and c.plan.stop_after is None and c.rung == 0
+    assert c.plan.score_at == c.plan.scored[:-1] and c.plan.scores_from_checkpoint
     q.finish(c, TrialState.COMPLETE, 1.0, {})
     q.maintain()
     assert q.upkeep.study_attr("archhpo_halving") is None or not any(q.upkeep.study_attr("archhpo_halving").values())

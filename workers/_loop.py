@@ -38,7 +38,7 @@ from optuna.trial import TrialState
 from archhpo._io import atomic_write
 from archhpo.errors import ArchhpoError, MemoryRefused, NonFiniteLoss, TrialLost, TrialStopped
 from archhpo.models import get_family
-from archhpo.schema import Attr, gpu_share
+from archhpo.schema import Attr, TrainingPlan, gpu_share
 from archhpo.workers import _device
 from archhpo.workers._build import BuiltTrial, DataCache, TrialSpec, build_trial
 from archhpo.workers._memory import (
@@ -65,7 +65,7 @@ class QueueLike(Protocol):
     def report(self, claim: Any, step: int, value: float) -> bool: ...  # may raise TrialLost
     def finish(self, claim: Any, state: TrialState, value: float | None, attrs: dict[str, Any]) -> bool: ...
     def requeue(self, claim: Any, note: str = ..., attrs: dict[str, Any] | None = ...) -> bool: ...
-    # Successive halving only (a claim with `rungs` and `park`): hold the trial at its rung.
+    # A claim whose plan stops early (TrainingPlan.stop_after): hold the trial where it stopped.
     def park(self, claim: Any, score: float, attrs: dict[str, Any]) -> bool: ...
 
 
@@ -76,7 +76,7 @@ class WorkerSummary:
     failed: int = 0
     lost: int = 0  # reaped while this worker held them (the retry elsewhere counts)
     requeued: int = 0  # given back to the queue because the worker was stopped
-    parked: int = 0  # scored at a successive-halving rung and held there for the rung's decision
+    parked: int = 0  # scored at a rung (its plan's stop_after) and held there for the rung's decision
     signal: int | None = None  # the signal that stopped the worker (SIGTERM 15, SIGINT 2), if any
     unhealthy: str | None = None  # a sticky CUDA fault stopped the worker: exit non-zero, never reuse
     trials: list[int] = field(default_factory=list)
@@ -126,7 +126,7 @@ class _TrialRun:
     best: float = float("inf")
     start: float = field(default_factory=time.perf_counter)
     prior_s: float = 0.0  # wall time of the earlier claims the resumed checkpoint carries
-    rung_scores: list[float] = field(default_factory=list)  # successive halving: scores so far
+    rung_scores: list[float] = field(default_factory=list)  # the stopping rule's scores so far (rungs)
     branch_epochs: list[float] = field(default_factory=list)
     branch_samples: int = 0  # trained by this claim's cooldown branches (they count as compute)
 
@@ -399,7 +399,8 @@ class Worker:
         resume = self._load_resume(queue, claim)
         if resume is not None:
             _resumed(run, resume)
-        rungs, until = _rung_plan(run, resume)
+        scorer = _Scorer(run, built, resume)
+        plan = scorer.plan
 
         def on_eval(epoch: int, val: float) -> None:
             run.best = min(run.best, val)
@@ -410,23 +411,22 @@ class Worker:
             if ckpt is None or run.beat.lost.is_set():
                 return  # a fenced-out attempt never writes again
             # A rung's state is kept, and so is a stop's (it resumes between the two steps).
-            if st["epoch"] % self.checkpoint_every and st["epoch"] not in rungs and "partial" not in st:
+            if st["epoch"] % self.checkpoint_every and st["epoch"] not in plan.score_at and "partial" not in st:
                 return
             _atomic_save({"params": claim.params, "arch": claim.arch, "attempt": int(claim.attempt),
                           "trial_number": claim.number, "pid": os.getpid(), "rung_scores": run.rung_scores,
                           "branch_epochs": run.branch_epochs, "elapsed_s": run.elapsed_s(), **st}, ckpt)
 
-        fam, score = built.family, _rung_scorer(run, built)
         try:
-            result = train(built.model, built.data, fam.loss, built.train_config, metrics_fn=fam.metrics,
+            result = train(built.model, built.data, built.family.loss, built.train_config,
+                           metrics_fn=built.family.metrics,
                            on_eval=on_eval, checkpoint=save if ckpt is not None else None, resume=resume,
-                           should_stop=lambda: run.should_stop(self.stop_event),
-                           rungs=rungs, on_rung=score, until=until)
+                           should_stop=lambda: run.should_stop(self.stop_event), plan=plan, on_score=scorer)
             samples, seconds, path = result.samples, result.train_s, result.path_samples(built.epoch_samples)
-            if until is not None:  # held at this claim's rung
-                if len(run.rung_scores) == claim.rung and resume is not None:  # killed before it was held
-                    score(int(resume["epoch"]), float(resume["history"][-1]["val_loss"]), resume)
-                run.outcome, run.value = "park", run.rung_scores[claim.rung]
+            if plan.stop_after is not None:  # held where it stopped
+                if len(run.rung_scores) == len(plan.scores) and resume is not None:  # killed before it was held
+                    scorer(int(resume["epoch"]), float(resume["history"][-1]["val_loss"]), resume)
+                run.outcome, run.value = "park", run.rung_scores[len(plan.scores)]
             else:
                 run.state, run.value = TrialState.COMPLETE, result.best_val_loss
                 run.attrs.update(train_loss=result.train_loss, best_epoch=result.best_epoch,
@@ -440,7 +440,7 @@ class Worker:
             _record_spent(run, built, int(getattr(stop, "samples", 0)))
             raise
         run.attrs.update(self._throughput(built, samples, seconds, path))
-        _record_rungs(run, built, samples)
+        scorer.record(samples)
 
     def _classify_failure(self, run: _TrialRun, exc: Exception) -> None:
         """Final failures name their reason; a shared-GPU OOM or refusal is retried once on a whole
@@ -529,7 +529,7 @@ class Worker:
         return out
 
 
-# ---------------------------------------------------------------------------- successive halving
+# ------------------------------------------------------------------ resuming and the rule's scores
 def _resumed(run: _TrialRun, resume: dict[str, Any]) -> None:
     """A claim going on from a checkpoint: where from, the earlier claims' time, their curve."""
     run.attrs[Attr.RESUMED_FROM_EPOCH] = int(resume["epoch"])
@@ -542,34 +542,23 @@ def _resumed(run: _TrialRun, resume: dict[str, Any]) -> None:
         run.best = min(run.best, float(h["val_loss"]))
 
 
-def _rung_plan(run: _TrialRun, resume: dict[str, Any] | None) -> tuple[list[int], int | None]:
-    """The epochs this claim scores as rungs and the epoch it stops after to be held at its rung;
-    ([], None) for a study that does not halve, or a trial at its last rung (full length)."""
-    claim = run.claim
-    rungs: list[int] | None = getattr(claim, "rungs", None)
-    if not rungs:
-        return [], None
-    run.rung_scores, run.branch_epochs = list(claim.rung_scores), list(claim.branch_epochs)
-    if claim.park:
-        if claim.rung >= len(rungs) - 1:
-            return [], None
-        return [rungs[claim.rung]], rungs[claim.rung]
-    if resume is not None:  # a replicate resumed: the rungs it passed were scored before its checkpoint
-        run.rung_scores = [float(v) for v in resume.get("rung_scores", [])]
-        run.branch_epochs = [float(v) for v in resume.get("branch_epochs", [])]
-    return sorted(set(rungs[:-1])), None
+class _Scorer:
+    """The stopping rule's side of one claim (the claim's TrainingPlan): where the trainer scores
+    it (on_score for train(): the loss there, or under WSD after a cooldown branched from the
+    constant-rate state there, its steps counted as compute) and what the claim records."""
 
+    def __init__(self, run: _TrialRun, built: BuiltTrial, resume: dict[str, Any] | None) -> None:
+        claim_plan = getattr(run.claim, "plan", None)
+        self.plan: TrainingPlan = TrainingPlan() if claim_plan is None else claim_plan
+        self.run, self.built = run, built
+        run.rung_scores, run.branch_epochs = list(self.plan.scores), list(self.plan.branch_epochs)
+        if self.plan.scores_from_checkpoint and resume is not None:  # scored before its checkpoint
+            run.rung_scores = [float(v) for v in resume.get("rung_scores", [])]
+            run.branch_epochs = [float(v) for v in resume.get("branch_epochs", [])]
 
-def _rung_scorer(run: _TrialRun, built: BuiltTrial) -> Any:
-    """on_rung for train(): a rung's score is the loss there (cosine, a run cut short) or after a
-    WSD cooldown branched from the constant-rate state there (its steps count as compute)."""
-    rungs: list[int] | None = getattr(run.claim, "rungs", None)
-    if not rungs:
-        return None
-    cfg = built.train_config
-
-    def score(epoch: int, val: float, state: dict[str, Any]) -> None:
-        times = 1 if run.claim.park else rungs[:-1].count(epoch)  # a short trial: rungs at one epoch
+    def __call__(self, epoch: int, val: float, state: dict[str, Any]) -> None:
+        run, built, cfg = self.run, self.built, self.built.train_config
+        times = max(1, self.plan.score_at.count(epoch))  # a short trial: rungs at one epoch
         if cfg.schedule == "wsd":
             branch = cooldown_branch(built.model, built.data, built.family.loss, cfg, state)
             val, cooled = branch.val_loss, branch.epochs
@@ -579,25 +568,22 @@ def _rung_scorer(run: _TrialRun, built: BuiltTrial) -> Any:
         run.rung_scores += [val] * times
         run.branch_epochs += [cooled] * times
 
-    return score
+    def record(self, samples: int) -> None:
+        """This claim's FLOPs (training and branches; the queue adds the trial's earlier claims) and,
+        when the rule scores the trial, its scoring epochs and the scores of a trial at full length."""
+        run = self.run
+        _record_spent(run, self.built, samples)
+        if not self.plan.scored:
+            return
+        run.attrs[Attr.RUNG_EPOCHS] = list(self.plan.scored)
+        if run.outcome == "park":  # the queue stores the rung and its score with the hold
+            run.attrs[Attr.BRANCH_EPOCHS] = run.branch_epochs
+        elif run.state == TrialState.COMPLETE:
+            run.attrs.update({Attr.RUNG_SCORES: [*run.rung_scores, run.value],
+                              Attr.BRANCH_EPOCHS: [*run.branch_epochs, 0.0]})
 
 
 def _record_spent(run: _TrialRun, built: BuiltTrial, samples: int) -> None:
     """This claim's FLOPs: its training and its cooldown branches (the queue adds earlier claims')."""
     if built.flops_per_sample is not None:
         run.attrs[Attr.FLOPS_SPENT] = int(built.flops_per_sample) * (int(samples) + run.branch_samples)
-
-
-def _record_rungs(run: _TrialRun, built: BuiltTrial, samples: int) -> None:
-    """This claim's FLOPs (training and branches; the queue adds the trial's earlier claims) and,
-    under halving, the rungs of a trial finished at full length."""
-    _record_spent(run, built, samples)
-    rungs: list[int] | None = getattr(run.claim, "rungs", None)
-    if not rungs:
-        return
-    run.attrs[Attr.RUNG_EPOCHS] = rungs
-    if run.outcome == "park":  # the queue stores the rung and its score with the hold
-        run.attrs[Attr.BRANCH_EPOCHS] = run.branch_epochs
-    elif run.state == TrialState.COMPLETE:
-        run.attrs.update({Attr.RUNG_SCORES: [*run.rung_scores, run.value],
-                          Attr.BRANCH_EPOCHS: [*run.branch_epochs, 0.0]})

@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -20,7 +20,7 @@ from torch import nn
 
 from archhpo.errors import ArchhpoError, NonFiniteLoss, TrialStopped
 from archhpo.models import TensorDataset
-from archhpo.schema import check_schedule
+from archhpo.schema import TrainingPlan, check_schedule
 
 
 class StopTraining(Exception):
@@ -294,12 +294,12 @@ def _validate(run: _Run, data: TensorDataset, loss_fn: Callable[[torch.Tensor, t
 
 @dataclass
 class _Hooks:
-    """What a validated epoch calls back: the pruner's report, a halving rung's score, the checkpoint."""
+    """What a validated epoch calls back: the stopping rule's report, its score, the checkpoint."""
 
     on_eval: Callable[[int, float], None] | None
     checkpoint: Callable[[dict[str, Any]], None] | None
-    rungs: Sequence[int]
-    on_rung: Callable[[int, float, dict[str, Any]], None] | None
+    plan: TrainingPlan
+    on_score: Callable[[int, float, dict[str, Any]], None] | None
 
     def validated(self, run: _Run, epoch: int, val: float, samples: int, train_s: float) -> None:
         try:
@@ -308,8 +308,8 @@ class _Hooks:
         except StopTraining as stop:
             stop.samples, stop.seconds = samples, train_s  # type: ignore[attr-defined]
             raise
-        if self.on_rung is not None and epoch in self.rungs:
-            self.on_rung(epoch, val, run.state(epoch))
+        if self.on_score is not None and epoch in self.plan.score_at:
+            self.on_score(epoch, val, run.state(epoch))
         if self.checkpoint is not None:
             self.checkpoint(run.state(epoch))
 
@@ -325,9 +325,8 @@ def train(
     checkpoint: Callable[[dict[str, Any]], None] | None = None,
     resume: dict[str, Any] | None = None,
     should_stop: Callable[[], bool] | None = None,
-    rungs: Sequence[int] = (),
-    on_rung: Callable[[int, float, dict[str, Any]], None] | None = None,
-    until: int | None = None,
+    plan: TrainingPlan | None = None,
+    on_score: Callable[[int, float, dict[str, Any]], None] | None = None,
 ) -> TrainResult:
     """Train in place; `data` must already be on the model's device.
 
@@ -336,11 +335,11 @@ def train(
     died, a stopped run where it stopped, a constant-rate WSD run into its cooldown).
     ``should_stop()``: asked before every step and validation (a Python flag, no device sync); True
     raises TrialStopped (a worker stopped or fenced out) with ``samples``, what this call trained.
-    ``rungs``: epochs always validated, where ``on_rung(epoch, val, state)`` scores a halving rung
-    before the checkpoint; ``until``: stop after that epoch, the schedule still that of ``cfg.epochs``.
-    """
+    ``plan`` (archhpo.schema.TrainingPlan, the stopping rule's): ``validate_at`` always validated, at
+    ``score_at`` ``on_score(epoch, val, state)`` before the checkpoint, stop after ``stop_after``."""
+    plan = TrainingPlan() if plan is None else plan
     run = _start(model, data, cfg, resume)
-    hooks = _Hooks(on_eval, checkpoint, rungs, on_rung)
+    hooks = _Hooks(on_eval, checkpoint, plan, on_score)
     first, start, epoch = run.first, time.perf_counter(), run.first - 1
     train_s = 0.0  # samples/s and MFU time the training steps only
 
@@ -348,12 +347,12 @@ def train(
         if should_stop is not None and should_stop():
             _stop(run, epoch, checkpoint)
 
-    last = cfg.epochs if until is None else min(until, cfg.epochs)
+    last = cfg.epochs if plan.stop_after is None else min(plan.stop_after, cfg.epochs)
     for epoch in range(first, last + 1):
         epoch_start = time.perf_counter()
         run.train_loss = _train_epoch(run, data, loss_fn, cfg, check_stop, epoch)
         train_s += time.perf_counter() - epoch_start  # _train_epoch ends on a host sync: the work is done
-        if epoch % cfg.eval_every and epoch not in (cfg.epochs, last) and epoch not in rungs:
+        if epoch % cfg.eval_every and epoch not in (cfg.epochs, last) and epoch not in plan.validate_at:
             continue
         check_stop()
         val = _validate(run, data, loss_fn, metrics_fn, cfg, epoch)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import tomllib
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -63,7 +63,7 @@ class Option:
     commands: tuple[str, ...] = ()
     stored: bool = False  # part of the study (its identity): set at launch, read by every worker
     switch: bool = False  # a store_true flag
-    choices: tuple[str, ...] | None = None
+    choices: Sequence[str] | None = None  # a list may grow (PRUNERS: search/_rules.py registers rules)
     repeat: bool = False  # may be given several times (--budget 2M --budget 20M)
     required: tuple[str, ...] = ()  # commands on which argparse itself requires it
     list_commands: tuple[str, ...] = ()  # commands on which a comma-separated list is accepted

@@ -1,0 +1,244 @@
+"""The stopping rules: may a trial go on, and how far (docs/design.md §5).
+
+A study has one rule, chosen by its stored pruner name and options (`make_rule`).  A rule is one
+class with two hooks, as an Optuna pruner is one class with `prune`:
+
+- `stops(step, best, completed)`, at report time: may this trial go on after reporting at `step`
+  (the median rule); `completed()` reads the COMPLETE trials' values at that step, only if asked;
+- `decide(rung, scores)`, at upkeep time: which trials held at a complete rung go on (successive
+  halving); `rungs(epochs)` says where a trial of `epochs` epochs is held and scored.
+
+A rule may implement either meaningfully and leave the other as `_Rule`'s no-op.  The queue asks
+the rule only through these hooks (search/_queue.py at claims and reports, search/_rungs.py at
+upkeep), and which trials any rule may stop at all is one predicate, `prunable`.  Adding a rule:
+its class and one `register_rule` (which also lets `--pruner` and the config accept its name).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+
+import optuna
+
+from archhpo.config import StudyConfig
+from archhpo.errors import StudyError
+from archhpo.schema import PRUNERS, Attr, TrainingPlan
+from archhpo.search._halving import Halving, parse_fraction, promotions
+
+if TYPE_CHECKING:
+    from archhpo.search._study import StudySettings
+
+__all__ = ["RULES", "MedianRule", "NoStopping", "StoppingRule", "SuccessiveHalving", "claim_plan", "make_rule",
+           "prunable", "register_rule", "unregister_rule"]
+
+Completed = Callable[[], Sequence[float]]  # the finite values of the COMPLETE trials at a step, sorted
+
+
+class StoppingRule(Protocol):
+    """What the queue and the upkeep ask a study's rule (see the module's docstring)."""
+
+    name: ClassVar[str]
+
+    @property
+    def n_rungs(self) -> int:
+        """The rungs every trial is held and scored at, the last its full length; 0: none."""
+        ...
+
+    def rungs(self, epochs: int) -> list[int]: ...
+    def stops(self, step: int, best: float, completed: Completed) -> bool: ...
+    def decide(self, rung: int, scores: Mapping[int, float]) -> list[int]: ...
+    def study_options(self) -> dict[str, Any]: ...
+
+
+class _Seeded(Protocol):
+    @property
+    def phase(self) -> int: ...
+    @property
+    def seed(self) -> int | None: ...
+
+
+def prunable(entry: _Seeded | Mapping[str, Any]) -> bool:
+    """Whether a stopping rule (median, halving, any other) may stop this trial on its own.
+
+    Confirmation (phase 3) and paired-seed trials never are: each is one seed of a replicate set,
+    and stopping the seeds that trail at an early epoch would leave means and variances of the
+    survivors only.  Every rule's hooks are asked only about trials this predicate admits.
+    `entry`: a PlanEntry, a plan entry dict or a queue Claim (anything with a phase and a seed)."""
+    if isinstance(entry, Mapping):
+        phase, seed = entry.get("phase"), entry.get("seed")
+    else:
+        phase, seed = entry.phase, entry.seed
+    return phase != 3 and seed is None
+
+
+class _Rule:
+    """The no-op hooks a rule inherits: never stop at a report, hold nowhere, promote everyone."""
+
+    name: ClassVar[str] = ""
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, Any]) -> StoppingRule:
+        """The rule of a study from its stored options."""
+        return cls()
+
+    @classmethod
+    def from_config(cls, config: StudyConfig) -> StoppingRule:
+        """The rule a new study launches with (its options then come from `study_options`)."""
+        return cls()
+
+    @property
+    def n_rungs(self) -> int:
+        return 0
+
+    def rungs(self, epochs: int) -> list[int]:
+        return []
+
+    def stops(self, step: int, best: float, completed: Completed) -> bool:
+        return False
+
+    def decide(self, rung: int, scores: Mapping[int, float]) -> list[int]:
+        return sorted(scores)
+
+    def study_options(self) -> dict[str, Any]:
+        """What the study stores in its options for this rule ({} keeps a study's identity)."""
+        return {}
+
+
+class NoStopping(_Rule):
+    """--pruner none: every trial trains to its full length."""
+
+    name: ClassVar[str] = "none"
+
+
+@dataclass(frozen=True)
+class MedianRule(_Rule):
+    """Optuna's median rule (MedianPruner's), defined once: stop a trial at epoch `step` when
+    its best loss so far is worse than the median of the COMPLETE trials' losses at that epoch,
+    once `n_startup_trials` of them have a value there and from epoch `n_warmup_steps` on.
+
+    The queue applies it in one query (search/_queue.py: asking MedianPruner itself reloads
+    every trial of the study on each report); `optuna_pruner` is the same rule for a plain
+    Optuna loop (the baseline in bench/).  Which trials it may judge at all: `prunable`."""
+
+    name: ClassVar[str] = "median"
+    n_startup_trials: int = 5  # finished trials before the median means anything
+    n_warmup_steps: int = 10  # never before the model had a fair start
+
+    @classmethod
+    def for_study(cls, quick: bool) -> MedianRule:
+        return cls(n_warmup_steps=1) if quick else cls()
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, Any]) -> StoppingRule:
+        return cls.for_study(bool(options.get("quick")))
+
+    @classmethod
+    def from_config(cls, config: StudyConfig) -> StoppingRule:
+        return cls.for_study(bool(config.quick))
+
+    def stops(self, step: int, best: float, completed: Completed | Sequence[float]) -> bool:
+        """`completed`: the finite values of the COMPLETE trials at `step`, sorted (or what reads them)."""
+        values = completed() if callable(completed) else completed
+        if step < self.n_warmup_steps or len(values) < self.n_startup_trials:
+            return False
+        return best > _sorted_median(values)
+
+    def optuna_pruner(self) -> optuna.pruners.MedianPruner:
+        return optuna.pruners.MedianPruner(n_startup_trials=self.n_startup_trials,
+                                           n_warmup_steps=self.n_warmup_steps)
+
+
+def _sorted_median(values: Sequence[float]) -> float:
+    n = len(values)
+    mid = n // 2
+    return values[mid] if n % 2 else (values[mid - 1] + values[mid]) / 2
+
+
+@dataclass(frozen=True)
+class SuccessiveHalving(_Rule):
+    """Successive halving over the plan (search/_halving.py's arithmetic): every trial is held at
+    each rung until the rung is complete; the best 1/eta of its trials go on (`promotions`)."""
+
+    name: ClassVar[str] = "halving"
+    halving: Halving = Halving()
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, Any]) -> StoppingRule:
+        halving = Halving.from_options(options)
+        return NoStopping() if halving is None else cls(halving)
+
+    @classmethod
+    def from_config(cls, config: StudyConfig) -> StoppingRule:
+        halving = Halving(config.pruning.eta, parse_fraction(config.pruning.min_fraction))
+        halving.check_schedule(config.schedule.name, config.schedule.cooldown)
+        return cls(halving)
+
+    @property
+    def n_rungs(self) -> int:
+        return self.halving.n_rungs
+
+    def rungs(self, epochs: int) -> list[int]:
+        return self.halving.epochs(epochs)
+
+    def decide(self, rung: int, scores: Mapping[int, float]) -> list[int]:
+        return promotions(scores, self.halving.eta)
+
+    def study_options(self) -> dict[str, Any]:
+        return {"halving": self.halving.as_option()}
+
+
+# ----------------------------------------------------------------------------- the registry
+RULES: dict[str, type[_Rule]] = {}
+
+
+def register_rule(rule: type[_Rule]) -> type[_Rule]:
+    """Make `rule` a study's choice under its name (also --pruner's and the config's)."""
+    RULES[rule.name] = rule
+    if rule.name not in PRUNERS:
+        PRUNERS.append(rule.name)
+    return rule
+
+
+def unregister_rule(name: str) -> None:
+    RULES.pop(name, None)
+    if name in PRUNERS:
+        PRUNERS.remove(name)
+
+
+for _builtin in (MedianRule, SuccessiveHalving, NoStopping):
+    register_rule(_builtin)
+
+
+def make_rule(source: StudySettings | StudyConfig) -> StoppingRule:
+    """The rule of a study (its stored pruner name and options) or of a config about to launch one."""
+    name = source.pruning.rule if isinstance(source, StudyConfig) else source.pruner
+    rule = RULES.get(name)
+    if rule is None:
+        raise StudyError(f"Unknown pruner {name!r}; this archhpo knows: {', '.join(RULES)}.")
+    return rule.from_config(source) if isinstance(source, StudyConfig) else rule.from_options(source.options)
+
+
+def claim_plan(rule: StoppingRule, params: Mapping[str, Any], judged: bool,
+               attrs: Mapping[str, Any]) -> tuple[TrainingPlan, int]:
+    """A claim's training plan and the rung it trains to, from its training parameters and the
+    trial's stored attributes; a rule that holds nowhere plans nothing (train to full length).
+
+    A trial the rule may judge (`prunable`) trains to the rung after the last one it was scored at
+    (the first for a new trial) and is held there, or at the last rung to its full length; any other
+    (a replicate) trains to full length, scoring every rung below it in passing."""
+    rungs = rule.rungs(int(params["epochs"])) if rule.n_rungs else []
+    if not rungs:
+        return TrainingPlan(), 0
+    passed = attrs.get(Attr.RUNG)
+    rung = 0 if passed is None or not judged else int(passed) + 1
+    plan = TrainingPlan(scored=tuple(rungs), scores=tuple(float(v) for v in attrs.get(Attr.RUNG_SCORES) or []),
+                        branch_epochs=tuple(float(v) for v in attrs.get(Attr.BRANCH_EPOCHS) or []))
+    if not judged:
+        below = tuple(rungs[:-1])
+        return replace(plan, validate_at=tuple(sorted(set(below))), score_at=below, scores_from_checkpoint=True), rung
+    if rung >= len(rungs) - 1:
+        return plan, rung
+    at = rungs[rung]
+    return replace(plan, validate_at=(at,), score_at=(at,), stop_after=at), rung
