@@ -1,7 +1,7 @@
 """Model families: config dataclass + nn.Module + exact closed-form param_count() + data.
 
 How a family is written (every family follows it; `archhpo grid`/`params`/`--help` must not
-import torch, tests/test_cli_startup.py checks it):
+import torch, tests/cli/test_cli_startup.py checks it):
 
 - ``models/NAME_spec.py`` is the family without torch: the config dataclass (validated in
   ``__post_init__`` with ``check_arch``), ``param_count``, ``flops_per_sample``, ``config_for``,
@@ -14,7 +14,7 @@ import torch, tests/test_cli_startup.py checks it):
   the spec's names (``from archhpo.models.NAME_spec import FAMILY, NameConfig, ...``).
 - ``models/data/X.py``: ``parse_data`` and ``data_info`` of the default synthetic data run
   without torch/numpy/pyarrow; those are imported inside the functions that make arrays.
-- Register ``"NAME": "archhpo.models.NAME_spec"`` below; tests/test_family_contract.py then runs
+- Register ``"NAME": "archhpo.models.NAME_spec"`` below; tests/models/test_family_contract.py then runs
   every contract test (count = numel, meta build, FLOPs, validation, data integrity) on it.
 """
 

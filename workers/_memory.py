@@ -4,7 +4,7 @@ The estimate sizes a trial before anything is built, so a trial that cannot fit 
 a reason instead of taking the machine down (a 2B model on a 24 GiB CPU host, say); cluster
 placement sizes GPU shares with the same function and the same SAFETY factor.
 
-Calibrated against measured CPU peaks (`tests/test_gpu_faults.py`, the `signal` family's sum, cat
+Calibrated against measured CPU peaks (`tests/workers/test_gpu_faults.py`, the `signal` family's sum, cat
 and ci encoders at d_model 64, 3 layers): CPU training keeps no attention maps for backward where
 the fused dropout kernels run (`archhpo.models._cpu_kernels`; SDPA's flash kernel, which takes
 the causal masks, likewise without dropout), while the tensor path that stands in for the kernels

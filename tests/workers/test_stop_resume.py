@@ -26,7 +26,7 @@ from archhpo.report._export import export_studies
 from archhpo.search import TrialQueue
 from archhpo.workers import TrainConfig, Worker, train
 from archhpo.workers import _loop as loop
-from tests.test_build import _tiny_study
+from tests.workers.test_build import _tiny_study
 
 DATA = "multisignal:series=40,length=24"  # 20 training series (tiny data: half validates)
 EPOCHS, BATCH = 4, 8

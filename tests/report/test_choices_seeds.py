@@ -220,7 +220,7 @@ def test_the_choice_table_gives_no_interval_from_fewer_than_three_pairs(tmp_path
     """Two pairs: the difference and its count, no interval; three pairs: an interval."""
     from archhpo.report._frame import trials_frame
     from archhpo.report._page import choice_markdown, choice_table
-    from tests.test_report import _paired_rows, _write
+    from tests.report.test_report import _paired_rows, _write
 
     for seeds, interval in ((2, False), (3, True)):
         frame = trials_frame("audit", csv=_write(_paired_rows(seeds=seeds), tmp_path / f"p{seeds}.csv"))

@@ -3,7 +3,7 @@ best 1/eta of each rung (per budget and phase) on to the next, decisions stored 
 whoever completes a rung, held trials neither claimed nor reaped, retries that keep their rungs.
 
 The queue is driven here without training (scores by plan slot), on every storage backend; the
-training side (branches, continuation, real processes) is in tests/test_halving_e2e.py."""
+training side (branches, continuation, real processes) is in tests/e2e/test_halving_run.py."""
 
 from __future__ import annotations
 

@@ -20,7 +20,7 @@ from archhpo.report._frame import trials_frame
 from archhpo.report._page import budget_note, budget_summary, fit_line, write_report
 from archhpo.search import TrialQueue, launch, prepare_settings
 from archhpo.search._space import PARAM_NAMES
-from tests.test_report import _drive, _rows, _write
+from tests.report.test_report import _drive, _rows, _write
 
 FLAT = {"200K": 2e5, "1M": 1e6, "5M": 5e6}
 

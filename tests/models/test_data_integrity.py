@@ -15,8 +15,8 @@ from archhpo.errors import DataError
 from archhpo.models import get_family
 from archhpo.search import TrialQueue, launch, prepare_settings
 from archhpo.workers import Worker
-from tests.test_data_panel import _time_panel
-from tests.test_data_timeseries import price_table, write_table_csv
+from tests.models.test_data_panel import _time_panel
+from tests.models.test_data_timeseries import price_table, write_table_csv
 
 
 def _series(tmp: Path) -> Path:

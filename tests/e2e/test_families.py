@@ -61,7 +61,7 @@ def test_train_from_best_json_reproduces_the_trial(sqlite_url: str, tmp_path: Pa
     assert res.returncode == 0, res.stderr
     out = json.loads(res.stdout.strip().splitlines()[-1])
     assert out["param_count"] == best["architecture"]["param_count"]
-    assert out["val_loss"] == best["best_value"], "exactly the trial's value (see tests/test_build.py)"
+    assert out["val_loss"] == best["best_value"], "exactly the trial's value (see tests/workers/test_build.py)"
     assert (tmp_path / "w.pt").exists()
 
 

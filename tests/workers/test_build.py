@@ -7,7 +7,7 @@ its eval_every (20), so the family's training defaults (min_lr_ratio, eval_every
 change the value: a replay on another schedule, or a worker that ignored them, fails `==`.
 The slot is 1 and the study seed 3, so a replay that ignored the slot or the seed fails too.
 The same through real processes (`archhpo worker`, `export`, `train --from --threads 1`):
-tests/test_families_e2e.py.
+tests/e2e/test_families.py.
 """
 
 from __future__ import annotations

@@ -82,13 +82,13 @@ def test_the_worker_command_exits_non_zero_after_a_sticky_fault(sqlite_url: str,
         import dataclasses, sys
         import archhpo.models.patchtst_spec as p
         from archhpo.cli._main import main
-        from tests.test_gpu_faults import STICKY, _raising
+        from tests.workers.test_gpu_faults import STICKY, _raising
         p.FAMILY = dataclasses.replace(p.FAMILY, build=_raising(STICKY[0]))
         sys.exit(main(["worker", "--experiment", "gf", "--budget", "200K", "--storage", {url!r},
                        "--device", "cpu", "--checkpoint-dir", {str(tmp_path / 'ck')!r}]))
     """)
     res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
-                         cwd=Path(__file__).parent.parent)
+                         cwd=Path(__file__).parent.parent.parent)
     assert res.returncode == 3, res.stderr
     assert json.loads(res.stderr.strip().splitlines()[-1])["worker"] == "unhealthy"
     (trial,) = q.storage.get_all_trials(q.study_id)
@@ -214,7 +214,7 @@ def test_the_cpu_estimate_covers_the_measured_peak_without_refusing_what_fits(en
     32 it peaks at 8.8 GiB, too much beside a parallel test run; estimated 10.5 GiB)."""
     res = subprocess.run([sys.executable, "-c", MEASURE, encoder, str(batch)], capture_output=True, text=True,
                          timeout=600,
-                         cwd=Path(__file__).parent.parent)
+                         cwd=Path(__file__).parent.parent.parent)
     assert res.returncode == 0, res.stderr
     got = json.loads(res.stdout.strip().splitlines()[-1])
     assert got["peak"] <= got["estimate"] <= 1.6 * got["peak"] + 2**28, got
@@ -257,7 +257,7 @@ def test_the_checkpoint_cadence_is_a_flag(sqlite_url: str, tmp_path: Path, monke
 def _gpu_e2e():  # type: ignore[no-untyped-def]
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("gpu_e2e", Path(__file__).parent.parent / "bench" / "gpu_e2e.py")
+    spec = importlib.util.spec_from_file_location("gpu_e2e", Path(__file__).parent.parent.parent / "bench" / "gpu_e2e.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

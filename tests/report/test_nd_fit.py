@@ -18,7 +18,7 @@ import pytest
 from archhpo.report._answer import compute_answer, nd_points
 from archhpo.report._frame import trials_frame
 from archhpo.report._ndfit import allocation, enough_data, fit_nd_law
-from tests.test_report import _rows, _write
+from tests.report.test_report import _rows, _write
 
 TRUTH = {"E": 1.7, "A": 400.0, "alpha": 0.34, "B": 1200.0, "beta": 0.28}
 N = np.array([1e6, 4e6, 1.6e7, 6.4e7])
