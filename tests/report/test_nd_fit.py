@@ -123,3 +123,21 @@ def test_the_default_compute_is_the_largest_budgets() -> None:
     assert answer["compute"] == float(top["train_flops"]) and answer["extrapolation"] <= 1.0
     assert "within the compute trained" in answer["sentence"]
     assert math.isfinite(answer["N"]["estimate"]) and answer["nearest_budget"].endswith(("t5", "t20", "t80"))
+
+
+def test_the_example_study_on_the_synthetic_language_puts_e_around_its_entropy_rate(tmp_path: Path) -> None:
+    """docs/reports.md's example: lm on the synthetic language at 75K-200K x 10 and 20 tokens per
+    parameter (its database is committed). L(N, D)'s E interval holds the language's exact entropy
+    rate and the loss floor; alpha is not resolved over this 2.7x range, so no compute answer."""
+    import shutil
+
+    from archhpo.report._page import write_report
+    from tests.conftest import REPO
+
+    db = tmp_path / "cs.db"
+    shutil.copy(REPO / "docs" / "examples" / "compute_optimal.db", db)  # the report writes notes into it
+    nd = write_report("cs", storage=f"sqlite:///{db}", out=tmp_path / "r").fit["nd_fit"]
+    lo, hi = nd["E"]["ci95"]
+    assert nd["n_points"] == 8 and lo <= nd["entropy_rate"] <= hi and lo <= nd["loss_floor"] <= hi
+    assert nd["status"] == "unresolved" and "alpha's 95% interval" in nd["reason"]
+    assert nd["compute_optimal"]["sentence"].startswith("No compute-optimal answer for C = ")
