@@ -225,3 +225,30 @@ def test_data_budget_checks_its_own_fields() -> None:
     with pytest.raises(ArchhpoError, match="--budget"):
         DataBudget("tokens", 1.0, 0)
     assert DataBudget("samples", 2.5, 4).target == 10 and DataBudget("samples", 2.5, 4).label == "s2.5"
+
+
+def test_a_ladder_of_ratio_studies_plans_each_larger_budget_from_the_smaller_at_the_same_r(sqlite_url: str) -> None:
+    """`--ladder` with two ratios: two chains (75K-tR -> 150K-tR); the larger budget's trials,
+    planned from the smaller's winner, keep the interval count and train on R x 150K tokens."""
+    from optuna.trial import TrialState
+
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        assert cli_main(["launch", "--experiment", "lad", "--family", "lm", "--budget", "75K", "--budget", "150K",
+                         "--ladder", "--data", "synthetic:vocab=8", "--vocab-size", "8", "--seq-len", "16",
+                         "--quick", "--trials", "4", "--tokens-per-param", "0.1", "--tokens-per-param", "0.2",
+                         "--storage", sqlite_url]) == 0, err.getvalue()
+    for ratio in ("0.1", "0.2"):
+        small, large = TrialQueue(sqlite_url, f"lad_75K-t{ratio}"), TrialQueue(sqlite_url, f"lad_150K-t{ratio}")
+        assert large.claim({"host": "t"}) is None, "planned only once the smaller budget is final"
+        while not small.maintain().done:
+            while (c := small.claim({"host": "t"})) is not None:
+                small.finish(c, TrialState.COMPLETE, 1.0 + 0.01 * c.slot, {})
+        large.maintain()
+        claim = large.claim({"host": "t"})
+        assert claim is not None and claim.params["epochs"] == DEFAULT_INTERVALS
+        budget = DataBudget.of(large.settings.options)
+        assert budget is not None and budget.target == math.ceil(float(ratio) * 150_000)
+        spec = TrialSpec(family="lm", data=large.settings.data, options=large.settings.options,
+                         info=large.settings.info, arch=claim.arch, params=claim.params)
+        assert spec.train_config().epoch_samples == budget.samples_per_interval(16, DEFAULT_INTERVALS)
