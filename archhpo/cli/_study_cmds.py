@@ -1,0 +1,256 @@
+"""The study commands of the command line: launch, worker, run and export, and their helpers."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import functools
+import json
+import signal
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from archhpo.cli._family import _family_values
+from archhpo.cli._options import ARCH_OPTIONS
+from archhpo.config import Data, StudyConfig, family_options_of
+from archhpo.errors import ArchhpoError
+from archhpo.models import get_family
+
+EXIT_UNHEALTHY = 3  # `worker`: a sticky CUDA fault; do not reuse this process or its GPU context
+
+
+def _pins(args: argparse.Namespace) -> dict[str, list[int]]:
+    return {d: getattr(args, d) for d in ARCH_OPTIONS if getattr(args, d, None)}
+
+
+def _data_ratios(args: argparse.Namespace) -> list[tuple[float | None, float | None]]:
+    """(tokens_per_param, samples_per_param) of each study per budget: one per R, or (None, None)."""
+    return Data(tokens_per_param=tuple(args.tokens_per_param or ()),
+                samples_per_param=tuple(args.samples_per_param or ())).ratios()
+
+
+def _ratio_suffixes(args: argparse.Namespace) -> list[str]:
+    """The study-name suffixes of --tokens-per-param / --samples-per-param ('-t20'), or ['']."""
+    from archhpo.schema import DataBudget
+
+    out = []
+    for tokens, samples in _data_ratios(args):
+        if tokens is not None:
+            out.append("-" + DataBudget.label_of("tokens", tokens))
+        elif samples is not None:
+            out.append("-" + DataBudget.label_of("samples", samples))
+        else:
+            out.append("")
+    return out
+
+
+def _study_config(args: argparse.Namespace) -> StudyConfig:
+    """The study's configuration from the completed options (checked as it is built)."""
+    fam = get_family(args.family)
+    family = family_options_of(fam.name, fam.flags, _family_values(args, fam, False))
+    return StudyConfig.from_options(vars(args), given=sorted(args.given), family_options=family)
+
+
+def _launch_all(args: argparse.Namespace) -> list[str]:
+    from archhpo.search._storage import mask_url, open_storage, resolve_storage_url
+    from archhpo.search._study import launch
+
+    if not args.experiment:
+        raise ArchhpoError("--experiment is required; give it on the line or as `experiment` in --config.")
+    url = resolve_storage_url(args.storage)
+    settings = _all_settings(args)  # validate all before writing
+    storage = open_storage(url)
+    names = []
+    for s in settings:
+        res = launch(url, s, storage=storage)
+        verb = "created" if res.created else "reloaded"
+        n1 = sum(e.phase == 1 for e in s.entries)
+        n3 = sum(e.phase == 3 for e in s.entries)
+        extra = f", {n3} confirmation slots" if n3 else ""
+        extra += f", {s.options['paired_seeds']} paired seeds" if s.options.get("paired_seeds") else ""
+        fit = "architectures fit" if s.budget_value else "configurations"
+        print(f"{verb} study {s.study_name} on {mask_url(url)}: {len(s.archs)} {fit}, "
+              f"{len(s.plan)} planned trials ({n1} in phase 1{extra}), {res.enqueued} newly queued",
+              file=sys.stderr)
+        names.append(s.study_name)
+    return names
+
+
+def _all_settings(args: argparse.Namespace) -> list[Any]:
+    """Each budget's settings, per data ratio; with --ladder, smallest first, each planned from the
+    smaller ones at the same ratio."""
+    from archhpo.budgets import parse_budget
+    from archhpo.search._study import prepare_settings
+
+    config = _study_config(args)
+    out: list[Any] = []
+    for part in config.per_ratio():
+        if not config.ladder:
+            out += [prepare_settings(part, b) for b in (config.budgets or (None,))]
+            continue
+        chain: list[Any] = []
+        for budget in sorted(config.budgets, key=parse_budget):
+            chain.append(prepare_settings(part, budget, ladder_below=[s.study_name for s in chain]))
+        out += chain
+    return out
+
+
+def _addressed_studies(args: argparse.Namespace, storage: Any) -> list[str]:
+    """worker/export: --study names, else {experiment}_{label} for each --budget (with the pins),
+    or the pinned study's label; with none of these, every study of the experiment."""
+    from archhpo.search._storage import resilient
+    from archhpo.search._study import (
+        check_experiment,
+        experiment_studies,
+        load_study,
+        study_label,
+        study_name,
+    )
+
+    check_experiment(args.experiment)
+    names = list(args.study or [])
+    pins = _pins(args)
+    if args.budget or pins:
+        names += [study_name(args.experiment, study_label(b, pins) + suffix)
+                  for suffix in _ratio_suffixes(args) for b in (args.budget or [None])]
+    if names:
+        for n in names:  # a clear error for a study that does not exist; a dropped connection is retried
+            resilient(functools.partial(load_study, storage, n), "loading the study")
+        return names
+    names = resilient(lambda: experiment_studies(storage, args.experiment), "listing the studies")
+    if not names:
+        raise ArchhpoError(f"No archhpo study of experiment {args.experiment!r} in this storage; "
+                           "check --experiment and --storage.")
+    return names
+
+
+def cmd_launch(args: argparse.Namespace) -> int:
+    _launch_all(args)
+    return 0
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    from archhpo.search._queue import TrialQueue
+    from archhpo.search._storage import open_storage, resolve_storage_url
+    from archhpo.workers import Worker
+
+    url = resolve_storage_url(args.storage)
+    names = _addressed_studies(args, open_storage(url, create=False))
+    queues = [TrialQueue(url, n) for n in names]
+    # SIGTERM/SIGINT give the running trial back to the queue (same attempt) and exit 128+signal.
+    summary = Worker(queues, device=args.device, threads=args.threads, checkpoint_dir=args.checkpoint_dir,
+                     checkpoint_every=args.checkpoint_every, handle_signals=True).run()
+    state = "unhealthy" if summary.unhealthy else "stopped" if summary.signal else "done"
+    print(json.dumps({"worker": state, **summary.__dict__}), file=sys.stderr)
+    if summary.unhealthy:  # its trial is back in the queue; a supervisor starts a fresh process
+        return EXIT_UNHEALTHY
+    return 128 + summary.signal if summary.signal else 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from archhpo.cluster._run import RunOptions, check_run_options
+    from archhpo.search._storage import resolve_storage_url
+
+    gpus = args.gpus_per_trial  # checked before anything is written
+    if gpus is not None and gpus != "auto":
+        try:
+            gpus = float(gpus)
+        except ValueError:
+            raise ArchhpoError(f"--gpus-per-trial {gpus!r} must be a number such as 0.25, or auto.") from None
+        if not 0 <= gpus <= 8:
+            raise ArchhpoError(f"--gpus-per-trial {gpus} must lie between 0 and the GPUs of one node.")
+    url = resolve_storage_url(args.storage)
+    opts = RunOptions(workers=args.workers, ray_address=args.ray_address, device=args.device,
+                      gpus_per_trial=gpus, checkpoint_dir=Path(args.checkpoint_dir),
+                      checkpoint_every=args.checkpoint_every, threads=args.threads)
+    check_run_options(url, opts)  # refused means nothing written: before _launch_all opens the database
+    with _stop_like_ctrl_c():
+        return _launch_and_run(args, url, opts)
+
+
+def _launch_and_run(args: argparse.Namespace, url: str, opts: Any) -> int:
+    from archhpo.cluster._run import finished_plans, run_workers
+    from archhpo.report._export import export_studies
+    from archhpo.search._storage import open_storage
+
+    names = _launch_all(args)
+    out_dir = Path(args.out)
+    storage = open_storage(url, create=False)
+    statuses = finished_plans(url, names)
+    if statuses:  # nothing to train: say so without starting Ray (that alone takes ~30 s)
+        _print_statuses(statuses)
+        print(f"the plan of {', '.join(names)} is finished; nothing to run (a new --experiment starts a new "
+              "study)", file=sys.stderr)
+        # The results are still (re)written: a driver killed before its last export left them stale.
+        export_studies(storage, names, out_dir)
+    else:  # the cluster calls back as trials finish; the command line writes the results
+        opts.progress = lambda: export_studies(storage, names, out_dir)
+        _print_statuses(run_workers(url, names, opts))
+    print(f"results in {Path(args.out).resolve()}", file=sys.stderr)
+    _report_after_run(args, url)
+    return 0
+
+
+@contextlib.contextmanager
+def _stop_like_ctrl_c() -> Iterator[None]:
+    """SIGTERM (a scheduler's stop, `kill`) and SIGINT stop `run` as Ctrl-C does: the workers give
+    their trials back.  SIGINT is re-armed because a shell starts background jobs with it ignored."""
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    signal.signal(signal.SIGTERM, interrupt)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+
+
+def _print_statuses(statuses: dict[str, Any]) -> None:
+    for name, st in statuses.items():
+        best = f"{st.best_value:.4f}" if st.best_value is not None else "none"
+        print(f"{name}: {st.complete} complete, {st.pruned} pruned, {st.failed} failed; best val_loss {best}",
+              file=sys.stderr)
+
+
+def _report_after_run(args: argparse.Namespace, url: str) -> None:
+    """`run` ends with the report of the whole experiment; a report that cannot be written is a
+    warning (the trials are done and exported), never a failed run."""
+    from archhpo.report._page import fit_line, write_report
+
+    try:
+        report = write_report(args.experiment, storage=url, out=args.out)
+    except Exception as exc:  # noqa: BLE001
+        print(f"archhpo: warning: report not written ({type(exc).__name__}: {exc}); "
+              f"`archhpo report --experiment {args.experiment}` retries it", file=sys.stderr)
+        return
+    print(fit_line(report.fit), file=sys.stderr)
+    if report.compute:
+        print(report.compute, file=sys.stderr)
+    for line in report.baselines:
+        print(f"baseline {line}", file=sys.stderr)
+    print(f"report: {report.html.resolve()}", file=sys.stderr)
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from archhpo.report._export import export_studies
+    from archhpo.search._storage import open_storage, resolve_storage_url
+
+    storage = open_storage(resolve_storage_url(args.storage), create=False)
+    names = _addressed_studies(args, storage)
+    for path in export_studies(storage, names, Path(args.out)):
+        print(path)
+    if args.report:
+        from archhpo.report._page import write_report
+
+        for path in write_report(args.experiment, storage=storage, out=args.out).files:
+            print(path)
+    return 0

@@ -1,0 +1,128 @@
+"""The worker pool of one `archhpo run` and the driver's supervision loop."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any, TextIO
+
+from archhpo.cluster._options import DEFAULT_WORKERS, RunOptions
+from archhpo.cluster._placement import Placement, _cluster_gpus, place_workers
+from archhpo.cluster._progress import progress_line
+from archhpo.cluster._tasks import gpu_task, start_by_share
+from archhpo.schema import Attr
+from archhpo.search._queue import PlanStatus, TrialQueue
+
+MAX_REPLACEMENTS = 3  # workers stopped by a sticky CUDA fault that are replaced in one run
+
+
+class _Pool:
+    """The worker tasks of one `run`, and the driver's supervision loop."""
+
+    def __init__(self, storage_url: str, names: list[str], opts: RunOptions, out: TextIO, storage: Any) -> None:
+        self.url, self.names, self.opts, self.out, self.storage = storage_url, names, opts, out, storage
+        self.queues = {n: TrialQueue(storage_url, n, storage=storage) for n in names}
+        self.run_id = uuid.uuid4().hex[:12]
+        self.ckpt = str(opts.checkpoint_dir.resolve()) if opts.checkpoint_dir else None
+        self.threads = 1
+        self.refs: list[Any] = []
+        self.whole_gpu_ref: Any = None  # a worker with a GPU of its own, for retries of shared-GPU OOMs
+        self.replaced = 0
+        self.placement = Placement(0.0, "cpu", "")
+
+    def args(self, share: float) -> tuple[Any, ...]:
+        return (self.url, self.names, self.placement.device, self.threads, self.run_id, self.ckpt, share,
+                self.opts.checkpoint_every)
+
+    def task(self, share: float) -> Any:
+        return gpu_task(share, self.threads, bool(self.opts.ray_address))
+
+    def start(self) -> None:
+        if self.opts.workers is None:  # one worker per GPU of the cluster, else DEFAULT_WORKERS
+            self.opts.workers = _cluster_gpus() or DEFAULT_WORKERS
+        self.placement = place_workers(list(self.queues.values()), self.opts)
+        if self.placement.note:
+            self.out.write(self.placement.note + "\n")
+        self.refs = start_by_share(self.task, self.placement.worker_shares(self.opts.workers), self.args)
+
+    def supervise(self) -> dict[str, PlanStatus]:
+        import ray
+
+        start, last_final, exported, next_export, last_print = time.monotonic(), -1, -1, 0.0, 0.0
+        tty = self.out.isatty()
+        while True:
+            ready, _ = ray.wait(self.refs, num_returns=len(self.refs), timeout=self.opts.refresh_s)
+            statuses = {n: q.maintain(blocking=False) for n, q in self.queues.items()}  # also reaps
+            self._whole_gpu_retry(ready, statuses)
+            self._replace_unhealthy(ready, statuses)
+            ready = [r for r in ready if r in self.refs]  # a replaced worker's ref is gone
+            final = sum(s.final for s in statuses.values())
+            if final != exported and time.monotonic() >= next_export:
+                # Exporting is O(trials): at most ~10% of the driver's time goes to it in a large study.
+                began = time.monotonic()
+                self.progress()
+                exported = final
+                next_export = time.monotonic() + 9 * (time.monotonic() - began)
+            now = time.monotonic()
+            if tty or final != last_final or now - last_print > 10:  # piped: a line per change or every 10 s
+                line = progress_line(statuses, self.opts.workers or 1, now - start)
+                self.out.write(("\r" + line + "\x1b[K") if tty else line + "\n")
+                self.out.flush()
+                last_print = now
+            last_final = final
+            if len(ready) == len(self.refs):
+                for ref in ready:
+                    ray.get(ref)  # surface a worker that died with an error
+                break
+        if tty:
+            self.out.write("\n")
+        return {n: q.maintain() for n, q in self.queues.items()}
+
+    def _whole_gpu_retry(self, ready: list[Any], statuses: dict[str, PlanStatus]) -> None:
+        """A worker with a whole GPU (a fresh process) for retries of shared-GPU OOMs and refusals."""
+        if not (0 < self.placement.share < 1 and (self.whole_gpu_ref is None or self.whole_gpu_ref in ready)
+                and any(st.whole_gpu_waiting for st in statuses.values())):
+            return
+        self.whole_gpu_ref = self.task(1.0).remote(*self.args(1.0))
+        self.refs.append(self.whole_gpu_ref)
+        self.out.write("A trial ran out of memory on a shared GPU: retrying it on a GPU of its own.\n")
+
+    def _replace_unhealthy(self, ready: list[Any], statuses: dict[str, PlanStatus]) -> None:
+        """A worker stopped by a sticky CUDA fault gave its trial back and its process exited; while
+        work is left, a fresh process takes its place (at most MAX_REPLACEMENTS times a run)."""
+        import ray
+
+        for ref in ready:
+            try:
+                result = ray.get(ref)
+            except Exception:  # noqa: BLE001 - a task that died: surfaced once every task is done
+                continue
+            if not (isinstance(result, dict) and result.get("unhealthy")):
+                continue
+            self.refs.remove(ref)
+            self.out.write(f"A worker stopped after a CUDA fault ({result['unhealthy'][:200]}); its trial "
+                           "went back to the queue.\n")
+            if self.replaced < MAX_REPLACEMENTS and not all(st.done for st in statuses.values()):
+                share = float(result.get(Attr.GPU_SHARE, self.placement.share))
+                self.refs.append(self.task(share).remote(*self.args(share)))
+                self.replaced += 1
+
+    def progress(self) -> None:
+        if self.opts.progress is not None:
+            self.opts.progress()
+
+    def stop(self) -> None:
+        """Ctrl-C: cancel the tasks (each gives its trial back) and requeue what is left."""
+        import ray
+
+        self.out.write(f"\nStopping workers: each saves its trial where it stands and gives it back (waiting up "
+                       f"to {self.opts.stop_wait_s:g} s; Ctrl-C again stops waiting, never the requeue)...\n")
+        for ref in self.refs:
+            ray.cancel(ref)  # interrupts the task (as SIGINT): it gives its trial back and returns
+        try:
+            ray.wait(self.refs, num_returns=len(self.refs), timeout=self.opts.stop_wait_s)
+        except KeyboardInterrupt:  # an impatient second Ctrl-C (or SIGTERM) must not skip the requeue
+            self.out.write("Not waiting for the workers' saves; requeueing their trials now.\n")
+        requeued = sum(q.requeue_running(lambda a: a.get("run_id") == self.run_id) for q in self.queues.values())
+        self.progress()
+        self.out.write(f"Stopped; {requeued} trial(s) requeued by the driver. Run the same command to resume.\n")
