@@ -7,7 +7,6 @@ needs only the storage URL and the study name.
 
 from __future__ import annotations
 
-import itertools
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -16,21 +15,14 @@ from typing import Any
 import optuna
 from optuna.storages import RDBStorage
 
-from archhpo.budgets import (
-    GridRow,
-    budget_label,
-    build_grid,
-    candidates,
-    parse_budget,
-    pin_label,
-    pinned_grid,
-    require_rows,
-)
+from archhpo.budgets import GridRow, budget_label, parse_budget, pin_label
 from archhpo.config import OPTION_FIELDS, StudyConfig, check_experiment, family_options_of
-from archhpo.errors import ArchhpoError, ConfigError, StorageError, StudyError
+from archhpo.errors import ArchhpoError, StorageError, StudyError
 from archhpo.models import Family, get_family
 from archhpo.schema import DEFAULT_INTERVALS, TRAINING_PARAMS, Attr, DataBudget, schedule_options
 from archhpo.search._baselines import BASELINE_RULES
+from archhpo.search._choices import _rows, _split_choices
+from archhpo.search._identity import _differences
 from archhpo.search._ladder import ladder_trials
 from archhpo.search._optuna_private import rdb_storage_of, study_id_of
 from archhpo.search._plan import PlanEntry, ladder_plan, make_plan
@@ -296,86 +288,6 @@ def _space(
     family_defaults = {k: v for k, v in fam.train_defaults.items() if k in TRAINING_PARAMS and not quick}
     space = space.fixed({**space.default(), **family_defaults, **fixed_params})
     return space, space.default()  # exactly the values the distributions hold
-
-
-def _split_choices(values: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, list[Any]]]:
-    """Family options: scalars, and lists of two or more values (categorical grid dimensions)."""
-    scalars: dict[str, Any] = {}
-    choices: dict[str, list[Any]] = {}
-    for key, v in values.items():
-        if isinstance(v, list):
-            if len(v) != len(set(map(repr, v))):
-                raise StudyError(f"--{key.replace('_', '-')} lists a value twice ({v}); give each value once.")
-            if len(v) == 1:
-                scalars[key] = v[0]
-            elif v:
-                choices[key] = list(v)
-        else:
-            scalars[key] = v
-    return scalars, choices
-
-
-def _check_choice(fam: Family, info: Mapping[str, Any], combo: Mapping[str, Any]) -> None:
-    """A clear error for a choice value the family rejects (e.g. an unknown encoder)."""
-    first: ConfigError | None = None
-    for arch in candidates():
-        try:
-            fam.config_for(arch, {**info, **combo})
-            return
-        except ConfigError as exc:
-            first = first or exc
-    what = ", ".join(f"--{k.replace('_', '-')} {v}" for k, v in combo.items())
-    raise ConfigError(f"{what}: {first}")
-
-
-def _rows(
-    fam: Family, info: Mapping[str, Any], choices: Mapping[str, list[Any]], pins: Mapping[str, list[int]],
-    label: str, budget: int | None, tolerance: float,
-) -> list[GridRow]:
-    """The study's architecture rows: per combination of choices, the budget's grid or the pinned
-    rows, with their choices; arch_idx runs over all of them (choice-major)."""
-    combos = [dict(zip(choices, vals, strict=True)) for vals in itertools.product(*choices.values())] or [{}]
-    rows: list[GridRow] = []
-    for combo in combos:
-        if combo:
-            _check_choice(fam, info, combo)
-        merged = {**info, **combo}
-        what = fam.name + (" (" + ", ".join(f"{k}={v}" for k, v in combo.items()) + ")" if combo else "")
-        if pins:
-            part = pinned_grid(fam, merged, pins, label, budget, tolerance)
-        else:
-            assert budget is not None
-            part = require_rows(build_grid(fam, budget, merged, tolerance), budget, tolerance, what)
-        rows += [replace(r, arch_idx=len(rows) + i, budget=label, choices=dict(combo)) for i, r in enumerate(part)]
-    return rows
-
-
-# Settings that must agree when a study is launched again (data may be re-resolved to the
-# same absolute path; everything that changes the plan or the results must match).
-_IDENTITY = ("family", "tolerance", "data", "options", "n_trials", "pruner", "budget_value", "choices", "pins",
-             "space")
-
-
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def _differences(stored: StudySettings, new: StudySettings) -> list[str]:
-    """'n_trials: stored 4, now 6' for each identity setting that differs (a dict such as
-    `options` by its differing keys), so a refused relaunch shows what to repeat."""
-    out = []
-    for key in _IDENTITY:
-        old, now = getattr(stored, key), getattr(new, key)
-        if old == now:
-            continue
-        if isinstance(old, dict) and isinstance(now, dict):
-            for k in sorted(set(old) | set(now), key=str):
-                if old.get(k) != now.get(k):
-                    out.append(f"{key}.{k}: stored {_short(old.get(k))}, now {_short(now.get(k))}")
-        else:
-            out.append(f"{key}: stored {_short(old)}, now {_short(now)}")
-    return out
 
 
 def launch(storage_url: str, settings: StudySettings, storage: RDBStorage | None = None) -> LaunchResult:

@@ -25,48 +25,41 @@ import os
 import signal
 import socket
 import threading
-import time
-import traceback
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 from optuna.trial import TrialState
 
-from archhpo._io import atomic_write
-from archhpo.errors import ArchhpoError, MemoryRefused, NonFiniteLoss, TrialLost, TrialStopped
+from archhpo.errors import TrialLost, TrialStopped
 from archhpo.models import get_family
-from archhpo.schema import Attr, TrainingPlan, gpu_share
+from archhpo.schema import Attr, gpu_share
 from archhpo.workers import _device
-from archhpo.workers._build import BuiltTrial, DataCache, TrialSpec, build_trial
+from archhpo.workers._build import BuiltTrial, DataCache, build_trial
+from archhpo.workers._checkpoints import Checkpoints, _atomic_save
+from archhpo.workers._claim import (
+    QueueLike,
+    _Heartbeat,
+    _record_spent,
+    _resumed,
+    _Scorer,
+    _TrialRun,
+    claim_spec,
+    classify_failure,
+    throughput,
+)
 from archhpo.workers._memory import (
     check_fits,
     estimate_training_bytes,
     host_build_slot,
-    is_oom,
-    is_sticky_cuda_error,
     tensor_bytes,
     trial_shape,
 )
-from archhpo.workers._train import StopTraining, TrainConfig, cooldown_branch, resolve_device, train
+from archhpo.workers._train import StopTraining, TrainConfig, resolve_device, train
 
 log = logging.getLogger("archhpo.worker")
-
-
-class QueueLike(Protocol):
-    name: str
-    settings: Any
-
-    def claim(self, worker_attrs: dict[str, Any]) -> Any: ...
-    def maintain(self, blocking: bool = True) -> Any: ...
-    def heartbeat(self, claim: Any) -> bool | None: ...  # False: the trial is no longer ours
-    def report(self, claim: Any, step: int, value: float) -> bool: ...  # may raise TrialLost
-    def finish(self, claim: Any, state: TrialState, value: float | None, attrs: dict[str, Any]) -> bool: ...
-    def requeue(self, claim: Any, note: str = ..., attrs: dict[str, Any] | None = ...) -> bool: ...
-    # A claim whose plan stops early (TrainingPlan.stop_after): hold the trial where it stopped.
-    def park(self, claim: Any, score: float, attrs: dict[str, Any]) -> bool: ...
 
 
 @dataclass
@@ -80,85 +73,6 @@ class WorkerSummary:
     signal: int | None = None  # the signal that stopped the worker (SIGTERM 15, SIGINT 2), if any
     unhealthy: str | None = None  # a sticky CUDA fault stopped the worker: exit non-zero, never reuse
     trials: list[int] = field(default_factory=list)
-
-
-class _Heartbeat(threading.Thread):
-    """Beats for the running trial from a side thread, and every `reap_s` runs the plan upkeep,
-    so a dead worker's trial is reaped while everyone else is busy training.  A beat refused
-    because the trial is no longer ours sets `lost`: the trainer stops at its next step."""
-
-    def __init__(self, queue: QueueLike, claim: Any, interval: float, reap_s: float) -> None:
-        super().__init__(daemon=True, name=f"heartbeat-{claim.number}")
-        self.queue, self.claim, self.interval, self.reap_s = queue, claim, interval, reap_s
-        self.stopped = threading.Event()
-        self.lost = threading.Event()
-
-    def run(self) -> None:
-        last_reap = time.monotonic()
-        while not self.stopped.wait(self.interval):
-            try:
-                if self.queue.heartbeat(self.claim) is False:
-                    log.warning("trial %s was reaped while this worker held it (paused or cut off "
-                                "from the database); dropping it, its retry runs elsewhere", self.claim.number)
-                    self.lost.set()
-                    return
-                if time.monotonic() - last_reap >= self.reap_s:
-                    last_reap = time.monotonic()
-                    self.queue.maintain(blocking=False)
-            except TrialLost:
-                self.lost.set()
-                return
-            except Exception as exc:  # a database blip must not kill the trial; the next beat retries
-                log.warning("heartbeat for trial %s failed: %s", self.claim.number, exc)
-
-
-@dataclass
-class _TrialRun:
-    """One claimed trial on its way through the loop, and what its conclusion writes."""
-
-    queue: QueueLike
-    claim: Any
-    beat: _Heartbeat
-    attrs: dict[str, Any] = field(default_factory=dict)
-    state: TrialState = TrialState.FAIL
-    value: float | None = None
-    outcome: str = "finish"  # finish | park (held at a rung) | requeue (stopped) | lost | unhealthy
-    best: float = float("inf")
-    start: float = field(default_factory=time.perf_counter)
-    prior_s: float = 0.0  # wall time of the earlier claims the resumed checkpoint carries
-    rung_scores: list[float] = field(default_factory=list)  # the stopping rule's scores so far (rungs)
-    branch_epochs: list[float] = field(default_factory=list)
-    branch_samples: int = 0  # trained by this claim's cooldown branches (they count as compute)
-
-    @property
-    def spec_seed(self) -> int | None:
-        return getattr(self.claim, "seed", None)
-
-    def should_stop(self, stop_event: threading.Event) -> bool:
-        return stop_event.is_set() or self.beat.lost.is_set()
-
-    def elapsed_s(self) -> float:
-        """The trial's wall time so far, over every claim that trained the state it goes on from."""
-        return self.prior_s + time.perf_counter() - self.start
-
-
-def _atomic_save(obj: dict[str, Any], path: Path) -> None:
-    for last in (False, True):
-        try:
-            atomic_write(path, lambda fh: torch.save(obj, fh))
-            return
-        except FileNotFoundError:  # another worker just removed the folder it found empty: once more
-            if last:
-                raise
-
-
-def _remove_empty(*folders: Path) -> None:
-    """Remove folders left empty (innermost first); one another worker is writing into stays."""
-    for folder in folders:
-        try:
-            folder.rmdir()
-        except OSError:  # not empty, or already gone
-            return
 
 
 class Worker:
@@ -181,6 +95,7 @@ class Worker:
         if self.device.type == "cuda":
             _device.configure_cuda_speed()  # TF32 for the fp32 matmuls left outside bf16 autocast
         self.checkpoint_dir = Path(checkpoint_dir).resolve() if checkpoint_dir else None
+        self.checkpoints = Checkpoints(self.checkpoint_dir)
         self.checkpoint_every = max(1, checkpoint_every)
         self.handle_signals = handle_signals
         self.stop_event = threading.Event()
@@ -236,48 +151,11 @@ class Worker:
     # ------------------------------------------------------------------------ checkpoints
     def _checkpoint_path(self, queue: QueueLike, claim: Any, attempt: int | None = None) -> Path | None:
         """This attempt's own checkpoint file (slot AND attempt in the name)."""
-        if self.checkpoint_dir is None:
-            return None
-        attempt = claim.attempt if attempt is None else attempt
-        return self.checkpoint_dir / queue.name / f"slot{claim.slot:05d}.attempt{attempt}.pt"
+        return self.checkpoints.path(queue, claim, attempt)
 
     def _load_resume(self, queue: QueueLike, claim: Any) -> dict[str, Any] | None:
-        """Our own attempt's state (a requeued trial claimed again), else the newest earlier
-        attempt's (a retry of a dead attempt), read only."""
-        if self.checkpoint_dir is None:
-            return None
-        for attempt in range(int(claim.attempt), 0, -1):
-            path = self._checkpoint_path(queue, claim, attempt)
-            if path is None or not path.exists():
-                continue
-            try:
-                # To the CPU: train() copies it into the model and optimizer, and nothing of it is
-                # left in the GPU allocator once the trial ends.
-                state = torch.load(path, map_location="cpu", weights_only=False)
-            except Exception as exc:  # a torn or foreign file: try an older one, else start over
-                log.warning("ignoring unreadable checkpoint %s: %s", path, exc)
-                continue
-            if state.get("params") == claim.params:
-                return state
-        return None
-
-    def _remove_checkpoints(self, queue: QueueLike, claim: Any) -> None:
-        """After the finish is committed: this attempt's file and the earlier attempts' files."""
-        for attempt in range(int(claim.attempt), 0, -1):
-            path = self._checkpoint_path(queue, claim, attempt)
-            if path is not None:
-                path.unlink(missing_ok=True)
-        if self.checkpoint_dir is not None:  # the demo leaves no empty checkpoints/ folders behind
-            _remove_empty(self.checkpoint_dir / queue.name, self.checkpoint_dir)
-
-    def _remove_study_checkpoints(self, queue: QueueLike) -> None:
-        """A study whose plan is done resumes nothing: drop what is left of its checkpoints (the
-        states of trials successive halving held at a rung and then pruned)."""
-        if self.checkpoint_dir is None:
-            return
-        for path in (self.checkpoint_dir / queue.name).glob("slot*.attempt*.pt"):
-            path.unlink(missing_ok=True)
-        _remove_empty(self.checkpoint_dir / queue.name, self.checkpoint_dir)
+        """Our own attempt's state, else the newest earlier attempt's (workers/_checkpoints.py)."""
+        return self.checkpoints.load_resume(queue, claim)
 
     # ------------------------------------------------------------------------ the loop
     def run(self) -> WorkerSummary:
@@ -303,7 +181,7 @@ class Worker:
             for q in list(pending):
                 status = q.maintain(blocking=False)
                 if status.done:
-                    self._remove_study_checkpoints(q)
+                    self.checkpoints.remove_study(q)
                 if status.done or self._only_whole_gpu_work(status):
                     pending.remove(q)
                 else:
@@ -325,14 +203,6 @@ class Worker:
                      getattr(status, "name", "the study"))
             return True
         return False
-
-    def _spec(self, queue: QueueLike, claim: Any) -> TrialSpec:
-        s = queue.settings
-        return TrialSpec(
-            family=s.family, data=dict(s.data), options=dict(s.options), info=dict(s.info),
-            arch=dict(claim.arch), params=dict(claim.params), slot=int(claim.slot),
-            seed=getattr(claim, "seed", None),
-        )
 
     # ------------------------------------------------------------------------ one trial
     def _run_trial(self, queue: QueueLike, claim: Any, summary: WorkerSummary) -> None:
@@ -369,7 +239,7 @@ class Worker:
 
     def _build(self, run: _TrialRun) -> BuiltTrial:
         """The model and data on the device, once the memory estimate says the trial fits."""
-        spec = self._spec(run.queue, run.claim)
+        spec = claim_spec(run.queue, run.claim)
         family = get_family(spec.family)
 
         def check_memory(cfg: Any, tcfg: TrainConfig, data: Any) -> None:
@@ -443,26 +313,10 @@ class Worker:
         scorer.record(samples)
 
     def _classify_failure(self, run: _TrialRun, exc: Exception) -> None:
-        """Final failures name their reason; a shared-GPU OOM or refusal is retried once on a whole
-        GPU; a sticky CUDA fault is not the trial's: it goes back and this worker stops."""
-        attrs, where = run.attrs, self.attrs[Attr.DEVICE]
-        if is_sticky_cuda_error(exc):
-            run.outcome = "unhealthy"
-            self.unhealthy = f"CUDA fault on {where} in trial {run.claim.number}: {str(exc)[:300]}"
-            log.error("%s; giving the trial back and stopping this worker (its CUDA context is unusable)",
-                      self.unhealthy)
-        elif isinstance(exc, MemoryRefused) or is_oom(exc):
-            attrs[Attr.FAIL_REASON] = (str(exc) if isinstance(exc, MemoryRefused)
-                                    else f"out of memory on {where}: {str(exc)[:300]}")
-            if self.shares_gpu:  # neighbours' memory may be to blame: retried once on a GPU of its own
-                attrs[Attr.OOM_SHARED] = True
-        elif isinstance(exc, NonFiniteLoss):
-            attrs[Attr.FAIL_REASON] = str(exc)
-        elif isinstance(exc, ArchhpoError | ValueError):
-            attrs[Attr.FAIL_REASON] = f"{type(exc).__name__}: {exc}"
-        else:
-            attrs[Attr.FAIL_REASON] = f"{type(exc).__name__}: {exc}"[:1000]
-            log.error("trial %s crashed:\n%s", run.claim.number, traceback.format_exc())
+        """The failure's reason in run.attrs; a sticky CUDA fault stops this worker (workers/_claim.py)."""
+        unhealthy = classify_failure(run, exc, self.attrs)
+        if unhealthy is not None:
+            self.unhealthy = unhealthy
 
     def _release(self) -> None:
         """Drop the trial's model, optimizer state and activations before the next trial."""
@@ -503,7 +357,7 @@ class Worker:
         if not queue.finish(claim, run.state, run.value, attrs):
             summary.lost += 1
             return
-        self._remove_checkpoints(queue, claim)  # committed: nothing left to resume
+        self.checkpoints.remove(queue, claim)  # committed: nothing left to resume
         summary.trials.append(claim.number)
         if run.state == TrialState.COMPLETE:
             summary.complete += 1
@@ -513,77 +367,5 @@ class Worker:
             summary.failed += 1
 
     def _throughput(self, built: BuiltTrial, samples: int, seconds: float, path: int) -> dict[str, Any]:
-        """This claim's speed (samples/s, MFU: what it trained in its training time) and the trial's
-        training compute (train_flops: every sample the model trained on since epoch 1, whichever
-        claims trained them, so a resumed trial counts as an uninterrupted one)."""
-        out: dict[str, Any] = built.data_attrs(int(path))
-        if seconds > 0:
-            out["samples_per_s"] = round(samples / seconds, 1)
-        if built.flops_per_sample is not None:
-            out["train_flops"] = int(built.flops_per_sample) * int(path)
-            if self.device.type == "cuda":
-                value = _device.mfu(int(built.flops_per_sample) * int(samples), seconds, self.device,
-                                    share=self._gpu_share())
-                if value is not None:  # 3 significant figures: a tiny model's MFU on an H100 is ~1e-5
-                    out["mfu"] = float(f"{value:.3g}")
-        return out
-
-
-# ------------------------------------------------------------------ resuming and the rule's scores
-def _resumed(run: _TrialRun, resume: dict[str, Any]) -> None:
-    """A claim going on from a checkpoint: where from, the earlier claims' time, their curve."""
-    run.attrs[Attr.RESUMED_FROM_EPOCH] = int(resume["epoch"])
-    partial = resume.get("partial")
-    if partial is not None:
-        run.attrs[Attr.RESUMED_FROM_STEP] = int(partial["steps"])
-    run.prior_s = float(resume.get("elapsed_s", 0.0))
-    for h in resume["history"]:  # the retry carries the dead attempt's curve
-        run.queue.report(run.claim, int(h["epoch"]), float(h["val_loss"]))
-        run.best = min(run.best, float(h["val_loss"]))
-
-
-class _Scorer:
-    """The stopping rule's side of one claim (the claim's TrainingPlan): where the trainer scores
-    it (on_score for train(): the loss there, or under WSD after a cooldown branched from the
-    constant-rate state there, its steps counted as compute) and what the claim records."""
-
-    def __init__(self, run: _TrialRun, built: BuiltTrial, resume: dict[str, Any] | None) -> None:
-        claim_plan = getattr(run.claim, "plan", None)
-        self.plan: TrainingPlan = TrainingPlan() if claim_plan is None else claim_plan
-        self.run, self.built = run, built
-        run.rung_scores, run.branch_epochs = list(self.plan.scores), list(self.plan.branch_epochs)
-        if self.plan.scores_from_checkpoint and resume is not None:  # scored before its checkpoint
-            run.rung_scores = [float(v) for v in resume.get("rung_scores", [])]
-            run.branch_epochs = [float(v) for v in resume.get("branch_epochs", [])]
-
-    def __call__(self, epoch: int, val: float, state: dict[str, Any]) -> None:
-        run, built, cfg = self.run, self.built, self.built.train_config
-        times = max(1, self.plan.score_at.count(epoch))  # a short trial: rungs at one epoch
-        if cfg.schedule == "wsd":
-            branch = cooldown_branch(built.model, built.data, built.family.loss, cfg, state)
-            val, cooled = branch.val_loss, branch.epochs
-            run.branch_samples += branch.samples
-        else:
-            cooled = 0.0
-        run.rung_scores += [val] * times
-        run.branch_epochs += [cooled] * times
-
-    def record(self, samples: int) -> None:
-        """This claim's FLOPs (training and branches; the queue adds the trial's earlier claims) and,
-        when the rule scores the trial, its scoring epochs and the scores of a trial at full length."""
-        run = self.run
-        _record_spent(run, self.built, samples)
-        if not self.plan.scored:
-            return
-        run.attrs[Attr.RUNG_EPOCHS] = list(self.plan.scored)
-        if run.outcome == "park":  # the queue stores the rung and its score with the hold
-            run.attrs[Attr.BRANCH_EPOCHS] = run.branch_epochs
-        elif run.state == TrialState.COMPLETE:
-            run.attrs.update({Attr.RUNG_SCORES: [*run.rung_scores, run.value],
-                              Attr.BRANCH_EPOCHS: [*run.branch_epochs, 0.0]})
-
-
-def _record_spent(run: _TrialRun, built: BuiltTrial, samples: int) -> None:
-    """This claim's FLOPs: its training and its cooldown branches (the queue adds earlier claims')."""
-    if built.flops_per_sample is not None:
-        run.attrs[Attr.FLOPS_SPENT] = int(built.flops_per_sample) * (int(samples) + run.branch_samples)
+        """This claim's speed and the trial's training compute (workers/_claim.py's throughput)."""
+        return throughput(built, samples, seconds, path, self.device, self._gpu_share())

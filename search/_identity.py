@@ -1,0 +1,36 @@
+"""What must agree when a study is launched again (search/_study.py's launch), and how a refused
+relaunch names what differs."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from archhpo.search._study import StudySettings
+
+# Settings that must agree when a study is launched again (data may be re-resolved to the
+# same absolute path; everything that changes the plan or the results must match).
+_IDENTITY = ("family", "tolerance", "data", "options", "n_trials", "pruner", "budget_value", "choices", "pins",
+             "space")
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _differences(stored: StudySettings, new: StudySettings) -> list[str]:
+    """'n_trials: stored 4, now 6' for each identity setting that differs (a dict such as
+    `options` by its differing keys), so a refused relaunch shows what to repeat."""
+    out = []
+    for key in _IDENTITY:
+        old, now = getattr(stored, key), getattr(new, key)
+        if old == now:
+            continue
+        if isinstance(old, dict) and isinstance(now, dict):
+            for k in sorted(set(old) | set(now), key=str):
+                if old.get(k) != now.get(k):
+                    out.append(f"{key}.{k}: stored {_short(old.get(k))}, now {_short(now.get(k))}")
+        else:
+            out.append(f"{key}: stored {_short(old)}, now {_short(now)}")
+    return out
