@@ -15,8 +15,8 @@ import pytest
 
 from archhpo.search import TrialQueue, launch, prepare_settings
 from archhpo.workers import Worker
-from tests.conftest import TINY_DATA, run_cli
 from tests.cli.test_cli_errors import _assert_clean_failure
+from tests.conftest import TINY_DATA, run_cli
 
 LAUNCH = ["launch", "--experiment", "x", "--trials", "4", "--quick"]
 REPO = Path(__file__).parent.parent.parent
