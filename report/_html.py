@@ -1,0 +1,242 @@
+"""The HTML page of `archhpo report` (`render_html`): the head, the answer per budget with the
+law, the confirmation, baseline and paired-choice tables, the embedded figures and the file list."""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import html
+import urllib.parse
+from collections.abc import Sequence
+from typing import Any
+
+import pandas as pd
+
+from archhpo.report._choices import _diff_text
+from archhpo.report._compute import compute_rows, compute_text, data_rows, data_text
+from archhpo.report._confirm import MIN_PAIRS
+from archhpo.report._decisions import decision_accuracy, decision_rows
+from archhpo.report._frame import best_and_runner_up
+from archhpo.report._law import law_text, nd_text
+from archhpo.report._notes import _arch_text, gap_text
+from archhpo.report._summary import _count, _f, _fmt, _i
+from archhpo.report._truth import below_floor, truth_text
+
+# ----------------------------------------------------------------------------- HTML
+_CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:2em auto;max-width:1180px;
+color:#222;line-height:1.4;padding:0 1em}
+table{border-collapse:collapse;margin:.6em 0 1.2em;font-size:.88em}
+th,td{border:1px solid #ccc;padding:.3em .55em;text-align:left;vertical-align:top}
+th{background:#f2f2f2} td.n{text-align:right;font-variant-numeric:tabular-nums}
+figure{margin:1.2em 0} figure img{max-width:100%;border:1px solid #eee} figcaption{color:#555;font-size:.9em}
+.law{background:#f7f7fb;border-left:4px solid #6a5acd;padding:.6em 1em} .muted{color:#666}
+"""
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]], numeric: set[int] | None = None) -> str:
+    numeric = numeric or set()
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
+    body = []
+    for row in rows:
+        cells = "".join(
+            f"<td class='n'>{html.escape(str(c))}</td>" if i in numeric else f"<td>{html.escape(str(c))}</td>"
+            for i, c in enumerate(row)
+        )
+        body.append(f"<tr>{cells}</tr>")
+    return f"<table><tr>{head}</tr>{''.join(body)}</table>"
+
+
+def _head(experiment: str, frame: pd.DataFrame, summary: pd.DataFrame) -> list[str]:
+    when = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    source = frame.attrs.get("source", "?")
+    fams = ", ".join(sorted({str(f) for f in frame["family"].dropna()})) or "unknown"
+    return [
+        "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>",
+        f"<title>{html.escape(experiment)}: archhpo report</title><style>{_CSS}</style></head><body>",
+        f"<h1>{html.escape(experiment)}: architecture search report</h1>",
+        f"<p class='muted'>{len(frame):,} trials over {len(summary)} budgets, family {html.escape(fams)}, read from "
+        f"the {html.escape(source)}; written {when} by archhpo.</p>",
+    ]
+
+
+def _answer_row(s: pd.Series, best: pd.Series | None) -> list[Any]:
+    base = _fmt(s.get("baseline_val_loss"))
+    counts = f"{s['n_complete']}/{s['n_pruned']}/{s['n_failed']}"
+    if best is None:
+        return [s["budget"], "no finished trial", "–", "–", "–", base, "–", "–", "–", counts]
+    trained = (f"lr {_fmt(best['learning_rate'], 3)}, {_count(best['epochs'])} ep, batch {_count(best['batch_size'])}, "
+               f"wd {_fmt(best['weight_decay'], 3)}, warm-up {_count(best['warmup_steps'])}")
+    runner = (f"{_fmt(s['runner_up_val_loss'])} (trial {_i(s['runner_up_trial'])}: d_model "
+              f"{_i(s['runner_up_d_model'])}, {_i(s['runner_up_n_layers'])} layers)"
+              if _f(s["runner_up_val_loss"]) is not None else "–")
+    conf = "–"
+    if _f(s["confirm_mean"]) is not None:
+        conf = f"{s['confirm_mean']:.4g} ± {_fmt(s['confirm_std'], 3)} ({_i(s['confirm_n'])} seeds)"
+    return [s["budget"], f"trial {_i(best['trial'])}: {_arch_text(best)}", _count(best["param_count"]),
+            trained, _fmt(best["val_loss"]), base, runner, gap_text(s), conf, counts]
+
+
+def _answer_section(frame: pd.DataFrame, summary: pd.DataFrame, fit: dict[str, Any]) -> list[str]:
+    picks = best_and_runner_up(frame)
+    rows = [_answer_row(s, picks.get(s["budget"], (None, None))[0]) for _, s in summary.iterrows()]
+    parts = ["<h2>The answer, per budget</h2>",
+             _table(["budget", "best architecture", "parameters", "trained with", "val loss", "trivial baseline",
+                     "runner-up", "gap", "confirmation mean ± std", "complete/pruned/failed"], rows, {2, 4, 5}),
+             "<p class='muted'>Trivial baseline: the validation loss of a model that ignores its input (the "
+             "training base rate, or the unigram entropy of a language). A gap smaller than the budget's noise "
+             "(the spread of repeated runs of one configuration: seeds, or phase-1 repeats) is a tie within "
+             "noise, not a win.</p>"]
+    metrics = [c for c in summary.columns if c.startswith("val_") and c != "val_loss"]
+    if metrics:
+        parts.append("<p>Family metrics of each budget's best trial (at its best epoch):</p>")
+        parts.append(_table(["budget", *metrics], [[s["budget"], *(_fmt(s[m]) for m in metrics)]
+                                                    for _, s in summary.iterrows()], set(range(1, len(metrics) + 1))))
+    parts.append(f"<p class='law'><b>Scaling law.</b> {html.escape(law_text(fit))}</p>")
+    nd = fit.get("nd_fit") or {}
+    if nd.get("n_points"):
+        parts.append(f"<p class='law'><b>L(N, D).</b> {html.escape(nd_text(nd))}</p>")
+        answer = (nd.get("compute_optimal") or {}).get("sentence")
+        if answer:
+            parts.append(f"<p class='law'><b>Compute-optimal answer.</b> {html.escape(answer)}</p>")
+        if truth_text(nd):
+            flag = " style='color:#b00020'" if below_floor(nd) else ""
+            parts.append(f"<p class='truth'{flag}>L(N, D): {html.escape(truth_text(nd))}</p>")
+    if truth_text(fit):
+        flag = " style='color:#b00020'" if below_floor(fit) else ""
+        parts.append(f"<p class='truth'{flag}>{html.escape(truth_text(fit))}</p>")
+    accuracy = decision_accuracy(frame)
+    if accuracy:
+        parts += ["<h3>Decision accuracy: does a smaller budget's ranking hold at a larger one?</h3>",
+                  _table(["budgets", "matched shapes", "rankings that agree [95% interval]"], decision_rows(accuracy)),
+                  "<p class='muted'>A shape is a number of layers and heads (and a choice) found at both budgets; "
+                  "a pair of shapes agrees when the same one has the lower mean loss at both (DataDecide's "
+                  "measure). High agreement is the evidence for planning larger budgets from smaller ones "
+                  "(--ladder); 50% is chance.</p>"]
+    if frame.attrs.get("ladder"):
+        parts += ["<h3>Ladder: what each budget carried up</h3>",
+                  _table(["budget", "carried up"], [[b, text] for b, text in frame.attrs["ladder"].items()])]
+    if data_text(frame):
+        parts += ["<h3>Data: tokens per parameter and passes</h3>",
+                  _table(["budget", "data per parameter", "D (trained to full length)", "passes over the data"],
+                         data_rows(frame)), f"<p class='data'>{html.escape(str(data_text(frame)))}</p>"]
+    if compute_text(frame):
+        parts += [f"<p class='compute'>{html.escape(_sentence(str(compute_text(frame))))}.</p>",
+                  _table(["budget", "FLOPs spent", "FLOPs of the full plan", "share"], compute_rows(frame), {1, 2, 3})]
+    return parts
+
+
+def _sentence(text: str) -> str:
+    """`text` with its first letter capitalised and the rest as it was (FLOPs stays FLOPs)."""
+    return text[:1].upper() + text[1:]
+
+
+def _figures_section(images: dict[str, bytes]) -> list[str]:
+    from archhpo.report._figures import FIGURES
+
+    parts = ["<h2>Figures</h2>"]
+    for name, caption in FIGURES.items():
+        if name not in images:
+            continue
+        data = base64.b64encode(images[name]).decode("ascii")
+        parts.append(f"<figure><img alt='{html.escape(caption)}' src='data:image/png;base64,{data}'>"
+                     f"<figcaption>{html.escape(caption)} ({html.escape(name)}.png / .pdf)</figcaption></figure>")
+    return parts
+
+
+def _files_section(files: Sequence[str]) -> list[str]:
+    """The written files as links relative to the page (they sit beside it)."""
+    links = "".join(f"<li><a href='{html.escape(urllib.parse.quote(f), quote=True)}'>{html.escape(f)}</a></li>"
+                    for f in files)
+    return [f"<h2>Files</h2><ul>{links}</ul>"]
+
+
+def render_html(experiment: str, frame: pd.DataFrame, summary: pd.DataFrame, fit: dict[str, Any],
+                confirm: dict[str, dict[str, Any]], choices: pd.DataFrame, images: dict[str, bytes],
+                files: Sequence[str]) -> str:
+    """The report page: head, the answer table (with baseline and noise), the law, the
+    confirmation and paired-choice tables, the figures and the linked file list."""
+    parts = [*_head(experiment, frame, summary), *_answer_section(frame, summary, fit),
+             *confirmation_html(confirm), *choices_html(choices), *_figures_section(images),
+             *_files_section(files), "</body></html>\n"]
+    return "\n".join(parts)
+
+
+def confirmation_html(confirm: dict[str, dict[str, Any]]) -> list[str]:
+    """Per budget: each confirmed architecture's mean ± std over its seeds, rank 0 against rank 1
+    seed by seed with the number of complete pairs, and the confirmation's statement."""
+    if not confirm:
+        return []
+    parts = ["<h2>Confirmation (phase 3: the best architectures retrained with new seeds)</h2>"]
+    for budget, c in confirm.items():
+        arows = []
+        for a in c["architectures"]:
+            arch = a["architecture"]
+            label = f"d_model {arch.get('d_model')}, {arch.get('n_layers')} layers, {arch.get('n_heads')} heads"
+            arows.append([a["rank"], label, _fmt(a.get("selection_value")), _fmt(a["mean"]), _fmt(a["std"], 3),
+                          f"{a['n']} of {len(c['seeds'])}"])
+        parts.append(f"<h3>{html.escape(budget)}</h3>")
+        parts.append(_table(["rank", "architecture", "selection loss", "mean", "std", "seeds"], arows, {0, 2, 3, 4}))
+        comp = c.get("comparison")
+        if comp:
+            by_rank = {a["rank"]: a["values"] for a in c["architectures"]}
+            prow = [[s, _fmt(by_rank[0][str(s)]), _fmt(by_rank[1][str(s)]), f"{d:+.4f}"]
+                    for s, d in zip(comp["seeds"], comp["differences"], strict=True)]
+            parts.append(f"<p>Rank 0 against rank 1, seed by seed: {comp['n_pairs']} complete pairs of "
+                         f"{len(c['seeds'])} seeds.</p>")
+            parts.append(_table(["seed", "rank 0 loss", "rank 1 loss", "rank 1 − rank 0"], prow, {0, 1, 2, 3}))
+        parts.append(f"<p>{html.escape(c['statement'])}</p>")
+        parts += baselines_html(c.get("baselines") or [], len(c["seeds"]))
+    return parts
+
+
+def _arch_label(arch: dict[str, Any]) -> str:
+    return f"d_model {arch.get('d_model')}, {arch.get('n_layers')} layers, {arch.get('n_heads')} heads"
+
+
+def baselines_html(baselines: list[dict[str, Any]], n_seeds: int) -> list[str]:
+    """The --baselines table of one budget: each rule's shape, its mean over the confirmation seeds and
+    its paired difference from the searched best (rank 0) with the 95% interval, and the verdicts."""
+    if not baselines:
+        return []
+    rows = []
+    for b in baselines:
+        d = b["difference"]
+        ci = d["ci95"]
+        diff = "" if d["mean"] is None else f"{d['mean']:+.4f}" + (f" [{ci[0]:+.4f}, {ci[1]:+.4f}]" if ci else "")
+        rows.append([b["rule"], b["rule_text"], _arch_label(b["architecture"]), _fmt(b["mean"]),
+                     _fmt(b["std"], 3), f"{b['n']} of {n_seeds}", diff])
+    parts = ["<p>Rule-of-thumb baselines: the shape each rule picks from this budget's grid, trained with the "
+             "confirmation seeds and the best's training parameters; the difference is the rule's loss minus "
+             "the searched best's, seed by seed.</p>",
+             _table(["rule", "what it picks", "architecture", "mean", "std", "seeds", "rule − best [95% interval]"],
+                    rows, {3, 4})]
+    parts.append("<ul>" + "".join(f"<li>{html.escape(b['statement'])}</li>" for b in baselines) + "</ul>")
+    return parts
+
+
+def choices_html(choices: pd.DataFrame) -> list[str]:
+    """The paired-choice table per budget; every difference names its number of pairs."""
+    if choices.empty:
+        return []
+    parts = ["<h2>Categorical choices over paired seeds</h2>",
+             "<p>Per choice, the best validation loss of each seed; the difference is paired seed by seed "
+             f"against the reference, with a bootstrap 95% interval over seeds from {MIN_PAIRS} pairs on.</p>"]
+    for budget, group in choices.groupby("budget", sort=False):
+        ref = group["reference"].iloc[0]
+        crow = []
+        for _, r in group.iterrows():
+            crow.append([r["choice"], f"{r['mean']:.4f} ± {_fmt(r['std'], 3)}", r["n_seeds"],
+                         _fmt(r["best_epoch"], 3), _count(r["param_count"]), _diff_text(r, ref), r["n_pairs"]])
+        parts.append(f"<h3>{html.escape(str(budget))}</h3>")
+        parts.append(_table(["choice", "mean ± std", "seeds", "best epoch", "params", f"Δ vs {ref} [95% CI]",
+                             "pairs"], crow, {2, 3, 4, 6}))
+    return parts
+
+
+__all__ = [
+    "baselines_html",
+    "choices_html",
+    "confirmation_html",
+    "render_html",
+]
