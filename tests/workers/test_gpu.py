@@ -107,9 +107,9 @@ def test_a_tiny_models_mfu_keeps_its_significant_figures(monkeypatch: pytest.Mon
 
     monkeypatch.setattr(_device, "mfu", lambda *a, **k: 1.23456e-5)
     fake = types.SimpleNamespace(device=torch.device("cuda", 0), _gpu_share=lambda: 1.0)
-    built = types.SimpleNamespace(flops_per_sample=1000)
+    built = types.SimpleNamespace(flops_per_sample=1000, data_attrs=lambda path: {"train_samples": path})
     out = Worker._throughput(fake, built, samples=640, seconds=2.0, path=640)  # type: ignore[arg-type]
-    assert out == {"samples_per_s": 320.0, "train_flops": 640_000, "mfu": 1.23e-5}
+    assert out == {"train_samples": 640, "samples_per_s": 320.0, "train_flops": 640_000, "mfu": 1.23e-5}
 
 
 def test_cuda_attributes_name_index_and_ray_ids(monkeypatch: pytest.MonkeyPatch) -> None:
