@@ -20,6 +20,8 @@ from pathlib import Path
 
 import optuna
 
+from archhpo.config import Environment
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -50,8 +52,8 @@ def main() -> None:
             claimed = time.monotonic() - killed
         time.sleep(0.2)
     retry = next(t for t in study.get_trials() if "retry_of" in t.user_attrs)
-    print(f"heartbeat {os.environ.get('ARCHHPO_HEARTBEAT_S', '15')} s, grace {os.environ.get('ARCHHPO_GRACE_S', '90')}"
-          f" s, reaper {os.environ.get('ARCHHPO_REAP_S', '30')} s")
+    timing = Environment.read()  # what the two worker processes read (their defaults from the same place)
+    print(f"heartbeat {timing.heartbeat_s} s, grace {timing.grace_s} s, reaper {timing.reap_s:g} s")
     print(f"SIGKILL -> trial failed and retry enqueued: {enqueued:.1f} s")
     print(f"SIGKILL -> retry running on the second worker: {claimed:.1f} s")
     print(f"retry resumed from epoch {retry.user_attrs.get('resumed_from_epoch')}, state {retry.state.name}")

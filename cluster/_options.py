@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from archhpo.config import Environment
 from archhpo.errors import ArchhpoError
 from archhpo.search._storage import is_sqlite
 
@@ -32,8 +32,12 @@ class RunOptions:
     # they stand before it requeues what is left (the wait ends as soon as all have returned).
     # 20 s keeps the requeue inside the 30 s a scheduler (Slurm, Kubernetes) usually gives before
     # SIGKILL: a trial left RUNNING would be reaped as lost and spend an attempt. Raise it where
-    # the grace is longer and a large model's stop-time checkpoint takes longer to write.
-    stop_wait_s: float = float(os.environ.get("ARCHHPO_STOP_WAIT_S", "20"))
+    # the grace is longer and a large model's stop-time checkpoint takes longer to write
+    # (`archhpo run` passes $ARCHHPO_STOP_WAIT_S from its Environment).
+    stop_wait_s: float = Environment().stop_wait_s
+    # The driver's heartbeat, grace and database patience (its storage and queues): the command
+    # line's Environment, read once; the worker tasks read their own in their processes.
+    timing: Environment = field(default_factory=Environment)
 
 
 def check_run_options(storage_url: str, opts: RunOptions) -> None:

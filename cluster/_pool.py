@@ -21,7 +21,7 @@ class _Pool:
 
     def __init__(self, storage_url: str, names: list[str], opts: RunOptions, out: TextIO, storage: Any) -> None:
         self.url, self.names, self.opts, self.out, self.storage = storage_url, names, opts, out, storage
-        self.queues = {n: TrialQueue(storage_url, n, storage=storage) for n in names}
+        self.queues = {n: TrialQueue(storage_url, n, storage=storage, timing=opts.timing) for n in names}
         self.run_id = uuid.uuid4().hex[:12]
         self.ckpt = str(opts.checkpoint_dir.resolve()) if opts.checkpoint_dir else None
         self.threads = 1

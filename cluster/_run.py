@@ -27,6 +27,7 @@ from archhpo.cluster._pool import MAX_REPLACEMENTS, _Pool
 from archhpo.cluster._progress import _fmt_eta, eta_s, progress_line
 from archhpo.cluster._ray_private import loopback_only, token_auth_without_advice
 from archhpo.cluster._tasks import gpu_task, start_by_share, task_options, worker_task
+from archhpo.config import Environment
 from archhpo.search._queue import PlanStatus, TrialQueue
 from archhpo.search._storage import mask_url, open_storage
 from archhpo.workers._memory import CUDA_CONTEXT_BYTES
@@ -59,10 +60,12 @@ def worker_threads(workers: int, threads: int | None, cores: int, cluster: bool)
     return 1 if cluster else max(1, cores // workers)
 
 
-def finished_plans(storage_url: str, names: list[str]) -> dict[str, PlanStatus] | None:
+def finished_plans(
+    storage_url: str, names: list[str], timing: Environment | None = None
+) -> dict[str, PlanStatus] | None:
     """The studies' statuses when every plan is done (nothing for a worker to do), else None."""
-    storage = open_storage(storage_url, create=False)
-    statuses = {n: TrialQueue(storage_url, n, storage=storage).maintain() for n in names}
+    storage = open_storage(storage_url, create=False, timing=timing)
+    statuses = {n: TrialQueue(storage_url, n, storage=storage, timing=timing).maintain() for n in names}
     return statuses if all(st.done for st in statuses.values()) else None
 
 
@@ -73,7 +76,7 @@ def run_workers(
     import ray
 
     check_run_options(storage_url, opts)
-    storage = open_storage(storage_url, create=False)
+    storage = open_storage(storage_url, create=False, timing=opts.timing)
     pool = _Pool(storage_url, names, opts, out, storage)
     pool.threads = _start_ray(opts)
     try:

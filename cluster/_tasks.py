@@ -7,6 +7,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+from archhpo.config import Environment
 from archhpo.schema import Attr
 from archhpo.search._queue import TrialQueue
 
@@ -19,12 +20,15 @@ def worker_task(
 
     `storage_url` never holds a password (see take_password): workers read PGPASSWORD/.pgpass.
     `gpu_share` is the task's num_gpus; every trial records it (the OOM policy reads it).
+    The task reads the ARCHHPO_* timing variables once, in its own process (a local Ray passes the
+    driver's environment on; a cluster's nodes set their own).
     """
     import ray
 
     from archhpo.workers import Worker
 
-    queues = [TrialQueue(storage_url, n) for n in names]
+    env = Environment.read()
+    queues = [TrialQueue(storage_url, n, timing=env) for n in names]
     ctx = ray.get_runtime_context()
     attrs: dict[str, Any] = {"run_id": run_id, "ray_node_id": ctx.get_node_id(),
                              "ray_worker": ctx.get_worker_id()[:12], Attr.GPU_SHARE: float(gpu_share)}

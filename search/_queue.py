@@ -18,7 +18,6 @@ import bisect
 import datetime as dt
 import json
 import math
-import os
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -29,6 +28,7 @@ from optuna.distributions import distribution_to_json
 from optuna.storages import RDBStorage
 from optuna.trial import TrialState
 
+from archhpo.config import Environment
 from archhpo.errors import TrialLost
 from archhpo.schema import ARCH_RECORD, Attr, TrainingPlan, gpu_share
 from archhpo.search._optuna_private import models as m
@@ -36,7 +36,7 @@ from archhpo.search._optuna_private import trial_id_of
 from archhpo.search._rules import claim_plan, prunable
 from archhpo.search._space import PARAM_NAMES, SearchSpace, arch_distributions, arch_params
 from archhpo.search._status import WHOLE_GPU_KEY, PlanStatus, _CompletedValues
-from archhpo.search._storage import HEARTBEAT_INTERVAL_S, read_scope, resilient, session_scope
+from archhpo.search._storage import DEFAULT_TIMING, read_scope, resilient, session_scope
 from archhpo.search._tables import (
     add_flops,
     add_value,
@@ -84,10 +84,15 @@ class PlanDone(Exception):
 
 
 class TrialQueue:
-    """One study's queue as a worker sees it; `upkeep` (PlanUpkeep) keeps its plan."""
+    """One study's queue as a worker sees it; `upkeep` (PlanUpkeep) keeps its plan.
 
-    def __init__(self, storage_url: str, name: str, storage: RDBStorage | None = None) -> None:
-        self.upkeep = PlanUpkeep(storage_url, name, storage)
+    `timing` (an Environment the entry point read; default: the defaults) sets the heartbeat, the
+    reaper's interval and the patience through database outages."""
+
+    def __init__(self, storage_url: str, name: str, storage: RDBStorage | None = None,
+                 timing: Environment | None = None) -> None:
+        self.timing = timing or DEFAULT_TIMING
+        self.upkeep = PlanUpkeep(storage_url, name, storage, self.timing)
         self.storage_url = storage_url
         self.storage = self.upkeep.storage
         self.study = self.upkeep.study
@@ -100,14 +105,14 @@ class TrialQueue:
                               **arch_distributions(self.settings.archs)}
         self._dist_json = {k: distribution_to_json(v) for k, v in self.distributions.items()}
         self._postgres = self.storage.engine.dialect.name == "postgresql"
-        self.heartbeat_s = float(HEARTBEAT_INTERVAL_S)
-        self.reap_s = float(os.environ.get("ARCHHPO_REAP_S", "30"))
+        self.heartbeat_s = float(self.timing.heartbeat_s)
+        self.reap_s = self.timing.reap_s
         self._completed = _CompletedValues()  # the median rule's values (see _completed_values)
 
     # ----------------------------------------------------------------------------- claiming
     def claim(self, worker_attrs: dict[str, Any]) -> Claim | None:
         """Take the oldest WAITING trial, or None when nothing is waiting right now."""
-        return resilient(lambda: self._claim(worker_attrs), "claim")
+        return resilient(lambda: self._claim(worker_attrs), "claim", self.timing.db_patience_s)
 
     def _claim(self, worker_attrs: dict[str, Any]) -> Claim | None:
         shared = gpu_share(worker_attrs) < 1
@@ -198,7 +203,7 @@ class TrialQueue:
             return True
 
         # Short patience: the next beat retries anyway.
-        return resilient(once, "heartbeat", HEARTBEAT_INTERVAL_S)
+        return resilient(once, "heartbeat", self.timing.heartbeat_s)
 
     def report(self, claim: Claim, step: int, value: float) -> bool:
         """Record the validation loss of an epoch; True when the stopping rule says stop.
@@ -215,7 +220,7 @@ class TrialQueue:
             # completed trials' values at `step` are read only if the rule asks for them.
             return prunable(claim) and self.rule.stops(step, claim.best_value, lambda: self._completed_values(step))
 
-        return resilient(once, "report")
+        return resilient(once, "report", self.timing.db_patience_s)
 
     def _completed_values(self, step: int) -> list[float]:
         """The finite values at `step` of every COMPLETE trial, sorted (the median rule's).
@@ -255,7 +260,7 @@ class TrialQueue:
         self, claim: Claim, state: TrialState, value: float | None, attrs: dict[str, Any]
     ) -> bool:
         """Finish the trial in one transaction; False if it was no longer ours (e.g. reaped)."""
-        return resilient(lambda: self._finish(claim, state, value, attrs), "finish")
+        return resilient(lambda: self._finish(claim, state, value, attrs), "finish", self.timing.db_patience_s)
 
     def _finish(self, claim: Claim, state: TrialState, value: float | None, attrs: dict[str, Any]) -> bool:
         with session_scope(self.storage) as s:
@@ -275,7 +280,7 @@ class TrialQueue:
         """Hold a trial scored at its rung (claim.rung) until the rung's decision: WAITING but not
         claimable, so no worker is tied up and the reaper (RUNNING trials only) never sees it; its
         score is stored with it.  False, writing nothing, when the trial is no longer ours."""
-        return resilient(lambda: self._park(claim, score, attrs), "park")
+        return resilient(lambda: self._park(claim, score, attrs), "park", self.timing.db_patience_s)
 
     def _park(self, claim: Claim, score: float, attrs: dict[str, Any]) -> bool:
         with session_scope(self.storage) as s:
@@ -295,7 +300,7 @@ class TrialQueue:
         """Put a trial we own back to WAITING (Ctrl-C, shutdown): it keeps its number and params.
         ``attrs`` may carry the claim's FLOPS_SPENT (what it trained before it stopped), added to the
         trial's as a finished claim's is."""
-        return resilient(lambda: self._requeue(claim, note, attrs or {}), "requeue")
+        return resilient(lambda: self._requeue(claim, note, attrs or {}), "requeue", self.timing.db_patience_s)
 
     def _requeue(self, claim: Claim, note: str, attrs: dict[str, Any]) -> bool:
         with session_scope(self.storage) as s:

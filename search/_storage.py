@@ -22,26 +22,24 @@ import sqlalchemy
 from optuna.storages import RDBStorage
 from sqlalchemy import orm
 
+from archhpo.config import Environment
 from archhpo.errors import StorageError
 from archhpo.search._optuna_private import ALEMBIC_TABLE, TESTED_SCHEMA_VERSIONS, TRIALS_TABLE
 
 T = TypeVar("T")
 
 DEFAULT_STORAGE = "sqlite:///archhpo.db"
-# A running trial beats every HEARTBEAT_INTERVAL_S; one silent for GRACE_PERIOD_S is failed and
-# retried once.  The grace outlasts a ~30 s database restart (no beat can land meanwhile).
-HEARTBEAT_INTERVAL_S = int(os.environ.get("ARCHHPO_HEARTBEAT_S", "15"))
-GRACE_PERIOD_S = int(os.environ.get("ARCHHPO_GRACE_S", "90"))
-# How long a worker keeps retrying a database call through an outage before giving up.
-DB_PATIENCE_S = float(os.environ.get("ARCHHPO_DB_PATIENCE_S", "600"))
+# The timing of heartbeats, the grace before a silent trial is reaped and the patience through a
+# database outage come from an `Environment` (archhpo/config.py, the one reader of ARCHHPO_*): the
+# entry points read it once and pass it down (`timing=`); Environment() holds the defaults.
+DEFAULT_TIMING = Environment()
 log = logging.getLogger("archhpo.storage")
 
 
-
-def resolve_storage_url(url: str | None) -> str:
-    """--storage, else $ARCHHPO_STORAGE, else an SQLite file in the working directory; any
-    password moves to PGPASSWORD."""
-    return take_password(check_scheme(url or os.environ.get("ARCHHPO_STORAGE") or DEFAULT_STORAGE))
+def resolve_storage_url(url: str | None, env: Environment | None = None) -> str:
+    """--storage, else the environment's ARCHHPO_STORAGE (`env`, read by the caller), else an
+    SQLite file in the working directory; any password moves to PGPASSWORD."""
+    return take_password(check_scheme(url or (env or DEFAULT_TIMING).storage or DEFAULT_STORAGE))
 
 
 SCHEMES = ("sqlite", "postgresql")  # SQLAlchemy dialects archhpo is tested on (any driver: +psycopg2)
@@ -181,14 +179,16 @@ def _check_url(url: str) -> None:
         )
 
 
-def open_storage(url: str, create: bool = True) -> RDBStorage:
+def open_storage(url: str, create: bool = True, timing: Environment | None = None) -> RDBStorage:
     """Open the storage, or raise StorageError with a clear sentence before writing anything.
 
     create=True (launch, run) creates Optuna's tables in a new or empty database; create=False
     (worker, export, dashboard) refuses a database that has none.  Either way a database whose
-    Optuna schema version archhpo was not tested with is refused (check_schema).
+    Optuna schema version archhpo was not tested with is refused (check_schema).  `timing` (an
+    Environment, default: the defaults) sets the heartbeat, the grace and the patience.
     """
     _check_url(url)
+    env = timing or DEFAULT_TIMING
 
     def rdb() -> RDBStorage:
         check_schema(url, create)
@@ -197,14 +197,14 @@ def open_storage(url: str, create: bool = True) -> RDBStorage:
             return RDBStorage(
                 url,
                 engine_kwargs=_engine_kwargs(url),
-                heartbeat_interval=HEARTBEAT_INTERVAL_S,
-                grace_period=GRACE_PERIOD_S,
+                heartbeat_interval=env.heartbeat_s,
+                grace_period=env.grace_s,
             )
 
     try:
         # A server that answered and then dropped us (pg_terminate_backend, a restart beginning) is
         # retried; one that refuses or cannot be reached fails at once with the sentence below.
-        storage = resilient(rdb, "opening the study database", transient=_dropped)
+        storage = resilient(rdb, "opening the study database", env.db_patience_s, transient=_dropped)
     except (sqlalchemy.exc.OperationalError, sqlalchemy.exc.DatabaseError) as exc:
         reason = str(getattr(exc, "orig", exc)).strip().splitlines()[0] if str(exc) else type(exc).__name__
         raise StorageError(
@@ -220,7 +220,7 @@ def open_storage(url: str, create: bool = True) -> RDBStorage:
         with storage.engine.connect() as conn:
             conn.exec_driver_sql("PRAGMA journal_mode=WAL")
     if create:
-        resilient(lambda: ensure_indexes(storage), "creating archhpo's indexes")
+        resilient(lambda: ensure_indexes(storage), "creating archhpo's indexes", env.db_patience_s)
     return storage
 
 
@@ -313,13 +313,14 @@ def _dropped(exc: BaseException) -> bool:
 
 def resilient(fn: Callable[[], T], what: str = "database call", patience_s: float | None = None,
               transient: Callable[[BaseException], bool] | None = None) -> T:
-    """Run fn, retrying transient database errors with backoff for up to patience_s seconds.
+    """Run fn, retrying transient database errors with backoff for up to patience_s seconds
+    (default: Environment's 600 s; a caller holding an Environment passes its `db_patience`).
 
     A PostgreSQL restart or a connection killed by pg_terminate_backend costs a retry, not a
     trial; SQLite's 'database is locked' becomes a short wait.  Every retried call is
     idempotent or re-checks the trial's state inside its transaction.
     """
-    patience = DB_PATIENCE_S if patience_s is None else patience_s
+    patience = DEFAULT_TIMING.db_patience_s if patience_s is None else patience_s
     deadline = time.monotonic() + patience
     delay = 0.05
     while True:

@@ -20,6 +20,7 @@ from optuna.storages import RDBStorage
 from optuna.trial import TrialState
 
 from archhpo.budgets import GridRow
+from archhpo.config import Environment
 from archhpo.schema import TRAINING_PARAMS, Attr
 from archhpo.search._baselines import baseline_assignments
 from archhpo.search._ladder import Finished, carry_up
@@ -41,7 +42,14 @@ from archhpo.search._status import (
     _read_light,
     _Trials,
 )
-from archhpo.search._storage import open_storage, plan_lock, read_scope, resilient, session_scope
+from archhpo.search._storage import (
+    DEFAULT_TIMING,
+    open_storage,
+    plan_lock,
+    read_scope,
+    resilient,
+    session_scope,
+)
 from archhpo.search._study import LADDER_KEY, StudySettings, enqueue_missing, load_study
 from archhpo.search._tables import db_now, end_trials, study_attr
 
@@ -54,10 +62,12 @@ _CARRIED_KEYS = (Attr.SEED, Attr.RANK, Attr.BASELINE, Attr.RUNG, Attr.RUNG_SCORE
 class PlanUpkeep:
     """The upkeep of one study's plan, and its status (a cache of the study's trials read lightly)."""
 
-    def __init__(self, storage_url: str, name: str, storage: RDBStorage | None = None) -> None:
+    def __init__(self, storage_url: str, name: str, storage: RDBStorage | None = None,
+                 timing: Environment | None = None) -> None:
         self.storage_url = storage_url
-        self.storage = storage or open_storage(storage_url, create=False)
-        self.study = resilient(lambda: load_study(self.storage, name), "loading the study")
+        self.timing = timing or DEFAULT_TIMING  # the patience of its database calls (and a storage's timing)
+        self.storage = storage or open_storage(storage_url, create=False, timing=self.timing)
+        self.study = resilient(lambda: load_study(self.storage, name), "loading the study", self.timing.db_patience_s)
         self.study_id = study_id_of(self.study)
         self.settings = StudySettings.from_attrs(self.study.user_attrs, name)
         self.name = name
@@ -87,7 +97,7 @@ class PlanUpkeep:
         blocking=False (the periodic upkeep of busy workers) skips the round when another worker
         holds the plan lock: that worker is doing the same upkeep.
         """
-        return resilient(lambda: self._maintain(blocking), "plan upkeep")
+        return resilient(lambda: self._maintain(blocking), "plan upkeep", self.timing.db_patience_s)
 
     def _maintain(self, blocking: bool) -> PlanStatus:
         with plan_lock(self.storage, self.name, blocking) as held:
@@ -178,7 +188,7 @@ class PlanUpkeep:
         ladder = self.study_attr(LADDER_KEY)
         if ladder is None:
             if self._below is None:
-                self._below = [PlanUpkeep(self.storage_url, n, storage=self.storage)
+                self._below = [PlanUpkeep(self.storage_url, n, storage=self.storage, timing=self.timing)
                                for n in self.settings.options["ladder"]["below"]]
             if not all(u.status().done for u in self._below):
                 return

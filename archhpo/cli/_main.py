@@ -119,7 +119,8 @@ def cmd_report(args: argparse.Namespace) -> int:
         raise ArchhpoError("Pass either --storage or --csv, not both: the report reads one source.")
     if args.compute is not None and not (math.isfinite(args.compute) and args.compute > 0):
         raise ArchhpoError(f"--compute {args.compute:g} must be a positive number of FLOPs, such as 1e18.")
-    report = write_report(args.experiment, storage=args.storage, csv=args.csv, out=args.out,
+    storage = args.storage or (None if args.csv else args.env.storage)  # --storage, else $ARCHHPO_STORAGE
+    report = write_report(args.experiment, storage=storage, csv=args.csv, out=args.out,
                           reference=args.reference, compute=args.compute)
     for path in report.files:
         print(path)
@@ -135,7 +136,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 def cmd_dashboard(args: argparse.Namespace) -> int:
     from archhpo.cli._dashboard import serve
 
-    serve(args.storage, args.host, args.port)
+    serve(args.storage or args.env.storage, args.host, args.port)
     return 0
 
 
@@ -215,16 +216,18 @@ def build_parser(family: Family | None) -> argparse.ArgumentParser:
     return p
 
 
-def _complete(args: argparse.Namespace, family: Family | None, config: dict[str, Any], config_path: str | None) -> None:
-    """Fill every option of the command: the line, else the experiment file, else the default;
-    args.given = the names given on the line or in the file."""
+def _complete(args: argparse.Namespace, family: Family | None, config: dict[str, Any], config_path: str | None,
+              env: Environment | None = None) -> None:
+    """Fill every option of the command: the line, else the experiment file, else the default (an
+    ARCHHPO_* variable of `env`, the process's Environment, before the built-in one);
+    args.given = the names given on the line or in the file; args.env = `env`, for the commands."""
     command = args.command
     file_values: dict[str, Any] = {}
     if config and config_path:
         keys = {o.name: o for o in [*_command_options(LAUNCH, family), *_command_options(RUN, family)]}
         file_values = config_values(config, config_path, command, keys.values())
     given = set()
-    env = Environment.read()
+    env = env or Environment.read()
     for o in _command_options(command, family):
         if hasattr(args, o.key):
             given.add(o.name)
@@ -234,6 +237,7 @@ def _complete(args: argparse.Namespace, family: Family | None, config: dict[str,
         else:
             setattr(args, o.key, None if o.key.startswith("fam_") else o.default_for(command, env))
     args.given = given
+    args.env = env
 
 
 def _hide_passwords_from_ps() -> None:
@@ -306,7 +310,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         _other_family_flag(argv, command, family)
         parser = build_parser(family)
         args = parser.parse_args(argv)
-        _complete(args, family, config, config_path)
+        _complete(args, family, config, config_path, Environment.read())  # the one read of ARCHHPO_*
         logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                             format="%(asctime)s %(name)s %(levelname)s %(message)s")
         if args.command not in (GRID, PARAMS):  # these two count in closed form: no Optuna, no torch

@@ -60,9 +60,9 @@ def _launch_all(args: argparse.Namespace) -> list[str]:
 
     if not args.experiment:
         raise ArchhpoError("--experiment is required; give it on the line or as `experiment` in --config.")
-    url = resolve_storage_url(args.storage)
+    url = resolve_storage_url(args.storage, args.env)
     settings = _all_settings(args)  # validate all before writing
-    storage = open_storage(url)
+    storage = open_storage(url, timing=args.env)
     names = []
     for s in settings:
         res = launch(url, s, storage=storage)
@@ -118,9 +118,10 @@ def _addressed_studies(args: argparse.Namespace, storage: Any) -> list[str]:
                   for suffix in _ratio_suffixes(args) for b in (args.budget or [None])]
     if names:
         for n in names:  # a clear error for a study that does not exist; a dropped connection is retried
-            resilient(functools.partial(load_study, storage, n), "loading the study")
+            resilient(functools.partial(load_study, storage, n), "loading the study", args.env.db_patience_s)
         return names
-    names = resilient(lambda: experiment_studies(storage, args.experiment), "listing the studies")
+    names = resilient(lambda: experiment_studies(storage, args.experiment), "listing the studies",
+                      args.env.db_patience_s)
     if not names:
         raise ArchhpoError(f"No archhpo study of experiment {args.experiment!r} in this storage; "
                            "check --experiment and --storage.")
@@ -137,9 +138,9 @@ def cmd_worker(args: argparse.Namespace) -> int:
     from archhpo.search._storage import open_storage, resolve_storage_url
     from archhpo.workers import Worker
 
-    url = resolve_storage_url(args.storage)
-    names = _addressed_studies(args, open_storage(url, create=False))
-    queues = [TrialQueue(url, n) for n in names]
+    url = resolve_storage_url(args.storage, args.env)
+    names = _addressed_studies(args, open_storage(url, create=False, timing=args.env))
+    queues = [TrialQueue(url, n, timing=args.env) for n in names]  # $ARCHHPO_HEARTBEAT_S, _GRACE_S, _REAP_S
     # SIGTERM/SIGINT give the running trial back to the queue (same attempt) and exit 128+signal.
     summary = Worker(queues, device=args.device, threads=args.threads, checkpoint_dir=args.checkpoint_dir,
                      checkpoint_every=args.checkpoint_every, handle_signals=True).run()
@@ -162,10 +163,11 @@ def cmd_run(args: argparse.Namespace) -> int:
             raise ArchhpoError(f"--gpus-per-trial {gpus!r} must be a number such as 0.25, or auto.") from None
         if not 0 <= gpus <= 8:
             raise ArchhpoError(f"--gpus-per-trial {gpus} must lie between 0 and the GPUs of one node.")
-    url = resolve_storage_url(args.storage)
+    url = resolve_storage_url(args.storage, args.env)
     opts = RunOptions(workers=args.workers, ray_address=args.ray_address, device=args.device,
                       gpus_per_trial=gpus, checkpoint_dir=Path(args.checkpoint_dir),
-                      checkpoint_every=args.checkpoint_every, threads=args.threads)
+                      checkpoint_every=args.checkpoint_every, threads=args.threads,
+                      stop_wait_s=args.env.stop_wait_s, timing=args.env)
     check_run_options(url, opts)  # refused means nothing written: before _launch_all opens the database
     with _stop_like_ctrl_c():
         return _launch_and_run(args, url, opts)
@@ -178,8 +180,8 @@ def _launch_and_run(args: argparse.Namespace, url: str, opts: Any) -> int:
 
     names = _launch_all(args)
     out_dir = Path(args.out)
-    storage = open_storage(url, create=False)
-    statuses = finished_plans(url, names)
+    storage = open_storage(url, create=False, timing=args.env)
+    statuses = finished_plans(url, names, args.env)
     if statuses:  # nothing to train: say so without starting Ray (that alone takes ~30 s)
         _print_statuses(statuses)
         print(f"the plan of {', '.join(names)} is finished; nothing to run (a new --experiment starts a new "
@@ -244,7 +246,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     from archhpo.report._export import export_studies
     from archhpo.search._storage import open_storage, resolve_storage_url
 
-    storage = open_storage(resolve_storage_url(args.storage), create=False)
+    storage = open_storage(resolve_storage_url(args.storage, args.env), create=False, timing=args.env)
     names = _addressed_studies(args, storage)
     for path in export_studies(storage, names, Path(args.out)):
         print(path)

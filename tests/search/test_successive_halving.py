@@ -18,6 +18,7 @@ import sqlalchemy as sa
 from optuna.trial import TrialState
 
 from archhpo.cli import main
+from archhpo.config import Environment
 from archhpo.errors import StudyError
 from archhpo.report import export_studies
 from archhpo.report._export import flops_summary
@@ -134,11 +135,10 @@ def test_every_trial_of_a_slot_is_one_optuna_trial_and_its_flops_add_up(storage_
     assert header.split(",").index("rung") > 17, "after the design's 18 columns"
 
 
-def test_a_held_trial_is_neither_claimed_nor_reaped(storage_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("ARCHHPO_REAP_S", "0")
+def test_a_held_trial_is_neither_claimed_nor_reaped(storage_url: str) -> None:
     s = _settings(n_trials=3)
     launch(storage_url, s)
-    q = TrialQueue(storage_url, s.study_name)
+    q = TrialQueue(storage_url, s.study_name, timing=Environment(reap_s=0.0))
     first = q.claim(WORKER)
     assert first is not None and q.park(first, 0.5, {})
     with q.storage.engine.begin() as conn:  # its heartbeat is long stale
