@@ -305,6 +305,11 @@ def test_queue_trials_read_back_identically_through_optuna_cli_and_dashboard(sto
 
 
 # ----------------------------------------------------------------------------- reads and the write lock
+def _stops(q: TrialQueue, step: int, best: float) -> bool:
+    """The question the queue asks its stopping rule when a trial reports `best` at `step`."""
+    return q.rule.stops(step, best, lambda: q._completed_values(step))
+
+
 def test_reads_never_wait_for_the_sqlite_write_lock(tmp_path: Path) -> None:
     """While another connection holds SQLite's write lock, status, the driver's progress upkeep,
     the pruning query and export finish; a write (a claim) waits until the lock is released."""
@@ -326,7 +331,7 @@ def test_reads_never_wait_for_the_sqlite_write_lock(tmp_path: Path) -> None:
     def reads() -> None:
         results["status"] = q.status()
         results["progress"] = q.maintain(blocking=False)
-        results["prune"] = q._should_prune(1, 10.0)
+        results["prune"] = _stops(q, 1, 10.0)
         results["export"] = export_studies(q.storage, [settings.study_name], tmp_path / "results")
 
     def write() -> None:
@@ -492,10 +497,10 @@ def test_the_median_rule_sees_trials_completed_by_other_workers_since_its_last_r
         b.report(c, 1, 0.5 + 0.1 * i)  # 0.5 .. 0.9: median 0.7
         b.finish(c, TrialState.COMPLETE, 0.5 + 0.1 * i, {})
     assert a.report(mine, 2, 0.75) is False, "no completed trial has epoch 2"
-    assert a._should_prune(1, 0.75) and not a._should_prune(1, 0.65)
+    assert _stops(a, 1, 0.75) and not _stops(a, 1, 0.65)
     c = b.claim(WORKER)
     b.report(c, 1, 0.1)
     b.finish(c, TrialState.COMPLETE, 0.1, {})  # median now (0.6 + 0.7) / 2 = 0.65
-    assert a._should_prune(1, 0.66) and not a._should_prune(1, 0.64)
+    assert _stops(a, 1, 0.66) and not _stops(a, 1, 0.64)
     fresh = TrialQueue(storage_url, settings.study_name)
     assert fresh._completed_values(1) == a._completed_values(1) == [0.1, 0.5, 0.6, 0.7, 0.8, 0.9]
