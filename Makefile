@@ -20,7 +20,7 @@ $(VENV)/.installed: pyproject.toml
 
 # `make demo` studies the lm family on its synthetic language (whose entropy rate is known): four
 # budgets of 2-layer models, so that width grows with the budget (on a CPU, a few epochs are too few
-# for deeper models to beat shallow ones: README, the lm family), searched with successive halving
+# for deeper models to beat shallow ones: docs/guide.md, the lm family), searched with successive halving
 # under a WSD schedule (6 planned trials a budget, the best third go on from epoch 1 to epoch 3).
 # The PatchTST study of the design is one flag away: `make demo FAMILY=patchtst`.
 FAMILY ?= lm
@@ -36,7 +36,7 @@ demo: install
 lint: install
 	$(PY) -m ruff check archhpo budgets cluster models report search workers tests bench scripts
 
-# The installed layout (archhpo.search, ...) as links, for mypy and editors (README, Development):
+# The installed layout (archhpo.search, ...) as links, for mypy and editors (docs/development.md, Development):
 # the folders are mapped by pyproject's package-dir, so the checkout itself has no archhpo/search/.
 TREE := build/typecheck/archhpo
 tree:

@@ -88,7 +88,7 @@ FAMILY = Family(
     description="Causal decoder-only language model (nanoGPT-style, tied head) predicting the next token.",
     train_defaults={
         # Small batches: on CPU budgets the count of optimizer steps, not tokens per step, decides
-        # whether a model gets past the bigram level (measured: README, the lm family).
+        # whether a model gets past the bigram level (measured: docs/guide.md, the lm family).
         "learning_rate": 3e-3, "weight_decay": 1e-4, "batch_size": 16, "warmup_steps": 50,
         "min_lr_ratio": 0.1, "eval_every": 1, "grad_clip": 1.0,
     },
