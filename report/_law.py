@@ -10,13 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-
-def _fmt(x: Any, digits: int = 4) -> str:
-    try:
-        v = float(x)
-    except (TypeError, ValueError):
-        return "–"
-    return "–" if v != v else f"{v:.{digits}g}"
+from archhpo.report._summary import _fmt
 
 
 def _ratio_text(fit: dict[str, Any]) -> str:
