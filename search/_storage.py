@@ -39,10 +39,16 @@ log = logging.getLogger("archhpo.storage")
 def resolve_storage_url(url: str | None, env: Environment | None = None) -> str:
     """--storage, else the environment's ARCHHPO_STORAGE (`env`, read by the caller), else an
     SQLite file in the working directory; any password moves to PGPASSWORD."""
-    return take_password(check_scheme(url or (env or DEFAULT_TIMING).storage or DEFAULT_STORAGE))
+    return take_password(with_driver(check_scheme(url or (env or DEFAULT_TIMING).storage or DEFAULT_STORAGE)))
 
 
-SCHEMES = ("sqlite", "postgresql")  # SQLAlchemy dialects archhpo is tested on (any driver: +psycopg2)
+SCHEMES = ("sqlite", "postgresql", "postgres")  # the databases archhpo is tested on (postgres: an alias)
+# The driver archhpo ships with (a dependency): a URL naming no driver gets it.  SQLAlchemy 2.1
+# gives a bare postgresql:// psycopg 3, which archhpo does not install, and knows no postgres://.
+SHIPPED_DRIVER = "postgresql+psycopg2"
+# The pip package of each PostgreSQL driver SQLAlchemy knows, for the message when one is missing.
+DRIVER_PACKAGES = {"psycopg2": "psycopg2-binary", "psycopg": "psycopg[binary]", "pg8000": "pg8000",
+                   "asyncpg": "asyncpg", "psycopg2cffi": "psycopg2cffi"}
 
 
 def check_scheme(url: str) -> str:
@@ -51,9 +57,32 @@ def check_scheme(url: str) -> str:
     if scheme not in SCHEMES:
         raise StorageError(
             f"--storage {mask_url(url)} uses an unsupported database; archhpo supports sqlite:///FILE and "
-            "postgresql+psycopg2://user@host:5432/db."
+            "postgresql://user@host:5432/db."
         )
     return url
+
+
+def with_driver(url: str) -> str:
+    """postgresql://... and postgres://... as the psycopg2 driver archhpo ships with; a URL that
+    names its driver (postgresql+psycopg://) and any other URL are left as they are."""
+    head, sep, tail = url.partition("://")
+    if sep and head.lower() in ("postgresql", "postgres"):
+        return f"{SHIPPED_DRIVER}://{tail}"
+    if sep and head.lower().startswith("postgres+"):  # the alias with a driver: postgres+pg8000://
+        return f"postgresql{head[len('postgres'):]}://{tail}"
+    return url
+
+
+def _missing_driver(url: str, module: str | None) -> StorageError:
+    """The sentence for a driver that is not installed (or that SQLAlchemy does not know)."""
+    driver = url.partition("://")[0].partition("+")[2] or module or "?"
+    package = DRIVER_PACKAGES.get(module or driver)
+    what = (f"is not installed; install it (pip install '{package}')" if package
+            else "is not one SQLAlchemy knows; check its name")
+    return StorageError(
+        f"The database driver {driver!r} of {mask_url(url)} {what}, or write the URL as "
+        "postgresql://user@host:5432/db to use psycopg2, the driver archhpo ships with."
+    )
 
 
 def take_password(url: str) -> str:
@@ -175,7 +204,7 @@ def _check_url(url: str) -> None:
     elif not url.startswith(("postgresql", "mysql")):
         raise StorageError(
             f"Unsupported storage URL {mask_url(url)!r}; use sqlite:///FILE.db or "
-            "postgresql+psycopg2://user@host:5432/db."
+            "postgresql://user@host:5432/db."
         )
 
 
@@ -187,6 +216,7 @@ def open_storage(url: str, create: bool = True, timing: Environment | None = Non
     Optuna schema version archhpo was not tested with is refused (check_schema).  `timing` (an
     Environment, default: the defaults) sets the heartbeat, the grace and the patience.
     """
+    url = with_driver(url)
     _check_url(url)
     env = timing or DEFAULT_TIMING
 
@@ -211,10 +241,10 @@ def open_storage(url: str, create: bool = True, timing: Environment | None = Non
             f"Cannot open the study database {mask_url(url)} ({mask_url(reason)}); "
             "check that it is running and reachable, or pass another --storage."
         ) from None
-    except ImportError:
-        raise StorageError(
-            f"No database driver for {mask_url(url)}; install psycopg2-binary (PostgreSQL)."
-        ) from None
+    except ImportError as exc:
+        raise _missing_driver(url, exc.name) from None
+    except sqlalchemy.exc.NoSuchModuleError:
+        raise _missing_driver(url, None) from None
     if is_sqlite(url):
         # WAL lets readers (the progress display, the dashboard) read while a worker writes.
         with storage.engine.connect() as conn:
