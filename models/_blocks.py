@@ -32,11 +32,18 @@ class Attention(nn.Module):
         x: torch.Tensor,
         attn_mask: torch.Tensor | None = None,
         key_padding_mask: torch.Tensor | None = None,
+        is_causal: bool = False,
     ) -> torch.Tensor:
         """Masks follow nn.MultiheadAttention: a bool ``attn_mask`` (L, L) or ``key_padding_mask``
-        (B, L) is True where attention is NOT allowed; a float ``attn_mask`` is added to the scores."""
+        (B, L) is True where attention is NOT allowed; a float ``attn_mask`` is added to the scores.
+        ``is_causal`` with no mask: SDPA's own causal masking, which lets CUDA pick the flash
+        kernel (any explicit mask rules flash out and costs an (L, L) tensor)."""
         b, n, d = x.shape  # (B, L, d)
         q, k, v = self.qkv(x).view(b, n, 3, self.n_heads, d // self.n_heads).permute(2, 0, 3, 1, 4)
+        if is_causal and attn_mask is None and key_padding_mask is None:
+            p = self.dropout if self.training else 0.0
+            h = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)  # (B, h, L, d/h)
+            return self.out(h.transpose(1, 2).reshape(b, n, d))  # (B, L, d)
         # q's dtype, not x's: under autocast q is bf16/fp16 and SDPA wants the mask to match it.
         mask = _sdpa_mask(attn_mask, key_padding_mask, q.dtype)  # broadcastable to (B, h, L, L)
         p = self.dropout if self.training else 0.0
@@ -87,8 +94,9 @@ class Block(nn.Module):
         x: torch.Tensor,
         attn_mask: torch.Tensor | None = None,
         key_padding_mask: torch.Tensor | None = None,
+        is_causal: bool = False,
     ) -> torch.Tensor:
-        x = x + self.drop(self.attn(self.attn_norm(x), attn_mask, key_padding_mask))  # (B, L, d)
+        x = x + self.drop(self.attn(self.attn_norm(x), attn_mask, key_padding_mask, is_causal))  # (B, L, d)
         return x + self.drop(self.ff(self.ff_norm(x)))  # (B, L, d)
 
 

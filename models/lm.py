@@ -61,9 +61,12 @@ class LM(nn.Module):
             raise ValueError(f"input has {length} tokens but seq_len is {self.cfg.seq_len}.")
         pos = self.pos_embed(torch.arange(length, device=ids.device))  # (L, d)
         h = self.drop(self.tok_embed(ids) + pos)  # (B, L, d)
-        mask = self.causal[:length, :length]  # (L, L)
+        # Off the CPU, SDPA masks causally itself (is_causal), which lets CUDA run the flash kernel;
+        # on the CPU the explicit mask stays: archhpo's dropout kernels take it, and CPU studies keep
+        # their losses bit for bit.
+        mask = self.causal[:length, :length] if ids.device.type == "cpu" else None  # (L, L)
         for block in self.blocks:
-            h = block(h, attn_mask=mask)  # (B, L, d)
+            h = block(h, attn_mask=mask, is_causal=True)  # (B, L, d)
         return F.linear(self.norm(h), self.tok_embed.weight)  # (B, L, V): the tied head
 
 

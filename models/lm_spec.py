@@ -15,7 +15,23 @@ from archhpo.models._family import Family, FlagSpec, Lazy, check_arch
 from archhpo.models._flops import block_params, encoder_layer_flops, linear_flops
 from archhpo.models.data import language
 
-__all__ = ["FAMILY", "LMConfig", "config_for", "flops_per_sample", "param_count"]
+__all__ = ["FAMILY", "GPU_DATA", "GPU_ROWS", "LMConfig", "config_for", "flops_per_sample", "flops_per_token",
+           "gpu_config", "param_count"]
+
+# GPU scale (issue 33): a GPT-2-sized vocabulary over the synthetic language (see
+# archhpo.models.data.language: 32 classes written as 50,257 tokens) at GPT-2's context of 1024
+# (2048 works the same).  Bytes (vocabulary 256) would make the head 0.3% of a 124M model's FLOPs
+# instead of 22%: the step a GPU would time would not be the step a GPT-2-style model takes.
+GPU_SEQ_LEN = 1024
+GPU_DATA = f"synthetic:vocab={language.GPT2_VOCAB},classes={language.DEFAULT_VOCAB}"
+# Rows of the lm grid at these budgets (`archhpo grid --family lm --budget B --vocab-size 50257
+# --seq-len 1024`), except 124M's 12 heads: GPT-2 small itself (the grid's d768/L12/ff3072 rows have
+# 2..32 heads, the same count and FLOPs).  Head widths 64, 64, 128: what the flash kernel likes.
+GPU_ROWS: dict[str, dict[str, int]] = {
+    "124M": {"d_model": 768, "n_layers": 12, "n_heads": 12, "d_ff": 3072},  # 124,439,808 (GPT-2 small)
+    "200M": {"d_model": 1024, "n_layers": 12, "n_heads": 16, "d_ff": 4096},  # 203,668,480
+    "2B": {"d_model": 2048, "n_layers": 32, "n_heads": 16, "d_ff": 8192},  # 1,716,492,288 (d_model and d_ff at the grid top)
+}
 
 
 @dataclass
@@ -51,6 +67,21 @@ def flops_per_sample(cfg: LMConfig) -> int:
     """
     layers = cfg.n_layers * encoder_layer_flops(cfg.seq_len, cfg.d_model, cfg.d_ff)
     return layers + linear_flops(cfg.seq_len, cfg.d_model, cfg.vocab_size)  # the tied head
+
+
+def flops_per_token(cfg: LMConfig) -> int:
+    """Training FLOPs per token, attention included: flops_per_sample / seq_len, exact (every
+    term of a window is a multiple of seq_len).  Per token this is 6·(matmul weights) + 12·L·s·d,
+    nanoGPT's ``estimate_mfu`` with its N counted as the matrices (biases, norms and the position
+    table cost no matmul)."""
+    total = flops_per_sample(cfg)
+    assert total % cfg.seq_len == 0
+    return total // cfg.seq_len
+
+
+def gpu_config(row: str, seq_len: int = GPU_SEQ_LEN, vocab_size: int = language.GPT2_VOCAB) -> LMConfig:
+    """A GPU-scale configuration: a row of ``GPU_ROWS`` at GPT-2's vocabulary and a context of 1024."""
+    return LMConfig(**GPU_ROWS[row], vocab_size=vocab_size, seq_len=seq_len)
 
 
 def config_for(arch: Mapping[str, int], info: Mapping[str, Any]) -> LMConfig:

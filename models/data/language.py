@@ -10,6 +10,13 @@ Two sources:
   ``h = sum_c pi(c) H(P(.|c))`` with ``pi`` the chain's stationary distribution, computed by power
   iteration to machine precision (``stationary``).  Every training or validation window starts
   from ``pi``, so the windows are stretches of the stationary process.
+- ``synthetic:vocab=50257,classes=32`` (issue 33, a GPT-2-sized vocabulary): the n-gram source above
+  runs over ``classes`` symbols, and each class is written as one of its own ``vocab/classes``
+  tokens (class c owns tokens ``c·V//C .. (c+1)·V//C - 1``), drawn independently from a Zipf law
+  (probability ∝ 1/rank).  The class is a function of the token, so the entropy rate stays exact:
+  ``h = h_classes + sum_c pi(c) H(Zipf_c)``, and likewise the unigram entropy and the loss floor.
+  A full table over 50257 symbols would need 50257^(k+1) probabilities; this needs classes^(k+1).
+  Without ``classes`` (or with ``classes`` = ``vocab``) the language is the plain one, token for token.
 - any UTF-8 text file, read as bytes (vocabulary 256); the first ``1 - val_fraction`` of the file
   trains, the rest validates (a contiguous split: no window straddles the two), sha256-pinned.
 
@@ -36,6 +43,7 @@ if TYPE_CHECKING:  # imported where used: `archhpo grid`/`params` read this modu
 
 SIGMAS = (2.0, 1.2, 0.8, 0.5, 0.3)  # std of the order-1, order-2, ... logit tables
 DEFAULT_VOCAB = 32
+GPT2_VOCAB = 50257  # GPT-2's BPE vocabulary: the size GPU-scale lm configurations use (issue 33)
 DEFAULT_ORDER = 3
 DEFAULT_SEQ_LEN = 32  # an order-3 source needs little context; short windows give CPU runs more steps
 DEFAULT_TOKENS = 2_000_000  # training tokens of the synthetic language
@@ -47,7 +55,7 @@ MAX_TABLE = 1 << 22  # vocab^(order+1) next-symbol probabilities held in memory
 # windows for every budget (the loss of one is comparable with another's), and a validation that
 # costs a fixed amount instead of a tenth of D at each of the run's intervals.
 BUDGET_VAL_TOKENS = 1 << 16
-_INT_KEYS = ("vocab", "order", "language", "tokens")
+_INT_KEYS = ("vocab", "order", "language", "tokens", "classes")
 
 
 # ----------------------------------------------------------------------------- the source
@@ -92,18 +100,43 @@ def _entropy(p: np.ndarray, axis: int = -1) -> np.ndarray:
     return -(p * np.log(p, where=p > 0, out=np.zeros_like(p))).sum(axis=axis)
 
 
-@functools.lru_cache(maxsize=8)
-def language_facts(vocab: int, order: int, language: int, seq_len: int) -> dict[str, float]:
-    """Exact entropy rate, unigram entropy and loss floor (nats per token) of the synthetic language."""
+def class_bounds(vocab: int, classes: int) -> list[int]:
+    """Token c owns ids bounds[c] .. bounds[c+1]-1 (every class at least one token)."""
+    return [c * vocab // classes for c in range(classes + 1)]
+
+
+def member_probs(n: int) -> np.ndarray:
+    """The Zipf law over a class's n tokens: probability proportional to 1/rank."""
     import numpy as np
-    probs = source_probs(vocab, order, language)
+    w = 1.0 / np.arange(1, n + 1)
+    return w / w.sum()
+
+
+@functools.lru_cache(maxsize=8)
+def language_facts(vocab: int, order: int, language: int, seq_len: int,
+                   classes: int | None = None) -> dict[str, float]:
+    """Exact entropy rate, unigram entropy and loss floor (nats per token) of the synthetic language.
+
+    With ``classes`` < ``vocab`` the n-gram runs over the classes and each class's token is drawn
+    independently of everything else: every conditional entropy gains the class-weighted entropy
+    of the token within its class (the class is a function of the token, so nothing is lost)."""
+    import numpy as np
+    alphabet = vocab if classes is None else classes
+    probs = source_probs(alphabet, order, language)
     pi = stationary(probs)
     rate = float((pi * _entropy(probs)).sum())
     # H_j: entropy of j consecutive symbols (a marginal of the stationary k-block), j = 1..order
     blocks = [float(_entropy(pi.sum(axis=tuple(range(order - j))).ravel(), 0)) for j in range(1, order + 1)]
     # H(X_t | X_0..X_{t-1}) = H_{t+1} - H_t for t < order, h afterwards; targets are t = 1..seq_len
     cond = [blocks[t] - blocks[t - 1] if t < order else rate for t in range(1, seq_len + 1)]
-    return {"entropy_rate": rate, "unigram_entropy": blocks[0], "loss_floor": float(np.mean(cond))}
+    within = 0.0
+    if classes is not None and classes < vocab:
+        marginal = pi.sum(axis=tuple(range(order - 1))).ravel()  # the stationary class unigram
+        bounds = class_bounds(vocab, classes)
+        within = float(sum(marginal[c] * _entropy(member_probs(bounds[c + 1] - bounds[c]), 0)
+                           for c in range(classes)))
+    return {"entropy_rate": rate + within, "unigram_entropy": blocks[0] + within,
+            "loss_floor": float(np.mean(cond)) + within}
 
 
 def sample_windows(vocab: int, order: int, language: int, n: int, length: int,
@@ -128,6 +161,24 @@ def sample_windows(vocab: int, order: int, language: int, n: int, length: int,
     return out[:, :length]
 
 
+def expand_classes(windows: np.ndarray, vocab: int, classes: int,
+                   seed: int | np.random.SeedSequence) -> np.ndarray:
+    """Write each class symbol of ``windows`` as one of its tokens (its Zipf law), from a stream of
+    its own: the class sequence is the one ``sample_windows`` drew with the same seed."""
+    import numpy as np
+    ss = seed if isinstance(seed, np.random.SeedSequence) else np.random.SeedSequence(seed)
+    rng = np.random.default_rng(np.random.SeedSequence(ss.entropy, spawn_key=(*ss.spawn_key, 7)))
+    u = rng.random(windows.shape)
+    out = np.empty_like(windows)
+    bounds = class_bounds(vocab, classes)
+    for c in range(classes):
+        at = windows == c
+        cdf = np.cumsum(member_probs(bounds[c + 1] - bounds[c]))
+        member = np.minimum(np.searchsorted(cdf, u[at], side="right"), len(cdf) - 1)
+        out[at] = bounds[c] + member
+    return out
+
+
 # ----------------------------------------------------------------------------- parsing
 def _as_int(key: str, value: Any, where: str) -> int:
     try:
@@ -138,14 +189,18 @@ def _as_int(key: str, value: Any, where: str) -> int:
 
 def _validate_synthetic(spec: Mapping[str, Any]) -> None:
     v, k = spec["vocab"], spec["order"]
+    c = spec.get("classes", v)
     if v < 2:
         raise DataError(f"The synthetic language needs a vocabulary of at least 2 symbols, got vocab={v}.")
+    if not 2 <= c <= v:
+        raise DataError(f"classes={c} must be between 2 and the vocabulary ({v}).")
     if not 1 <= k <= len(SIGMAS):
         raise DataError(f"The synthetic language's order must be 1..{len(SIGMAS)}, got order={k}.")
-    if v ** (k + 1) > MAX_TABLE:
+    if c ** (k + 1) > MAX_TABLE:
         raise DataError(
-            f"vocab={v} with order={k} needs {v ** (k + 1):,} probabilities (more than {MAX_TABLE:,}); "
-            "lower the vocabulary or the order."
+            f"vocab={c} with order={k} needs {c ** (k + 1):,} probabilities (more than {MAX_TABLE:,}); "
+            f"lower the vocabulary or the order, or keep the vocabulary and add classes={DEFAULT_VOCAB} "
+            f"(e.g. 'synthetic:vocab={GPT2_VOCAB},classes={DEFAULT_VOCAB}')."
         )
     if spec["tokens"] < 1000:
         raise DataError(f"tokens={spec['tokens']} is too few to train on; use at least 1000.")
@@ -182,6 +237,8 @@ def _parse_synthetic(raw: str, options: Mapping[str, Any]) -> dict[str, Any]:
                 f"'synthetic:vocab=32,order=3,language=0,tokens=2000000' (keys: {', '.join(_INT_KEYS)})."
             )
         spec[key] = _as_int(key, value, f"--data {raw!r}")
+    if spec.get("classes") == spec["vocab"]:
+        del spec["classes"]  # the plain language: the same spec (and study) as without the key
     budget = DataBudget.of(options)
     if budget is not None and "tokens" not in given:
         # Sized to D: every token is fresh (one pass). tokens=N given explicitly caps it (passes repeat).
@@ -231,8 +288,9 @@ def data_info(spec: Mapping[str, Any], options: Mapping[str, Any]) -> dict[str, 
     if spec.get("kind") == "text":
         return {"vocab_size": BYTE_VOCAB, "seq_len": seq_len}
     v, k = int(spec["vocab"]), int(spec["order"])
-    return {"vocab_size": v, "seq_len": seq_len, "order": k,
-            **language_facts(v, k, int(spec["language"]), seq_len)}
+    classes = {"classes": int(spec["classes"])} if "classes" in spec else {}
+    return {"vocab_size": v, "seq_len": seq_len, "order": k, **classes,
+            **language_facts(v, k, int(spec["language"]), seq_len, classes.get("classes"))}
 
 
 # ----------------------------------------------------------------------------- loading
@@ -273,14 +331,18 @@ def load_data(spec: Mapping[str, Any], options: Mapping[str, Any]) -> TensorData
     info = data_info(spec, options)
     if spec.get("kind") == "synthetic":
         v, k, lang = int(spec["vocab"]), int(spec["order"]), int(spec["language"])
+        c = int(spec.get("classes", v))
         tokens = min(int(spec["tokens"]), QUICK_TOKENS) if quick and not budget else int(spec["tokens"])
         n_train = max(1, tokens // seq_len)
         n_val = max(1, BUDGET_VAL_TOKENS // seq_len) if budget else max(1, round(n_train * vf / (1 - vf)))
         seed = int(options.get("seed", 0) or 0)
         # Separate streams: adding training tokens never changes the validation set.
-        val = sample_windows(v, k, lang, n_val, seq_len + 1, np.random.SeedSequence([lang, seed, 1]))
-        train = sample_windows(v, k, lang, n_train, seq_len + 1, np.random.SeedSequence([lang, seed, 0]))
-        info["source"] = f"synthetic:vocab={v},order={k},language={lang},tokens={n_train * seq_len}"
+        seeds = [np.random.SeedSequence([lang, seed, 1]), np.random.SeedSequence([lang, seed, 0])]
+        val, train = (sample_windows(c, k, lang, n, seq_len + 1, s) for n, s in zip((n_val, n_train), seeds, strict=True))
+        if c < v:
+            val, train = (expand_classes(w, v, c, s) for w, s in zip((val, train), seeds, strict=True))
+        named = f",classes={c}" if c < v else ""
+        info["source"] = f"synthetic:vocab={v}{named},order={k},language={lang},tokens={n_train * seq_len}"
     elif spec.get("kind") == "text":
         train, val = _load_text(spec, seq_len, vf, quick, budget)
         info["source"] = str(spec["path"])

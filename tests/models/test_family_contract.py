@@ -110,3 +110,23 @@ def test_quick_synthetic_data_is_deterministic_and_fits_the_config(name: str) ->
         loss = family.loss(model(*(t[:4] for t in first.val_inputs)), first.val_target[:4])
     assert torch.isfinite(loss)
     assert family.baseline_loss(first) > 0
+
+
+@pytest.mark.parametrize(("row", "seq_len"), [("124M", 1024), ("124M", 2048), ("200M", 1024), ("2B", 1024)])
+def test_lm_gpu_rows_count_and_flops_on_the_meta_device(row: str, seq_len: int) -> None:
+    """Issue 33: the lm family's GPU-scale rows (GPT-2's vocabulary, context 1024 and 2048): the
+    closed-form count and FLOPs (attention included) equal the built module's numel and
+    FlopCounterMode's count, on the meta device (nothing is allocated or computed)."""
+    from archhpo.models.lm_spec import gpu_config
+
+    family = get_family("lm")
+    cfg = gpu_config(row, seq_len)
+    with torch.device("meta"):
+        model = family.build(cfg)
+        ids = torch.zeros(2, seq_len, dtype=torch.long)
+
+    def count(b: int) -> int:
+        return count_flops(model, ids[:b], family.loss, ids[:b])
+
+    assert family.param_count(cfg) == _numel(model)
+    assert count(2) - count(1) == family.flops_per_sample(cfg)
