@@ -1,11 +1,16 @@
 """Search strategies replayed on a ground-truth table: how much compute each spends, and how far its
-chosen architecture is from the best one (issue 17 part 4).
+chosen architecture is from the best one (issue 17 part 4, issue 32 part 2).
 
-The table (bench/search_truth.csv, made by bench/search_truth.py from archhpo studies) holds every
-grid architecture of every budget trained to full length with several seeds, its per-epoch curve
-and the scores successive halving would use at its rungs.  A strategy is replayed per budget on a
-plan drawn with archhpo's own plan functions; each planned trial's outcome is one of its
-architecture's seeds, drawn at random.  No training, no torch: seconds.
+The table (bench/search_truth.csv, or a truth of bench/truths/; both made by bench/search_truth.py
+from archhpo studies) holds every grid architecture of every budget trained to full length with
+several seeds, its per-epoch curve and the scores successive halving would use at its rungs.  A
+strategy is replayed per budget on the plan archhpo itself draws: the design's `make_plan` at the
+smallest budget, and at a larger budget of a ladder `ladder_plan`'s slots filled by `carry_up` (its
+region of aspect ratios, extremes and spread order) from the smaller budget's finished trials; the
+grid's extremes are marked by archhpo's own rule.  Each repeat is one study with its own plan seed
+and the noise of a real study (bench/_replay_table.py): the data fixed, each trial one of its
+architecture's runs on that data, and the chosen architecture judged by a leave-one-seed-out true
+mean.  eta and the rungs are read from the table.  No training, no torch: seconds.
 
 Assumptions, stated where they matter: the table has one set of training parameters (a paired
 study), so "random training parameters" cannot be replayed and every strategy searches the
@@ -17,109 +22,45 @@ in architectures, twice each, phase 2 = the rest once, farthest-point order from
   design           every planned trial to full length;
   median           the same with archhpo's median rule on the per-epoch curves (quick warm-up);
   topk_one_epoch   every planned trial one epoch, the best --topk (by that loss) to full length;
-  halving          synchronous successive halving, eta 3, first rung 1/9, archhpo's `promotions`;
-  halving_ladder   halving where a larger budget plans only architectures whose aspect ratio
-                   d_model/n_layers lies within the range of the next smaller budget's best
-                   full-length architectures (up to 3; widened by --ladder-widen each way), plus
-                   the grid's extremes, with archhpo's ladder trial counts (--trials halved per
-                   step up the ladder, at least the extremes + 2);
+  halving          synchronous successive halving at the table's rungs and eta, archhpo's `promotions`;
+  halving_ladder   halving where a larger budget is planned by archhpo's ladder (`--ladder`): the
+                   next smaller budget's finished (full-length) trials carried up by `carry_up`
+                   into `ladder_trials` slots, no phase 2;
   ladder           (beyond the issue's list) the same ladder, its trials trained to full length.
 Measures: flops_ratio (FLOPs over design's, all budgets and repeats), regret per budget (the chosen
-architecture's true mean loss minus the best one's, in units of the budget's pooled seed std),
-share_within_1std (repeats whose regret is at most 1 std at every budget).
+architecture's held-out true mean minus the best held-out true mean, in units of the budget's pooled
+seed std), share_within_1std (repeats whose regret is at most 1 std at every budget).
 
-    python bench/search_efficiency.py --truth bench/search_truth.csv --repeats 20 --seed 0 --json out.json
+    python bench/search_efficiency.py --truth bench/search_truth.csv --repeats 50 --seed 0 --json out.json
 """
 
 from __future__ import annotations
 
 import argparse
-import csv
 import hashlib
 import json
 import math
 import random
 import statistics
 import sys
+import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout, for `python bench/...`
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/_replay_table.py, however this is loaded
+
+from _replay_table import Arch, Budget, Draw, TableError, draw, grid_rows, load_table  # noqa: E402
+
+__all__ = ["Arch", "Budget", "TableError", "load_table", "main", "replay"]
 
 STRATEGIES = ("design", "median", "topk_one_epoch", "halving", "halving_ladder", "ladder")
 TARGET = {"share_within_1std": 0.9, "flops_ratio": 0.25}
-ETA, MIN_RUNG = 3, 0  # the table's rungs are those of --eta 3 --min-fraction 1/9 (rung 0 = 1/9)
-
-
-@dataclass
-class Arch:
-    idx: int
-    d_model: int
-    n_layers: int
-    epochs: int
-    flops_per_epoch: float
-    runs: list[dict[str, Any]] = field(default_factory=list)  # per seed: loss, curve, rung_loss, ...
-
-    @property
-    def mean(self) -> float:
-        return statistics.fmean(r["loss"] for r in self.runs)
-
-    @property
-    def aspect(self) -> float:
-        return self.d_model / self.n_layers
-
-
-@dataclass
-class Budget:
-    name: str
-    params: int
-    archs: dict[int, Arch]
-
-    @property
-    def best_mean(self) -> float:
-        return min(a.mean for a in self.archs.values())
-
-    @property
-    def seed_std(self) -> float:
-        """Pooled within-architecture standard deviation over seeds."""
-        var = [statistics.variance([r["loss"] for r in a.runs]) for a in self.archs.values() if len(a.runs) > 1]
-        return math.sqrt(statistics.fmean(var)) if var else math.nan
-
-
-class TableError(SystemExit):
-    def __init__(self, message: str) -> None:
-        super().__init__(f"search_efficiency: {message}")
-
-
-def _floats(text: str) -> list[float]:
-    return [float(v) for v in text.split(";")] if text else []
-
-
-def load_table(path: Path) -> list[Budget]:
-    """The table's budgets, smallest first; a malformed table is refused with one sentence."""
-    try:
-        with open(path) as fh:
-            rows = list(csv.DictReader(fh))
-    except OSError as exc:
-        raise TableError(f"cannot read {path} ({exc.strerror}); make it with bench/search_truth.py.") from None
-    need = {"budget", "budget_params", "arch_idx", "d_model", "n_layers", "seed", "epochs", "flops_per_epoch",
-            "loss", "curve", "rung_epochs", "rung_loss", "branch_epochs"}
-    if not rows or not need <= set(rows[0]):
-        raise TableError(f"{path} is not a ground-truth table (it needs the columns {', '.join(sorted(need))}).")
-    budgets: dict[str, Budget] = {}
-    try:
-        for r in rows:
-            b = budgets.setdefault(r["budget"], Budget(r["budget"], int(r["budget_params"]), {}))
-            a = b.archs.setdefault(int(r["arch_idx"]), Arch(int(r["arch_idx"]), int(r["d_model"]), int(r["n_layers"]),
-                                                             int(r["epochs"]), float(r["flops_per_epoch"])))
-            a.runs.append({"seed": int(r["seed"]), "loss": float(r["loss"]), "curve": _floats(r["curve"]),
-                           "rung_epochs": [int(e) for e in r["rung_epochs"].split(";")],
-                           "rung_loss": _floats(r["rung_loss"]), "branch_epochs": _floats(r["branch_epochs"])})
-    except (ValueError, KeyError) as exc:
-        raise TableError(f"{path} has a malformed row ({exc}); regenerate it with bench/search_truth.py.") from None
-    return sorted(budgets.values(), key=lambda b: b.params)
+# carry_up reads the training parameters off the smaller budget's best trial; a truth has one set of
+# them (a paired study), so these stand in for it and no strategy's choice depends on them.
+FIXED_PARAMS = {"learning_rate": 3e-3, "weight_decay": 1e-4, "epochs": 9, "batch_size": 16, "warmup_steps": 50}
 
 
 # ------------------------------------------------------------------------------ plans and trials
@@ -127,36 +68,46 @@ def load_table(path: Path) -> list[Budget]:
 class Trial:
     slot: int
     arch: Arch
-    run: dict[str, Any]  # the seed this trial's outcome is drawn from
+    run: dict[str, Any]  # the run this trial's outcome is (Draw: the repeat's data, its seed)
 
 
-def plan(budget: Budget, archs: Sequence[int], n_trials: int, rng: random.Random) -> list[Trial]:
-    """archhpo's plan over `archs` (phase 1 twice, phase 2 once), each trial a random seed's outcome."""
-    from archhpo.budgets import GridRow
-    from archhpo.search._plan import plan_order, plan_sizes
-
-    rows = [_row(budget.archs[i], k, i in _extremes(budget)) for k, i in enumerate(archs)]
-    order = [archs[k] for k in plan_order([GridRow(**r) for r in rows], rng.randrange(2**31))]
-    n_ext = sum(1 for i in archs if i in _extremes(budget))
-    n1, reps, n2 = plan_sizes(len(archs), max(n_trials, n_ext), n_ext)
-    chosen = order[:n1] * reps + order[n1:n1 + n2]
-    return [Trial(s, budget.archs[i], rng.choice(budget.archs[i].runs)) for s, i in enumerate(chosen)]
-
-
-def _extremes(budget: Budget) -> set[int]:
-    """The grid's extremes: the smallest and largest d_model and n_layers (first index of each)."""
-    archs = sorted(budget.archs.values(), key=lambda a: a.idx)
-    out = set()
-    for key in (lambda a: (a.d_model, a.idx), lambda a: (-a.d_model, a.idx),
-                lambda a: (a.n_layers, a.idx), lambda a: (-a.n_layers, a.idx)):
-        out.add(min(archs, key=key).idx)
+def trials_of(budget: Budget, archs: Sequence[int], noise: Draw) -> list[Trial]:
+    """A planned trial per entry of `archs` (table arch_idx in slot order), the k-th trial of an
+    architecture taking its k-th run of the repeat's draw."""
+    seen: dict[int, int] = {}
+    out = []
+    for slot, i in enumerate(archs):
+        out.append(Trial(slot, budget.archs[i], noise.run(budget.archs[i], seen.get(i, 0))))
+        seen[i] = seen.get(i, 0) + 1
     return out
 
 
-def _row(a: Arch, k: int, extreme: bool) -> dict[str, Any]:
-    return {"budget": "replay", "arch_idx": k, "d_model": a.d_model, "n_layers": a.n_layers, "n_heads": 1,
-            "d_ff": 4 * a.d_model, "param_count": 0, "estimate": None, "extreme": "x" if extreme else "",
-            "choices": {}}
+def design_plan(budget: Budget, n_trials: int, seed: int) -> list[int]:
+    """The architectures of archhpo's design plan (`make_plan`: phase 1 twice, interleaved, then
+    phase 2), in slot order; --trials below the number of extremes is raised to it."""
+    from archhpo.search._plan import make_plan
+    from archhpo.search._space import SearchSpace
+
+    rows, idx = grid_rows(budget)
+    n_ext = sum(1 for r in rows if r.extreme)
+    return [idx[e.arch_idx] for e in make_plan(rows, max(n_trials, n_ext), SearchSpace(), seed)]
+
+
+def ladder_plan_archs(budget: Budget, smaller: Budget, finished: Sequence[Trial], step: int, n_trials: int,
+                      seed: int) -> list[int]:
+    """The architectures of a ladder budget's plan, in slot order, as archhpo fills it: `ladder_plan`'s
+    `ladder_trials` slots, assigned by `carry_up` from the smaller budget's finished trials."""
+    from archhpo.search._ladder import Finished, carry_up, ladder_trials
+    from archhpo.search._plan import ladder_plan
+    from archhpo.search._space import SearchSpace
+
+    rows, idx = grid_rows(budget)
+    n_ext = sum(1 for r in rows if r.extreme)
+    slots = [e.slot for e in ladder_plan(ladder_trials(n_trials, step, n_ext))]
+    done = [Finished(t.run["loss"], t.slot, t.arch.d_model, t.arch.n_layers, (t.arch.idx,), FIXED_PARAMS)
+            for t in finished]
+    plan = carry_up(done, smaller.params, budget.params, rows, SearchSpace(), slots, seed)
+    return [idx[a["arch_idx"]] for a in plan["assignments"]]
 
 
 # ------------------------------------------------------------------------------ strategies
@@ -164,18 +115,21 @@ def _row(a: Arch, k: int, extreme: bool) -> dict[str, Any]:
 class Outcome:
     flops: float
     winner: Arch
-    ranked: list[Arch]  # the strategy's full-length trials, best first (what a ladder carries up)
+    finished: list[Trial]  # the trials trained to full length (what a ladder carries up)
+
+
+def _best(done: list[Trial]) -> Arch:
+    return min(done, key=lambda t: (t.run["loss"], t.slot)).arch
 
 
 def full(trials: list[Trial]) -> Outcome:
-    done = sorted(trials, key=lambda t: (t.run["loss"], t.slot))
-    return Outcome(sum(t.arch.epochs * t.arch.flops_per_epoch for t in trials), done[0].arch, [t.arch for t in done])
+    return Outcome(sum(t.arch.epochs * t.arch.flops_per_epoch for t in trials), _best(trials), list(trials))
 
 
 def median(trials: list[Trial]) -> Outcome:
     """archhpo's median rule (quick warm-up: from epoch 1, after 5 completed trials) on the curves,
     trials taken in plan order as one worker would."""
-    from archhpo.search._study import MedianRule
+    from archhpo.search._rules import MedianRule
 
     rule, done, flops = MedianRule.for_study(True), [], 0.0
     for t in trials:
@@ -189,20 +143,18 @@ def median(trials: list[Trial]) -> Outcome:
                 break
         if not stopped:
             done.append(t)
-    done.sort(key=lambda t: (t.run["loss"], t.slot))
-    return Outcome(flops, done[0].arch, [t.arch for t in done])
+    return Outcome(flops, _best(done), done)
 
 
 def topk_one_epoch(trials: list[Trial], k: int) -> Outcome:
     first = sorted(trials, key=lambda t: (t.run["curve"][0], t.slot))[:k]
     flops = sum(t.arch.flops_per_epoch for t in trials) + sum((t.arch.epochs - 1) * t.arch.flops_per_epoch
                                                               for t in first)
-    out = full(first)
-    return Outcome(flops, out.winner, out.ranked)
+    return Outcome(flops, _best(first), first)
 
 
-def halving(trials: list[Trial]) -> Outcome:
-    """Synchronous successive halving on the rung scores, archhpo's promotions (eta 3)."""
+def halving(trials: list[Trial], eta: int) -> Outcome:
+    """Synchronous successive halving on the table's rung scores, archhpo's promotions."""
     from archhpo.search._halving import promotions
 
     alive, flops = list(trials), 0.0
@@ -211,55 +163,59 @@ def halving(trials: list[Trial]) -> Outcome:
     for rung in range(n_rungs):
         for t in alive:
             epoch = t.run["rung_epochs"][rung]
-            flops += (epoch - reached[t.slot] + (t.run["branch_epochs"][rung] if rung < n_rungs - 1 else 0)) \
-                * t.arch.flops_per_epoch
+            branch = t.run["branch_epochs"][rung] if rung < n_rungs - 1 else 0
+            flops += (epoch - reached[t.slot] + branch) * t.arch.flops_per_epoch
             reached[t.slot] = epoch
         if rung == n_rungs - 1:
             break
-        keep = set(promotions({t.slot: t.run["rung_loss"][rung] for t in alive}, ETA))
+        keep = set(promotions({t.slot: t.run["rung_loss"][rung] for t in alive}, eta))
         alive = [t for t in alive if t.slot in keep]
-    done = sorted(alive, key=lambda t: (t.run["loss"], t.slot))
-    return Outcome(flops, done[0].arch, [t.arch for t in done])
+    return Outcome(flops, _best(alive), alive)
 
 
-def ladder_region(budget: Budget, carried: list[Arch], widen: float) -> list[int]:
-    """The architectures of `budget` whose aspect ratio lies within the carried ones' range (widened
-    by `widen` each way), plus the grid's extremes; all of them when nothing was carried."""
-    if not carried:
-        return sorted(budget.archs)
-    lo, hi = min(a.aspect for a in carried) / widen, max(a.aspect for a in carried) * widen
-    return sorted(i for i, a in budget.archs.items() if lo <= a.aspect <= hi or i in _extremes(budget))
+def strategies(budget: Budget, smaller: Budget | None, below: dict[str, Outcome], step: int, noise: Draw,
+               n_trials: int, topk: int, seed: int) -> dict[str, Outcome]:
+    """Every strategy at one budget of one repeat; `below` holds the smaller budget's outcomes."""
+    design = trials_of(budget, design_plan(budget, n_trials, seed), noise)
+    out = {"design": full(design), "median": median(design), "topk_one_epoch": topk_one_epoch(design, topk),
+           "halving": halving(design, budget.eta)}
+    if smaller is None:  # the smallest budget of a ladder is planned as the design
+        out["halving_ladder"], out["ladder"] = out["halving"], out["design"]
+        return out
+    for name in ("halving_ladder", "ladder"):
+        archs = ladder_plan_archs(budget, smaller, below[name].finished, step, n_trials, seed)
+        planned = trials_of(budget, archs, noise)
+        out[name] = halving(planned, budget.eta) if name == "halving_ladder" else full(planned)
+    return out
 
 
 # ------------------------------------------------------------------------------ the replay
-def replay(budgets: list[Budget], repeats: int, seed: int, n_trials: int = 50, topk: int = 5,
-           widen: float = 1.5) -> dict[str, Any]:
-    """Every strategy on every budget, `repeats` times with different plan seeds."""
-    from archhpo.search._ladder import ladder_trials
+def regret(noise: Draw, winner: Arch, std: float) -> float:
+    """The winner's held-out true mean above the best one's, in seed standard deviations."""
+    gap = noise.truth[winner.idx] - noise.best
+    return gap / std if std > 0 else (0.0 if gap == 0 else math.inf)
 
+
+def replay(budgets: list[Budget], repeats: int, seed: int, n_trials: int = 50, topk: int = 5,
+           held_out: bool = True) -> dict[str, Any]:
+    """Every strategy on every budget, `repeats` studies, each with its own plan seed and noise
+    (`held_out` False: judged by the mean of all seeds, the seed the trials saw included)."""
     regrets: dict[str, list[list[float]]] = {s: [] for s in STRATEGIES}
     same: dict[str, list[list[bool]]] = {s: [] for s in STRATEGIES}  # the design's winner, per budget
     flops: dict[str, float] = dict.fromkeys(STRATEGIES, 0.0)
     for rep in range(repeats):
-        carried: list[Arch] = []
-        carried_full: list[Arch] = []
+        study_seed = random.Random(f"{seed}:{rep}").randrange(2**31)  # one study: one seed for every budget
+        below: dict[str, Outcome] = {}
         per: dict[str, list[float]] = {s: [] for s in STRATEGIES}
         agree: dict[str, list[bool]] = {s: [] for s in STRATEGIES}
         for step, budget in enumerate(budgets):
-            rng = random.Random(f"{seed}:{rep}:{budget.name}")
-            n_ladder = ladder_trials(n_trials, step, len(_extremes(budget)))
-            trials = plan(budget, sorted(budget.archs), n_trials, random.Random(rng.random()))
-            narrowed = plan(budget, ladder_region(budget, carried, widen), n_ladder, random.Random(rng.random()))
-            full_narrowed = plan(budget, ladder_region(budget, carried_full, widen), n_ladder,
-                                 random.Random(rng.random()))
-            outcomes = {"design": full(trials), "median": median(trials), "topk_one_epoch": topk_one_epoch(trials, topk),
-                        "halving": halving(trials), "halving_ladder": halving(narrowed), "ladder": full(full_narrowed)}
-            for name, out in outcomes.items():
+            noise = draw(budget, rep, random.Random(f"{seed}:{rep}:{budget.name}"), held_out)
+            below = strategies(budget, budgets[step - 1] if step else None, below, step, noise, n_trials, topk,
+                               study_seed)
+            for name, out in below.items():
                 flops[name] += out.flops
-                per[name].append((out.winner.mean - budget.best_mean) / budget.seed_std)
-                agree[name].append(out.winner.idx == outcomes["design"].winner.idx)
-            carried = outcomes["halving_ladder"].ranked[:3]  # up the ladder: this budget's best (<= 3)
-            carried_full = outcomes["ladder"].ranked[:3]
+                per[name].append(regret(noise, out.winner, budget.seed_std))
+                agree[name].append(out.winner.idx == below["design"].winner.idx)
         for name in STRATEGIES:
             regrets[name].append(per[name])
             same[name].append(agree[name])
@@ -303,6 +259,16 @@ def verdict(result: dict[str, Any]) -> str:
             f"{'met' if met else 'NOT met'}; beats topk_one_epoch on both measures: {'yes' if beats else 'no'}")
 
 
+def noise_line(budgets: list[Budget], truth_mean: str = "held-out") -> str:
+    """What the replay assumed, in one line: the noise model, eta and the unit of regret per budget."""
+    kind = ("seeds on fixed data: a held-out seed per architecture" if all(b.fixed_data for b in budgets)
+            else "seeds that changed the data: one seed's data per repeat" if not any(b.fixed_data for b in budgets)
+            else "mixed")
+    stds = ", ".join(f"{b.name} {b.seed_std:.3f}" for b in budgets)
+    truth = "the other seeds'" if truth_mean == "held-out" else "every seed's"
+    return f"noise: {kind}, truth = {truth} mean; eta {sorted({b.eta for b in budgets})}; seed std (nats): {stds}"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--truth", type=Path, default=Path(__file__).with_name("search_truth.csv"))
@@ -310,19 +276,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--trials", type=int, default=50, help="planned trials per budget (the design's 50)")
     ap.add_argument("--topk", type=int, default=5, help="topk_one_epoch: trials kept after one epoch")
-    ap.add_argument("--ladder-widen", type=float, default=1.5)
+    ap.add_argument("--truth-mean", choices=("held-out", "all"), default="held-out",
+                    help="judge a choice by the mean of the seeds its trials did not see (default) or of all")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
     if args.repeats < 1:
         raise TableError("--repeats must be at least 1.")
+    start = time.perf_counter()
     budgets = load_table(args.truth)
-    result = replay(budgets, args.repeats, args.seed, args.trials, args.topk, args.ladder_widen)
+    result = replay(budgets, args.repeats, args.seed, args.trials, args.topk, args.truth_mean == "held-out")
+    wall = time.perf_counter() - start
     print(markdown(result, budgets))
+    print(noise_line(budgets, args.truth_mean))
     print(verdict(result))
+    print(f"# {args.repeats} repeats in {wall:.1f} s")
     if args.json:
         doc = {"strategies": result, "budgets": [b.name for b in budgets], "repeats": args.repeats,
                "seed": args.seed, "truth_sha256": hashlib.sha256(args.truth.read_bytes()).hexdigest(),
-               "verdict": verdict(result)}
+               "noise": "fixed data" if all(b.fixed_data for b in budgets) else "seed changes the data",
+               "truth_mean": args.truth_mean, "seed_std": [b.seed_std for b in budgets], "eta": [b.eta for b in budgets],
+               "wall_s": round(wall, 2), "verdict": verdict(result)}
         args.json.write_text(json.dumps(doc, indent=2) + "\n")
     return 0
 

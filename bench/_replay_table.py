@@ -1,0 +1,194 @@
+"""The ground-truth table of bench/search_efficiency.py and the noise of one replayed study.
+
+Two schemas are read (bench/search_truth.py writes both):
+- the first truth's (bench/search_truth.csv): a seed changed the data and the initialisation, and
+  there is no `data_seed` column (or it is empty);
+- the truths of bench/truths/: the same columns plus train_tokens, tokens_per_param, data_seed and
+  duration_s; `data_seed` is set, so every seed of an architecture saw the same data and differs
+  only in initialisation and batch order.
+
+The noise of a real study (`Draw`): one study trains every trial on the same data, each trial with
+its own initialisation.  A replayed repeat therefore fixes the data and gives each trial one of its
+architecture's runs on that data, and judges the chosen architecture by a true mean that leaves
+that run out (leave-one-seed-out), so the noise that drove a choice does not also grade it:
+- seeds that changed the data: the repeat holds out seed k (k = repeat mod the number of seeds, so
+  every data draw is replayed equally often); every trial of every architecture and budget is its
+  architecture's seed-k run (the table has one run on that data, so an architecture's two phase-1
+  trials are the same run), and the truth of an architecture is the mean of its other seeds;
+- seeds on fixed data: per architecture, a held-out seed h drawn at random; the architecture's first
+  trial is seed h, a second trial (phase 1 runs each architecture twice, with a new initialisation)
+  the next seed of a random order of the others (it is then one of the truth's seeds: three seeds
+  cannot leave two out and still average two), and the truth is the mean of the seeds other than h.
+An architecture with one seed is its own truth (nothing can be left out).
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import random
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+NEED = ("budget", "budget_params", "arch_idx", "d_model", "n_layers", "n_heads", "d_ff", "param_count", "seed",
+        "epochs", "flops_per_epoch", "loss", "curve", "rung_epochs", "rung_loss", "branch_epochs")
+
+
+class TableError(SystemExit):
+    def __init__(self, message: str) -> None:
+        super().__init__(f"search_efficiency: {message}")
+
+
+@dataclass
+class Arch:
+    idx: int
+    d_model: int
+    n_layers: int
+    n_heads: int
+    d_ff: int
+    param_count: int
+    epochs: int
+    flops_per_epoch: float
+    runs: list[dict[str, Any]] = field(default_factory=list)  # per seed, seed order: loss, curve, rung_loss, ...
+
+    @property
+    def mean(self) -> float:
+        return statistics.fmean(r["loss"] for r in self.runs)
+
+    def seeds(self) -> list[int]:
+        return [r["seed"] for r in self.runs]
+
+    def run(self, seed: int) -> dict[str, Any]:
+        return next(r for r in self.runs if r["seed"] == seed)
+
+
+@dataclass
+class Budget:
+    name: str
+    params: int
+    archs: dict[int, Arch]
+    fixed_data: bool  # every seed saw the same data (a truth of bench/truths/)
+    eta: int = 3
+
+    @property
+    def seed_std(self) -> float:
+        """Pooled within-architecture standard deviation over seeds (the unit of regret)."""
+        var = [statistics.variance([r["loss"] for r in a.runs]) for a in self.archs.values() if len(a.runs) > 1]
+        return math.sqrt(statistics.fmean(var)) if var else math.nan
+
+
+def _floats(text: str) -> list[float]:
+    return [float(v) for v in text.split(";")] if text else []
+
+
+def _read_rows(path: Path) -> list[dict[str, str]]:
+    try:
+        with open(path) as fh:
+            rows = list(csv.DictReader(fh))
+    except OSError as exc:
+        raise TableError(f"cannot read {path} ({exc.strerror}); make it with bench/search_truth.py.") from None
+    if not rows or not set(NEED) <= set(rows[0]):
+        raise TableError(f"{path} is not a ground-truth table (it needs the columns {', '.join(sorted(NEED))}).")
+    return rows
+
+
+def load_table(path: Path) -> list[Budget]:
+    """The table's budgets, smallest first; a malformed table is refused with one sentence."""
+    rows = _read_rows(path)
+    budgets: dict[str, Budget] = {}
+    try:
+        for r in rows:
+            b = budgets.setdefault(r["budget"], Budget(r["budget"], int(r["budget_params"]), {},
+                                                       bool(r.get("data_seed", "").strip())))
+            a = b.archs.setdefault(int(r["arch_idx"]), Arch(
+                int(r["arch_idx"]), int(r["d_model"]), int(r["n_layers"]), int(r["n_heads"]), int(r["d_ff"]),
+                int(r["param_count"]), int(r["epochs"]), float(r["flops_per_epoch"])))
+            a.runs.append({"seed": int(r["seed"]), "loss": float(r["loss"]), "curve": _floats(r["curve"]),
+                           "rung_epochs": [int(e) for e in r["rung_epochs"].split(";")],
+                           "rung_loss": _floats(r["rung_loss"]), "branch_epochs": _floats(r["branch_epochs"])})
+    except (ValueError, KeyError) as exc:
+        raise TableError(f"{path} has a malformed row ({exc}); regenerate it with bench/search_truth.py.") from None
+    for b in budgets.values():
+        for a in b.archs.values():
+            a.runs.sort(key=lambda r: r["seed"])
+        b.eta = table_eta(b)
+    return sorted(budgets.values(), key=lambda b: b.params)
+
+
+def table_eta(budget: Budget) -> int:
+    """Successive halving's eta, read from the rungs the table records: rung k is at min_fraction x
+    eta^k of a trial's epochs (search/_halving.py), so eta is the ratio of two consecutive rungs
+    below full length.  With a single rung below full length eta is not determined by the rungs;
+    archhpo's default is taken when it fits them (min_fraction x eta >= 1), else the smallest that does."""
+    from archhpo.schema import DEFAULT_ETA
+
+    a = min(budget.archs.values(), key=lambda a: a.idx)
+    epochs, rungs = a.epochs, a.runs[0]["rung_epochs"]
+    below = [e / epochs for e in rungs[:-1]]
+    if len(below) >= 2:
+        return max(2, round(below[1] / below[0]))
+    if len(below) == 1:
+        return max(DEFAULT_ETA, math.ceil(1 / below[0] - 1e-9))
+    return DEFAULT_ETA
+
+
+# ------------------------------------------------------------------------------ the grid, as archhpo marks it
+def grid_rows(budget: Budget) -> tuple[list[Any], list[int]]:
+    """The budget's architectures as archhpo's GridRows (arch_idx = position, extremes marked by the
+    real code: the row closest to the budget among those at each smallest/largest d_model and
+    n_layers) and the table's arch_idx of each position."""
+    from archhpo.budgets import GridRow
+    from archhpo.budgets._grid import _mark_extremes
+
+    idx = sorted(budget.archs)
+    rows = [GridRow(budget=budget.name, arch_idx=k, d_model=a.d_model, n_layers=a.n_layers, n_heads=a.n_heads,
+                    d_ff=a.d_ff, param_count=a.param_count, estimate=None, extreme="")
+            for k, a in enumerate(budget.archs[i] for i in idx)]
+    return _mark_extremes(rows, budget.params), idx
+
+
+def extremes(budget: Budget) -> set[int]:
+    """The table's arch_idx of the grid's extremes."""
+    rows, idx = grid_rows(budget)
+    return {idx[r.arch_idx] for r in rows if r.extreme}
+
+
+# ------------------------------------------------------------------------------ the noise of one repeat
+@dataclass
+class Draw:
+    """One repeat's noise at one budget: each architecture's runs in the order its trials take them
+    (the first is the held-out seed) and its true mean without the held-out seed."""
+
+    order: dict[int, list[int]]
+    truth: dict[int, float]
+
+    def run(self, arch: Arch, occurrence: int) -> dict[str, Any]:
+        """The run of the `occurrence`-th trial (0 = first) of `arch` in the plan."""
+        seeds = self.order[arch.idx]
+        return arch.run(seeds[occurrence % len(seeds)])
+
+    @property
+    def best(self) -> float:
+        return min(self.truth.values())
+
+
+def draw(budget: Budget, repeat: int, rng: random.Random, held_out: bool = True) -> Draw:
+    """The noise of `repeat` at `budget` (module docstring); `held_out` False makes every truth the
+    mean of all seeds, the held-out one included (the comparison the leave-one-out answers)."""
+    order: dict[int, list[int]] = {}
+    truth: dict[int, float] = {}
+    all_seeds = sorted({s for a in budget.archs.values() for s in a.seeds()})
+    for i in sorted(budget.archs):
+        a = budget.archs[i]
+        seeds = a.seeds()
+        if budget.fixed_data:
+            seeds = rng.sample(seeds, len(seeds))  # h first, then a random order of the others
+        else:  # one data draw for the whole repeat: seed k, or (a partial table) the next one it has
+            k = all_seeds[repeat % len(all_seeds)]
+            seeds = [min(seeds, key=lambda s: ((s - k) % (max(all_seeds) + 1), s))]
+        order[i] = seeds
+        rest = [r["loss"] for r in a.runs if r["seed"] != seeds[0] or not held_out] or [r["loss"] for r in a.runs]
+        truth[i] = statistics.fmean(rest)
+    return Draw(order, truth)
