@@ -3,11 +3,12 @@
 # architecture of a ladder to full length at a stated tokens-per-parameter, with 3 init seeds on
 # fixed data, recording each interval's loss and halving's cooldown-branch rung scores.
 #
-# They take about a day of a 2-core machine, so they run in parts ("studies in parts",
+# They take days of a 2-core machine (bench/truths/README.md, cost), so they run in parts ("studies in parts",
 # docs): a working copy outside the checkout, niced workers in the background, and a copy of
 # the database and checkpoints back into the checkout every 15 minutes and at every stop.
 #
-#   bench/truths/truths.sh start t1 t2 t3  # in the background: each truth in turn, 2 niced workers, a save every 15 min
+#   bench/truths/truths.sh start        # in the background, in ORDER (below): stages such as t1:100K,200K,400K
+#   bench/truths/truths.sh start t3     # or named stages (a truth, or truth:budgets), each to the end
 #   bench/truths/truths.sh status t1    # trials per study and state
 #   bench/truths/truths.sh stop         # SIGTERM the workers (each running trial saved between two steps), save all
 #   bench/truths/truths.sh save t1      # copy the live database and checkpoints into bench/truths/studies/
@@ -31,6 +32,10 @@ export RAY_USAGE_STATS_ENABLED=0
 COMMON=(--tokens-per-param 10 --paired-seeds 3 --data-seed 0 --seed 0 --pruner halving --eta 3 --min-fraction 1/9
         --schedule wsd --cooldown 0.2 --trials 200 --tolerance 0.15 --n-heads 2,4,8 --seq-len 128)
 LADDER=(--budget 100K --budget 200K --budget 400K --budget 800K)
+# The order of the work (`start` with no arguments): the budgets up to 400K of every truth first, so
+# that complete truths (T3) and the lower ladders exist days before the 800K budgets (36 trials of
+# about 80 minutes each per truth at this machine's measured 11 GFLOP/s per worker) are done.
+ORDER=(t1:100K,200K,400K t3 t2:100K,200K,400K t1:800K t2:800K)
 
 args_for() {
   case "$1" in
@@ -67,16 +72,28 @@ save() {
   echo "$(date -u +%FT%TZ) saved $t" >&2
 }
 
-work() {  # launch truth $1 and train it to the end with $WORKERS niced workers; 0 when its plan is done
-  local t=$1 pids=() rc=0
+studies_of() {  # the study names of truth $1 limited to budgets $2 (comma-separated; empty: all)
+  local t=$1 budgets=${2:-} b
+  if [[ -z $budgets ]]; then
+    sqlite3 "$WORK/$t.db" "select study_name from studies where study_name like '${t}\\_%' escape '\\' order by 1"
+    return
+  fi
+  for b in ${budgets//,/ }; do
+    sqlite3 "$WORK/$t.db" "select study_name from studies where study_name like '${t}\\_${b}-%' escape '\\'"
+  done
+}
+
+work() {  # launch truth $1, train its budgets $2 (all if empty) to the end with $WORKERS niced workers
+  local t=$1 budgets=${2:-} pids=() rc=0 study_args=() n
   restore "$t"
   # shellcheck disable=SC2046
   "$ARCHHPO" launch --experiment "$t" $(args_for "$t") --storage "sqlite:///$WORK/$t.db"
+  while read -r n; do [[ -n $n ]] && study_args+=(--study "$n"); done < <(studies_of "$t" "$budgets")
   ( while sleep 900; do save "$t" || true; done ) >>"$WORK/$t.saver.log" 2>&1 &
   echo $! >"$WORK/$t.saver.pid"
   for i in $(seq 1 "$WORKERS"); do
-    nice -n 10 "$ARCHHPO" worker --experiment "$t" --storage "sqlite:///$WORK/$t.db" --threads 1 \
-      --checkpoint-dir "$WORK/${t}_ck" >>"$WORK/$t.worker$i.log" 2>&1 &
+    nice -n 10 "$ARCHHPO" worker --experiment "$t" "${study_args[@]}" --storage "sqlite:///$WORK/$t.db" \
+      --threads 1 --checkpoint-dir "$WORK/${t}_ck" >>"$WORK/$t.worker$i.log" 2>&1 &
     pids+=($!); echo $! >"$WORK/$t.worker$i.pid"
   done
   for pid in "${pids[@]}"; do wait "$pid" || rc=$?; done
@@ -86,20 +103,29 @@ work() {  # launch truth $1 and train it to the end with $WORKERS niced workers;
   return "$rc"
 }
 
-finished() {  # every planned trial of truth $1 has ended
-  [[ -f $WORK/$1.db ]] && [[ $(sqlite3 "$WORK/$1.db" "select count(*) from trials where state in ('WAITING','RUNNING')") == 0 ]] \
-    && [[ $(sqlite3 "$WORK/$1.db" "select count(*) from trials") -gt 0 ]]
+finished() {  # every planned trial of truth $1 (of its budgets $2, if given) has ended
+  local t=$1 budgets=${2:-} n open=0 any=0
+  [[ -f $WORK/$t.db ]] || return 1
+  while read -r n; do
+    [[ -n $n ]] || continue
+    any=1
+    open=$((open + $(sqlite3 "$WORK/$t.db" "select count(*) from trials join studies using (study_id)
+      where study_name = '$n' and state in ('WAITING','RUNNING')")))
+  done < <(studies_of "$t" "$budgets")
+  ((any == 1 && open == 0))
 }
 
-chain() {  # the truths in order, each to the end; stops at the first one whose workers were stopped
-  local t pid
+chain() {  # the stages in order (t1, or t1:100K,200K for some budgets), each to the end
+  local stage t budgets pid
   for f in "$WORK"/t*.worker*.pid; do  # workers of an earlier `start` still running: let them finish
     [[ -f $f ]] || continue
     pid=$(cat "$f"); while kill -0 "$pid" 2>/dev/null; do sleep 30; done
   done
-  for t in "$@"; do
-    if finished "$t"; then echo "$t: finished" >&2; continue; fi
-    work "$t" || { echo "$t: workers stopped (exit $?); the chain ends here" >&2; return 1; }
+  for stage in "$@"; do
+    t=${stage%%:*}; budgets=""; [[ $stage == *:* ]] && budgets=${stage#*:}
+    restore "$t"
+    if [[ -f $WORK/$t.db ]] && finished "$t" "$budgets"; then echo "$stage: finished" >&2; continue; fi
+    work "$t" "$budgets" || { echo "$stage: workers stopped (exit $?); the chain ends here" >&2; return 1; }
   done
 }
 
@@ -137,7 +163,7 @@ table() {
 }
 
 case "${1:-}" in
-  start|chain) cmd=$1; shift; if (($# == 0)); then set -- t1 t2 t3; fi; "$cmd" "$@" ;;
+  start|chain) cmd=$1; shift; if (($# == 0)); then set -- "${ORDER[@]}"; fi; "$cmd" "$@" ;;
   stop) stop ;;
   save|status|table|restore|work) "$1" "${2:?which truth: t1, t2 or t3}" ;;
   *) sed -n '2,18p' "$0"; exit 2 ;;
