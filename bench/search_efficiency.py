@@ -52,9 +52,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout, for `python bench/...`
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/_replay_table.py, however this is loaded
 
-from _replay_table import Arch, Budget, Draw, TableError, draw, grid_rows, load_table  # noqa: E402
+from _replay_table import Arch, Budget, Draw, TableError, draw, extremes, grid_rows, load_table  # noqa: E402
 
-__all__ = ["Arch", "Budget", "TableError", "load_table", "main", "replay"]
+__all__ = ["Arch", "Budget", "TableError", "draw", "extremes", "load_table", "main", "replay"]
 
 STRATEGIES = ("design", "median", "topk_one_epoch", "halving", "halving_ladder", "ladder")
 TARGET = {"share_within_1std": 0.9, "flops_ratio": 0.25}
@@ -196,6 +196,12 @@ def regret(noise: Draw, winner: Arch, std: float) -> float:
     return gap / std if std > 0 else (0.0 if gap == 0 else math.inf)
 
 
+def noise_rng(seed: int, repeat: int, budget: Budget) -> random.Random:
+    """The generator of one repeat's noise at one budget (its own, so a budget's draw does not
+    depend on what the strategies did below it)."""
+    return random.Random(f"{seed}:{repeat}:{budget.name}")
+
+
 def replay(budgets: list[Budget], repeats: int, seed: int, n_trials: int = 50, topk: int = 5,
            held_out: bool = True) -> dict[str, Any]:
     """Every strategy on every budget, `repeats` studies, each with its own plan seed and noise
@@ -209,7 +215,7 @@ def replay(budgets: list[Budget], repeats: int, seed: int, n_trials: int = 50, t
         per: dict[str, list[float]] = {s: [] for s in STRATEGIES}
         agree: dict[str, list[bool]] = {s: [] for s in STRATEGIES}
         for step, budget in enumerate(budgets):
-            noise = draw(budget, rep, random.Random(f"{seed}:{rep}:{budget.name}"), held_out)
+            noise = draw(budget, rep, noise_rng(seed, rep, budget), held_out)
             below = strategies(budget, budgets[step - 1] if step else None, below, step, noise, n_trials, topk,
                                study_seed)
             for name, out in below.items():

@@ -1,11 +1,15 @@
 """bench/search_efficiency.py replays search strategies on a ground-truth table; these tables are
-made up so that the right answer is known: its FLOPs arithmetic, its regret and its refusals."""
+made up so that the right answer is known: its FLOPs arithmetic, its regret under a real study's
+noise (the data fixed, leave-one-seed-out truths), the plan shapes and extremes of archhpo's own
+code, eta read from the table, both table schemas and its refusals; one test reads the committed
+bench/search_truth.csv."""
 
 from __future__ import annotations
 
 import csv
 import importlib.util
 import json
+import math
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -27,6 +31,7 @@ def _load(name: str) -> ModuleType:
 
 se = _load("search_efficiency")
 truth = _load("search_truth")
+OLD_COLUMNS = truth.COLUMNS[:17]  # bench/search_truth.csv's schema: no train_tokens, ..., data_seed, duration_s
 
 
 def _table(tmp_path: Path, budgets: dict[str, int], n_archs: int, rung_sign: float = 1.0) -> Path:
@@ -105,3 +110,143 @@ def test_spearman_is_exact_with_ties() -> None:
     assert truth.spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
     assert truth.spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
     assert truth.spearman([1, 1, 2, 3], [1, 2, 3, 4]) == pytest.approx(0.9486832980505138)
+
+
+# ------------------------------------------------------------------------------ issue 32 part 2
+def _arch_rows(budget: str, params: int, archs: list[tuple[int, int, int, list[float]]], rungs: str = "1;3;9",
+               epochs: int = 9, data_seed: str = "") -> list[dict[str, Any]]:
+    """One row per (architecture, seed): archs are (d_model, n_layers, param_count, losses by seed);
+    the curve falls to the loss, every rung score is the loss (rungs rank as the end does)."""
+    n_rungs = len(rungs.split(";"))
+    rows = []
+    for a, (d, layers, count, losses) in enumerate(archs):
+        for seed, loss in enumerate(losses):
+            rows.append({
+                "budget": budget, "budget_params": params, "arch_idx": a, "d_model": d, "n_layers": layers,
+                "n_heads": 2, "d_ff": 2 * d, "param_count": count, "seed": seed, "epochs": epochs,
+                "flops_per_epoch": 1, "loss": loss, "curve": ";".join(repr(loss + 1 - e / epochs)
+                                                                      for e in range(1, epochs + 1)),
+                "rung_epochs": rungs, "rung_loss": ";".join([repr(loss)] * n_rungs),
+                "branch_epochs": ";".join(["0.0"] * n_rungs), "cosine_rung_loss": "", "train_tokens": "",
+                "tokens_per_param": "", "data_seed": data_seed, "duration_s": "",
+            })
+    return rows
+
+
+def _write(tmp_path: Path, rows: list[dict[str, Any]], columns: tuple[str, ...] = truth.COLUMNS) -> Path:
+    path = tmp_path / "t.csv"
+    with open(path, "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=columns, extrasaction="ignore", lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+    return path
+
+
+# A beats B on seed 0 only; the pooled seed std is sqrt((1/3 + 0) / 2).
+A_AND_B = [(64, 2, 100_000, [1.0, 2.0, 2.0]), (64, 3, 100_000, [1.5, 1.5, 1.5])]
+STD = math.sqrt(1 / 6)
+
+
+def test_a_repeat_fixes_the_data_and_leaves_its_seed_out_of_the_truth(tmp_path: Path) -> None:
+    # Seeds that changed the data: repeat k sees seed k's data. k = 0: the design picks A (1.0 < 1.5),
+    # whose truth without seed 0 is 2.0 against B's 1.5: regret 0.5 / std. k = 1, 2: it picks B, regret 0.
+    budgets = se.load_table(_write(tmp_path, _arch_rows("100K", 100_000, A_AND_B), OLD_COLUMNS))
+    assert not budgets[0].fixed_data and budgets[0].seed_std == pytest.approx(STD)
+    result = se.replay(budgets, repeats=3, seed=0)
+    assert result["design"]["share_within_1std"] == pytest.approx(2 / 3)
+    assert result["design"]["regret_std"] == [pytest.approx(0.5 / STD / 3)]
+    # Judged by every seed's mean (A 5/3, B 1.5), picking A on seed 0 costs only 1/6 nats: within 1 std.
+    every = se.replay(budgets, repeats=3, seed=0, held_out=False)
+    assert every["design"]["share_within_1std"] == 1.0
+    assert every["design"]["regret_std"] == [pytest.approx((5 / 3 - 1.5) / STD / 3)]
+
+
+def test_on_fixed_data_each_trial_is_an_init_seed_and_the_first_is_held_out(tmp_path: Path) -> None:
+    budgets = se.load_table(_write(tmp_path, _arch_rows("100K", 100_000, A_AND_B, data_seed="0")))
+    budget = budgets[0]
+    assert budget.fixed_data
+    result = se.replay(budgets, repeats=12, seed=5)
+    held_zero = 0
+    for rep in range(12):
+        noise = se.draw(budget, rep, se.noise_rng(5, rep, budget))
+        trials = se.trials_of(budget, se.design_plan(budget, 50, 0), noise)
+        assert [t.arch.idx for t in trials] == [0, 1, 0, 1]  # both extremes, twice (phase 1)
+        assert trials[0].run["seed"] != trials[2].run["seed"]  # a second trial is a new initialisation
+        assert noise.truth[0] == pytest.approx((sum(A_AND_B[0][3]) - A_AND_B[0][3][trials[0].run["seed"]]) / 2)
+        held_zero += noise.order[0][0] == 0
+    # The design is more than 1 std off exactly when A's held-out seed is seed 0 (its truth is then 2.0);
+    # when seed 0 is A's second trial A is picked but its truth is 1.5, a tie with B.
+    assert 0 < held_zero < 12
+    assert result["design"]["share_within_1std"] == pytest.approx(1 - held_zero / 12)
+    assert result["design"]["regret_std"] == [pytest.approx(held_zero * 0.5 / STD / 12)]
+
+
+@pytest.mark.parametrize(("rungs", "epochs", "eta"), [("1;3;9", 9, 3), ("1;2;4;8", 8, 2), ("3;9", 9, 3), ("1;9", 9, 9)])
+def test_eta_is_read_from_the_rungs_of_the_table(tmp_path: Path, rungs: str, epochs: int, eta: int) -> None:
+    archs = [(64, n, 100_000, [3 - 0.1 * n] * 2) for n in (2, 3, 4, 5)]
+    budgets = se.load_table(_write(tmp_path, _arch_rows("100K", 100_000, archs, rungs, epochs)))
+    assert budgets[0].eta == eta
+
+
+def test_halving_promotes_the_best_1_over_the_tables_eta(tmp_path: Path) -> None:
+    # 4 architectures twice = 8 trials, rungs at epochs 1, 2, 4, 8 (eta 2), no branches, one FLOP an
+    # epoch: 8 x 1, then 4 x 1 more, 2 x 2 more, 1 x 4 more = 20, against the design's 8 x 8.
+    archs = [(64, n, 100_000, [3 - 0.1 * n] * 2) for n in (2, 3, 4, 5)]
+    budgets = se.load_table(_write(tmp_path, _arch_rows("100K", 100_000, archs, "1;2;4;8", 8)))
+    result = se.replay(budgets, repeats=1, seed=0)
+    assert result["halving"]["flops_ratio"] == pytest.approx(20 / 64)
+    assert result["halving"]["regret_std"] == [0.0]
+
+
+def test_the_extremes_are_archhpos_the_rows_closest_to_the_budget(tmp_path: Path) -> None:
+    # At n_layers 2 and 4 the rows closest to 100K are 1 and 3 (not the first of each, 0 and 2);
+    # every row has d_model 64, so the d_model extremes are the closest of all: 1 (a tie with 3, the lower).
+    archs = [(64, 2, 80_000, [2.0, 2.1]), (64, 2, 99_000, [2.0, 2.1]), (64, 4, 120_000, [2.0, 2.1]),
+             (64, 4, 101_000, [2.0, 2.1])]
+    budget = se.load_table(_write(tmp_path, _arch_rows("100K", 100_000, archs)))[0]
+    assert se.extremes(budget) == {1, 3}
+
+
+def test_a_ladder_budget_is_planned_by_archhpos_carry_up(tmp_path: Path) -> None:
+    # The smaller budget's one finished trial has aspect ratio 64/2 = 32: the region is 21.3-48 (L2, L3)
+    # plus the extremes (L2, L12); ladder_trials(6, 1, 2 extremes) = 4 slots, the region's spread
+    # order (extremes first) repeated.
+    small = [(64, 2, 50_000, [2.0, 2.1])]
+    large = [(64, n, 100_000, [2.0, 2.1]) for n in (2, 3, 6, 12)]
+    rows = _arch_rows("50K", 50_000, small) + _arch_rows("100K", 100_000, large)
+    smaller, budget = se.load_table(_write(tmp_path, rows))
+    finished = [se.Trial(0, smaller.archs[0], smaller.archs[0].runs[0])]
+    archs = se.ladder_plan_archs(budget, smaller, finished, step=1, n_trials=6, seed=0)
+    assert len(archs) == 4 and set(archs[:2]) == {0, 3} and archs[2] == 1 and archs[3] == archs[0]
+    # The design's plan of the same budget: every architecture twice (phase 1), extremes first.
+    assert sorted(se.design_plan(budget, 50, 0)) == [0, 0, 1, 1, 2, 2, 3, 3]
+
+
+def test_both_schemas_are_read(tmp_path: Path) -> None:
+    rows = _arch_rows("100K", 100_000, A_AND_B)
+    (tmp_path / "old").mkdir()
+    (tmp_path / "new").mkdir()
+    old = se.load_table(_write(tmp_path / "old", rows, OLD_COLUMNS))
+    new = se.load_table(_write(tmp_path / "new", [{**r, "data_seed": "0", "train_tokens": 10} for r in rows]))
+    assert (old[0].fixed_data, new[0].fixed_data) == (False, True)
+    assert [a.mean for a in old[0].archs.values()] == [a.mean for a in new[0].archs.values()]
+
+
+def test_the_committed_truth_under_a_real_studys_noise(tmp_path: Path) -> None:
+    # bench/search_truth.csv: d_model 64 in every row, pooled seed std 0.016-0.028 nats (docs/benchmarks.md
+    # §12), seeds that changed the data; 3 repeats replay each seed's data once.
+    path = BENCH / "search_truth.csv"
+    budgets = se.load_table(path)
+    assert {a.d_model for b in budgets for a in b.archs.values()} == {64}
+    assert [round(b.seed_std, 3) for b in budgets] == [0.016, 0.024, 0.023, 0.028]
+    assert [b.eta for b in budgets] == [3, 3, 3, 3] and not any(b.fixed_data for b in budgets)
+    held = se.replay(budgets, repeats=3, seed=0)
+    every = se.replay(budgets, repeats=3, seed=0, held_out=False)
+    # Seed 0's data misleads the design at 100K (it picks d64-L3-h2, 1.4 std off without seed 0,
+    # 0.85 std with it); halving is misled on every seed's data.
+    assert held["design"]["within_1std_per_budget"] == [1.0, pytest.approx(2 / 3), 1.0, 1.0]
+    assert every["design"]["share_within_1std"] == 1.0
+    assert held["halving"]["share_within_1std"] == every["halving"]["share_within_1std"] == 0.0
+    assert se.main(["--truth", str(path), "--repeats", "3", "--json", str(tmp_path / "o.json")]) == 0
+    doc = json.loads((tmp_path / "o.json").read_text())
+    assert list(doc["strategies"]) == list(se.STRATEGIES) and doc["noise"] == "seed changes the data"
