@@ -30,6 +30,7 @@ from archhpo.cli._options import (
     TRAIN,
     WORKER,
     Option,
+    family_data,
     family_options,
     options_for,
 )
@@ -102,12 +103,18 @@ def reference() -> str:
         "",
         "A family's own flags, on " + ", ".join(f"`{c}`" for c in FAMILY_COMMANDS) + ". On `launch`/`run`",
         "a comma-separated list makes a flag a dimension of the study's grid, except for flags that",
-        "shape the data (one value per study).",
+        "shape the data (one value per study). `archhpo COMMAND --family NAME --help` shows that family's",
+        "`--data` forms and leaves out the task options its data never reads.",
         "",
     ]
     for name in family_names():
-        opts = family_options(get_family(name))
+        family = get_family(name)
+        opts = family_options(family)
         out += [f"### --family {name}", ""]
+        data = family_data(family)
+        if data is not None:
+            reads = ", ".join(f"`--{o}`" for o in data.task_options) or "no task option (`--horizon`, `--threshold`)"
+            out += [f"`--data`: {data.forms}. Its data reads {reads}.", ""]
         out += [*_table(opts, LAUNCH), ""] if opts else ["No flags of its own.", ""]
     return "\n".join(out).rstrip("\n") + "\n"
 

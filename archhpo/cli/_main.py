@@ -205,7 +205,7 @@ def build_parser(family: Family | None) -> argparse.ArgumentParser:
         sp = sub.add_parser(cmd.name, help=cmd.help, description=description, allow_abbrev=False,
                             conflict_handler="resolve")
         for o in options_for(cmd.name):
-            o.add_to(sp, cmd.name)
+            o.add_to(sp, cmd.name, family)
         if cmd.name in FAMILY_COMMANDS and family is not None:
             group = sp.add_argument_group(f"{family.name} options (--family {family.name})")
             for o in family_options(family):

@@ -97,8 +97,14 @@ class Option:
             return self.type
         return integers if self.type is int and self.name in ARCH_OPTIONS else maybe_list(self.type)
 
-    def help_for(self, command: str) -> str:
-        text = self.help
+    def help_for(self, command: str, family: Family | None = None) -> str:
+        """The help on `command`; with a family, that family's --data forms (FAMILY_DATA)."""
+        data = family_data(family)
+        text = data.forms if self.name == "data" and data is not None else self.help
+        if family is None and self.name == "data":
+            text += " (each family reads its own forms: `--family NAME --help`)"
+        if family is None and self.name in TASK_OPTIONS:
+            text += f" (only --family {', '.join(n for n, d in FAMILY_DATA.items() if self.name in d.task_options)})"
         default = self.default_for(command)
         if self.env:
             text += f" (default ${self.env}, else {self.default})"
@@ -108,8 +114,16 @@ class Option:
             text += "; a comma-separated list makes it a dimension of the study's grid"
         return text.replace("%", "%%")
 
-    def add_to(self, parser: argparse.ArgumentParser | Any, command: str) -> None:
-        kwargs: dict[str, Any] = {"dest": self.key, "default": argparse.SUPPRESS, "help": self.help_for(command)}
+    def applies_to(self, family: Family | None) -> bool:
+        """False for a task option (--horizon) that `family`'s data never reads (FAMILY_DATA)."""
+        data = family_data(family)
+        return data is None or self.name not in TASK_OPTIONS or self.name in data.task_options
+
+    def add_to(self, parser: argparse.ArgumentParser | Any, command: str, family: Family | None = None) -> None:
+        """Add the flag; with `family`, as that family's help shows it (a task option it never reads
+        is still accepted, so one experiment file serves several families, but not listed)."""
+        shown = self.help_for(command, family) if self.applies_to(family) else argparse.SUPPRESS
+        kwargs: dict[str, Any] = {"dest": self.key, "default": argparse.SUPPRESS, "help": shown}
         if self.switch:
             kwargs["action"] = "store_true"
         else:
@@ -125,6 +139,35 @@ class Option:
         if command in self.required:
             kwargs["required"] = True
         parser.add_argument(self.flag_name, **kwargs)
+
+
+@dataclass(frozen=True)
+class FamilyData:
+    """What a built-in family's --data accepts, and the task options its data reads."""
+
+    forms: str
+    task_options: tuple[str, ...] = ()
+
+
+TASK_OPTIONS = ("horizon", "threshold")  # study options only the labelling of some families' data reads
+_PANEL = FamilyData("synthetic[:symbols=N,sectors=N,features=N,steps=N,seed=S] or a CSV/Parquet panel "
+                    "(symbol, sector, price, numeric feature columns, optional date)", TASK_OPTIONS)
+# Per family, as its parse_data (models/data/) reads --data; a family registered elsewhere shows the
+# generic help and every option.
+FAMILY_DATA: dict[str, FamilyData] = {
+    "patchtst": FamilyData("synthetic[:features=N,steps=N,seed=S] or a CSV/Parquet path (a price column and "
+                           "numeric features)", TASK_OPTIONS),
+    "ft_transformer": _PANEL,
+    "csn_transformer": _PANEL,
+    "char_cls": FamilyData("synthetic[:n=N,seed=S] or a CSV path with text and label columns"),
+    "signal": FamilyData("multisignal (or synthetic)[:series=N,length=N,channels=N,seed=S,num_bins=N] "
+                         "(embedded data only)"),
+    "lm": FamilyData("synthetic[:vocab=V,order=K,tokens=T,...] or a UTF-8 text file (read as bytes)"),
+}
+
+
+def family_data(family: Family | None) -> FamilyData | None:
+    return FAMILY_DATA.get(family.name) if family is not None else None
 
 
 def study_option(name: str, type: Callable[[str], Any] | None, commands: tuple[str, ...], **kw: Any) -> Option:
@@ -348,13 +391,16 @@ def argv_value(argv: list[str], flag: str) -> str | None:
 
 __all__ = [
     "ARCH_OPTIONS",
+    "FAMILY_DATA",
     "OPTIONS",
+    "TASK_OPTIONS",
     "STUDY_COMMANDS",
     "TRAINING_OPTIONS",
     "Option",
     "argv_value",
     "config_values",
     "default",
+    "family_data",
     "family_options",
     "load_config",
     "option",

@@ -183,3 +183,42 @@ def test_a_command_can_be_registered(capsys: pytest.CaptureFixture[str]) -> None
         assert seen["loud"] is True and seen["given"] == set()
     finally:
         del COMMANDS["hello"]
+
+
+def test_lm_help_lists_only_what_lm_reads() -> None:
+    """`archhpo run --family lm --help`, as a user runs it: lm's --data forms (a text file, not a
+    CSV/Parquet path) and neither --horizon nor --threshold, which lm's data never reads."""
+    from tests.conftest import run_cli
+
+    done = run_cli("run", "--family", "lm", "--help")
+    assert done.returncode == 0, done.stderr
+    text = " ".join(done.stdout.split())  # argparse wraps the help
+    assert "--horizon" not in text and "--threshold" not in text
+    assert "CSV/Parquet" not in text and "UTF-8 text file" in text and "--data DATA synthetic[:vocab=" in text
+
+
+@pytest.mark.parametrize("family", family_names())
+@pytest.mark.parametrize("command", ["launch", "run", "train"])
+def test_each_family_help_shows_its_own_data_forms_and_task_options(
+    capsys: pytest.CaptureFixture[str], command: str, family: str
+) -> None:
+    from archhpo.cli._options import FAMILY_DATA, TASK_OPTIONS
+
+    assert family in FAMILY_DATA, f"a built-in family needs its --data forms in FAMILY_DATA: {family}"
+    text = _help(capsys, command, "--family", family)
+    assert "".join(FAMILY_DATA[family].forms.split()) in "".join(text.split()), "argparse breaks long words"
+    for name in TASK_OPTIONS:
+        assert (f"--{name}" in text) == (name in FAMILY_DATA[family].task_options), (command, family, name)
+
+
+def test_a_task_option_left_out_of_the_help_is_still_accepted(sqlite_url: str) -> None:
+    """One experiment file may serve several families: lm takes --horizon (it reads nothing of it)."""
+    args = build_parser(get_family("lm")).parse_args(["run", "--family", "lm", "--horizon", "3"])
+    assert args.horizon == 3
+
+
+def test_the_reference_says_which_families_read_a_task_option() -> None:
+    from archhpo.cli._options import option
+
+    text = option("horizon").help_for("run")
+    assert "patchtst" in text and "lm" not in text.split("only")[-1]
