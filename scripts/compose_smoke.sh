@@ -18,6 +18,9 @@
 #
 # Every container uses the host's network (scripts/compose-loopback.yml), so every connection
 # goes to 127.0.0.1. Exit 0 and a final "compose smoke: PASS" line when every check passed.
+# pipefail: a pipe fails when any of its commands does. So no pipe here ends in a reader that
+# may quit before its input ends (head, grep -q/-m, sed q): the writer would die of SIGPIPE and
+# fail the step at random (tests/test_scripts.py checks every such script for this).
 set -euo pipefail
 
 REPO="$(cd "$(dirname "$0")/.." && pwd)"
@@ -41,7 +44,7 @@ compose() {
 find_compose() {
     if docker compose version >/dev/null 2>&1; then
         COMPOSE=(docker compose)
-    elif docker-compose version 2>/dev/null | grep -Eq 'version v?2\.'; then
+    elif [[ "$(docker-compose version 2>/dev/null || true)" =~ version\ v?2\. ]]; then
         COMPOSE=(docker-compose)
     else
         echo "Docker Compose v2 is needed (docker compose plugin, or docker-compose 2.x); install it and rerun." >&2
@@ -113,7 +116,7 @@ stack_up() {
         || { compose ps -a; fail "the stack did not come up healthy"; }
     local state
     state="$(compose ps --format '{{.Service}}={{.Health}}' | sort | tr '\n' ' ')"
-    case "$state" in *"postgres=healthy"*"ray-head=healthy"*) ;; *) fail "unhealthy: $state" ;; esac
+    case "$state" in *"dashboard=healthy"*"postgres=healthy"*"ray-head=healthy"*) ;; *) fail "unhealthy: $state" ;; esac
     log "stack up and healthy in $(( SECONDS - t )) s: $state"
 }
 
@@ -142,13 +145,15 @@ run_study_killing_a_worker() {
         sleep 2; waited=$((waited + 2))
         [ "$waited" -lt 600 ] || fail "no two trials running after 600 s"
     done
-    local victim
-    victim="$(compose ps -q ray-worker | head -n 1)"
+    local workers victim
+    workers="$(compose ps -q ray-worker)"
+    victim="${workers%%$'\n'*}"
+    [ -n "$victim" ] || fail "no ray-worker container to kill"
     docker kill "$victim" >/dev/null
     log "two trials running: killed worker container ${victim:0:12} ($(count_trials COMPLETE) trials complete so far)"
     wait "$driver" || { cat "$WORK/driver.log"; fail "the driver failed"; }
     log "study finished in $(( SECONDS - t )) s; driver summary:"
-    grep -E "complete, .* pruned" "$WORK/driver.log" | sed 's/^/    /'
+    sed -n '/complete, .* pruned/s/^/    /p' "$WORK/driver.log"
 }
 
 # Every planned slot of every budget finished exactly once (COMPLETE or PRUNED), in the CSV
@@ -201,21 +206,36 @@ print(' '.join(sorted({n['NodeManagerAddress'] for n in ray.nodes()})), len(ray.
     log "Ray nodes (${addrs##* } incl. the dead one) announced only: ${addrs% *}"
 }
 
+# Before any study the dashboard serves its placeholder (an empty study list), healthy and
+# without restarting: `archhpo dashboard` alone exits on a database without Optuna's tables.
+check_dashboard_waits_for_the_first_study() {
+    local url="http://127.0.0.1:$SMOKE_DASHBOARD_PORT/api/studies" restarts
+    python3 - "$url" <<'PY' || fail "the dashboard at $url does not serve an empty study list on an empty database"
+import json, sys, urllib.request
+body = json.load(urllib.request.urlopen(sys.argv[1], timeout=10))
+print("    dashboard on the empty database:", body)
+sys.exit(0 if body.get("study_summaries") == [] and body.get("waiting_for_first_study") else 1)
+PY
+    restarts="$(docker inspect -f '{{.RestartCount}}' "$(compose ps -q dashboard)")"
+    [ "$restarts" = 0 ] || fail "the dashboard container restarted $restarts times on the empty database"
+    log "dashboard healthy on the empty database: a placeholder page, no restart"
+}
+
 check_dashboard() {
     local url="http://127.0.0.1:$SMOKE_DASHBOARD_PORT/api/studies"
     python3 - "$url" "$EXPERIMENT" "${BUDGETS[@]}" <<'PY' || fail "the dashboard at $url does not list the studies"
 import json, sys, time, urllib.request
 url, exp, budgets = sys.argv[1], sys.argv[2], sys.argv[3:]
-for _ in range(60):
+want, names = {f"{exp}_{b}" for b in budgets}, set()
+for _ in range(60):  # the placeholder gives way to optuna-dashboard within seconds of the first study
     try:
         body = json.load(urllib.request.urlopen(url, timeout=5))
-        break
+        names = {s["study_name"] for s in body.get("study_summaries", body.get("studies", []))}
+        if want <= names:
+            break
     except OSError:
-        time.sleep(2)
-else:
-    sys.exit(1)
-names = {s["study_name"] for s in body.get("study_summaries", body.get("studies", []))}
-want = {f"{exp}_{b}" for b in budgets}
+        pass
+    time.sleep(2)
 print("    dashboard lists:", sorted(names))
 sys.exit(0 if want <= names else 1)
 PY
@@ -237,9 +257,14 @@ check_secrets() {
     fi
     # The scan's own check: a running container's environment does hold both (that is how
     # they reach it), so the same grep finds them there.
-    docker inspect "$(compose ps -q postgres)" "$(compose ps -q ray-head)" | grep -qF "$POSTGRES_PASSWORD" \
+    # Read whole into a variable, not piped into `grep -q`: grep would quit at the first match
+    # and, under pipefail, docker's SIGPIPE would fail the check (about 1 run in 5).
+    local inspect
+    inspect="$(docker inspect "$(compose ps -q postgres)" "$(compose ps -q ray-head)")"
+    [[ "$inspect" == *"$POSTGRES_PASSWORD"* ]] \
         || fail "the secret scan cannot see the password even where it is expected"
-    docker inspect "$(compose ps -q ray-head)" | grep -qF "$RAY_AUTH_TOKEN" \
+    inspect="$(docker inspect "$(compose ps -q ray-head)")"
+    [[ "$inspect" == *"$RAY_AUTH_TOKEN"* ]] \
         || fail "the secret scan cannot see the Ray token even where it is expected"
     log "secrets: in none of image inspect, build history, service logs ($(wc -l < "$where/logs.txt") lines), driver log, results"
 }
@@ -267,6 +292,7 @@ main() {
     log "compose smoke: project $PROJECT in $WORK with ${COMPOSE[*]} ($("${COMPOSE[@]}" version --short 2>/dev/null))"
     build_images
     stack_up
+    check_dashboard_waits_for_the_first_study
     run_study_killing_a_worker
     check_results
     check_ray_nodes_on_loopback

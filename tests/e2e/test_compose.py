@@ -235,8 +235,86 @@ def test_dashboards_listen_on_loopback_by_default(compose):
     head = as_argv(compose["services"]["ray-head"]["command"])
     assert "--dashboard-host=127.0.0.1" in head
     dash = compose["services"]["dashboard"]
-    assert as_argv(dash["command"])[:1] == ["dashboard"]
+    assert as_argv(dash["entrypoint"])[:2] == ["python", "-c"], "the dashboard's wait-for-a-study entrypoint"
+    assert "--host" in as_argv(dash["command"])
     assert [ip for ip, _ in published_ports(dash)] == ["127.0.0.1"]
+
+
+# ----------------------------------------------------------------------------- the dashboard
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _dashboard_argv(svc: dict[str, Any], *args: str) -> list[str]:
+    """The dashboard's entrypoint, run by this interpreter (the image's `python`)."""
+    entry = as_argv(svc["entrypoint"])
+    return [sys.executable, *entry[1:], *args]
+
+
+def _healthcheck_argv(svc: dict[str, Any]) -> list[str]:
+    test = as_argv(svc["healthcheck"]["test"])
+    assert test[:2] == ["CMD", "python"], test
+    return [sys.executable, *test[2:]]
+
+
+def test_dashboard_healthcheck_asks_the_port_it_serves(compose):
+    dash = compose["services"]["dashboard"]
+    cmd = as_argv(dash["command"])
+    port = cmd[cmd.index("--port") + 1]
+    assert any(a.endswith(f"127.0.0.1:{port}/api/studies") for a in _healthcheck_argv(dash))
+    assert any(p.endswith(f":{port}") for p in dash["ports"]), "the published port is the one served"
+    over = yaml.load(interpolate(LOOPBACK_OVERRIDE.read_text(), secrets_env(SMOKE_DASHBOARD_PORT="18999")),
+                     Loader=_ResetLoader)["services"]["dashboard"]
+    cmd = as_argv(over["command"])
+    assert cmd[cmd.index("--port") + 1] == "18999"
+    assert _healthcheck_argv(over)[-1] == "http://127.0.0.1:18999/api/studies"
+
+
+def test_dashboard_becomes_archhpo_dashboard_with_its_arguments(compose, tmp_path):
+    """Where no PostgreSQL study database is to wait for, it is `archhpo dashboard` at once."""
+    dash = compose["services"]["dashboard"]
+    calls = run_logged(_dashboard_argv(dash, *as_argv(dash["command"])), tmp_path, ("archhpo",),
+                       env={"ARCHHPO_STORAGE": f"sqlite:///{tmp_path}/x.db"})
+    assert calls == [["archhpo", "dashboard", *as_argv(dash["command"])]]
+
+
+def test_dashboard_reports_a_database_it_cannot_read_as_unhealthy(compose, tmp_path):
+    """Nothing listens on the database port: the placeholder page answers 503, so the
+    healthcheck fails (and the container is not restarted in a loop meanwhile)."""
+    pytest.importorskip("psycopg2")
+    import time
+    import urllib.error
+    import urllib.request
+
+    dash = compose["services"]["dashboard"]
+    port = _free_port()
+    env = {**os.environ, "ARCHHPO_STORAGE": f"postgresql://archhpo@127.0.0.1:{_free_port()}/archhpo"}
+    proc = subprocess.Popen(_dashboard_argv(dash, "--host", "127.0.0.1", "--port", str(port)), env=env,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        code = None
+        for _ in range(100):
+            try:
+                code = urllib.request.urlopen(f"http://127.0.0.1:{port}/api/studies", timeout=5).status
+            except urllib.error.HTTPError as exc:
+                code = exc.code
+            except OSError:
+                time.sleep(0.2)
+                continue
+            break
+        assert code == 503
+        health = _healthcheck_argv(dash)
+        health[-1] = f"http://127.0.0.1:{port}/api/studies"
+        assert subprocess.run(health, capture_output=True, timeout=30).returncode != 0
+        assert proc.poll() is None, "the entrypoint must keep waiting, not exit"
+    finally:
+        proc.terminate()
+        _, err = proc.communicate(timeout=30)
+    assert "cannot read the database" in err and CANARY not in err
 
 
 # ----------------------------------------------------------------------------- secrets
@@ -244,7 +322,7 @@ def test_database_url_has_no_password_and_password_comes_from_env_file(compose):
     for name in DB_SERVICES:
         env = environment(compose["services"][name])
         url = env["ARCHHPO_STORAGE"]
-        assert re.fullmatch(r"postgresql\+psycopg2://archhpo@postgres:5432/archhpo", url), url
+        assert re.fullmatch(r"postgresql://archhpo@postgres:5432/archhpo", url), url
         assert env["PGPASSWORD"] == CANARY, f"{name}: PGPASSWORD must come from POSTGRES_PASSWORD in .env"
     pg = environment(compose["services"]["postgres"])
     assert pg["POSTGRES_PASSWORD"] == CANARY and pg["POSTGRES_USER"] == "archhpo" and pg["POSTGRES_DB"] == "archhpo"
@@ -653,7 +731,7 @@ def test_loopback_override_moves_postgres_off_the_hosts_port():
     assert "port=55999" in pg["command"] and "-p 55999" in " ".join(pg["healthcheck"]["test"])
     for name in ("ray-worker", "dashboard", "driver"):
         url = environment(over["services"][name])["ARCHHPO_STORAGE"]
-        assert url == "postgresql+psycopg2://archhpo@postgres:55999/archhpo", name
+        assert url == "postgresql://archhpo@postgres:55999/archhpo", name
 
 
 # ----------------------------------------------------------------------------- the real stack
