@@ -38,4 +38,23 @@ def atomic_write(path: Path, content: str | bytes | Callable[[BinaryIO], object]
         raise
 
 
-__all__ = ["atomic_write"]
+def unwritable(directory: Path) -> str | None:
+    """Why files cannot be written into `directory` (made with its parents when missing), or None.
+
+    Asked before a run creates anything, so nothing is left behind: the nearest folder that exists
+    is tried with an anonymous temporary file (O_TMPFILE: it never gets a name), which finds a
+    read-only mount or a missing permission that os.access alone misses (root, NFS)."""
+    probe = Path(directory).absolute()
+    while not probe.exists() and probe.parent != probe:
+        probe = probe.parent
+    if not probe.is_dir():
+        return f"{probe} is a file, not a folder"
+    try:
+        with tempfile.TemporaryFile(dir=probe):
+            pass
+    except OSError as exc:
+        return f"{probe}: {exc.strerror or exc}"
+    return None
+
+
+__all__ = ["atomic_write", "unwritable"]

@@ -27,6 +27,11 @@ class StorageError(ArchhpoError):
     """The study database cannot be reached or used."""
 
 
+class OutputError(ArchhpoError):
+    """A folder or file archhpo must write (results, checkpoints, the SQLite database) cannot be
+    written: refused before a run starts, or the run stopped when a later write failed."""
+
+
 class StudyError(ArchhpoError):
     """A study that does not exist or does not match what was asked for."""
 
@@ -56,6 +61,7 @@ __all__ = [
     "DataError",
     "MemoryRefused",
     "NonFiniteLoss",
+    "OutputError",
     "StorageError",
     "StudyError",
     "TrialLost",

@@ -135,10 +135,10 @@ def _packed_placement(device: str, gpus: int, workers: int, fit: int, tail: str)
 
 
 
-def _probe_gpu_memory() -> int | None:
-    """Memory of the smallest GPU this process can see, read without initialising CUDA here
-    (nvidia-smi first): a Ray worker process that initialised CUDA with every GPU visible would
-    ignore the CUDA_VISIBLE_DEVICES Ray gives a later task in the same process."""
+def gpu_memories() -> list[int]:
+    """Memory of each GPU this process can see, read without initialising CUDA here (nvidia-smi
+    first): a Ray worker process that initialised CUDA with every GPU visible would ignore the
+    CUDA_VISIBLE_DEVICES Ray gives a later task in the same process."""
     import shutil
     import subprocess
 
@@ -149,18 +149,28 @@ def _probe_gpu_memory() -> int | None:
                                  capture_output=True, text=True, timeout=30, check=True).stdout
             mib = [int(float(x)) for x in out.split() if x.strip()]
             if mib:
-                return min(mib) * 2**20
+                return [m * 2**20 for m in mib]
         except (OSError, ValueError, subprocess.SubprocessError):
             pass
     import torch
 
     if not torch.cuda.is_available():
-        return None
-    return min(int(torch.cuda.get_device_properties(i).total_memory) for i in range(torch.cuda.device_count()))
+        return []
+    return [int(torch.cuda.get_device_properties(i).total_memory) for i in range(torch.cuda.device_count())]
 
 
-def _gpu_memory() -> int | None:
-    """Memory of the smallest GPU of the cluster, or None without GPUs (or when it cannot be read).
+def _probe_gpu_memory() -> int | None:
+    """Memory of the smallest GPU this process can see (None without one)."""
+    return min(gpu_memories(), default=None)
+
+
+def _probe_largest_gpu_memory() -> int | None:
+    return max(gpu_memories(), default=None)
+
+
+def _gpu_memory(largest: bool = False) -> int | None:
+    """Memory of the smallest GPU of the cluster (the largest with `largest`), or None without GPUs
+    (or when it cannot be read).
 
     Probed by a task on every GPU node that asks for no GPU and no CPU, so it runs at once even on
     a busy cluster, and sees every GPU of its node (docs/design.md §10); max_calls=1: its process exits
@@ -171,7 +181,8 @@ def _gpu_memory() -> int | None:
     nodes = [n["NodeID"] for n in ray.nodes() if n.get("Alive") and n.get("Resources", {}).get("GPU", 0) >= 1]
     if not nodes:
         return None
-    task = ray.remote(max_calls=1)(_probe_gpu_memory)  # max_calls cannot be given to .options()
+    probe = _probe_largest_gpu_memory if largest else _probe_gpu_memory
+    task = ray.remote(max_calls=1)(probe)  # max_calls cannot be given to .options()
     refs = [task.options(num_cpus=0, num_gpus=0,
                          scheduling_strategy=NodeAffinitySchedulingStrategy(n, soft=False)).remote()
             for n in nodes]
@@ -179,7 +190,7 @@ def _gpu_memory() -> int | None:
         sizes = [m for m in ray.get(refs, timeout=300) if m]
     except Exception:  # a node that cannot run the probe: placement falls back to a GPU per trial
         return None
-    return min(sizes) if sizes else None
+    return (max(sizes) if largest else min(sizes)) if sizes else None
 
 
 def place_workers(queues: list[TrialQueue], opts: RunOptions) -> Placement:

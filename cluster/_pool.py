@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 import uuid
 from typing import Any, TextIO
 
+from archhpo.cluster._capacity import check_capacity, cluster_worker
 from archhpo.cluster._options import DEFAULT_WORKERS, RunOptions
 from archhpo.cluster._placement import Placement, _cluster_gpus, place_workers
 from archhpo.cluster._progress import progress_line
 from archhpo.cluster._tasks import gpu_task, start_by_share
+from archhpo.errors import OutputError
 from archhpo.schema import Attr
 from archhpo.search._queue import PlanStatus, TrialQueue
 
@@ -38,6 +41,8 @@ class _Pool:
         return gpu_task(share, self.threads, bool(self.opts.ray_address))
 
     def start(self) -> None:
+        if self.opts.ray_address:  # a local run was checked before its studies were written
+            check_capacity([q.settings for q in self.queues.values()], cluster_worker(self.opts))
         if self.opts.workers is None:  # one worker per GPU of the cluster, else DEFAULT_WORKERS
             self.opts.workers = _cluster_gpus() or DEFAULT_WORKERS
         self.placement = place_workers(list(self.queues.values()), self.opts)
@@ -112,7 +117,8 @@ class _Pool:
             self.opts.progress()
 
     def stop(self) -> None:
-        """Ctrl-C: cancel the tasks (each gives its trial back) and requeue what is left."""
+        """Ctrl-C, or results that cannot be written (OutputError from `progress`): cancel the tasks
+        (each gives its trial back) and requeue what is left."""
         import ray
 
         self.out.write(f"\nStopping workers: each saves its trial where it stands and gives it back (waiting up "
@@ -124,5 +130,6 @@ class _Pool:
         except KeyboardInterrupt:  # an impatient second Ctrl-C (or SIGTERM) must not skip the requeue
             self.out.write("Not waiting for the workers' saves; requeueing their trials now.\n")
         requeued = sum(q.requeue_running(lambda a: a.get("run_id") == self.run_id) for q in self.queues.values())
-        self.progress()
+        with contextlib.suppress(OutputError):  # the write that stopped the run would fail again
+            self.progress()
         self.out.write(f"Stopped; {requeued} trial(s) requeued by the driver. Run the same command to resume.\n")

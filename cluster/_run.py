@@ -28,6 +28,7 @@ from archhpo.cluster._progress import _fmt_eta, eta_s, progress_line
 from archhpo.cluster._ray_private import loopback_only, token_auth_without_advice
 from archhpo.cluster._tasks import gpu_task, start_by_share, task_options, worker_task
 from archhpo.config import Environment
+from archhpo.errors import OutputError
 from archhpo.search._queue import PlanStatus, TrialQueue
 from archhpo.search._storage import mask_url, open_storage
 from archhpo.workers._memory import CUDA_CONTEXT_BYTES
@@ -84,7 +85,7 @@ def run_workers(
         statuses = pool.supervise()
         pool.progress()
         return statuses
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, OutputError):  # Ctrl-C, or the results cannot be written: stop cleanly
         pool.stop()
         raise
     finally:

@@ -44,14 +44,15 @@ from archhpo.cli._options import (
     options_for,
 )
 from archhpo.cli._study_cmds import EXIT_UNHEALTHY as EXIT_UNHEALTHY
+from archhpo.cli._study_cmds import _check_outputs, cmd_export, cmd_launch, cmd_run, cmd_worker
 from archhpo.cli._study_cmds import _stop_like_ctrl_c as _stop_like_ctrl_c
-from archhpo.cli._study_cmds import cmd_export, cmd_launch, cmd_run, cmd_worker
 from archhpo.config import Environment
 from archhpo.errors import ArchhpoError
 from archhpo.models import Family, family_names, get_family
 
 EXIT_USER_ERROR = 2
 EXIT_INTERRUPTED = 130
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: what a shell reports for `yes | head`'s `yes`
 
 
 # ----------------------------------------------------------------------------- commands
@@ -120,6 +121,13 @@ def cmd_report(args: argparse.Namespace) -> int:
     if args.compute is not None and not (math.isfinite(args.compute) and args.compute > 0):
         raise ArchhpoError(f"--compute {args.compute:g} must be a positive number of FLOPs, such as 1e18.")
     storage = args.storage or (None if args.csv else args.env.storage)  # --storage, else $ARCHHPO_STORAGE
+    _check_outputs(None, out=args.out)
+    if storage is not None:  # no result at all: say why first (the figures alone would not)
+        from archhpo.report._failures import why_all_failed
+
+        failed = why_all_failed(storage, experiment=args.experiment)
+        if failed:
+            print(f"archhpo: {failed}", file=sys.stderr)
     report = write_report(args.experiment, storage=storage, csv=args.csv, out=args.out,
                           reference=args.reference, compute=args.compute)
     for path in report.files:
@@ -295,6 +303,19 @@ def _other_family_flag(argv: Sequence[str], command: str | None, family: Family 
                                f"add --family {owners[0]} or drop {flag}.")
 
 
+def _stdout_to_devnull() -> None:
+    """The reader of stdout went away (`archhpo grid | head`): exit quietly, as command-line tools
+    do, instead of a BrokenPipeError traceback; what is still buffered would fail again when the
+    interpreter flushes it at exit, so stdout goes to /dev/null."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # a replaced sys.stdout (tests) has no file descriptor
+        pass
+    finally:
+        os.close(devnull)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = _attach_negative_values(list(sys.argv[1:] if argv is None else argv))  # a copy (PGPASSWORD)
     _hide_passwords_from_ps()
@@ -317,7 +338,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             import optuna
 
             optuna.logging.set_verbosity(optuna.logging.INFO if args.verbose else optuna.logging.WARNING)
-        return int(args.func(args) or 0)
+        code = int(args.func(args) or 0)
+        sys.stdout.flush()  # a reader gone (`| head`) shows here, not as a traceback at exit
+        return code
+    except BrokenPipeError:
+        _stdout_to_devnull()
+        return EXIT_BROKEN_PIPE
     except ArchhpoError as exc:
         print(f"archhpo: error: {exc}", file=sys.stderr)
         return EXIT_USER_ERROR

@@ -6,20 +6,22 @@ import argparse
 import contextlib
 import functools
 import json
+import os
 import signal
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from archhpo.cli._family import _family_values
 from archhpo.cli._options import ARCH_OPTIONS
 from archhpo.config import Data, StudyConfig, family_options_of
-from archhpo.errors import ArchhpoError
+from archhpo.errors import ArchhpoError, OutputError
 from archhpo.models import get_family
 
 EXIT_UNHEALTHY = 3  # `worker`: a sticky CUDA fault; do not reuse this process or its GPU context
+EXIT_ALL_FAILED = 1  # `run`: every trial failed (the report says why); rerunning the same would too
 
 
 def _pins(args: argparse.Namespace) -> dict[str, list[int]]:
@@ -54,7 +56,8 @@ def _study_config(args: argparse.Namespace) -> StudyConfig:
     return StudyConfig.from_options(vars(args), given=sorted(args.given), family_options=family)
 
 
-def _launch_all(args: argparse.Namespace) -> list[str]:
+def _launch_all(args: argparse.Namespace, check: Callable[[list[Any]], None] | None = None) -> list[str]:
+    """Create or reload every study; `check(settings)` may refuse them before anything is written."""
     from archhpo.search._storage import mask_url, open_storage, resolve_storage_url
     from archhpo.search._study import launch
 
@@ -62,6 +65,9 @@ def _launch_all(args: argparse.Namespace) -> list[str]:
         raise ArchhpoError("--experiment is required; give it on the line or as `experiment` in --config.")
     url = resolve_storage_url(args.storage, args.env)
     settings = _all_settings(args)  # validate all before writing
+    _check_outputs(url)
+    if check is not None:
+        check(settings)
     storage = open_storage(url, timing=args.env)
     names = []
     for s in settings:
@@ -77,6 +83,26 @@ def _launch_all(args: argparse.Namespace) -> list[str]:
               file=sys.stderr)
         names.append(s.study_name)
     return names
+
+
+def _check_outputs(url: str | None, out: str | None = None, checkpoint_dir: str | None = None) -> None:
+    """Refuse, before a study is created, a folder the command would fail to write later: --out,
+    --checkpoint-dir and the SQLite database's folder (an existing database file, too)."""
+    from archhpo._io import unwritable
+    from archhpo.search._storage import is_sqlite, sqlite_path
+
+    for flag, where in (("--out", out), ("--checkpoint-dir", checkpoint_dir)):
+        reason = unwritable(Path(where)) if where else None
+        if reason:
+            raise OutputError(f"{flag} {where} cannot be written ({reason}); pass a folder you can write to "
+                              f"as {flag}.")
+    db = sqlite_path(url) if url and is_sqlite(url) else None
+    if db is None or not db.parent.is_dir():  # a missing folder: open_storage says so
+        return
+    reason = unwritable(db.parent) or (f"{db} is read-only" if db.exists() and not os.access(db, os.W_OK) else None)
+    if reason:
+        raise OutputError(f"The SQLite database {db} cannot be written ({reason}); pass a --storage in a "
+                          "folder you can write to.")
 
 
 def _all_settings(args: argparse.Namespace) -> list[Any]:
@@ -139,6 +165,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     from archhpo.workers import Worker
 
     url = resolve_storage_url(args.storage, args.env)
+    _check_outputs(url, checkpoint_dir=args.checkpoint_dir)
     names = _addressed_studies(args, open_storage(url, create=False, timing=args.env))
     queues = [TrialQueue(url, n, timing=args.env) for n in names]  # $ARCHHPO_HEARTBEAT_S, _GRACE_S, _REAP_S
     # SIGTERM/SIGINT give the running trial back to the queue (same attempt) and exit 128+signal.
@@ -169,31 +196,48 @@ def cmd_run(args: argparse.Namespace) -> int:
                       checkpoint_every=args.checkpoint_every, threads=args.threads,
                       stop_wait_s=args.env.stop_wait_s, timing=args.env)
     check_run_options(url, opts)  # refused means nothing written: before _launch_all opens the database
+    # The checkpoints of a run on a Ray cluster are written on its nodes: the driver cannot check them.
+    _check_outputs(url, out=args.out, checkpoint_dir=None if args.ray_address else args.checkpoint_dir)
     with _stop_like_ctrl_c():
         return _launch_and_run(args, url, opts)
 
 
 def _launch_and_run(args: argparse.Namespace, url: str, opts: Any) -> int:
+    from archhpo.cluster._capacity import check_local_capacity
     from archhpo.cluster._run import finished_plans, run_workers
     from archhpo.report._export import export_studies
     from archhpo.search._storage import open_storage
 
-    names = _launch_all(args)
+    names = _launch_all(args, check=lambda settings: check_local_capacity(settings, opts))
     out_dir = Path(args.out)
     storage = open_storage(url, create=False, timing=args.env)
     statuses = finished_plans(url, names, args.env)
+    export = functools.partial(_export_or_stop, export_studies, storage, names, out_dir)
     if statuses:  # nothing to train: say so without starting Ray (that alone takes ~30 s)
         _print_statuses(statuses)
         print(f"the plan of {', '.join(names)} is finished; nothing to run (a new --experiment starts a new "
               "study)", file=sys.stderr)
         # The results are still (re)written: a driver killed before its last export left them stale.
-        export_studies(storage, names, out_dir)
+        export()
     else:  # the cluster calls back as trials finish; the command line writes the results
-        opts.progress = lambda: export_studies(storage, names, out_dir)
-        _print_statuses(run_workers(url, names, opts))
+        opts.progress = export
+        statuses = run_workers(url, names, opts)
+        _print_statuses(statuses)
     print(f"results in {Path(args.out).resolve()}", file=sys.stderr)
-    _report_after_run(args, url)
-    return 0
+    all_failed = _report_after_run(args, url, names)
+    return EXIT_ALL_FAILED if all_failed else 0
+
+
+def _export_or_stop(export: Callable[..., Any], storage: Any, names: list[str], out_dir: Path) -> None:
+    """Write the results; a write that fails (a full disk, a folder made read-only or replaced)
+    becomes one sentence naming the path, and the pool stops and gives its trials back."""
+    try:
+        export(storage, names, out_dir)
+    except OSError as exc:
+        where = exc.filename or out_dir
+        raise OutputError(f"Cannot write the results to {where} ({exc.strerror or exc}); the run stopped and "
+                          "gave its trials back: make room or pass another --out, then run the same command "
+                          "to resume.") from None
 
 
 @contextlib.contextmanager
@@ -223,30 +267,38 @@ def _print_statuses(statuses: dict[str, Any]) -> None:
               file=sys.stderr)
 
 
-def _report_after_run(args: argparse.Namespace, url: str) -> None:
+def _report_after_run(args: argparse.Namespace, url: str, names: list[str]) -> bool:
     """`run` ends with the report of the whole experiment; a report that cannot be written is a
-    warning (the trials are done and exported), never a failed run."""
+    warning (the trials are done and exported), never a failed run.  True when every trial of
+    `names` failed: the report then leads with why."""
+    from archhpo.report._failures import why_all_failed
     from archhpo.report._page import fit_line, write_report
 
+    failed = why_all_failed(url, names)
+    if failed:
+        print(f"archhpo: {failed}", file=sys.stderr)
     try:
         report = write_report(args.experiment, storage=url, out=args.out)
     except Exception as exc:  # noqa: BLE001
         print(f"archhpo: warning: report not written ({type(exc).__name__}: {exc}); "
               f"`archhpo report --experiment {args.experiment}` retries it", file=sys.stderr)
-        return
+        return failed is not None
     print(fit_line(report.fit), file=sys.stderr)
     if report.compute:
         print(report.compute, file=sys.stderr)
     for line in report.baselines:
         print(f"baseline {line}", file=sys.stderr)
     print(f"report: {report.html.resolve()}", file=sys.stderr)
+    return failed is not None
 
 
 def cmd_export(args: argparse.Namespace) -> int:
     from archhpo.report._export import export_studies
     from archhpo.search._storage import open_storage, resolve_storage_url
 
-    storage = open_storage(resolve_storage_url(args.storage, args.env), create=False, timing=args.env)
+    url = resolve_storage_url(args.storage, args.env)
+    _check_outputs(url, out=args.out)
+    storage = open_storage(url, create=False, timing=args.env)
     names = _addressed_studies(args, storage)
     for path in export_studies(storage, names, Path(args.out)):
         print(path)
