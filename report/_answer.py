@@ -40,8 +40,10 @@ def nd_fit(frame: pd.DataFrame, n_boot: int = 1000) -> dict[str, Any]:
 
 
 def _shape(row: Any) -> str:
-    return (f"d_model {int(row['d_model'])}, {int(row['n_layers'])} layers, {int(row['n_heads'])} heads, "
-            f"d_ff {int(row['d_ff'])}")
+    """Every architecture key and categorical choice of the trial (report/_arch.py)."""
+    from archhpo.report._arch import arch_fields, arch_text
+
+    return arch_text(arch_fields(row))
 
 
 def compute_answer(frame: pd.DataFrame, fit: dict[str, Any], compute: float | None = None) -> dict[str, Any]:

@@ -95,9 +95,31 @@ def baseline_loss(frame: pd.DataFrame, budget: str | None = None) -> float | Non
 
 
 def _draw_baseline(ax: Any, frame: pd.DataFrame, budget: str | None = None) -> None:
+    """The trivial baseline (dashed) and, where the data know it, the floor no model can pass
+    (dotted: the synthetic language's loss floor, else its entropy rate)."""
     base = baseline_loss(frame, budget)
     if base is not None:
         ax.axhline(base, color="0.35", ls="--", lw=1.0, label=f"trivial baseline {base:.4g}")
+    floor = known_floor(frame)
+    if floor is not None:
+        ax.axhline(floor[1], color="tab:purple", ls=":", lw=1.2, label=f"{floor[0]} {floor[1]:.4g}")
+
+
+def known_floor(frame: pd.DataFrame) -> tuple[str, float] | None:
+    """(label, value) of the data's known floor (``frame.attrs["truth"]``): the loss floor on the
+    training windows where recorded, else the entropy rate; None when the data know neither."""
+    truth = frame.attrs.get("truth") or {}
+    for key, label in (("loss_floor", "loss floor"), ("entropy_rate", "entropy rate")):
+        value = truth.get(key)
+        if isinstance(value, int | float) and math.isfinite(value):
+            return label, float(value)
+    return None
+
+
+def _loss_label(frame: pd.DataFrame) -> str:
+    from archhpo.report._units import METRIC, short_unit
+
+    return f"{METRIC} ({short_unit(frame)})"
 
 
 def _empty(ax: Any, text: str) -> None:
@@ -121,8 +143,15 @@ def _scatter_by_budget(ax: Any, frame: pd.DataFrame, x: str, max_points: int, lo
     shown = _sample(df, max_points, best)
     size = 14 if len(shown) < 400 else 5
     for budget, group in shown.groupby("budget", sort=False):
-        ax.scatter(group[x], group["val_loss"], s=size, alpha=0.8, color=colors[budget], edgecolor="0.15", lw=0.3,
-                   label=f"{budget} ({(df['budget'] == budget).sum()} trials)", rasterized=True)
+        full = group[group["state"] != "PRUNED"]
+        ax.scatter(full[x], full["val_loss"], s=size, alpha=0.8, color=colors[budget], edgecolor="0.15", lw=0.3,
+                   label=f"{budget} ({((df['budget'] == budget) & (df['state'] != 'PRUNED')).sum()} full-length)",
+                   rasterized=True)
+    pruned = shown[shown["state"] == "PRUNED"]
+    if len(pruned):  # hollow: a pruned trial's value is a rung score, not a full-length loss
+        ax.scatter(pruned[x], pruned["val_loss"], s=size, marker="o", facecolor="none",
+                   edgecolor=[colors[b] for b in pruned["budget"]], lw=0.8, rasterized=True,
+                   label=f"pruned ({int((df['state'] == 'PRUNED').sum())}, hollow: rung score)")
     if mark_best:
         b = df.loc[df.index.intersection(best)]
         ax.scatter(b[x], b["val_loss"], marker="*", s=160, color=[colors[v] for v in b["budget"]],
@@ -130,7 +159,7 @@ def _scatter_by_budget(ax: Any, frame: pd.DataFrame, x: str, max_points: int, lo
     _draw_baseline(ax, frame)
     if logx:
         ax.set_xscale("log")
-    ax.set_ylabel("validation loss")
+    ax.set_ylabel(_loss_label(frame))
     if len(shown) < len(df):
         ax.set_title(f"{len(shown):,} of {len(df):,} trials shown (random sample)", fontsize=8, loc="right")
     return True
@@ -255,8 +284,8 @@ def plot_val_curves(frame: pd.DataFrame, top: int = 5) -> Figure:
     labels = budgets_in(frame)
     fig, axes = _grid(len(labels), 4.2, 4.3, wspace=0.3, hspace=0.75, bottom=1.5)
     best = ranked(frame)
+    short = False
     for ax, budget in zip(axes, labels, strict=False):
-        ax.set_title(budget)
         sub = best[best["budget"] == budget].head(top)
         drawn = 0
         for rank, (_, row) in enumerate(sub.iterrows()):
@@ -270,16 +299,21 @@ def plot_val_curves(frame: pd.DataFrame, top: int = 5) -> Figure:
         if drawn:
             _draw_baseline(ax, frame, budget)
             ax.set_xlabel("epoch")
-            ax.set_ylabel("validation loss")
+            ax.set_ylabel(_loss_label(frame))
             ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))  # epochs are whole
             # below the panel: inside it, a legend always covers some curve
             ax.legend(fontsize=6, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2, frameon=False)
         else:
             _empty(ax, "no per-epoch curves recorded")
+        short = short or drawn < top
+        # "5 best" draws five or says how many it drew
+        why = f"only {len(sub)} complete" if len(sub) < top else f"{len(sub) - drawn} without a curve"
+        ax.set_title(budget if drawn == top else f"{budget}: {drawn} of {top} ({why})")
     if not labels:
         axes[0].set_visible(True)
         _empty(axes[0], "no budget")
-    fig.suptitle(f"Validation curves of each budget's {top} best trials")
+    more = " (fewer where fewer finished: see each title)" if short else ""
+    fig.suptitle(f"Validation curves of each budget's {top} best complete trials{more}")
     return fig
 
 
@@ -287,14 +321,13 @@ def plot_val_curves(frame: pd.DataFrame, top: int = 5) -> Figure:
 def plot_phase1_params(frame: pd.DataFrame, max_points: int = MAX_POINTS) -> Figure:
     """Phase-1 training parameters (learning rate, epochs, batch size, weight decay, warm-up)
     against validation loss, coloured by budget (all trials when phases are unknown)."""
-    df = _finished(frame)
-    if df["phase"].notna().any():
-        df = df[df["phase"] == 1]
-    fig = _figure(11.8, 3.3, wspace=0.12, bottom=0.75, right=0.9)
-    axes = fig.subplots(1, len(TRAINING_COLUMNS), sharey=True)
+    df = _phase1(frame)
+    varied = [c for c in TRAINING_COLUMNS if df[c].nunique() > 1] or list(TRAINING_COLUMNS)
+    fig = _figure(2.3 * len(varied) + 0.8, 3.3, wspace=0.12, bottom=0.75, right=0.9)
+    axes = list(np.atleast_1d(fig.subplots(1, len(varied), sharey=True)))
     colors = budget_colors(frame)
     shown = _sample(df, max_points)
-    for ax, col in zip(axes, TRAINING_COLUMNS, strict=True):
+    for ax, col in zip(axes, varied, strict=True):
         ax.set_xlabel(col)
         sub = shown[shown[col].notna()]
         if sub.empty:
@@ -304,11 +337,23 @@ def plot_phase1_params(frame: pd.DataFrame, max_points: int = MAX_POINTS) -> Fig
             ax.scatter(group[col], group["val_loss"], s=10, alpha=0.85, color=colors[budget], edgecolor="0.15", lw=0.3,
                        label=budget, rasterized=True)
         _param_axis(ax, col, sub[col])
-    axes[0].set_ylabel("validation loss")
+    axes[0].set_ylabel(_loss_label(frame))
     if not shown.empty:
         _legend(axes[-1], 6)
-    fig.suptitle("Phase-1 training parameters against validation loss")
+    fixed = [f"{c} {_fmt_value(df[c].dropna().iloc[0])}" for c in TRAINING_COLUMNS
+             if c not in varied and df[c].notna().any()]
+    fig.suptitle("Phase-1 training parameters against validation loss"
+                 + (f"\n(fixed, not drawn: {', '.join(fixed)})" if fixed else ""))
     return fig
+
+
+def _phase1(frame: pd.DataFrame) -> pd.DataFrame:
+    df = _finished(frame)
+    return df[df["phase"] == 1] if df["phase"].notna().any() else df
+
+
+def _fmt_value(v: Any) -> str:
+    return f"{v:g}" if isinstance(v, int | float) else str(v)
 
 
 def _param_axis(ax: Any, col: str, values: pd.Series) -> None:
@@ -351,26 +396,54 @@ FIGURES = {
     "loss_vs_params": "Validation loss against exact parameter count, with the fitted law",
     "arch_plane": "Best loss over the (d_model, n_layers) plane, per budget",
     "loss_vs_depth_width": "Validation loss against depth-to-width ratio",
-    "val_curves": "Validation curves of each budget's five best trials",
+    "val_curves": "Validation curves of each budget's five best complete trials (fewer where fewer finished)",
     "phase1_params": "Phase-1 training parameters against validation loss",
     "loss_vs_compute": "Validation loss against training compute",
     "isoflops": "IsoFLOP curves of the fitted L(N, D), with the trials",
 }
 
 
+def left_out(frame: pd.DataFrame) -> dict[str, str]:
+    """The figures with nothing to compare (a single point per panel, a fixed value), by file
+    stem, each with the one-line reason the page prints instead of drawing it."""
+    done = _finished(frame)
+    out: dict[str, str] = {}
+    if done["param_count"].nunique() < 2:
+        out["loss_vs_params"] = "one parameter count among the finished trials: nothing to compare"
+    cells = done.dropna(subset=["d_model", "n_layers"]).groupby("budget")[["d_model", "n_layers"]].nunique()
+    if (cells.max(axis=1) <= 1).all():
+        out["arch_plane"] = "one (d_model, n_layers) cell per budget: a single point per panel"
+    if done["depth_to_width"].nunique() < 2:
+        out["loss_vs_depth_width"] = "one depth-to-width ratio among the finished trials: nothing to compare"
+    if not ranked(frame)["val_curve"].map(len).gt(0).any():
+        out["val_curves"] = "no per-epoch validation curve recorded"
+    phase1 = _phase1(frame)
+    if not any(phase1[c].nunique() > 1 for c in TRAINING_COLUMNS):
+        fixed = ", ".join(f"{c} {_fmt_value(phase1[c].dropna().iloc[0])}" for c in TRAINING_COLUMNS
+                          if phase1[c].notna().any())
+        out["phase1_params"] = f"every training parameter was fixed ({fixed or 'none recorded'})"
+    if done["train_flops"].nunique() < 2:
+        out["loss_vs_compute"] = ("no training compute recorded (train_flops)" if done["train_flops"].isna().all()
+                                  else "one training compute among the finished trials: nothing to compare")
+    return out
+
+
 def make_figures(frame: pd.DataFrame, fit: dict[str, Any] | None = None,
                  max_points: int = MAX_POINTS) -> dict[str, Figure]:
-    """Every report figure, by file stem (see `FIGURES`)."""
-    return {
-        "loss_vs_params": plot_loss_vs_params(frame, fit, max_points),
-        "arch_plane": plot_arch_plane(frame),
-        "loss_vs_depth_width": plot_loss_vs_depth_width(frame, max_points),
-        "val_curves": plot_val_curves(frame),
-        "phase1_params": plot_phase1_params(frame, max_points),
-        "loss_vs_compute": plot_loss_vs_compute(frame, max_points),
-        **({"isoflops": plot_isoflops(frame, fit["nd_fit"])}
-           if fit and (fit.get("nd_fit") or {}).get("status") == "fitted" else {}),
+    """Every report figure with something to compare, by file stem (see `FIGURES`; `left_out`
+    names the others and why)."""
+    skip = left_out(frame)
+    plots = {
+        "loss_vs_params": lambda: plot_loss_vs_params(frame, fit, max_points),
+        "arch_plane": lambda: plot_arch_plane(frame),
+        "loss_vs_depth_width": lambda: plot_loss_vs_depth_width(frame, max_points),
+        "val_curves": lambda: plot_val_curves(frame),
+        "phase1_params": lambda: plot_phase1_params(frame, max_points),
+        "loss_vs_compute": lambda: plot_loss_vs_compute(frame, max_points),
     }
+    if fit and (fit.get("nd_fit") or {}).get("status") == "fitted":
+        plots["isoflops"] = lambda: plot_isoflops(frame, fit["nd_fit"])
+    return {name: draw() for name, draw in plots.items() if name not in skip}
 
 
 @_styled
@@ -395,7 +468,8 @@ def plot_isoflops(frame: pd.DataFrame, nd: dict[str, Any]) -> Figure:
         ax.scatter(trials["param_count"], trials["val_loss"], s=14, color=color, alpha=0.7)
     ax.set_xscale("log")
     ax.set_xlabel("parameters N (exact count)")
-    ax.set_ylabel("validation loss")
+    ax.set_ylabel(_loss_label(frame))
+    _draw_baseline(ax, frame)
     _legend(ax)
     fig.suptitle("IsoFLOP curves of the fitted L(N, D) (stars: the compute-optimal N at each C)")
     return fig
@@ -404,6 +478,8 @@ def plot_isoflops(frame: pd.DataFrame, nd: dict[str, Any]) -> Figure:
 __all__ = [
     "FIGURES",
     "baseline_loss",
+    "known_floor",
+    "left_out",
     "make_figures",
     "plot_arch_plane",
     "plot_isoflops",

@@ -20,7 +20,9 @@ arch_idx, d_model, n_layers, n_heads, d_ff, param_count (exact), extreme (grid e
 choices, choice     categorical choices as a dict (``{"encoder": "sum"}``) and as a label
                     (``sum``; ``k=v, k=v`` for several choices; ``""`` for none)
 learning_rate, epochs, batch_size, weight_decay, warmup_steps   training parameters
-val_loss            best validation loss (PRUNED: the best it reached; NaN if none)
+val_loss            the trial's value: its best validation loss (PRUNED: the value the study
+                    stores, its score at the rung where it was stopped, else the best loss it
+                    reached; NaN if none), as in experiment_results.csv
 train_loss, best_epoch, duration_s, timestamp
 flops_per_sample, train_flops, samples_per_s    compute accounting (NaN when not recorded)
 rung                successive halving: the last rung the trial was scored at (NaN without)
@@ -37,7 +39,8 @@ trial_id            Optuna's database id of the trial (database only; for `load_
 
 ``frame.attrs`` holds ``experiment``, ``source`` (``"storage"`` or ``"csv"``), ``studies``
 (budget label -> study name, database only), ``truth`` (the data's known entropy rate and loss
-floor, when every study's data has one, database only: see `archhpo.report._truth`) and ``choice_order`` (choice name -> values in the
+floor, when every study's data has one, database only: see `archhpo.report._truth`), ``data_kinds``
+(the studies' data kinds, database only: the loss's unit, `archhpo.report._units`) and ``choice_order`` (choice name -> values in the
 order they were listed at launch, else first appearance).
 """
 
@@ -150,9 +153,19 @@ def trials_frame(
         return frame
     if experiment is None:  # only CSV files may leave the experiment to their contents
         raise StudyError("Reading a database needs an experiment name (archhpo report --experiment NAME).")
+    from archhpo.report._stored import study_data, use_stored_values
+    from archhpo.report._units import data_kinds
+    from archhpo.search._storage import open_storage, resolve_storage_url
+
+    if storage is None or isinstance(storage, str):
+        storage = open_storage(resolve_storage_url(storage), create=False)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # Optuna's experimental-feature warnings
-        return frame_from_storage(storage, experiment, budgets, curves)
+        frame = frame_from_storage(storage, experiment, budgets, curves)
+        # A pruned trial's value is the one Optuna stores (its rung score), as in the CSV (issue 31).
+        use_stored_values(frame, storage)
+        frame.attrs["data_kinds"] = data_kinds(study_data(storage, frame.attrs.get("studies") or {}))
+    return frame
 
 
 # ----------------------------------------------------------------------------- selections

@@ -12,6 +12,7 @@ from typing import Any
 
 import pandas as pd
 
+from archhpo.report._arch import arch_fields, arch_html
 from archhpo.report._choices import _diff_text
 from archhpo.report._compute import compute_rows, compute_text, data_rows, data_text
 from archhpo.report._confirm import MIN_PAIRS
@@ -21,6 +22,7 @@ from archhpo.report._law import law_text, nd_text
 from archhpo.report._notes import _arch_text, gap_text
 from archhpo.report._summary import _count, _f, _fmt, _i
 from archhpo.report._truth import below_floor, truth_text
+from archhpo.report._units import METRIC, short_unit, value_text
 
 # ----------------------------------------------------------------------------- HTML
 _CSS = """
@@ -31,7 +33,16 @@ th,td{border:1px solid #ccc;padding:.3em .55em;text-align:left;vertical-align:to
 th{background:#f2f2f2} td.n{text-align:right;font-variant-numeric:tabular-nums}
 figure{margin:1.2em 0} figure img{max-width:100%;border:1px solid #eee} figcaption{color:#555;font-size:.9em}
 .law{background:#f7f7fb;border-left:4px solid #6a5acd;padding:.6em 1em} .muted{color:#666}
+.first{border:1px solid #ddd;padding:0 1em .3em;margin-bottom:1.5em}
 """
+
+
+class Markup(str):
+    """A cell already written as HTML (an architecture with its differences in bold): not escaped."""
+
+
+def _cell(c: Any) -> str:
+    return c if isinstance(c, Markup) else html.escape(str(c))
 
 
 def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]], numeric: set[int] | None = None) -> str:
@@ -40,7 +51,7 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]], numeric: set[i
     body = []
     for row in rows:
         cells = "".join(
-            f"<td class='n'>{html.escape(str(c))}</td>" if i in numeric else f"<td>{html.escape(str(c))}</td>"
+            f"<td class='n'>{_cell(c)}</td>" if i in numeric else f"<td>{_cell(c)}</td>"
             for i, c in enumerate(row)
         )
         body.append(f"<tr>{cells}</tr>")
@@ -60,29 +71,52 @@ def _head(experiment: str, frame: pd.DataFrame, summary: pd.DataFrame) -> list[s
     ]
 
 
-def _answer_row(s: pd.Series, best: pd.Series | None) -> list[Any]:
+def _answer_row(s: pd.Series, best: pd.Series | None, runner: pd.Series | None = None) -> list[Any]:
     base = _fmt(s.get("baseline_val_loss"))
     counts = f"{s['n_complete']}/{s['n_pruned']}/{s['n_failed']}"
     if best is None:
         return [s["budget"], "no finished trial", "–", "–", "–", base, "–", "–", "–", counts]
     trained = (f"lr {_fmt(best['learning_rate'], 3)}, {_count(best['epochs'])} ep, batch {_count(best['batch_size'])}, "
                f"wd {_fmt(best['weight_decay'], 3)}, warm-up {_count(best['warmup_steps'])}")
-    runner = (f"{_fmt(s['runner_up_val_loss'])} (trial {_i(s['runner_up_trial'])}: d_model "
-              f"{_i(s['runner_up_d_model'])}, {_i(s['runner_up_n_layers'])} layers)"
-              if _f(s["runner_up_val_loss"]) is not None else "–")
+    other: Any = "–"
+    if runner is not None and _f(s["runner_up_val_loss"]) is not None:
+        # every key and choice, the ones that are not the winner's in bold (issue 31)
+        other = Markup(f"{_fmt(s['runner_up_val_loss'])} (trial {_i(s['runner_up_trial'])}: "
+                       f"{arch_html(arch_fields(runner), arch_fields(best))})")
     conf = "–"
     if _f(s["confirm_mean"]) is not None:
         conf = f"{s['confirm_mean']:.4g} ± {_fmt(s['confirm_std'], 3)} ({_i(s['confirm_n'])} seeds)"
     return [s["budget"], f"trial {_i(best['trial'])}: {_arch_text(best)}", _count(best["param_count"]),
-            trained, _fmt(best["val_loss"]), base, runner, gap_text(s), conf, counts]
+            trained, _fmt(best["val_loss"]), base, other, gap_text(s), conf, counts]
+
+
+def _first_screen(frame: pd.DataFrame, summary: pd.DataFrame, fit: dict[str, Any]) -> list[str]:
+    """What a reader sees before scrolling: each budget's winner in one line and the law's status,
+    with its interval, or the sentence that replaces the law (issue 31)."""
+    picks = best_and_runner_up(frame)
+    unit = short_unit(frame)
+    items = []
+    for _, s in summary.iterrows():
+        best = picks.get(s["budget"], (None, None))[0]
+        if best is None:
+            items.append(f"<li><b>{html.escape(str(s['budget']))}</b>: no finished trial</li>")
+            continue
+        tie = "; a tie within noise with the runner-up" if s.get("tie_within_noise") is True else ""
+        items.append(f"<li><b>{html.escape(str(s['budget']))}</b>: {html.escape(_arch_text(best))} "
+                     f"(trial {_i(best['trial'])}, {_count(best['param_count'])} parameters), {METRIC} "
+                     f"<b>{_fmt(best['val_loss'])}</b> {html.escape(unit)}{tie}</li>")
+    return ["<div class='first'><h2>The answer</h2>", f"<ul>{''.join(items)}</ul>",
+            f"<p class='law'><b>Scaling law.</b> {html.escape(law_text(fit))}</p></div>"]
 
 
 def _answer_section(frame: pd.DataFrame, summary: pd.DataFrame, fit: dict[str, Any]) -> list[str]:
     picks = best_and_runner_up(frame)
-    rows = [_answer_row(s, picks.get(s["budget"], (None, None))[0]) for _, s in summary.iterrows()]
+    rows = [_answer_row(s, *picks.get(s["budget"], (None, None))) for _, s in summary.iterrows()]
     parts = ["<h2>The answer, per budget</h2>",
-             _table(["budget", "best architecture", "parameters", "trained with", "val loss", "trivial baseline",
-                     "runner-up", "gap", "confirmation mean ± std", "complete/pruned/failed"], rows, {2, 4, 5}),
+             f"<p class='value'>{html.escape(value_text(frame))}</p>",
+             _table(["budget", "best architecture", "parameters", "trained with", f"{METRIC} ({short_unit(frame)})",
+                     "trivial baseline", "runner-up (not the winner's in bold)", "gap", "confirmation mean ± std",
+                     "complete/pruned/failed"], rows, {2, 4, 5}),
              "<p class='muted'>Trivial baseline: the validation loss of a model that ignores its input (the "
              "training base rate, or the unigram entropy of a language). A gap smaller than the budget's noise "
              "(the spread of repeated runs of one configuration: seeds, or phase-1 repeats) is a tie within "
@@ -92,7 +126,6 @@ def _answer_section(frame: pd.DataFrame, summary: pd.DataFrame, fit: dict[str, A
         parts.append("<p>Family metrics of each budget's best trial (at its best epoch):</p>")
         parts.append(_table(["budget", *metrics], [[s["budget"], *(_fmt(s[m]) for m in metrics)]
                                                     for _, s in summary.iterrows()], set(range(1, len(metrics) + 1))))
-    parts.append(f"<p class='law'><b>Scaling law.</b> {html.escape(law_text(fit))}</p>")
     nd = fit.get("nd_fit") or {}
     if nd.get("n_points"):
         parts.append(f"<p class='law'><b>L(N, D).</b> {html.escape(nd_text(nd))}</p>")
@@ -131,7 +164,8 @@ def _sentence(text: str) -> str:
     return text[:1].upper() + text[1:]
 
 
-def _figures_section(images: dict[str, bytes]) -> list[str]:
+def _figures_section(images: dict[str, bytes], omitted: dict[str, str] | None = None) -> list[str]:
+    """The figures drawn, then one line per figure left out for having nothing to compare."""
     from archhpo.report._figures import FIGURES
 
     parts = ["<h2>Figures</h2>"]
@@ -141,24 +175,30 @@ def _figures_section(images: dict[str, bytes]) -> list[str]:
         data = base64.b64encode(images[name]).decode("ascii")
         parts.append(f"<figure><img alt='{html.escape(caption)}' src='data:image/png;base64,{data}'>"
                      f"<figcaption>{html.escape(caption)} ({html.escape(name)}.png / .pdf)</figcaption></figure>")
+    if omitted:
+        parts.append("<p>Left out, with nothing to compare:</p><ul class='omitted'>" + "".join(
+            f"<li>{html.escape(name)}: {html.escape(why)}.</li>" for name, why in omitted.items()) + "</ul>")
     return parts
 
 
-def _files_section(files: Sequence[str]) -> list[str]:
-    """The written files as links relative to the page (they sit beside it)."""
+def _files_section(files: Sequence[str], missing: str = "") -> list[str]:
+    """The files as links relative to the page (written beside it, or where the CSV and the best
+    JSONs were found); `missing` says where those are when they were not found."""
     links = "".join(f"<li><a href='{html.escape(urllib.parse.quote(f), quote=True)}'>{html.escape(f)}</a></li>"
                     for f in files)
-    return [f"<h2>Files</h2><ul>{links}</ul>"]
+    note = f"<p class='muted'>{html.escape(missing)}</p>" if missing else ""
+    return [f"<h2>Files</h2><ul>{links}</ul>{note}"]
 
 
 def render_html(experiment: str, frame: pd.DataFrame, summary: pd.DataFrame, fit: dict[str, Any],
                 confirm: dict[str, dict[str, Any]], choices: pd.DataFrame, images: dict[str, bytes],
-                files: Sequence[str]) -> str:
-    """The report page: head, the answer table (with baseline and noise), the law, the
-    confirmation and paired-choice tables, the figures and the linked file list."""
-    parts = [*_head(experiment, frame, summary), *_answer_section(frame, summary, fit),
-             *confirmation_html(confirm), *choices_html(choices), *_figures_section(images),
-             *_files_section(files), "</body></html>\n"]
+                files: Sequence[str], omitted: dict[str, str] | None = None, missing: str = "") -> str:
+    """The report page: head, the answer and the law's status (the first screen), the answer
+    table (with baseline and noise), the confirmation and paired-choice tables, the figures (and
+    those `omitted`, with why) and the linked file list."""
+    parts = [*_head(experiment, frame, summary), *_first_screen(frame, summary, fit),
+             *_answer_section(frame, summary, fit), *confirmation_html(confirm), *choices_html(choices),
+             *_figures_section(images, omitted), *_files_section(files, missing), "</body></html>\n"]
     return "\n".join(parts)
 
 
@@ -170,13 +210,13 @@ def confirmation_html(confirm: dict[str, dict[str, Any]]) -> list[str]:
     parts = ["<h2>Confirmation (phase 3: the best architectures retrained with new seeds)</h2>"]
     for budget, c in confirm.items():
         arows = []
+        top = _confirmed_fields(c["architectures"][0]) if c["architectures"] else None
         for a in c["architectures"]:
-            arch = a["architecture"]
-            label = f"d_model {arch.get('d_model')}, {arch.get('n_layers')} layers, {arch.get('n_heads')} heads"
+            label = Markup(arch_html(_confirmed_fields(a), top if a["rank"] != 0 else None))
             arows.append([a["rank"], label, _fmt(a.get("selection_value")), _fmt(a["mean"]), _fmt(a["std"], 3),
                           f"{a['n']} of {len(c['seeds'])}"])
         parts.append(f"<h3>{html.escape(budget)}</h3>")
-        parts.append(_table(["rank", "architecture", "selection loss", "mean", "std", "seeds"], arows, {0, 2, 3, 4}))
+        parts.append(_table(["rank", "architecture (not rank 0's in bold)", "selection loss", "mean", "std", "seeds"], arows, {0, 2, 3, 4}))
         comp = c.get("comparison")
         if comp:
             by_rank = {a["rank"]: a["values"] for a in c["architectures"]}
@@ -186,15 +226,16 @@ def confirmation_html(confirm: dict[str, dict[str, Any]]) -> list[str]:
                          f"{len(c['seeds'])} seeds.</p>")
             parts.append(_table(["seed", "rank 0 loss", "rank 1 loss", "rank 1 − rank 0"], prow, {0, 1, 2, 3}))
         parts.append(f"<p>{html.escape(c['statement'])}</p>")
-        parts += baselines_html(c.get("baselines") or [], len(c["seeds"]))
+        parts += baselines_html(c.get("baselines") or [], len(c["seeds"]), top)
     return parts
 
 
-def _arch_label(arch: dict[str, Any]) -> str:
-    return f"d_model {arch.get('d_model')}, {arch.get('n_layers')} layers, {arch.get('n_heads')} heads"
+def _confirmed_fields(a: dict[str, Any]) -> dict[str, Any]:
+    """Every key and choice of a confirmation or baseline entry ({"architecture", "choices"})."""
+    return arch_fields(a.get("architecture") or {}, a.get("choices") or {})
 
 
-def baselines_html(baselines: list[dict[str, Any]], n_seeds: int) -> list[str]:
+def baselines_html(baselines: list[dict[str, Any]], n_seeds: int, winner: dict[str, Any] | None = None) -> list[str]:
     """The --baselines table of one budget: each rule's shape, its mean over the confirmation seeds and
     its paired difference from the searched best (rank 0) with the 95% interval, and the verdicts."""
     if not baselines:
@@ -204,7 +245,7 @@ def baselines_html(baselines: list[dict[str, Any]], n_seeds: int) -> list[str]:
         d = b["difference"]
         ci = d["ci95"]
         diff = "" if d["mean"] is None else f"{d['mean']:+.4f}" + (f" [{ci[0]:+.4f}, {ci[1]:+.4f}]" if ci else "")
-        rows.append([b["rule"], b["rule_text"], _arch_label(b["architecture"]), _fmt(b["mean"]),
+        rows.append([b["rule"], b["rule_text"], Markup(arch_html(_confirmed_fields(b), winner)), _fmt(b["mean"]),
                      _fmt(b["std"], 3), f"{b['n']} of {n_seeds}", diff])
     parts = ["<p>Rule-of-thumb baselines: the shape each rule picks from this budget's grid, trained with the "
              "confirmation seeds and the best's training parameters; the difference is the rule's loss minus "

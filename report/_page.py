@@ -26,6 +26,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,6 +39,7 @@ from archhpo.errors import StudyError
 from archhpo.report._answer import compute_answer, nd_fit
 from archhpo.report._choices import CHOICE_COLUMNS, choice_markdown, choice_table
 from archhpo.report._compute import compute_text
+from archhpo.report._export import RESULTS_CSV
 from archhpo.report._fit import fit_json, fit_scaling_law
 from archhpo.report._frame import load_curves, ranked, trials_frame
 from archhpo.report._html import render_html
@@ -87,11 +89,38 @@ def _csv_text(df: pd.DataFrame) -> str:
     return buf.getvalue()
 
 
+def result_files(out: Path, experiment: str, budgets: Sequence[str],
+                 csv_paths: Sequence[str | Path] = ()) -> tuple[list[str], str]:
+    """The trials CSV and each budget's best JSON, as paths relative to the page in `out`: the CSV
+    files read (or `out`'s experiment_results.csv) and the best JSONs beside them or in `out`; and
+    a sentence naming what was not found there (empty when everything was)."""
+    csvs = [Path(p) for p in csv_paths] or [p for p in [out / RESULTS_CSV] if p.is_file()]
+    folders = list(dict.fromkeys([out, *(p.parent for p in csvs)]))
+    found, lacking = [], []
+    for budget in budgets:
+        hits = [d / f"{experiment}_{budget}_best.json" for d in folders]
+        hit = next((h for h in hits if h.is_file()), None)
+        found += [hit] if hit else []
+        lacking += [] if hit else [budget]
+    links = [os.path.relpath(p, out) for p in [*csvs, *found]]
+    missing = []
+    if not csvs:
+        missing.append(f"{RESULTS_CSV} is not beside this page")
+    if lacking:
+        missing.append(f"no best JSON of {', '.join(lacking)} was found beside it")
+    if not missing:
+        return links, ""
+    text = "; ".join(missing)
+    return links, f"{text[:1].upper()}{text[1:]}: archhpo export --experiment {experiment} --out {out} writes them."
+
+
 def report_frame(frame: pd.DataFrame, out: str | Path = "results", experiment: str | None = None,
                  reference: str | None = None, n_boot: int = 1000, storage: Any = None,
-                 png_dpi: int = 110, compute: float | None = None) -> Report:
+                 png_dpi: int = 110, compute: float | None = None,
+                 csv_paths: Sequence[str | Path] = ()) -> Report:
     """Write every report file for a `trials_frame` frame into `out` (see the module docstring);
-    with `storage` (the frame's database) also the dashboard notes."""
+    with `storage` (the frame's database) also the dashboard notes; `csv_paths` the CSV files the
+    frame was read from (linked from the page)."""
     experiment = experiment or frame.attrs.get("experiment") or "experiment"
     out = Path(out)
     fig_dir = out / f"{experiment}_figures"
@@ -106,7 +135,7 @@ def report_frame(frame: pd.DataFrame, out: str | Path = "results", experiment: s
     choices = choice_table(frame, reference)
     files: list[Path] = []
 
-    images = _write_figures(frame, fit, fig_dir, png_dpi, files)
+    images, omitted = _write_figures(frame, fit, fig_dir, png_dpi, files)
     fit_path = out / f"{experiment}_scaling_fit.json"
     atomic_write(fit_path, json.dumps(fit_json(fit), indent=2) + "\n")
     summary_path = out / f"{experiment}_summary.csv"
@@ -119,7 +148,9 @@ def report_frame(frame: pd.DataFrame, out: str | Path = "results", experiment: s
         files += [md_path, csv_path]
     html_path = out / f"{experiment}_report.html"
     shown = [str(p.relative_to(out)) for p in files]
-    atomic_write(html_path, render_html(experiment, frame, summary, fit, confirm, choices, images, shown))
+    results, missing = result_files(out, experiment, list(summary["budget"]), csv_paths)
+    atomic_write(html_path, render_html(experiment, frame, summary, fit, confirm, choices, images,
+                                        [*results, *shown], omitted, missing))
     report = Report(html=html_path, files=[html_path, *files], fit=fit, summary=summary,
                     compute=compute_text(frame),
                     baselines=[f"{budget}: {b['statement']}" for budget, c in confirm.items()
@@ -130,9 +161,16 @@ def report_frame(frame: pd.DataFrame, out: str | Path = "results", experiment: s
 
 
 def _write_figures(frame: pd.DataFrame, fit: dict[str, Any], fig_dir: Path, png_dpi: int,
-                   files: list[Path]) -> dict[str, bytes]:
-    """Every figure as PNG and PDF (appended to `files`); returns the PNGs the page embeds."""
-    from archhpo.report._figures import make_figures
+                   files: list[Path]) -> tuple[dict[str, bytes], dict[str, str]]:
+    """Every figure with something to compare as PNG and PDF (appended to `files`); returns the
+    PNGs the page embeds and the figures left out, with why.  A left-out figure's files from an
+    earlier report are removed, so the folder holds what the page shows."""
+    from archhpo.report._figures import left_out, make_figures
+
+    omitted = left_out(frame)
+    for name in omitted:
+        for ext in ("png", "pdf"):
+            (fig_dir / f"{name}.{ext}").unlink(missing_ok=True)
 
     images: dict[str, bytes] = {}
     for name, fig in make_figures(frame, fit).items():
@@ -143,7 +181,7 @@ def _write_figures(frame: pd.DataFrame, fit: dict[str, Any], fig_dir: Path, png_
         atomic_write(fig_dir / f"{name}.pdf", buf.getvalue())
         images[name] = png
         files += [fig_dir / f"{name}.png", fig_dir / f"{name}.pdf"]
-    return images
+    return images, omitted
 
 
 def write_report(experiment: str | None, storage: Any = None, csv: str | Path | Sequence[str | Path] | None = None,
@@ -159,7 +197,7 @@ def write_report(experiment: str | None, storage: Any = None, csv: str | Path | 
             raise StudyError(f"The CSV files hold {len(names)} experiments ({', '.join(names)}); pass "
                              "--experiment NAME to pick one.")
         return report_frame(frame, out, experiment or (names[0] if names else None), reference, n_boot,
-                            compute=compute)
+                            compute=compute, csv_paths=[csv] if isinstance(csv, str | Path) else list(csv))
     if experiment is None:
         raise StudyError("Reading a database needs --experiment NAME (only a CSV file with one experiment "
                          "names its own).")
@@ -186,5 +224,6 @@ __all__ = [
     "fit_line",
     "ladder_notes",
     "report_frame",
+    "result_files",
     "write_report",
 ]

@@ -18,7 +18,8 @@ SUMMARY_COLUMNS = (
     "runner_up_val_loss", "n_complete", "n_pruned", "n_failed", "confirm_mean", "confirm_std",
 )
 SUMMARY_EXTRA = (
-    "gap", "runner_up_trial", *(f"runner_up_{k}" for k in ARCH_RECORD), "choice", *TRAINING_PARAMS,
+    "gap", "runner_up_trial", *(f"runner_up_{k}" for k in ARCH_RECORD), "runner_up_choice", "runner_up_differs",
+    "choice", *TRAINING_PARAMS,
     "best_epoch", "train_flops", "confirm_n", "confirm_lead", "confirm_lead_ci95_lo", "confirm_lead_ci95_hi",
     "confirm_within_noise", "baseline_val_loss", "noise_std", "noise_source", "tie_within_noise",
 )
@@ -106,6 +107,13 @@ def _noise_columns(group: pd.DataFrame, row: dict[str, Any]) -> dict[str, Any]:
             "baseline_val_loss": float(base.median()) if len(base) else None}
 
 
+def _differs(runner: pd.Series, best: pd.Series | None) -> str:
+    """The keys (architecture keys, choices) in which the runner-up is not the winner: 'n_heads'."""
+    from archhpo.report._arch import arch_fields, differences
+
+    return " ".join(differences(arch_fields(runner), arch_fields(best) if best is not None else None))
+
+
 def budget_summary(frame: pd.DataFrame, confirm: dict[str, dict[str, Any]] | None = None) -> pd.DataFrame:
     """One row per budget (`SUMMARY_COLUMNS`, then `SUMMARY_EXTRA` and the best trial's family
     metrics); budgets without a finished trial keep empty cells."""
@@ -129,7 +137,8 @@ def budget_summary(frame: pd.DataFrame, confirm: dict[str, dict[str, Any]] | Non
                        **{m: best[m] for m in metrics})
         if runner is not None:
             row.update(runner_up_val_loss=_f(runner["val_loss"]), runner_up_trial=_i(runner["trial"]),
-                       **{f"runner_up_{k}": _i(runner[k]) for k in (*ARCH, "param_count")})
+                       **{f"runner_up_{k}": _i(runner[k]) for k in (*ARCH, "param_count")},
+                       runner_up_choice=runner["choice"], runner_up_differs=_differs(runner, best))
             row["gap"] = row["runner_up_val_loss"] - row["val_loss"]
         row.update(_noise_columns(group, row))
         c = confirm.get(budget)

@@ -31,6 +31,7 @@ NEW_COLUMNS = (*OLD_COLUMNS, "state", "phase", "plan_slot", "seed", "family", "c
                "flops_per_sample", "train_flops", "samples_per_s", "val_curve")
 BUDGETS = {"200K": 2e5, "1M": 1e6, "5M": 5e6, "25M": 2.5e7}
 FIG_NAMES = {"loss_vs_params", "arch_plane", "loss_vs_depth_width", "val_curves", "phase1_params", "loss_vs_compute"}
+DRAWN = FIG_NAMES - {"phase1_params"}  # _rows trains every trial with the same parameters: nothing to compare
 
 
 def _law(n: float) -> float:
@@ -68,15 +69,17 @@ def _write(rows: list[dict], path: Path, columns: tuple[str, ...] = NEW_COLUMNS)
     return path
 
 
-def _check_files(out: Path, experiment: str, n_budgets: int) -> tuple[dict, list[dict], str]:
+def _check_files(out: Path, experiment: str, n_budgets: int, drawn: set[str] = DRAWN) -> tuple[dict, list[dict], str]:
     html = (out / f"{experiment}_report.html").read_text()
     assert not re.search(r"""(src|href)\s*=\s*['"]?https?://""", html), "the page fetches nothing"
     assert "<script" not in html
-    assert html.count("data:image/png;base64,") == len(FIG_NAMES)
+    assert html.count("data:image/png;base64,") == len(drawn)
     figs = out / f"{experiment}_figures"
-    assert {p.name for p in figs.iterdir()} == {f"{n}.{ext}" for n in FIG_NAMES for ext in ("png", "pdf")}
-    assert all((figs / f"{n}.png").read_bytes().startswith(b"\x89PNG") for n in FIG_NAMES)
-    assert all((figs / f"{n}.pdf").read_bytes().startswith(b"%PDF") for n in FIG_NAMES)
+    assert {p.name for p in figs.iterdir()} == {f"{n}.{ext}" for n in drawn for ext in ("png", "pdf")}
+    assert all((figs / f"{n}.png").read_bytes().startswith(b"\x89PNG") for n in drawn)
+    assert all((figs / f"{n}.pdf").read_bytes().startswith(b"%PDF") for n in drawn)
+    for name in FIG_NAMES - drawn:  # each figure left out says why, in one line
+        assert re.search(rf"<li>{name}: [^<]+\.</li>", html), name
     fit = json.loads((out / f"{experiment}_scaling_fit.json").read_text())
     assert {"law", "n_budgets", "points", "E", "A", "alpha", "method"} <= set(fit)
     with open(out / f"{experiment}_summary.csv") as fh:
@@ -107,7 +110,9 @@ def test_report_from_csv_answers_fits_and_draws(tmp_path: Path) -> None:
 def test_old_csv_without_the_new_columns(tmp_path: Path) -> None:
     path = _write(_rows(), tmp_path / "old.csv", OLD_COLUMNS)
     report = write_report("exp", csv=[path], out=tmp_path / "r", n_boot=200)
-    fit, summary, html = _check_files(tmp_path / "r", "exp", 4)
+    fit, summary, html = _check_files(tmp_path / "r", "exp", 4, DRAWN - {"val_curves", "loss_vs_compute"})
+    assert "<li>val_curves: no per-epoch validation curve recorded.</li>" in html
+    assert "<li>loss_vs_compute: no training compute recorded (train_flops).</li>" in html
     assert fit["E"] is not None and summary[3]["budget"] == "25M"
     frame = trials_frame("exp", csv=path)
     assert frame["val_curve"].map(len).eq(0).all() and frame["train_flops"].isna().all()
@@ -283,7 +288,7 @@ def test_end_to_end_from_a_sqlite_study_with_dashboard_notes(tmp_path: Path) -> 
     launch(url, prepare_settings("e2e", "2M", family="patchtst", data=TINY_DATA, quick=True, n_trials=6))  # not run
     out = tmp_path / "results"
     assert main(["report", "--experiment", "e2e", "--storage", url, "--out", str(out)]) == 0
-    fit, summary, html = _check_files(out, "e2e", 5)
+    fit, summary, html = _check_files(out, "e2e", 5, FIG_NAMES - {"loss_vs_compute"})  # one train_flops value
     by = {s["budget"]: s for s in summary}
     assert set(by) == {"100K", "200K", "500K", "1M", "2M"}
     assert by["2M"]["n_complete"] == "0" and by["2M"]["best_trial"] == ""

@@ -1,0 +1,59 @@
+"""What the report's one loss number is: its metric name, its unit, and which value a pruned trial has.
+
+The value of a trial is Optuna's objective value, the one the CSV, the dashboard and every figure and
+table show (issue 31): ``val_loss``, the validation cross-entropy in nats, averaged per predicted
+token for the ``lm`` family (per byte when it reads a text file, whose tokens are bytes) and per
+sample for the classification families.  A pruned trial's value is its score at the rung where it
+was stopped (under a WSD schedule that is the loss after the rung's cooldown), or the best
+validation loss it reached when it was stopped without a score.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import pandas as pd
+
+METRIC = "val_loss"  # the objective's name in Optuna (study.set_metric_names), the CSV and the report
+
+
+def data_kinds(infos: Iterable[Mapping[str, Any]]) -> list[str]:
+    """The data kinds ("synthetic", "text", ...) of the studies' data specs, sorted, without repeats."""
+    return sorted({str(d.get("kind")) for d in infos if isinstance(d, Mapping) and d.get("kind")})
+
+
+def loss_unit(frame: pd.DataFrame) -> str:
+    """'nats per token', 'nats per byte' or 'nats per sample' for the experiment's family and data."""
+    families = {str(f) for f in frame["family"].dropna()} if "family" in frame else set()
+    if families and "lm" not in families:
+        return "nats per sample"
+    kinds = set(frame.attrs.get("data_kinds") or [])
+    if families == {"lm"} and kinds == {"text"}:
+        return "nats per byte"
+    if families == {"lm"} and (kinds == {"synthetic"} or frame.attrs.get("truth")):
+        return "nats per token"
+    if families == {"lm"}:
+        return "nats per token (a byte, on a text file)"
+    return "nats"  # mixed or unknown families
+
+
+def short_unit(frame: pd.DataFrame) -> str:
+    """The unit for an axis label or a table header: 'nats/token', 'nats/byte', 'nats/sample'."""
+    unit = loss_unit(frame).split(" (")[0]
+    return unit.replace(" per ", "/")
+
+
+def value_text(frame: pd.DataFrame) -> str:
+    """One sentence for the page: what every loss on it is, in which unit, pruned trials included."""
+    pruned = int((frame["state"] == "PRUNED").sum()) if "state" in frame else 0
+    text = (f"Every loss on this page is {METRIC}, the validation cross-entropy in {loss_unit(frame)}: a trial's "
+            "value in the study, the same number as in the CSV, the dashboard and the figures. A complete "
+            "trial's value is the best validation loss of its full-length training")
+    if pruned:
+        text += (f"; a pruned trial's ({pruned} here) is its score at the rung where it was stopped (after the "
+                 "rung's cooldown under a WSD schedule), or the best loss it reached when it has no score")
+    return text + "."
+
+
+__all__ = ["METRIC", "data_kinds", "loss_unit", "short_unit", "value_text"]
