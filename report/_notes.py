@@ -97,6 +97,7 @@ def save_dashboard_notes(storage: Any, studies: dict[str, str], notes: dict[str,
 
     from optuna_dashboard import save_note
 
+    from archhpo.report._units import METRIC
     from archhpo.search._study import load_study
 
     n = 0
@@ -105,7 +106,10 @@ def save_dashboard_notes(storage: Any, studies: dict[str, str], notes: dict[str,
             continue
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            save_note(load_study(storage, name), notes[budget])
+            study = load_study(storage, name)
+            save_note(study, notes[budget])
+            if study.metric_names != [METRIC]:  # the dashboard names the objective, not "Objective 0"
+                study.set_metric_names([METRIC])
         n += 1
     return n
 

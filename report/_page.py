@@ -103,15 +103,12 @@ def result_files(out: Path, experiment: str, budgets: Sequence[str],
         found += [hit] if hit else []
         lacking += [] if hit else [budget]
     links = [os.path.relpath(p, out) for p in [*csvs, *found]]
-    missing = []
-    if not csvs:
-        missing.append(f"{RESULTS_CSV} is not beside this page")
-    if lacking:
-        missing.append(f"no best JSON of {', '.join(lacking)} was found beside it")
+    jsons = f"the best JSON{'s' if len(lacking) > 1 else ''} of {', '.join(lacking)}"
+    missing = ([] if csvs else [RESULTS_CSV]) + ([jsons] if lacking else [])
     if not missing:
         return links, ""
-    text = "; ".join(missing)
-    return links, f"{text[:1].upper()}{text[1:]}: archhpo export --experiment {experiment} --out {out} writes them."
+    return links, (f"Not found beside this page: {' and '.join(missing)}; archhpo export --experiment "
+                   f"{experiment} --out {out} writes them.")
 
 
 def report_frame(frame: pd.DataFrame, out: str | Path = "results", experiment: str | None = None,
