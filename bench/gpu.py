@@ -15,9 +15,15 @@ sets it.  The training set is the synthetic PatchTST data tiled to a whole numbe
   (then 64 if 256 runs out of memory): peak memory against the estimate, steps/s, MFU.
 - ``packing``: 1, 2, 4 and 8 separate processes, each training the 2M deep config on the same
   GPU at once: aggregate samples/s against one alone.
+- ``lm`` (issue 33, ``bench/gpu_lm.py``): step MFU of the lm family at 124M (GPT-2 small), 200M and
+  2B, vocabulary 50,257, context 1024: eager (the trial path), foreach vs fused AdamW, bf16
+  weights vs bf16 autocast, torch.compile with its compile time apart, and the SDPA kernel a
+  profiled step ran.  Not in the default sections: ``--sections lm`` (under 10 minutes, docs/gpu.md).
 
     python bench/gpu.py                          # everything (timed once on an H100: BENCHMARKS.md §4)
     python bench/gpu.py --sections throughput,packing --out results/
+    python bench/gpu.py --sections lm --out results/   # the lm table (docs/gpu.md: from a fresh machine)
+    python bench/gpu.py --sections lm --dry-run        # CPU, tiny configs: proves the script and table
     python bench/gpu.py --help
 
 The compile section, which compiles each 2M model twice per batch size, is the slowest: where a
@@ -42,6 +48,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+import gpu_lm  # bench/gpu_lm.py: the lm section (this folder is on sys.path when run as a script)
 import torch
 
 from archhpo.models import TensorDataset, get_family
@@ -66,7 +73,8 @@ CONFIGS: dict[str, dict[str, int]] = {  # every one a row of its budget's grid (
 }
 CONFIG_2B = {"d_model": 2048, "n_layers": 48, "n_heads": 16, "d_ff": 8192}  # 2,417,412,097: 2B's largest
 TINY = {"d_model": 32, "n_layers": 2, "n_heads": 4, "d_ff": 64}  # --cpu-smoke only
-SECTIONS = ("throughput", "compile", "2b", "packing")
+SECTIONS = ("throughput", "compile", "2b", "packing", "lm")
+DEFAULT_SECTIONS = SECTIONS[:4]  # lm, the GPT-2-scale table, is asked for by name
 PARAMS = {"learning_rate": 3e-4, "epochs": 1, "batch_size": 64, "weight_decay": 1e-4, "warmup_steps": 100}
 NO_GPU = ("bench/gpu.py: no CUDA GPU is visible to PyTorch (torch.cuda.is_available() is False), "
           "so there is nothing to measure here; run it on a machine with an NVIDIA GPU.")
@@ -333,6 +341,8 @@ def markdown(result: dict[str, Any]) -> str:
         for r in result["2b"]:
             lines.append(row({**r, "samples_per_s": r.get("steps_per_s")}) if "error" not in r else row(r))
         lines.append("")
+    if result.get("lm"):
+        lines += gpu_lm.markdown(result["lm"], result["lm"][0]["vocab"])
     if result.get("packing"):
         lines += ["Packed 2M-deep trials on one GPU (separate processes, batch "
                   f"{result['packing_batch']}):", "",
@@ -346,7 +356,8 @@ def markdown(result: dict[str, Any]) -> str:
                              f"{_fmt(r['per_trial_samples_per_s'])} | {_fmt(r['vs_one_alone'])}x | "
                              f"{_fmt(r['peak_memory_gib_per_trial'])} |")
         lines.append("")
-    lines += ["Targets (issue 9): " + "; ".join(targets(result)), ""]
+    if any(result.get(s) for s in DEFAULT_SECTIONS):
+        lines += ["Targets (issue 9): " + "; ".join(targets(result)), ""]
     return "\n".join(lines)
 
 
@@ -371,15 +382,17 @@ def targets(result: dict[str, Any]) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--sections", default=",".join(SECTIONS), help=f"comma-separated, of {', '.join(SECTIONS)}")
+    ap.add_argument("--sections", default=",".join(DEFAULT_SECTIONS),
+                    help=f"comma-separated, of {', '.join(SECTIONS)} (default: all but lm)")
     ap.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
     ap.add_argument("--batches", type=int, nargs="+", default=[64, 256])
     ap.add_argument("--packing", type=int, nargs="+", default=[1, 2, 4, 8], help="trials packed on one GPU")
     ap.add_argument("--packing-batch", type=int, default=64)
     ap.add_argument("--seconds", type=float, default=8.0, help="timed training per measurement")
     ap.add_argument("--out", default=".", help="folder for gpu_bench.json and gpu_bench.md")
-    ap.add_argument("--cpu-smoke", action="store_true",
+    ap.add_argument("--cpu-smoke", "--dry-run", action="store_true",
                     help="check this script on CPU with a tiny model (measures nothing worth reporting)")
+    gpu_lm.add_arguments(ap)
     args = ap.parse_args(argv)
     sections = [s.strip() for s in args.sections.split(",") if s.strip()]
     bad = sorted(set(sections) - set(SECTIONS))
@@ -400,7 +413,8 @@ def main(argv: list[str] | None = None) -> int:
                               "packing_batch": args.packing_batch, "data": DATA}
     cache = DataCache(1)
     runners = {"throughput": section_throughput, "compile": section_compile, "2b": section_2b,
-               "packing": section_packing}
+               "packing": section_packing,
+               "lm": lambda device, args, cache: gpu_lm.section_lm(device, args, _guarded)}
     t0 = time.perf_counter()
     for name in sections:
         result[name] = runners[name](device, args, cache)

@@ -4,6 +4,9 @@ validation loss wins.
 
 On CUDA: bf16 autocast, fused AdamW, and no host synchronisation inside an epoch (the loss is
 summed on the device, clipping never reads the norm back, the stop check reads a Python flag).
+The step itself (and gradient accumulation when memory asks for micro-batches) is
+``workers._step``; validation, checkpoints and the database calls happen between epochs, outside
+the time that ``samples_per_s`` and the step MFU divide by.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from torch import nn
 from archhpo.errors import ArchhpoError, NonFiniteLoss, TrialStopped
 from archhpo.models import TensorDataset
 from archhpo.schema import TrainingPlan, check_schedule
+from archhpo.workers._step import Stepper, adamw_options
 
 
 class StopTraining(Exception):
@@ -48,6 +52,9 @@ class TrainConfig:
     # A data-budget study (archhpo.schema.DataBudget): each "epoch" is an interval of this many
     # samples drawn from passes over the training set (see `interval_order`); None: one pass an epoch.
     epoch_samples: int | None = None
+    # Samples per forward/backward when memory cannot hold the batch (workers._batch); the
+    # optimizer still steps once per batch_size samples (gradient accumulation).  None: the batch.
+    micro_batch: int | None = None
 
     def __post_init__(self) -> None:
         if self.learning_rate <= 0 or self.epochs < 1 or self.batch_size < 1 or self.eval_every < 1:
@@ -57,6 +64,8 @@ class TrainConfig:
         check_schedule(self.schedule, self.cooldown)
         if self.epoch_samples is not None and self.epoch_samples < 1:
             raise ArchhpoError(f"epoch_samples must be positive, got {self.epoch_samples}.")
+        if self.micro_batch is not None and self.micro_batch < 1:
+            raise ArchhpoError(f"micro_batch must be positive, got {self.micro_batch}.")
 
     def samples_per_epoch(self, n_train: int) -> int:
         """Samples one epoch (or validation interval) trains on."""
@@ -142,18 +151,39 @@ def resolve_device(device: str) -> torch.device:
     return torch.device(device)
 
 
+STREAM_LOGITS_BYTES = 2**30  # validation logits above this are scored batch by batch, not kept
+
+
 @torch.no_grad()
 def evaluate(
     model: nn.Module, data: TensorDataset, loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
     metrics_fn: Callable[[torch.Tensor, torch.Tensor], dict[str, float]] | None, batch_size: int,
     autocast: bool,
 ) -> tuple[float, dict[str, float]]:
+    """The validation loss (and metrics) over the whole validation split.
+
+    The logits are kept and scored at once, unless all of them would pass STREAM_LOGITS_BYTES (an
+    lm at GPT-2's vocabulary: 64 windows of 1024 tokens hold 13 GiB of fp32 logits): then each
+    batch is scored alone and the batches are averaged by their sample counts (exact for mean
+    losses and metrics, up to float summation order)."""
     model.eval()
-    logits = []
+    logits: list[torch.Tensor] = []
+    sums: dict[str, float] = {}
+    loss_sum: torch.Tensor | None = None
     for i in range(0, data.n_val, batch_size):
         inputs = tuple(t[i : i + batch_size] for t in data.val_inputs)
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
-            logits.append(model(*inputs).float())
+            out = model(*inputs).float()
+        if loss_sum is None and out.numel() * 4 * math.ceil(data.n_val / batch_size) <= STREAM_LOGITS_BYTES:
+            logits.append(out)
+            continue
+        target = data.val_target[i : i + batch_size]
+        part = loss_fn(out, target) * len(target)
+        loss_sum = part if loss_sum is None else loss_sum + part
+        for k, v in (metrics_fn(out, target) if metrics_fn else {}).items():
+            sums[k] = sums.get(k, 0.0) + v * len(target)
+    if loss_sum is not None:
+        return float(loss_sum) / data.n_val, {k: v / data.n_val for k, v in sums.items()}
     out = torch.cat(logits)  # (N_val, ...)
     loss = float(loss_fn(out, data.val_target))
     return loss, (metrics_fn(out, data.val_target) if metrics_fn else {})
@@ -168,6 +198,7 @@ class _Run:
     sched: torch.optim.lr_scheduler.LambdaLR
     gen: torch.Generator
     autocast: bool
+    stepper: Stepper
     best: float = math.inf
     best_epoch: int = 0
     best_metrics: dict[str, float] = field(default_factory=dict)
@@ -205,16 +236,18 @@ class _Run:
         return st
 
 
-def _start(model: nn.Module, data: TensorDataset, cfg: TrainConfig, resume: dict[str, Any] | None) -> _Run:
+def _start(model: nn.Module, data: TensorDataset, cfg: TrainConfig, resume: dict[str, Any] | None,
+           loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> _Run:
     """The optimiser, schedule and batch-order generator, fresh or from a checkpoint."""
     device = next(model.parameters()).device
     gen = torch.Generator(device=device).manual_seed(cfg.seed)
     total = cfg.total_steps or cfg.steps_per_epoch(data.n_train) * cfg.epochs
-    # fused: one kernel for the whole update on CUDA (the CPU path keeps the default foreach).
-    fused: dict[str, Any] = {"fused": True} if device.type == "cuda" else {}
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay, **fused)
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay,
+                            **adamw_options(device))
     shape = lr_lambda(cfg.warmup_steps, total, cfg.min_lr_ratio, cfg.schedule, cfg.cooldown)
-    run = _Run(model, opt, torch.optim.lr_scheduler.LambdaLR(opt, shape), gen, device.type == "cuda")
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, shape)
+    stepper = Stepper(model, opt, sched, loss_fn, device.type == "cuda", cfg.grad_clip, cfg.micro_batch)
+    run = _Run(model, opt, sched, gen, device.type == "cuda", stepper)
     if resume is None:
         return run
     model.load_state_dict(resume["model"])
@@ -242,9 +275,8 @@ def _train_epoch(run: _Run, data: TensorDataset, loss_fn: Callable[[torch.Tensor
                  cfg: TrainConfig, check_stop: Callable[[], None], epoch: int, max_steps: int | None = None) -> float:
     """One pass over the training set in the generator's order (its first `max_steps` batches
     only, for a cooldown branch that ends inside an epoch); the mean loss of what was trained."""
-    model, opt = run.model, run.opt
+    model = run.model
     device = next(model.parameters()).device
-    extra = getattr(model, "extra_loss", None)
     model.train()
     run.epoch_gen = run.gen.get_state()
     if cfg.epoch_samples is None:
@@ -259,18 +291,8 @@ def _train_epoch(run: _Run, data: TensorDataset, loss_fn: Callable[[torch.Tensor
     for i in range(skip * cfg.batch_size, n, cfg.batch_size):
         run.steps_done = i // cfg.batch_size
         check_stop()
-        idx = perm[i : i + cfg.batch_size]
-        inputs = tuple(t[idx] for t in data.train_inputs)
-        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=run.autocast):
-            loss = loss_fn(model(*inputs), data.train_target[idx])
-        total_loss = loss + extra() if extra is not None else loss
-        opt.zero_grad(set_to_none=True)
-        total_loss.backward()
-        nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-        opt.step()
-        run.sched.step()
-        loss_sum += loss.detach() * idx.numel()
-        run.samples += idx.numel()
+        idx = perm[i : i + cfg.batch_size]  # a gather on the device: no host round trip
+        run.samples += run.stepper.step(tuple(t[idx] for t in data.train_inputs), data.train_target[idx], loss_sum)
     run.steps_done = math.ceil(n / cfg.batch_size)
     # One host sync per epoch: a NaN anywhere in the epoch poisons the sum.
     train_loss = float(loss_sum) / n
@@ -338,7 +360,7 @@ def train(
     ``plan`` (archhpo.schema.TrainingPlan, the stopping rule's): ``validate_at`` always validated, at
     ``score_at`` ``on_score(epoch, val, state)`` before the checkpoint, stop after ``stop_after``."""
     plan = TrainingPlan() if plan is None else plan
-    run = _start(model, data, cfg, resume)
+    run = _start(model, data, cfg, resume, loss_fn)
     hooks = _Hooks(on_eval, checkpoint, plan, on_score)
     first, start, epoch = run.first, time.perf_counter(), run.first - 1
     train_s = 0.0  # samples/s and MFU time the training steps only
@@ -402,7 +424,7 @@ def cooldown_branch(
     rng = torch.get_rng_state()
     cuda_rng = torch.cuda.get_rng_state() if "cuda_rng" in state else None
     try:
-        run = _start(copy.deepcopy(model), data, branch_cfg, copy.deepcopy(state))
+        run = _start(copy.deepcopy(model), data, branch_cfg, copy.deepcopy(state), loss_fn)
         left, epoch = steps, run.first
         while left > 0:  # the epochs a continued run would train next (an interval's own samples)
             _train_epoch(run, data, loss_fn, branch_cfg, lambda: None, epoch, max_steps=left)

@@ -108,8 +108,9 @@ def test_a_tiny_models_mfu_keeps_its_significant_figures(monkeypatch: pytest.Mon
     monkeypatch.setattr(_device, "mfu", lambda *a, **k: 1.23456e-5)
     fake = types.SimpleNamespace(device=torch.device("cuda", 0), _gpu_share=lambda: 1.0)
     built = types.SimpleNamespace(flops_per_sample=1000, data_attrs=lambda path: {"train_samples": path})
-    out = Worker._throughput(fake, built, samples=640, seconds=2.0, path=640)  # type: ignore[arg-type]
-    assert out == {"train_samples": 640, "samples_per_s": 320.0, "train_flops": 640_000, "mfu": 1.23e-5}
+    out = Worker._throughput(fake, built, samples=640, seconds=2.0, path=640, wall_s=4.0)  # type: ignore[arg-type]
+    assert out == {"train_samples": 640, "samples_per_s": 320.0, "train_flops": 640_000, "mfu": 1.23e-5,
+                   "step_mfu": 1.23e-5, "trial_mfu": 1.23e-5}  # issue 33: the step's and the wall clock's
 
 
 def test_cuda_attributes_name_index_and_ray_ids(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -211,7 +212,7 @@ def test_placement_override_opt_out_and_cpu_clusters() -> None:
 
 
 def test_largest_trial_counts_unchosen_confirmation_entries(tmp_path: Path) -> None:
-    from archhpo.search import TrialQueue, launch, prepare_settings
+    from archhpo.search import PlanEntry, TrialQueue, launch, prepare_settings
 
     s = prepare_settings("gp", "2M", n_trials=6, seed=0)
     launch(f"sqlite:///{tmp_path / 'g.db'}", s)
@@ -221,11 +222,11 @@ def test_largest_trial_counts_unchosen_confirmation_entries(tmp_path: Path) -> N
     # a confirmation entry not yet filled in may be any architecture of the study
     stand_in = types.SimpleNamespace(settings=types.SimpleNamespace(
         family=s.family, info=s.info, archs=s.archs, search_space=s.search_space,
-        plan=[*s.plan, {"slot": 99, "phase": 3, "arch_idx": None, "params": None, "seed": 7, "rank": 0}]))
+        plan=[*s.plan, PlanEntry(slot=99, phase=3, arch_idx=None, params=None, seed=7, rank=0)]))
     every = largest_trial_bytes([stand_in])  # type: ignore[list-item]
     rows = types.SimpleNamespace(settings=types.SimpleNamespace(
         family=s.family, info=s.info, archs=s.archs, search_space=s.search_space,
-        plan=[{"arch_idx": i} for i in range(len(s.archs))]))
+        plan=[PlanEntry(slot=i, phase=1, arch_idx=i, params=None) for i in range(len(s.archs))]))
     assert every == largest_trial_bytes([rows]) >= planned  # type: ignore[list-item]
 
 

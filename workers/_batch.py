@@ -1,0 +1,80 @@
+"""The micro-batch a trial trains with: its batch size when the memory estimate allows it, else
+the largest even split of it that fits, with gradient accumulation keeping the study's batch.
+
+The estimate is ``workers._memory``'s (one function for the fit check and GPU placement); this
+module only asks it about smaller batches.  A trial that does not fit even one sample at a time
+is refused as before, with the message and estimate of its full batch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import torch
+
+from archhpo.workers import _memory
+
+
+@dataclasses.dataclass(frozen=True)
+class BatchPlan:
+    batch_size: int  # the study's batch: samples per optimizer step
+    micro_batch: int  # samples per forward/backward
+    need_bytes: int  # the estimate at the micro-batch
+
+    @property
+    def accumulation(self) -> int:
+        """Forward/backward passes per optimizer step."""
+        return math.ceil(self.batch_size / self.micro_batch)
+
+
+def micro_batches(batch: int) -> list[int]:
+    """The candidate micro-batches, largest first: ceil(batch / k) for k = 1, 2, ... (each a
+    split of the batch into k nearly equal parts), without repeats."""
+    seen: list[int] = []
+    for k in range(1, batch + 1):
+        m = math.ceil(batch / k)
+        if not seen or m < seen[-1]:
+            seen.append(m)
+    return seen
+
+
+# Bytes per logit in a training step over a vocabulary: the bf16 logits, their fp32 copy for the
+# loss, log-softmax's saved fp32 output, and the fp32 and bf16 gradients on the way back (CPU: fp32
+# logits, no copy).  workers._memory's estimate counts the layers, not a (B, L, V) head.
+LOGIT_BYTES = {"cuda": 16, "cpu": 12}
+EVAL_LOGITS_BYTES = 2**30  # an evaluation batch's logits (fp32 and bf16) stay under this
+
+
+def vocab_logits(family: str, cfg: Any) -> int:
+    """Logits per sample of a next-token head (the lm family: seq_len x vocab_size); 0 for a
+    family whose head is per sample (a class or a value), where the estimate already suffices."""
+    if family != "lm":
+        return 0
+    return int(cfg.vocab_size) * int(cfg.seq_len)
+
+
+def eval_batch(logits_per_sample: int, eval_batch_size: int) -> int:
+    """The evaluation batch whose logits (fp32 + bf16: 6 B each) stay under EVAL_LOGITS_BYTES."""
+    if logits_per_sample <= 0:
+        return eval_batch_size
+    return max(1, min(eval_batch_size, EVAL_LOGITS_BYTES // (6 * logits_per_sample)))
+
+
+def plan_batch(shape: _memory.TrialShape, device: torch.device, what: str, logits_per_sample: int = 0) -> BatchPlan:
+    """The largest micro-batch (up to ``shape.batch_size``) whose training estimate, plus the
+    head's logits (``logits_per_sample``, see LOGIT_BYTES), fits the device's free memory (the
+    dataset ``shape.data_bytes`` already resident counts as free).  Raises MemoryRefused
+    (``_memory.check_fits``'s sentence, at the full batch) when none fits."""
+    device_type = device.type
+    free = _memory.available_bytes(device) + shape.data_bytes
+    per_logit = LOGIT_BYTES["cuda" if device_type == "cuda" else "cpu"]
+    for m in micro_batches(shape.batch_size):
+        need = (_memory.estimate_training_bytes(dataclasses.replace(shape, batch_size=m), device_type)
+                + m * logits_per_sample * per_logit)
+        if _memory.fits(need, free):
+            return BatchPlan(shape.batch_size, m, need)
+    full = _memory.estimate_training_bytes(shape, device_type)
+    _memory.check_fits(full, device, what, resident=shape.data_bytes)  # raises: not even one sample fits
+    return BatchPlan(shape.batch_size, shape.batch_size, full)  # unreachable unless memory was freed since
