@@ -75,6 +75,6 @@ def plan_batch(shape: _memory.TrialShape, device: torch.device, what: str, logit
                 + m * logits_per_sample * per_logit)
         if _memory.fits(need, free):
             return BatchPlan(shape.batch_size, m, need)
-    full = _memory.estimate_training_bytes(shape, device_type)
+    full = _memory.estimate_training_bytes(shape, device_type) + shape.batch_size * logits_per_sample * per_logit
     _memory.check_fits(full, device, what, resident=shape.data_bytes)  # raises: not even one sample fits
-    return BatchPlan(shape.batch_size, shape.batch_size, full)  # unreachable unless memory was freed since
+    return BatchPlan(shape.batch_size, shape.batch_size, full)  # reached only if memory was freed meanwhile

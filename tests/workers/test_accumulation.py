@@ -101,3 +101,33 @@ def test_a_trial_records_step_mfu_beside_trial_mfu(monkeypatch: pytest.MonkeyPat
     out = loop.Worker._throughput(me, built, 1000, 2.5, 1000, 5.0)  # type: ignore[arg-type]
     assert out["step_mfu"] == out["mfu"] == 0.4
     assert out["trial_mfu"] == 0.2  # 1e12 FLOPs over 5 s of wall clock against a 1e12 FLOP/s peak
+
+
+def test_an_lms_logits_bound_its_eval_batch_and_count_in_its_micro_batch(monkeypatch: pytest.MonkeyPatch) -> None:
+    from archhpo.models.lm_spec import gpu_config
+    from archhpo.workers._batch import EVAL_LOGITS_BYTES, eval_batch, vocab_logits
+
+    cfg = gpu_config("124M")
+    logits = vocab_logits("lm", cfg)
+    assert logits == 1024 * 50257 and vocab_logits("patchtst", cfg) == 0
+    assert eval_batch(logits, 1024) == EVAL_LOGITS_BYTES // (6 * logits) == 3  # 1024 windows would be 294 GiB
+    assert eval_batch(32 * 32, 1024) == 1024 and eval_batch(0, 1024) == 1024  # CPU-sized studies: unchanged
+    _free_for(64, monkeypatch)
+    assert plan_batch(SHAPE, CPU, "t").micro_batch == 64
+    assert plan_batch(SHAPE, CPU, "t", logits_per_sample=10**5).micro_batch == 2  # the head's 1.2 MB a sample
+    with pytest.raises(MemoryRefused):
+        plan_batch(SHAPE, CPU, "t", logits_per_sample=10**6)  # 12 MB a sample: not even one fits
+
+
+def test_validation_scored_batch_by_batch_equals_the_kept_logits(monkeypatch: pytest.MonkeyPatch) -> None:
+    import archhpo.workers._train as trainer
+
+    fam = get_family("lm")
+    data = fam.load_data(fam.parse_data("synthetic:tokens=4000", {"seq_len": 8}), {"seq_len": 8})
+    torch.manual_seed(0)
+    model = fam.build(fam.config_for({"d_model": 16, "n_layers": 1, "n_heads": 2, "d_ff": 32}, data.info))
+    kept = trainer.evaluate(model, data, fam.loss, fam.metrics, 7, False)
+    monkeypatch.setattr(trainer, "STREAM_LOGITS_BYTES", 0)
+    streamed = trainer.evaluate(model, data, fam.loss, fam.metrics, 7, False)
+    assert streamed[0] == pytest.approx(kept[0], rel=1e-6)
+    assert streamed[1] == pytest.approx(kept[1], rel=1e-6)
