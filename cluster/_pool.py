@@ -10,7 +10,7 @@ from typing import Any, TextIO
 from archhpo.cluster._capacity import check_capacity, cluster_worker
 from archhpo.cluster._options import DEFAULT_WORKERS, RunOptions
 from archhpo.cluster._placement import Placement, _cluster_gpus, place_workers
-from archhpo.cluster._progress import progress_line
+from archhpo.cluster._progress import RunProgress
 from archhpo.cluster._tasks import gpu_task, start_by_share
 from archhpo.errors import OutputError
 from archhpo.schema import Attr
@@ -51,10 +51,21 @@ class _Pool:
         self.refs = start_by_share(self.task, self.placement.worker_shares(self.opts.workers), self.args)
 
     def supervise(self) -> dict[str, PlanStatus]:
+        out = self.out
+        with RunProgress(out, self.queues, self.opts.workers or 1) as shown:
+            self.out = shown.file  # on a terminal, messages print above the progress bar
+            try:
+                self._supervise(shown)
+                statuses = {n: q.maintain() for n, q in self.queues.items()}
+                shown.close(statuses)
+                return statuses
+            finally:
+                self.out = out
+
+    def _supervise(self, shown: RunProgress) -> None:
         import ray
 
-        start, last_final, exported, next_export, last_print = time.monotonic(), -1, -1, 0.0, 0.0
-        tty = self.out.isatty()
+        exported, next_export = -1, 0.0
         while True:
             ready, _ = ray.wait(self.refs, num_returns=len(self.refs), timeout=self.opts.refresh_s)
             statuses = {n: q.maintain(blocking=False) for n, q in self.queues.items()}  # also reaps
@@ -68,20 +79,11 @@ class _Pool:
                 self.progress()
                 exported = final
                 next_export = time.monotonic() + 9 * (time.monotonic() - began)
-            now = time.monotonic()
-            if tty or final != last_final or now - last_print > 10:  # piped: a line per change or every 10 s
-                line = progress_line(statuses, self.opts.workers or 1, now - start)
-                self.out.write(("\r" + line + "\x1b[K") if tty else line + "\n")
-                self.out.flush()
-                last_print = now
-            last_final = final
+            shown.update(statuses)
             if len(ready) == len(self.refs):
                 for ref in ready:
                     ray.get(ref)  # surface a worker that died with an error
                 break
-        if tty:
-            self.out.write("\n")
-        return {n: q.maintain() for n, q in self.queues.items()}
 
     def _whole_gpu_retry(self, ready: list[Any], statuses: dict[str, PlanStatus]) -> None:
         """A worker with a whole GPU (a fresh process) for retries of shared-GPU OOMs and refusals."""

@@ -1,10 +1,20 @@
-"""The progress line of `archhpo run` and its ETA."""
+"""What `archhpo run` shows while it runs: a progress bar on a terminal (rich), a plain line every
+10-30 s otherwise, and the ETA in FLOPs (cluster/_flops.py)."""
 
 from __future__ import annotations
 
 import datetime as dt
+import os
+import re
+import sys
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, TextIO
 
+from archhpo.cluster._flops import Work, flops_eta, study_work
 from archhpo.search._queue import PlanStatus
+
+PLAIN_EVERY_S = (10.0, 30.0)  # off a terminal: a line when something changed (at most every 10 s), else every 30 s
 
 
 def _fmt_eta(seconds: float | None) -> str:
@@ -15,8 +25,9 @@ def _fmt_eta(seconds: float | None) -> str:
 
 
 def eta_s(statuses: dict[str, PlanStatus], workers: int, now: dt.datetime | None = None) -> float | None:
-    """Seconds left: the trials not yet final at the mean trial duration, less what the running
-    ones have done already (each counted up to that mean), over the workers; None before any finished."""
+    """Seconds left by trial counts: the trials not yet final at the mean trial duration, less what
+    the running ones have done already (each counted up to that mean), over the workers; None before
+    any finished. `run` uses it only for studies that record no FLOPs (flops_eta otherwise)."""
     total = sum(s.total for s in statuses.values())
     final = sum(s.final for s in statuses.values())
     if final >= total:
@@ -30,17 +41,191 @@ def eta_s(statuses: dict[str, PlanStatus], workers: int, now: dt.datetime | None
     return max(0.0, (total - final) * mean - done) / max(1, workers)
 
 
-def progress_line(statuses: dict[str, PlanStatus], workers: int, elapsed: float) -> str:
-    total = sum(s.total for s in statuses.values())
-    final = sum(s.final for s in statuses.values())
-    failed = sum(s.failed for s in statuses.values())
-    running = sum(s.running for s in statuses.values())
-    bests = {n: s.best_value for n, s in statuses.items() if s.best_value is not None}
-    eta = eta_s(statuses, workers)
-    best = "  ".join(f"{n}={v:.4f}" for n, v in bests.items()) or "-"
-    held = sum(s.held for s in statuses.values())
+def _counts(statuses: Mapping[str, PlanStatus]) -> dict[str, int]:
+    keys = ("total", "final", "running", "failed", "held")
+    return {k: sum(int(getattr(s, k)) for s in statuses.values()) for k in keys}
+
+
+def _best(status: PlanStatus) -> str:
+    return "-" if status.best_value is None else f"{status.best_value:.4f}"
+
+
+def progress_line(statuses: dict[str, PlanStatus], workers: int, elapsed: float,
+                  eta: float | None | str = "trials") -> str:
+    """One plain line; `eta` in seconds (None: not known yet), or "trials" for eta_s's estimate."""
+    c = _counts(statuses)
+    seconds = eta_s(statuses, workers) if eta == "trials" else eta
+    best = "  ".join(f"{n}={_best(s)}" for n, s in statuses.items() if s.best_value is not None) or "-"
+    held = f", {c['held']} held at a rung" if c["held"] else ""
     return (
-        f"[{_fmt_eta(elapsed)}] trials {final}/{total} done, {running} running, {failed} failed"
-        f"{f', {held} held at a rung' if held else ''} | "
-        f"best {best} | ETA {_fmt_eta(eta)}"
+        f"[{_fmt_eta(elapsed)}] trials {c['final']}/{c['total']} done, {c['running']} running, {c['failed']} failed"
+        f"{held} | best {best} | ETA {_fmt_eta(seconds if isinstance(seconds, float | int) else None)}"
     )
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
+
+
+class _PlainStream:
+    """A stream that drops ANSI escape sequences (what it wraps is not a terminal)."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+
+    def write(self, text: str) -> int:
+        self.stream.write(_ANSI.sub("", text))
+        return len(text)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.stream, name)
+
+
+def plain_ray_logs(*streams: TextIO) -> None:
+    """Ray colours the (pid=...) prefix of every worker line it copies to the driver unless
+    RAY_COLOR_PREFIX is "0" (read per line, ray/_private/worker.py print_worker_logs): off a
+    terminal (a log file, a pipe) or under NO_COLOR, ask for plain lines; a value already set wins.
+    Its "[repeated Nx across cluster]" note is coloured regardless (ray_logging._color), up to the
+    flush at ray.shutdown: so sys.stdout and sys.stderr, where they are not a terminal, drop escape
+    codes from here on (Ray writes to them as they are when it prints)."""
+    if not os.environ.get("RAY_COLOR_PREFIX") and (os.environ.get("NO_COLOR")
+                                                   or not all(_is_tty(s) for s in streams)):
+        os.environ["RAY_COLOR_PREFIX"] = "0"
+    if not _is_tty(sys.stdout) and not isinstance(sys.stdout, _PlainStream):
+        sys.stdout = _PlainStream(sys.stdout)
+    if not _is_tty(sys.stderr) and not isinstance(sys.stderr, _PlainStream):
+        sys.stderr = _PlainStream(sys.stderr)
+
+
+def _is_tty(stream: Any) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):  # no isatty, or a closed stream
+        return False
+
+
+class RunProgress:
+    """The driver's display of one `run`: update() each poll, close() at the end (or use `with`).
+
+    On a terminal a rich progress bar per study (done/total, running, held, failed, best) and a
+    line with the elapsed time and the ETA; `file` is where other messages go meanwhile, printed
+    above the bar. Off a terminal, plain lines (progress_line) every PLAIN_EVERY_S."""
+
+    def __init__(self, out: TextIO, queues: Mapping[str, Any], workers: int, *,
+                 read_work: Callable[[], Work] | None = None, clock: Callable[[], float] = time.monotonic,
+                 now: Callable[[], dt.datetime] = dt.datetime.now, console: Any = None) -> None:
+        self.out, self.queues, self.workers = out, queues, workers
+        self.read_work = read_work or self._read_work
+        self.clock, self.now = clock, now
+        self.start = clock()
+        self.work: Work | None = None
+        self._work_key: Any = None
+        self._next_read = 0.0
+        self._last: tuple[float, Any] | None = None  # off a terminal: when the last line was written, and what
+        self.bar = _Bar(console, out, clock) if console is not None or _is_tty(out) else None
+        self.file: TextIO = self.bar.file if self.bar is not None else out
+
+    def __enter__(self) -> RunProgress:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def eta(self, statuses: Mapping[str, PlanStatus]) -> float | None:
+        """Seconds left from the FLOPs left and the measured throughput (flops_eta); "--:--" (None)
+        before a finished trial measured it; by trial counts only for studies that record no FLOPs."""
+        if all(s.done for s in statuses.values()):
+            return 0.0
+        key = tuple(sorted(_counts(statuses).items())) + tuple((s.waiting, s.retries) for s in statuses.values())
+        if self.work is None or (key != self._work_key and self.clock() >= self._next_read):
+            began = self.clock()
+            try:
+                self.work = self.read_work()
+                self._work_key = key
+            except Exception:  # noqa: BLE001 - a database hiccup costs the display a poll, never the run
+                pass
+            self._next_read = self.clock() + 9 * (self.clock() - began)  # at most ~10% of the driver's time
+        if self.work is None or (self.work.rate is None and any(s.mean_duration_s for s in statuses.values())):
+            return eta_s(dict(statuses), self.workers)  # finished trials that record no FLOPs
+        return flops_eta(self.work, self.workers, self.now())
+
+    def update(self, statuses: Mapping[str, PlanStatus]) -> None:
+        elapsed = self.clock() - self.start
+        eta = self.eta(statuses)
+        if self.bar is not None:
+            self.bar.show(statuses, elapsed, eta)
+            return
+        changed = tuple(sorted(_counts(statuses).items()))
+        wait = PLAIN_EVERY_S[0] if self._last is None or changed != self._last[1] else PLAIN_EVERY_S[1]
+        if self._last is None or self.clock() - self._last[0] >= wait:
+            self._plain(statuses, elapsed, eta, changed)
+
+    def _plain(self, statuses: Mapping[str, PlanStatus], elapsed: float, eta: float | None, key: Any) -> None:
+        self.out.write(progress_line(dict(statuses), self.workers, elapsed, eta) + "\n")
+        self.out.flush()
+        self._last = (self.clock(), key)
+
+    def close(self, statuses: Mapping[str, PlanStatus] | None = None) -> None:
+        """The last state (`statuses`, when given) shown, then the bar stopped; idempotent."""
+        if statuses is not None:
+            if self.bar is not None:
+                self.bar.show(statuses, self.clock() - self.start, self.eta(statuses))
+            elif self._last is None or self._last[1] != tuple(sorted(_counts(statuses).items())):
+                self._plain(statuses, self.clock() - self.start, self.eta(statuses), None)
+        if self.bar is not None:
+            self.bar.stop()
+
+    def _read_work(self) -> Work:
+        work = Work()
+        for queue in self.queues.values():
+            settings = getattr(getattr(queue, "upkeep", None), "settings", None) or queue.settings
+            study_work(settings, queue.study.get_trials(deepcopy=False), work)
+        return work
+
+
+class _Bar:
+    """rich's Progress: a row per study and a row for the whole run (elapsed, ETA)."""
+
+    def __init__(self, console: Any, out: TextIO, clock: Callable[[], float]) -> None:
+        from rich.console import Console
+        from rich.file_proxy import FileProxy
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+        self.console = console or Console(file=out, highlight=False)
+        self.progress = Progress(
+            TextColumn("{task.description}"), BarColumn(bar_width=30), MofNCompleteColumn(),
+            TextColumn("{task.fields[detail]}"),
+            console=self.console, auto_refresh=False, get_time=clock,  # drawn on each poll, no thread
+        )
+        self.tasks: dict[str, Any] = {}
+        self.file: TextIO = FileProxy(self.console, out)  # type: ignore[assignment]
+        self.started = self.stopped = False
+
+    def show(self, statuses: Mapping[str, PlanStatus], elapsed: float, eta: float | None) -> None:
+        if self.stopped:
+            return
+        if not self.started:
+            self.progress.start()
+            self.started = True
+        width = max(len(n) for n in [*statuses, "all"])
+        rows = {n: (s.total, s.final, _study_detail(s)) for n, s in statuses.items()}
+        c = _counts(statuses)
+        run_detail = f"elapsed {_fmt_eta(elapsed)}  ETA {_fmt_eta(eta)}"
+        if len(statuses) > 1:
+            rows["all"] = (c["total"], c["final"], run_detail)
+        else:
+            rows = {n: (t, f, f"{d}  {run_detail}") for n, (t, f, d) in rows.items()}
+        for name, (total, final, detail) in rows.items():
+            if name not in self.tasks:
+                self.tasks[name] = self.progress.add_task(name.ljust(width), total=total, detail="")
+            self.progress.update(self.tasks[name], total=total, completed=final, detail=detail)
+        self.progress.refresh()
+
+    def stop(self) -> None:
+        if self.started and not self.stopped:
+            self.progress.stop()
+        self.stopped = True
+
+
+def _study_detail(s: PlanStatus) -> str:
+    held = f", {s.held} held at a rung" if s.held else ""
+    return f"{s.running} running{held}, {s.failed} failed  best {_best(s)}"

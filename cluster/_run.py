@@ -24,7 +24,7 @@ from archhpo.cluster._placement import (
     place_workers,
 )
 from archhpo.cluster._pool import MAX_REPLACEMENTS, _Pool
-from archhpo.cluster._progress import _fmt_eta, eta_s, progress_line
+from archhpo.cluster._progress import _fmt_eta, eta_s, plain_ray_logs, progress_line
 from archhpo.cluster._ray_private import loopback_only, token_auth_without_advice
 from archhpo.cluster._tasks import gpu_task, start_by_share, task_options, worker_task
 from archhpo.config import Environment
@@ -79,6 +79,7 @@ def run_workers(
     check_run_options(storage_url, opts)
     storage = open_storage(storage_url, create=False, timing=opts.timing)
     pool = _Pool(storage_url, names, opts, out, storage)
+    plain_ray_logs(sys.stdout, sys.stderr)  # Ray's copies of the workers' lines: no colour codes off a terminal
     pool.threads = _start_ray(opts)
     try:
         pool.start()

@@ -38,6 +38,7 @@ def _probe(*argv: str) -> dict:
     ["--help"],
     ["grid", "--help"],
     ["run", "--help"],
+    ["run", "--family", "lm", "--help"],  # a family's own help (its --data forms) stays light
     ["train", "--help"],
     ["grid", "--budget", "500K"],
     ["grid", "--family", "signal", "--budget", "300K", "--format", "json"],

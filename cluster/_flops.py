@@ -1,0 +1,155 @@
+"""`run`'s ETA in FLOPs: the training still to do over the throughput the finished trials measured.
+
+Trial counts make a poor clock: a study's trials differ in size (the plan spreads over the grid's
+shapes and epochs) and under successive halving most stop at a rung, so a mean trial duration
+over- or under-shoots and jumps each time a long trial finishes. Every trial's cost is known in
+FLOPs instead: its shape's forward+backward FLOPs per sample (the grid row's flops_per_sample)
+times the samples it trains, calibrated on the finished trials (their flops_full). What the
+finished trials trained (flops_spent) over their wall time (duration_s) is the measured
+throughput of one worker. The running trials count as done at that throughput for the time they
+have run (each up to its own cost), so a long trial finishing moves nothing but the measurement.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import statistics
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from archhpo.schema import Attr
+
+_FINISHED = ("COMPLETE", "PRUNED", "FAIL")
+_LIVE = ("RUNNING", "WAITING")
+
+
+@dataclass
+class SlotWork:
+    """One plan slot as the ETA sees it."""
+
+    cost: float | None  # FLOPs to train it to full length once; None: not known (no measurement yet)
+    spent: float = 0.0  # FLOPs its earlier claims trained (a trial held at a rung, a resumed one)
+    running_since: dt.datetime | None = None  # when its current claim began (RUNNING)
+    done: bool = False
+
+
+@dataclass
+class Work:
+    """The studies' slots and what the finished trials measured."""
+
+    slots: list[SlotWork] = field(default_factory=list)
+    flops: float = 0.0  # FLOPs the finished trials trained ...
+    seconds: float = 0.0  # ... in this much worker wall time
+
+    @property
+    def rate(self) -> float | None:
+        """FLOPs per second of one worker; None before a finished trial recorded both."""
+        return self.flops / self.seconds if self.flops > 0 and self.seconds > 0 else None
+
+
+def flops_eta(work: Work, workers: int, now: dt.datetime) -> float | None:
+    """Seconds left: the FLOPs still to train over the measured throughput of `workers` workers
+    (no more of them than slots left), and never less than the longest slot left takes one worker.
+    None until a finished trial measured the throughput, or while a slot's cost is unknown."""
+    rate = work.rate
+    left = [s for s in work.slots if not s.done]
+    if not left:
+        return 0.0
+    if rate is None or any(s.cost is None for s in left):
+        return None
+    remaining = []
+    for s in left:
+        todo = max(0.0, float(s.cost or 0.0) - s.spent)
+        if s.running_since is not None:  # what it trained since its claim, at the measured rate
+            todo -= min(todo, max(0.0, (now - s.running_since).total_seconds()) * rate)
+        remaining.append(todo)
+    parallel = max(1, min(workers, len(left)))
+    return max(sum(remaining) / (rate * parallel), max(remaining) / rate)
+
+
+# ----------------------------------------------------------------------------- reading a study
+def _state(t: Any) -> str:
+    return str(getattr(t.state, "name", t.state))
+
+
+def _params(t: Any) -> dict[str, Any]:
+    """A trial's planned parameters: its own once claimed, else those its WAITING trial was given."""
+    return dict(t.params or t.system_attrs.get("fixed_params", {}))
+
+
+def _field(entry: Any, name: str) -> Any:
+    """A plan entry's field, stored form (dict) or PlanEntry alike."""
+    return entry.get(name) if isinstance(entry, dict) else getattr(entry, name, None)
+
+
+def _data_budget(settings: Any) -> bool:
+    """Whether every trial of the study trains the same data (--tokens-per-param), whatever its epochs."""
+    options = settings.options
+    found = options.get("data_budget") if isinstance(options, dict) else getattr(options, "data_budget", None)
+    return bool(found)
+
+
+class _Calibration:
+    """Samples a trial trains, from the finished trials: per epoch, or per trial (a data budget)."""
+
+    def __init__(self, trials: Iterable[Any], per_trial: bool) -> None:
+        self.per_trial = per_trial
+        samples = []
+        for t in trials:
+            full, per_sample = t.user_attrs.get(Attr.FLOPS_FULL), t.user_attrs.get(Attr.FLOPS_PER_SAMPLE)
+            epochs = 1 if per_trial else _params(t).get("epochs")
+            if full and per_sample and epochs:
+                samples.append(float(full) / float(per_sample) / float(epochs))
+        self.samples = statistics.median(samples) if samples else None
+
+    def cost(self, flops_per_sample: float | None, epochs: float | None) -> float | None:
+        if self.samples is None or not flops_per_sample or (not self.per_trial and not epochs):
+            return None
+        return flops_per_sample * self.samples * (1.0 if self.per_trial else float(epochs or 0))
+
+
+def _slot_shape(settings: Any, entry: Any, trials: list[Any], mean_epochs: float | None,
+                mean_fps: float | None) -> tuple[float | None, float | None]:
+    """(flops per sample, epochs) of a slot: its newest trial's, else the plan's, else the study's means
+    (a confirmation slot whose architecture upkeep has not chosen yet)."""
+    params = _params(trials[-1]) if trials else dict(_field(entry, "params") or {})
+    arch_idx = params.get("arch_idx", _field(entry, "arch_idx"))
+    fps = mean_fps
+    if arch_idx is not None and int(arch_idx) < len(settings.archs):
+        fps = settings.archs[int(arch_idx)].get("flops_per_sample") or mean_fps
+    epochs = params.get("epochs") or (settings.phase2_params or {}).get("epochs") or mean_epochs
+    return fps, epochs
+
+
+def study_work(settings: Any, trials: list[Any], work: Work) -> None:
+    """Add one study's slots and measurements to `work` (`trials`: Optuna's FrozenTrials)."""
+    finished = [t for t in trials if _state(t) in _FINISHED]
+    for t in finished:
+        spent, seconds = t.user_attrs.get(Attr.FLOPS_SPENT), t.user_attrs.get(Attr.DURATION_S)
+        if spent and seconds:
+            work.flops += float(spent)
+            work.seconds += float(seconds)
+    calibration = _Calibration(finished, _data_budget(settings))
+    by_slot: dict[int, list[Any]] = {}
+    for t in sorted(trials, key=lambda t: t.number):
+        if Attr.PLAN_SLOT in t.user_attrs:
+            by_slot.setdefault(int(t.user_attrs[Attr.PLAN_SLOT]), []).append(t)
+    epochs = [float(e) for t in trials if (e := _params(t).get("epochs"))]
+    per_sample = [float(a["flops_per_sample"]) for a in settings.archs if a.get("flops_per_sample")]
+    mean_epochs = statistics.fmean(epochs) if epochs else None
+    mean_fps = statistics.fmean(per_sample) if per_sample else None
+    for entry in settings.plan:
+        ts = by_slot.get(int(_field(entry, "slot")), [])
+        live = [t for t in ts if _state(t) in _LIVE]
+        if ts and not live:
+            work.slots.append(SlotWork(None, done=True))
+            continue
+        fps, slot_epochs = _slot_shape(settings, entry, ts, mean_epochs, mean_fps)
+        known = live[-1].user_attrs.get(Attr.FLOPS_FULL) if live else None
+        running = next((t for t in live if _state(t) == "RUNNING"), None)
+        work.slots.append(SlotWork(
+            float(known) if known else calibration.cost(fps, slot_epochs),
+            spent=float(live[-1].user_attrs.get(Attr.FLOPS_SPENT) or 0) if live else 0.0,
+            running_since=running.datetime_start if running is not None else None,
+        ))

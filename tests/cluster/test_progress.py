@@ -1,0 +1,186 @@
+"""`run`'s progress: a rich bar on a terminal, plain lines every 10-30 s off one, an ETA from the
+FLOPs left over the measured throughput, and Ray's copies of worker lines without colour codes."""
+
+from __future__ import annotations
+
+import datetime as dt
+import io
+import os
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from archhpo.cluster._flops import SlotWork, Work, flops_eta, study_work
+from archhpo.cluster._progress import RunProgress, plain_ray_logs
+from archhpo.search._queue import PlanStatus
+from tests.conftest import TINY_DATA, run_cli
+
+T0 = dt.datetime(2026, 1, 1, 12, 0, 0)
+GFLOP = 1e9
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+    def at(self) -> dt.datetime:
+        return T0 + dt.timedelta(seconds=self.t)
+
+
+def _statuses(final: int = 3, running: int = 2, held: int = 1, failed: int = 1) -> dict[str, PlanStatus]:
+    return {
+        "demo_75K": PlanStatus(total=6, final=final, running=running, held=held, failed=failed, best_value=2.3227),
+        "demo_100K": PlanStatus(total=6, final=1, running=0, best_value=None),
+    }
+
+
+def _work(measured: bool) -> Work:
+    slots = [SlotWork(10 * GFLOP, done=True), SlotWork(100 * GFLOP, running_since=T0), SlotWork(10 * GFLOP)]
+    return Work(slots, flops=10 * GFLOP if measured else 0.0, seconds=10.0 if measured else 0.0)
+
+
+def test_the_bar_on_a_terminal_shows_counts_best_and_eta() -> None:
+    from rich.console import Console
+
+    clock, measured = FakeClock(), [False]
+    console = Console(file=io.StringIO(), force_terminal=True, width=150, record=True, color_system=None)
+    shown = RunProgress(io.StringIO(), {}, 2, read_work=lambda: _work(measured[0]), clock=clock, now=clock.at,
+                        console=console)
+    shown.update(_statuses())
+    first = console.export_text()
+    assert "--:--" in first, "no finished trial measured the throughput yet"
+    clock.t, measured[0] = 20.0, True
+    statuses = _statuses(final=4)
+    shown.update(statuses)
+    shown.close(statuses)
+    text = console.export_text()
+    last = {line.split()[0]: line for line in text.splitlines() if line.strip()}  # each row's last frame
+    print(last["demo_75K"])
+    assert "4/6" in last["demo_75K"] and "2 running, 1 held at a rung, 1 failed" in last["demo_75K"]
+    assert "best 2.3227" in last["demo_75K"] and "best -" in last["demo_100K"] and "1/6" in last["demo_100K"]
+    assert "5/12" in last["all"] and "elapsed 0:00:20" in last["all"]
+    # 1 GFLOP/s measured: the running 100-GFLOP slot has 80 left after 20 s, the waiting one 10.
+    assert "ETA 0:01:20" in last["all"], last["all"]
+    assert "━" in last["demo_75K"], "a drawn bar, not a line of text"
+
+
+def test_eta_is_unknown_before_a_measurement_and_keeps_its_finish_time_when_a_long_trial_finishes() -> None:
+    """One worker: a short trial (10 s), then a long one (100 s), then two short ones, all at 1 GFLOP/s.
+    The finish time (now + ETA) stays at 130 s from the first measurement on, the long trial's end included."""
+    costs = [10 * GFLOP, 100 * GFLOP, 10 * GFLOP, 10 * GFLOP]
+    ends = [10.0, 110.0, 120.0, 130.0]
+
+    def work_at(t: float) -> Work:
+        work, start = Work(), 0.0
+        for cost, end in zip(costs, ends, strict=True):
+            done = end <= t
+            running = start <= t < end
+            work.slots.append(SlotWork(cost, done=done, running_since=T0 + dt.timedelta(seconds=start) if running else None))
+            if done:
+                work.flops, work.seconds = work.flops + cost, work.seconds + (end - start)
+            start = end
+        return work
+
+    assert flops_eta(work_at(5.0), 1, T0 + dt.timedelta(seconds=5)) is None, "nothing measured: --:--"
+    finish = []
+    for t in (10.0, 40.0, 109.0, 110.0, 115.0, 125.0):
+        eta = flops_eta(work_at(t), 1, T0 + dt.timedelta(seconds=t))
+        assert eta is not None
+        finish.append(t + eta)
+    assert finish == pytest.approx([130.0] * len(finish))
+    assert flops_eta(work_at(130.0), 1, T0 + dt.timedelta(seconds=130)) == 0.0
+
+
+def test_eta_takes_the_longest_slot_left_when_workers_outnumber_the_work() -> None:
+    work = Work([SlotWork(100 * GFLOP), SlotWork(10 * GFLOP)], flops=GFLOP, seconds=1.0)
+    assert flops_eta(work, 8, T0) == pytest.approx(100.0), "8 workers cannot split one trial"
+    assert flops_eta(work, 1, T0) == pytest.approx(110.0)
+
+
+def _trial(number: int, state: str, slot: int, params: dict[str, Any], **attrs: Any) -> Any:
+    return SimpleNamespace(number=number, state=SimpleNamespace(name=state), params=params, system_attrs={},
+                           user_attrs={"plan_slot": slot, **attrs}, datetime_start=T0)
+
+
+def test_a_study_slots_cost_their_shape_flops_times_the_calibrated_samples() -> None:
+    """The finished trial trained 100 samples an epoch; a waiting slot of a shape with 20 FLOPs per
+    sample and 2 epochs costs 20 x 100 x 2; a phase-2 slot with no trial yet takes the study's mean epochs."""
+    settings = SimpleNamespace(
+        archs=[{"flops_per_sample": 10}, {"flops_per_sample": 20}], phase2_params=None, options={},
+        plan=[{"slot": 0, "arch_idx": 0, "params": {"epochs": 3}}, {"slot": 1, "arch_idx": 1, "params": {"epochs": 2}},
+              {"slot": 2, "arch_idx": 1, "params": None}],
+    )
+    trials = [
+        _trial(0, "COMPLETE", 0, {"arch_idx": 0, "epochs": 3}, flops_full=3000, flops_per_sample=10,
+               flops_spent=3000, duration_s=30.0),
+        _trial(1, "RUNNING", 1, {"arch_idx": 1, "epochs": 2}),
+    ]
+    work = Work()
+    study_work(settings, trials, work)
+    assert [s.done for s in work.slots] == [True, False, False]
+    assert work.slots[1].cost == 20 * 100 * 2 and work.slots[1].running_since == T0
+    assert work.slots[2].cost == pytest.approx(20 * 100 * 2.5)
+    assert work.rate == pytest.approx(100.0)
+
+
+def test_off_a_terminal_one_plain_line_every_10_to_30_s() -> None:
+    clock, out = FakeClock(), io.StringIO()
+    shown = RunProgress(out, {}, 2, read_work=lambda: _work(True), clock=clock, now=clock.at)
+    assert shown.bar is None and shown.file is out
+    for t, final in ((0, 3), (5, 4), (11, 4), (20, 4), (40, 4), (41.5, 4), (45, 5)):
+        clock.t = t
+        shown.update(_statuses(final=final))
+    shown.close(_statuses(final=6, running=0))
+    lines = out.getvalue().splitlines()
+    assert [line.split("]")[0] for line in lines] == ["[0:00:00", "[0:00:11", "[0:00:41", "[0:00:45"], lines
+    assert "trials 12/12 done" not in out.getvalue()
+    assert lines[-1].startswith("[0:00:45] trials 7/12 done, 0 running, 1 failed, 1 held at a rung")
+    assert all("\x1b" not in line and "\r" not in line for line in lines)
+
+
+def test_ray_prints_worker_lines_without_colour_codes_off_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ray._private.worker import print_worker_logs
+
+    monkeypatch.delenv("RAY_COLOR_PREFIX", raising=False)
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    tty = SimpleNamespace(isatty=lambda: True, write=lambda text: len(text))
+    monkeypatch.setattr(sys, "stdout", tty)
+    monkeypatch.setattr(sys, "stderr", tty)
+    plain_ray_logs(tty, tty)
+    assert "RAY_COLOR_PREFIX" not in os.environ and sys.stdout is tty, "a terminal keeps Ray's colours"
+    piped = io.StringIO()
+    monkeypatch.setattr(sys, "stdout", piped)
+    plain_ray_logs(tty, piped)
+    assert os.environ["RAY_COLOR_PREFIX"] == "0"
+    print_worker_logs({"pid": 4242, "ip": "127.0.0.1", "localhost": "127.0.0.1", "lines": ["trial 3 done"],
+                       "task_name": "worker_task"}, sys.stdout)
+    print("a line\x1b[32m [repeated 2x across cluster]\x1b[0m")  # Ray colours this note regardless
+    assert piped.getvalue() == "(worker_task pid=4242) trial 3 done\na line [repeated 2x across cluster]\n"
+    assert sys.stderr is tty
+
+
+@pytest.mark.ray
+def test_run_off_a_terminal_prints_plain_lines(sqlite_url: str, tmp_path: Path) -> None:
+    """`archhpo run` into a pipe, as a scheduler's log sees it: progress lines and Ray's copies of
+    the workers' lines, none with an escape code."""
+    hook = tmp_path / "hook"
+    hook.mkdir()  # every Ray worker process says one line, which Ray copies to the driver with its prefix
+    (hook / "sitecustomize.py").write_text(  # every second: Ray copies its output once it has set it up
+        "import sys, threading, time\n"
+        "def say():\n    for _ in range(120):\n        time.sleep(1)\n        print('a worker line', flush=True)\n"
+        "if any('default_worker' in a for a in sys.argv):\n    threading.Thread(target=say, daemon=True).start()\n")
+    path = os.pathsep.join(filter(None, [str(hook), os.environ.get("PYTHONPATH")]))
+    res = run_cli("run", "--experiment", "plain", "--d-model", "32", "--n-layers", "1", "--trials", "2",
+                  "--epochs", "1", "--quick",
+                  "--data", TINY_DATA, "--workers", "1", "--storage", sqlite_url, "--out", str(tmp_path / "r"),
+                  cwd=tmp_path, env={"RAY_COLOR_PREFIX": "", "PYTHONPATH": path})
+    assert res.returncode == 0, res.stderr
+    text = res.stdout + res.stderr
+    assert "pid=" in text and "a worker line" in text, "Ray copied the worker's line"
+    assert "trials 2/2 done" in res.stderr and "\x1b" not in text
