@@ -302,7 +302,7 @@ def test_end_to_end_from_a_sqlite_study_with_dashboard_notes(tmp_path: Path) -> 
     storage = open_storage(url)
     study_id = storage.get_study_id_from_name("e2e_200K")
     note = get_note_from_system_attrs(storage.get_study_system_attrs(study_id), None)["body"]
-    assert "Answer for budget 200K" in note and "validation loss" in note and "Scaling law" in note
+    assert "Answer for budget 200K" in note and "val_loss" in note and "Scaling law" in note
     # export --report writes the same report again from the database
     out2 = tmp_path / "exported"
     assert main(["export", "--experiment", "e2e", "--storage", url, "--out", str(out2), "--report"]) == 0

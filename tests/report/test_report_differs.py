@@ -184,3 +184,16 @@ def test_the_first_screen_holds_the_answer_and_the_law(tmp_path: Path) -> None:
     assert report.fit["status"] == "fitted"
     assert f"E = {e['estimate']:.4g} [{e['ci95'][0]:.4g}, {e['ci95'][1]:.4g}]" in first
     assert np.isfinite(e["ci95"][0])
+
+
+def test_confirmed_ranks_name_every_key_and_mark_what_is_not_rank_0s(tmp_path: Path) -> None:
+    rows = _heads_rows()
+    n = 100
+    for s in range(3):
+        for src in rows[:2]:  # rank 1 differs from rank 0 in heads only
+            rows.append({**src, "trial": n, "phase": 3, "seed": s, "val_loss": src["val_loss"] + 0.01 * s})
+            n += 1
+    html = write_report("heads", csv=_write(rows, tmp_path / "c.csv"), out=tmp_path / "r", n_boot=20).html.read_text()
+    assert "<th>architecture (not rank 0&#x27;s in bold)</th>" in html
+    assert "<tr><td class='n'>0</td><td>d_model 64, 2 layers, 4 heads, d_ff 256</td>" in html
+    assert "<tr><td class='n'>1</td><td>d_model 64, 2 layers, <b>8 heads (winner 4)</b>, d_ff 256</td>" in html
