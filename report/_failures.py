@@ -16,14 +16,15 @@ def why_all_failed(storage: Any, names: list[str] | None = None, experiment: str
     """'every trial of X failed (N of N); trial 0: <its reason> ...' when no trial of the studies
     `names` (else of `experiment`) completed or was pruned and at least one failed; else None.
 
-    `storage` is a URL or an open RDBStorage.  The reason shown is the first failed trial's
+    `storage` is a URL (None: the default one) or an open RDBStorage.  The reason shown is the first failed trial's
     (`fail_reason`, written by the worker); how many others gave the same one is counted."""
     from optuna.trial import TrialState
 
     from archhpo.search._storage import open_storage, resolve_storage_url
     from archhpo.search._study import experiment_studies
 
-    rdb = open_storage(resolve_storage_url(storage), create=False) if isinstance(storage, str) else storage
+    rdb = open_storage(resolve_storage_url(storage), create=False) if storage is None or isinstance(storage, str) \
+        else storage
     names = names if names is not None else experiment_studies(rdb, experiment or "")
     failed: list[tuple[str, int, str]] = []
     for name in names:

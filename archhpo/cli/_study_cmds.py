@@ -274,7 +274,10 @@ def _report_after_run(args: argparse.Namespace, url: str, names: list[str]) -> b
     from archhpo.report._failures import why_all_failed
     from archhpo.report._page import fit_line, write_report
 
-    failed = why_all_failed(url, names)
+    try:
+        failed = why_all_failed(url, names)
+    except Exception:  # noqa: BLE001 - a database gone now: the report below says so, as a warning
+        failed = None
     if failed:
         print(f"archhpo: {failed}", file=sys.stderr)
     try:

@@ -124,3 +124,20 @@ def test_why_all_failed_is_silent_when_a_trial_finished(tmp_path: Path) -> None:
     q.report(second, 1, 0.5)
     q.finish(second, TrialState.COMPLETE, 0.5, {})
     assert why_all_failed(url, [settings.study_name]) is None
+
+
+def test_the_local_worker_is_the_largest_gpu_else_the_free_memory(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    from archhpo.cluster._capacity import local_worker
+
+    fake = tmp_path / "nvidia-smi"
+    fake.write_text("#!/bin/sh\nprintf '81559\\n40960\\n'\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    gpu = local_worker(RunOptions())
+    assert gpu is not None and gpu.device_type == "cuda" and gpu.bytes == 81559 * 2**20
+    cpu = local_worker(RunOptions(device="cpu"))  # --device cpu: the host's free memory, GPUs or not
+    assert cpu is not None and cpu.device_type == "cpu" and "memory free" in cpu.what
+    assert local_worker(RunOptions(gpus_per_trial=0.0)).device_type == "cpu"  # type: ignore[union-attr]
