@@ -105,7 +105,9 @@ def _first_screen(frame: pd.DataFrame, summary: pd.DataFrame, fit: dict[str, Any
         items.append(f"<li><b>{html.escape(str(s['budget']))}</b>: {html.escape(_arch_text(best))} "
                      f"(trial {_i(best['trial'])}, {_count(best['param_count'])} parameters), {METRIC} "
                      f"<b>{_fmt(best['val_loss'])}</b> {html.escape(unit)}{tie}</li>")
-    return ["<div class='first'><h2>The answer</h2>", f"<ul>{''.join(items)}</ul>",
+    failed = frame.attrs.get("all_failed")  # every trial failed: why comes first (issue 31 part 3)
+    lead = [f"<p class='failed'><b>No result.</b> {html.escape(failed)}</p>"] if failed else []
+    return ["<div class='first'><h2>The answer</h2>", *lead, f"<ul>{''.join(items)}</ul>",
             f"<p class='law'><b>Scaling law.</b> {html.escape(law_text(fit))}</p></div>"]
 
 

@@ -198,11 +198,13 @@ def write_report(experiment: str | None, storage: Any = None, csv: str | Path | 
     if experiment is None:
         raise StudyError("Reading a database needs --experiment NAME (only a CSV file with one experiment "
                          "names its own).")
+    from archhpo.report._failures import why_all_failed
     from archhpo.search._storage import open_storage, resolve_storage_url
 
     if storage is None or isinstance(storage, str):
         storage = open_storage(resolve_storage_url(storage), create=False)
     frame = trials_frame(experiment, storage=storage, curves=False)
+    frame.attrs["all_failed"] = why_all_failed(storage, experiment=experiment)
     frame.attrs["ladder"] = ladder_notes(storage, frame.attrs.get("studies") or {})
     top = ranked(frame).groupby("budget", sort=False).head(CURVES_SHOWN)
     load_curves(frame, storage, top.index)  # only the curves the figures draw

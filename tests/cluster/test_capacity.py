@@ -107,6 +107,11 @@ def test_a_run_whose_trials_all_failed_exits_non_zero_and_says_why(tmp_path: Pat
     rep = run_cli("report", "--experiment", "allfail", "--storage", url, "--out", str(tmp_path / "r"), cwd=tmp_path)
     assert rep.returncode == 0, rep.stderr
     assert rep.stderr.splitlines()[0] == why[0]
+    # and so does the page: the reason is the first thing under "The answer"
+    page = next((tmp_path / "r").glob("*.html")).read_text()
+    reason = why[0].removeprefix("archhpo: ").replace("'", "&#x27;")
+    assert page.index("<p class='failed'><b>No result.</b> ") < page.index("<ul>", page.index("The answer"))
+    assert reason.split(";")[0] in page
 
 
 def test_why_all_failed_is_silent_when_a_trial_finished(tmp_path: Path) -> None:
