@@ -19,6 +19,7 @@ from archhpo.errors import (
     DataError,
     MemoryRefused,
     NonFiniteLoss,
+    OutputError,
     StorageError,
     StudyError,
 )
@@ -71,6 +72,7 @@ __all__ = [
     "DataError",
     "MemoryRefused",
     "NonFiniteLoss",
+    "OutputError",
     "StorageError",
     "StudyError",
     "__version__",

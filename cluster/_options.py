@@ -45,7 +45,7 @@ def check_run_options(storage_url: str, opts: RunOptions) -> None:
     if is_sqlite(storage_url) and opts.ray_address:
         raise ArchhpoError(
             "An SQLite file cannot be shared by workers on other machines; pass a PostgreSQL --storage "
-            "(postgresql+psycopg2://user@host:5432/db) when using --ray-address."
+            "(postgresql://user@host:5432/db) when using --ray-address."
         )
     if opts.checkpoint_every < 1:
         raise ArchhpoError(f"--checkpoint-every must be at least 1 epoch, got {opts.checkpoint_every}.")
