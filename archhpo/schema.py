@@ -9,10 +9,11 @@ package.  This module imports nothing but the standard library and archhpo.error
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any, Literal
+from dataclasses import dataclass, field, fields
+from typing import Any, ClassVar, Literal
 
 from archhpo.errors import ArchhpoError
 
@@ -198,6 +199,7 @@ __all__ = [
     "PRUNERS",
     "TrainingPlan",
     "SCHEDULES",
+    "StoredOptions",
     "check_schedule",
     "schedule_options",
     "ARCH_HELP",
@@ -266,3 +268,88 @@ def schedule_options(schedule: str, cooldown: float) -> dict[str, Any]:
     """The schedule as study/trial options: nothing for cosine (a study's identity is unchanged)."""
     check_schedule(schedule, cooldown)
     return {} if schedule == "cosine" else {"schedule": schedule, "cooldown": float(cooldown)}
+
+
+# ----------------------------------------------------------------------------- a study's stored options
+@dataclass(frozen=True, eq=False)
+class StoredOptions:
+    """A study's options as it stores them (``StudySettings.options``; a worker's ``TrialSpec``
+    reads the same dict), typed and frozen.  Stored as a JSON object: `from_dict` accepts every
+    such object an archhpo study was ever written with (a key it does not know is a family option,
+    kept in `family`), and `as_dict` writes it back key for key in its stored order, so a reloaded
+    study compares equal with, and is stored byte for byte as, the one launched.  A key is written
+    only where the study has it (`keys`): an option a study does not use leaves its identity alone.
+    Two StoredOptions are equal when their stored dicts are (key order aside)."""
+
+    horizon: int = 1
+    """label horizon in steps"""
+    threshold: float = 0.01
+    """label threshold on the return"""
+    quick: bool = False
+    """the quick search space and small data"""
+    seed: int = 0
+    """the study seed (plan, initialisation; data too unless `data_seed`)"""
+    paired_seeds: int = 0
+    """a paired study's seeds per configuration; 0: not paired"""
+    confirm: int = 0
+    """the architectures phase 3 confirms; 0: no confirmation phase"""
+    confirm_seeds: int = 0
+    """the seeds of each confirmed architecture"""
+    schedule: str | None = None
+    """the learning-rate schedule when it is not cosine (wsd), else None"""
+    cooldown: float | None = None
+    """with `schedule` wsd: the fraction of the steps spent cooling down"""
+    halving: Mapping[str, Any] | None = None
+    """successive halving's stored settings ({"eta": 3, "min_fraction": "1/9"}; search/_halving.py reads them)"""
+    ladder: Mapping[str, Any] | None = None
+    """a ladder budget's smaller studies ({"below": [names]}, smallest first: `ladder_below`)"""
+    baselines: tuple[str, ...] = ()
+    """the rule-picked baselines phase 3 trains (search/_baselines.py's names)"""
+    compile: bool = False
+    """every trial's model is compiled with torch.compile"""
+    data_budget: Mapping[str, Any] | None = None
+    """the data per parameter as stored (DataBudget.as_option; `budget` reads it)"""
+    data_seed: int | None = None
+    """the one seed every trial's data is made and split with; None: the study's or a paired seed's"""
+    family: Mapping[str, Any] = field(default_factory=dict)
+    """the family's scalar options (seq_len, vocab_size; any key not named above)"""
+    keys: tuple[str, ...] = field(default=(), repr=False)
+    """the stored keys in their stored order; () when built directly: the four always stored, the
+    family's, then every other option that differs from its default"""
+
+    _ALWAYS: ClassVar[tuple[str, ...]] = ("horizon", "threshold", "quick", "seed")
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "baselines", tuple(self.baselines))
+        if not self.keys:
+            named = [f.name for f in fields(self) if f.name not in (*self._ALWAYS, "family", "keys")
+                     and getattr(self, f.name) != f.default]
+            object.__setattr__(self, "keys", (*self._ALWAYS, *self.family, *named))
+
+    @classmethod
+    def from_dict(cls, stored: Mapping[str, Any]) -> StoredOptions:
+        """The options of a study as stored (its user attribute's JSON object)."""
+        named = {f.name for f in fields(cls)} - {"family", "keys"}
+        return cls(**{k: v for k, v in stored.items() if k in named},
+                   family={k: v for k, v in stored.items() if k not in named}, keys=tuple(stored))
+
+    def as_dict(self) -> dict[str, Any]:
+        """The stored form: the keys of `keys` in their order (lists for tuples, nested dicts copied)."""
+        out: dict[str, Any] = {}
+        for key in self.keys:
+            value = self.family[key] if key in self.family else getattr(self, key)
+            out[key] = list(value) if isinstance(value, tuple) else copy.deepcopy(value)
+        return out
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, StoredOptions) and self.as_dict() == other.as_dict()
+
+    @property
+    def ladder_below(self) -> tuple[str, ...]:
+        """A ladder budget's smaller studies, smallest first; () when the study is not on a ladder."""
+        return tuple((self.ladder or {}).get("below", ()))
+
+    @property
+    def budget(self) -> DataBudget | None:
+        """The study's data per parameter, or None (whole epochs)."""
+        return DataBudget.of({DataBudget.OPTION: self.data_budget})

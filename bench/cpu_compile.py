@@ -50,8 +50,8 @@ def _first_trial(family: str, budget: str | None, encoder: str | None = None) ->
     else:
         s = prepare_settings("bench", budget, family=family, quick=True)
     entry = s.plan[0]
-    return TrialSpec(family=family, data=s.data, options=s.options, info=s.info,
-                     arch=s.archs[entry["arch_idx"]], params=dict(entry["params"]), slot=0)
+    return TrialSpec(family=family, data=s.data, options=s.options.as_dict(), info=s.info,
+                     arch=s.archs[entry.arch_idx], params=dict(entry.params), slot=0)
 
 
 def _stepper(model: torch.nn.Module, built: object, lr: float) -> Callable[[int], None]:

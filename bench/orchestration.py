@@ -329,7 +329,7 @@ def launch_archhpo(url: str, experiment: str, budget: str, n_trials: int, tolera
     t = time.perf_counter()
     result = launch(url, settings)
     info = {
-        "plan": len(settings.plan), "phase1": sum(e["phase"] == 1 for e in settings.plan),
+        "plan": len(settings.plan), "phase1": sum(e.phase == 1 for e in settings.plan),
         "archs": len(settings.archs), "enqueued": result.enqueued, "launch_s": time.perf_counter() - t,
     }
     return settings.study_name, info
@@ -345,14 +345,14 @@ def launch_handrolled(url: str, experiment: str, budget: str, n_trials: int, tol
 
     settings = prepare_settings(experiment, budget, n_trials=n_trials, tolerance=tolerance)
     dists = settings.search_space.distributions(len(settings.archs))
-    phase1 = [e for e in settings.plan if e["phase"] == 1]
+    phase1 = [e for e in settings.plan if e.phase == 1]
     name = f"{experiment}_handrolled"
     t = time.perf_counter()
     study = optuna.create_study(study_name=name, storage=url, direction="minimize",
                                 sampler=optuna.samplers.RandomSampler(), pruner=make_pruner("median", False))
     for e in phase1:
-        study.enqueue_trial({"arch_idx": e["arch_idx"], **e["params"]},
-                            user_attrs={"plan_slot": e["slot"], "phase": 1, "attempt": 1})
+        study.enqueue_trial({"arch_idx": e.arch_idx, **(e.params or {})},
+                            user_attrs={"plan_slot": e.slot, "phase": 1, "attempt": 1})
     launch_s = time.perf_counter() - t
     study.set_user_attr("bench_distributions", json.dumps({k: distribution_to_json(v) for k, v in dists.items()}))
     info = {"plan": len(settings.plan), "phase1": len(phase1), "archs": len(settings.archs),

@@ -71,7 +71,7 @@ class Bulk:
         self.dists = dists
         self.dist_json = {k: distribution_to_json(v) for k, v in dists.items()}
 
-    def add(self, slots: list[int], entries: dict[int, dict[str, Any]]) -> float:
+    def add(self, slots: list[int], entries: dict[int, Any]) -> float:
         import sqlalchemy as sa
 
         rng = random.Random(len(slots))
@@ -87,8 +87,8 @@ class Bulk:
             for i, slot in enumerate(slots):
                 tid, num = max_id + 1 + i, max_num + 1 + i
                 e = entries[slot]
-                params = {"arch_idx": e["arch_idx"], **e["params"]}
-                arch = self.settings.archs[e["arch_idx"]]
+                params = {"arch_idx": e.arch_idx, **e.params}
+                arch = self.settings.archs[e.arch_idx]
                 value = 0.5 + 0.2 * rng.random()
                 start = now - dt.timedelta(seconds=600 + i)
                 rows["trials"].append((tid, num, self.study_id, "COMPLETE", start, start + dt.timedelta(seconds=60)))
@@ -191,8 +191,9 @@ def measure(url: str, name: str, settings: Any, trials: int, repeats: int, out_d
             for k, v in res.items() if v}
 
 
-def plan_entries(template: list[dict[str, Any]], slots: range) -> dict[int, dict[str, Any]]:
-    return {s: {**template[s % len(template)], "slot": s, "phase": 1, "seed": None} for s in slots}
+def plan_entries(template: list[Any], slots: range) -> dict[int, Any]:
+    """PlanEntry objects for `slots`, phase 1, cycling through the template's."""
+    return {s: dataclasses.replace(template[s % len(template)], slot=s, phase=1, seed=None) for s in slots}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -231,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
     busy0 = machine_busy_s()
     try:
         base = prepare_settings("scale", "20M", n_trials=400, tolerance=0.9)
-        template = [e for e in base.plan if e["phase"] == 1]
+        template = [e for e in base.plan if e.phase == 1]
         waiting = plan_entries(template, range(args.waiting))
         settings = dataclasses.replace(base, plan=list(waiting.values()), n_trials=args.waiting)
         took_launch, _ = _timed(lambda: launch(url, settings))

@@ -27,9 +27,8 @@ def largest_trial_bytes(queues: list[TrialQueue]) -> int:
         s = q.settings
         fam = get_family(s.family)
         batches = list(s.search_space.batch_size)
-        batches += [int(e["params"]["batch_size"]) for e in s.plan
-                    if (e.get("params") or {}).get("batch_size")]
-        idx = {e.get("arch_idx") for e in s.plan}
+        batches += [int(e.params["batch_size"]) for e in s.plan if e.params and e.params.get("batch_size")]
+        idx = {e.arch_idx for e in s.plan}
         rows = s.archs if None in idx else [s.archs[int(i)] for i in idx if i is not None]
         for a in rows:
             cfg = fam.config_for(a, {**s.info, **(a.get("choices") or {})})

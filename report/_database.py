@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
@@ -20,20 +20,24 @@ from archhpo.report._columns import (
 )
 from archhpo.report._truth import known_truth
 
+if TYPE_CHECKING:
+    from archhpo.schema import StoredOptions
+    from archhpo.search._plan import PlanEntry
+
 
 # ----------------------------------------------------------------------------- from the database
-def _plan_ranks(plan: Iterable[dict[str, Any]]) -> dict[int, int]:
-    return {int(e["slot"]): int(e["rank"]) for e in plan if e.get("phase") == 3 and e.get("rank") is not None}
+def _plan_ranks(plan: Iterable[PlanEntry]) -> dict[int, int]:
+    return {e.slot: int(e.rank) for e in plan if e.phase == 3 and e.rank is not None}
 
 
-def _choice_order(archs: Sequence[dict[str, Any]], options: dict[str, Any]) -> dict[str, list[Any]]:
+def _choice_order(archs: Sequence[dict[str, Any]], options: StoredOptions) -> dict[str, list[Any]]:
     order: dict[str, list[Any]] = {}
     for arch in archs:
         for k, v in (arch.get("choices") or {}).items():
             if v not in order.setdefault(k, []):
                 order[k].append(v)
     for k, seen in order.items():
-        listed = options.get(k)
+        listed = options.family.get(k)  # a categorical dimension is a family option
         if isinstance(listed, str):
             listed = [s.strip() for s in listed.split(",")]
         if isinstance(listed, list) and set(map(str, seen)) <= set(map(str, listed)):

@@ -69,7 +69,7 @@ def result_rows(study: optuna.Study, settings: StudySettings) -> list[dict[str, 
         arch = settings.archs[int(t.params["arch_idx"])]
         row = {
             "experiment": settings.experiment, "trial": t.number, "budget": settings.budget,
-            "horizon": settings.options.get("horizon", ""),
+            "horizon": settings.options.horizon,
             **{k: arch[k] for k in ARCH_RECORD},
             **{k: t.params.get(k) for k in PARAM_NAMES[1:]},
             "val_loss": _val_loss(t), "train_loss": t.user_attrs.get(Attr.TRAIN_LOSS, ""),
@@ -129,15 +129,15 @@ def best_summary(study: optuna.Study, settings: StudySettings) -> dict[str, Any]
         "n_trials_planned": len(settings.plan),
         "baseline_val_loss": best.user_attrs.get(Attr.BASELINE_VAL_LOSS) if best else None,
         "data": {k: v for k, v in settings.data.items() if k != "sha256"},
-        "options": settings.options,
+        "options": settings.options.as_dict(),
         "info": settings.info,
         "choices": dict(arch.get("choices") or {}) if arch else {},  # the winner's categorical choices
         "seed": best.user_attrs.get(Attr.SEED) if best else None,  # the winner's paired/confirmation seed
     }
     summary.update(flops_summary(trials))
-    if any(e["phase"] == 3 for e in settings.plan):
+    if any(e.phase == 3 for e in settings.plan):
         summary["confirmation"] = confirmation_summary(trials, settings.archs)
-    if settings.options.get("paired_seeds"):
+    if settings.options.paired_seeds:
         summary["paired"] = paired_summary(trials, settings.archs)
     return summary
 

@@ -25,7 +25,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from archhpo.search._plan import PlanEntry
 
 KAPLAN_ASPECT = 100.0
 MOBILELLM_ASPECT = 576 / 30  # MobileLLM-125M: 30 layers, d_model 576
@@ -76,11 +79,11 @@ def pick_baseline(rule: str, archs: Sequence[Mapping[str, Any]], choices: Mappin
     return int(best["arch_idx"])
 
 
-def baseline_assignments(plan: Sequence[Mapping[str, Any]], archs: Sequence[Mapping[str, Any]],
+def baseline_assignments(plan: Sequence[PlanEntry], archs: Sequence[Mapping[str, Any]],
                          best: Mapping[str, Any], budget: int) -> list[dict[str, Any]]:
     """The phase-3 assignments of the plan's baseline ranks: each rule's row, trained with the
     searched best's training parameters (`best`: the rank-0 assignment)."""
-    ranks = sorted({(int(e["rank"]), str(e["baseline"])) for e in plan if e.get("baseline")})
+    ranks = sorted({(int(e.rank or 0), str(e.baseline)) for e in plan if e.baseline})
     choices = archs[int(best["arch_idx"])].get("choices") or {}
     return [{"rank": rank, "baseline": rule, "arch_idx": pick_baseline(rule, archs, choices, budget),
              "params": dict(best["params"])} for rank, rule in ranks]

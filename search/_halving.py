@@ -17,7 +17,7 @@ from fractions import Fraction
 from typing import Any
 
 from archhpo.errors import StudyError
-from archhpo.schema import DEFAULT_ETA
+from archhpo.schema import DEFAULT_ETA, StoredOptions
 
 
 def parse_fraction(text: str | float) -> Fraction:
@@ -65,8 +65,8 @@ class Halving:
     min_fraction: Fraction = Fraction(1, 9)
 
     @classmethod
-    def from_options(cls, options: Mapping[str, Any]) -> Halving | None:
-        h = options.get("halving")
+    def from_options(cls, options: StoredOptions) -> Halving | None:
+        h = options.halving
         return None if not h else cls(int(h["eta"]), parse_fraction(h["min_fraction"]))
 
     def as_option(self) -> dict[str, Any]:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from archhpo.schema import StoredOptions
+
 if TYPE_CHECKING:
     from archhpo.search._study import StudySettings
 
@@ -24,7 +26,7 @@ def _differences(stored: StudySettings, new: StudySettings) -> list[str]:
     `options` by its differing keys), so a refused relaunch shows what to repeat."""
     out = []
     for key in _IDENTITY:
-        old, now = getattr(stored, key), getattr(new, key)
+        old, now = (v.as_dict() if isinstance(v, StoredOptions) else v for v in (getattr(stored, key), getattr(new, key)))
         if old == now:
             continue
         if isinstance(old, dict) and isinstance(now, dict):

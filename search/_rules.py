@@ -24,7 +24,7 @@ import optuna
 
 from archhpo.config import StudyConfig
 from archhpo.errors import StudyError
-from archhpo.schema import PRUNERS, Attr, TrainingPlan
+from archhpo.schema import PRUNERS, Attr, StoredOptions, TrainingPlan
 from archhpo.search._halving import Halving, parse_fraction, promotions
 
 if TYPE_CHECKING:
@@ -59,18 +59,14 @@ class _Seeded(Protocol):
     def seed(self) -> int | None: ...
 
 
-def prunable(entry: _Seeded | Mapping[str, Any]) -> bool:
+def prunable(entry: _Seeded) -> bool:
     """Whether a stopping rule (median, halving, any other) may stop this trial on its own.
 
     Confirmation (phase 3) and paired-seed trials never are: each is one seed of a replicate set,
     and stopping the seeds that trail at an early epoch would leave means and variances of the
     survivors only.  Every rule's hooks are asked only about trials this predicate admits.
-    `entry`: a PlanEntry, a plan entry dict or a queue Claim (anything with a phase and a seed)."""
-    if isinstance(entry, Mapping):
-        phase, seed = entry.get("phase"), entry.get("seed")
-    else:
-        phase, seed = entry.phase, entry.seed
-    return phase != 3 and seed is None
+    `entry`: a PlanEntry or a queue Claim (anything with a phase and a seed)."""
+    return entry.phase != 3 and entry.seed is None
 
 
 class _Rule:
@@ -79,7 +75,7 @@ class _Rule:
     name: ClassVar[str] = ""
 
     @classmethod
-    def from_options(cls, options: Mapping[str, Any]) -> StoppingRule:
+    def from_options(cls, options: StoredOptions) -> StoppingRule:
         """The rule of a study from its stored options."""
         return cls()
 
@@ -131,8 +127,8 @@ class MedianRule(_Rule):
         return cls(n_warmup_steps=1) if quick else cls()
 
     @classmethod
-    def from_options(cls, options: Mapping[str, Any]) -> StoppingRule:
-        return cls.for_study(bool(options.get("quick")))
+    def from_options(cls, options: StoredOptions) -> StoppingRule:
+        return cls.for_study(bool(options.quick))
 
     @classmethod
     def from_config(cls, config: StudyConfig) -> StoppingRule:
@@ -165,7 +161,7 @@ class SuccessiveHalving(_Rule):
     halving: Halving = Halving()
 
     @classmethod
-    def from_options(cls, options: Mapping[str, Any]) -> StoppingRule:
+    def from_options(cls, options: StoredOptions) -> StoppingRule:
         halving = Halving.from_options(options)
         return NoStopping() if halving is None else cls(halving)
 

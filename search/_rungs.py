@@ -6,7 +6,7 @@ the bookkeeping every rule that holds trials shares: rung membership, storing, a
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 import optuna
 from optuna.storages import RDBStorage
@@ -18,13 +18,16 @@ from archhpo.search._status import _LightTrial, _rung_scores
 from archhpo.search._storage import session_scope
 from archhpo.search._tables import add_value, end_trials, set_attrs, study_attr
 
+if TYPE_CHECKING:
+    from archhpo.search._plan import PlanEntry
+
 HALVING_KEY = "archhpo_halving"  # the study's rung decisions: {phase: [promoted slots of rung 0, 1, ...]}
 
 
 class RungDecisions:
     """The rung decisions of one study whose stopping rule holds trials at rungs."""
 
-    def __init__(self, storage: RDBStorage, study: optuna.Study, study_id: int, plan: list[dict[str, Any]],
+    def __init__(self, storage: RDBStorage, study: optuna.Study, study_id: int, plan: list[PlanEntry],
                  rule: StoppingRule) -> None:
         self.storage, self.study, self.study_id = storage, study, study_id
         self.plan, self.rule = plan, rule
@@ -45,7 +48,7 @@ class RungDecisions:
                 by_slot.setdefault(int(t.user_attrs[Attr.PLAN_SLOT]), []).append(t)
         changed = False
         for phase in (1, 2):
-            members = [e["slot"] for e in self.plan if e["phase"] == phase and prunable(e)]
+            members = [e.slot for e in self.plan if e.phase == phase and prunable(e)]
             decided: list[list[int]] = decisions.setdefault(str(phase), [])
             for rung in range(self.rule.n_rungs - 1):
                 if not members:

@@ -11,13 +11,16 @@ import math
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 from optuna.trial import TrialState
 
 from archhpo.schema import Attr
 from archhpo.search._optuna_private import models as m
+
+if TYPE_CHECKING:
+    from archhpo.search._plan import PlanEntry
 
 MAX_ATTEMPTS = 2  # a trial whose worker vanished is retried once with the same parameters
 FINAL_FAIL_KEY = Attr.FAIL_REASON  # set by a worker: a deliberate FAIL (NaN, OOM, refused) is final
@@ -116,12 +119,12 @@ def _read_light(s: Any, study_id: int, cond: Any) -> tuple[list[Any], dict[int, 
     return list(rows), values, attrs
 
 
-def _open_slots(c: _LightCache, trials: Sequence[_LightTrial], plan: list[dict[str, Any]]) -> dict[int, list[_LightTrial]]:
+def _open_slots(c: _LightCache, trials: Sequence[_LightTrial], plan: list[PlanEntry]) -> dict[int, list[_LightTrial]]:
     """The trials of each slot not yet settled (the plan's open entries are kept in `c.pending`)."""
     if c.pending is None or c.plan_id != id(plan):
-        c.pending, c.plan_id = {e["slot"]: e for e in plan if e["slot"] not in c.settled}, id(plan)
-        c.phases = {e["phase"] for e in plan}
-        c.phase2_slots = [e["slot"] for e in plan if e["phase"] == 2]
+        c.pending, c.plan_id = {e.slot: e for e in plan if e.slot not in c.settled}, id(plan)
+        c.phases = {e.phase for e in plan}
+        c.phase2_slots = [e.slot for e in plan if e.phase == 2]
     by_slot: dict[int, list[_LightTrial]] = {}
     # `trials` is _light_trials()'s list: its finished trials of settled slots are not looked at again.
     for t in (*c.unsettled.values(), *c.live_trials) if trials is c.last else trials:
@@ -228,7 +231,7 @@ class _LightCache:
     duration_sum: float = 0.0
     duration_n: int = 0
     best: float | None = None  # best COMPLETE value of phases 1-2
-    pending: dict[int, dict[str, Any]] | None = None  # plan entries of unsettled slots
+    pending: dict[int, PlanEntry] | None = None  # plan entries of unsettled slots
     plan_id: int = 0
     phases: set[int] = field(default_factory=set)
     phase2_slots: list[int] = field(default_factory=list)

@@ -19,7 +19,14 @@ from archhpo.budgets import GridRow, budget_label, parse_budget, pin_label
 from archhpo.config import OPTION_FIELDS, StudyConfig, check_experiment, family_options_of
 from archhpo.errors import ArchhpoError, StorageError, StudyError
 from archhpo.models import Family, get_family
-from archhpo.schema import DEFAULT_INTERVALS, TRAINING_PARAMS, Attr, DataBudget, schedule_options
+from archhpo.schema import (
+    DEFAULT_INTERVALS,
+    TRAINING_PARAMS,
+    Attr,
+    DataBudget,
+    StoredOptions,
+    schedule_options,
+)
 from archhpo.search._baselines import BASELINE_RULES
 from archhpo.search._choices import _rows, _split_choices
 from archhpo.search._identity import _differences
@@ -59,10 +66,10 @@ class StudySettings:
     family: str
     tolerance: float
     data: dict[str, Any]
-    options: dict[str, Any]  # horizon, threshold, quick, seed (+ family options)
+    options: StoredOptions  # horizon, threshold, quick, seed (+ family options), typed
     info: dict[str, Any]  # data shape facts the family's config needs
     archs: list[dict[str, Any]]  # GridRow dicts, indexed by arch_idx
-    plan: list[dict[str, Any]]  # PlanEntry dicts (the stored form; `entries` reads them)
+    plan: list[PlanEntry]  # stored as PlanEntry.as_dict() dicts (to_attrs/from_attrs)
     space: dict[str, Any]
     n_trials: int
     pruner: str = "median"
@@ -82,16 +89,14 @@ class StudySettings:
         return study_name(self.experiment, self.budget)
 
     @property
-    def entries(self) -> list[PlanEntry]:
-        """The plan as PlanEntry objects."""
-        return [PlanEntry.from_dict(d) for d in self.plan]
-
-    @property
     def search_space(self) -> SearchSpace:
         return SearchSpace.from_dict(self.space)
 
     def to_attrs(self) -> dict[str, Any]:
-        return {f"archhpo_{k}": v for k, v in self.__dict__.items()}
+        """The study's user attributes: every field under archhpo_*, the options and the plan in their
+        stored (JSON) form; the one place they are serialised (`from_attrs` reads them back)."""
+        stored = {**self.__dict__, "options": self.options.as_dict(), "plan": [e.as_dict() for e in self.plan]}
+        return {f"archhpo_{k}": v for k, v in stored.items()}
 
     @classmethod
     def from_attrs(cls, attrs: dict[str, Any], name: str) -> StudySettings:
@@ -104,7 +109,10 @@ class StudySettings:
         if fields.get("schema", 0) > SCHEMA_VERSION:
             raise StudyError(f"Study {name!r} was written by a newer archhpo; upgrade archhpo on this machine.")
         known = set(cls.__dataclass_fields__)
-        return cls(**{k: v for k, v in fields.items() if k in known})
+        values = {k: v for k, v in fields.items() if k in known}
+        values.update(options=StoredOptions.from_dict(values.get("options") or {}),
+                      plan=[PlanEntry.from_dict(d) for d in values["plan"]])
+        return cls(**values)
 
 
 def make_pruner(name: str, quick: bool) -> optuna.pruners.BasePruner:
@@ -170,8 +178,8 @@ def prepare_settings(
     plan = _study_plan(rows, config, space, study_params, len(ladder_below), rules)
     return StudySettings(
         experiment=config.experiment, budget=label, budget_value=value or 0, family=config.family,
-        tolerance=config.tolerance, data=spec, options=options, info=info,
-        archs=[r.as_dict() for r in rows], plan=[e.as_dict() for e in plan],
+        tolerance=config.tolerance, data=spec, options=StoredOptions.from_dict(options), info=info,
+        archs=[r.as_dict() for r in rows], plan=plan,
         space=space.as_dict(), n_trials=config.trials, pruner=config.pruning.rule, choices=choices, pins=pins,
     )
 
@@ -349,7 +357,7 @@ def enqueue_missing(
     by_rank = {int(r["rank"]): r for r in ranks or []}
     by_slot = {int(a["slot"]): a for a in (ladder or {}).get("assignments", [])}
     n = 0
-    for entry in settings.entries:
+    for entry in settings.plan:
         if entry.phase != phase or entry.slot in have:
             continue
         arch_idx, training = entry.arch_idx, entry.params if entry.params is not None else params

@@ -110,7 +110,7 @@ class PlanUpkeep:
         """Under the plan lock: reap, retry, create phases 2 and 3; the status afterwards."""
         self._fail_stale(self._stale_candidates())
         trials = self._light_trials()
-        if self.settings.options.get("ladder") and self._ladder is None:
+        if self.settings.options.ladder_below and self._ladder is None:
             self._fill_ladder()
         if self.rungs is not None and self.rungs.decide(trials):
             trials = self._light_trials()  # held trials were promoted or pruned
@@ -189,7 +189,7 @@ class PlanUpkeep:
         if ladder is None:
             if self._below is None:
                 self._below = [PlanUpkeep(self.storage_url, n, storage=self.storage, timing=self.timing)
-                               for n in self.settings.options["ladder"]["below"]]
+                               for n in self.settings.options.ladder_below]
             if not all(u.status().done for u in self._below):
                 return
             ladder = self._carry_from(self._below[-1])
@@ -205,16 +205,16 @@ class PlanUpkeep:
                      (int(t.params["arch_idx"]),), {k: t.params[k] for k in TRAINING_PARAMS})
             for t in done if t.value is not None and math.isfinite(t.value) and t.user_attrs.get(Attr.PHASE) in (1, 2)
         ]
-        slots = [e["slot"] for e in self.settings.plan if e["phase"] == 1]
+        slots = [e.slot for e in self.settings.plan if e.phase == 1]
         out = carry_up(finished, smaller.settings.budget_value, self.settings.budget_value,
                        [GridRow(**a) for a in self.settings.archs], self.settings.search_space, slots,
-                       int(self.settings.options.get("seed", 0)))
+                       int(self.settings.options.seed))
         return {**out, "from": smaller.name, "from_budget": smaller.settings.budget}
 
     # ------------------------------------------------------------------ confirmation (phase 3)
     def _phase3(self, fresh: bool = False) -> list[dict[str, Any]] | None:
         """The confirmation assignment (StudySettings.phase3), read from the study once it exists."""
-        if self._phase3_cache is None and any(e["phase"] == 3 for e in self.settings.plan):
+        if self._phase3_cache is None and any(e.phase == 3 for e in self.settings.plan):
             if fresh or self.settings.phase3 is None:
                 self._phase3_cache = self.study_attr(PHASE3_KEY)
             else:
@@ -306,18 +306,18 @@ class PlanUpkeep:
         st.complete, st.pruned, st.failed, st.final, st.retries = c.totals
         settled_durations = (c.duration_sum, c.duration_n)  # before this call settles more slots
         for entry in list((c.pending or {}).values()):
-            ts = sorted(by_slot.get(entry["slot"], []), key=lambda t: t.number)
-            confirm_open = entry["phase"] == 3 and ranks is not None and int(entry["rank"]) not in assigned
+            ts = sorted(by_slot.get(entry.slot, []), key=lambda t: t.number)
+            confirm_open = entry.phase == 3 and ranks is not None and int(entry.rank or 0) not in assigned
             final = _count_slot(st, ts, confirm_open, retry, durations)
             st.retries += sum(1 for t in ts if Attr.RETRY_OF in t.user_attrs)
             st.final += final
             if final and ts and trials is c.last:  # settled by its trials (not a skipped confirmation slot)
-                c.settle(entry["slot"], ts)
-            if entry["phase"] == 1 and not final:
+                c.settle(entry.slot, ts)
+            if entry.phase == 1 and not final:
                 phase1_final = False
-            if entry["phase"] in (1, 2) and not final:
+            if entry.phase in (1, 2) and not final:
                 st.phase12_final = False
-            if entry["phase"] == 3 and not ts and ranks is not None and int(entry["rank"]) in assigned:
+            if entry.phase == 3 and not ts and ranks is not None and int(entry.rank or 0) in assigned:
                 st.phase3_pending = True  # assigned but not enqueued (upkeep stopped in between)
         _finish_status(st, c, trials, durations, settled_durations)
         if has_phase3 and ranks is None:

@@ -8,15 +8,15 @@ Seeds (``trial_seeds``), for a trial of plan slot ``slot`` in a study seeded ``s
 
 - ordinary trial (``seed`` None): data = the study's data (seed ``study_seed``), torch init seed
   ``trial_seed(study_seed, slot)``, batch-order seed ``slot``.
-- seeded trial of a paired study (``options["paired_seeds"] > 0``): ``seed`` drives the data
-  (generation, and the train/validation split: the data spec's ``seed`` and ``options["seed"]``
+- seeded trial of a paired study (``StoredOptions.paired_seeds > 0``): ``seed`` drives the data
+  (generation, and the train/validation split: the data spec's ``seed`` and the options' ``seed``
   become ``seed``), the init and the batch order; the same seed gives the same init and batch
   seeds whatever the configuration or slot (a paired comparison).
 - seeded trial of a study that is not paired (confirmation): the study's data; ``seed`` drives
   the init and the batch order (slot-independent, so every confirmed configuration sees the same
   seeds).
 
-A study launched with ``--data-seed D`` (``options["data_seed"]``) fixes its data with D for every
+A study launched with ``--data-seed D`` (``StoredOptions.data_seed``) fixes its data with D for every
 trial, paired and confirmation trials included, as a real study does: its seeds then vary only
 the initialisation and the batch order (the ground truths' replicates are init seeds).
 
@@ -35,7 +35,7 @@ import torch
 from torch import nn
 
 from archhpo.models import Family, TensorDataset, get_family
-from archhpo.schema import TRAINING_PARAMS, Attr, DataBudget
+from archhpo.schema import TRAINING_PARAMS, Attr, DataBudget, StoredOptions
 from archhpo.workers._train import TrainConfig, trial_seed
 
 # The planned training parameters (the search space's keys): they always win over a family's
@@ -70,7 +70,7 @@ class TrialSpec:
 
     family: str
     data: dict[str, Any]  # the data spec (a file's spec carries its sha256: it is checked on load)
-    options: dict[str, Any]  # study options: horizon, threshold, quick, seed, paired_seeds, family flags
+    options: dict[str, Any]  # the study's options as stored (the family's loaders read them; typed: `study_options`)
     info: dict[str, Any]  # data shape facts for config_for
     arch: dict[str, Any]  # d_model, n_layers, n_heads, d_ff (+ the grid row's other keys, "choices")
     params: dict[str, Any]  # the planned training parameters (+ optional other TrainConfig keys)
@@ -82,17 +82,21 @@ class TrialSpec:
         return dict(self.arch.get("choices") or {})
 
     @property
+    def study_options(self) -> StoredOptions:
+        """`options`, typed (archhpo.schema.StoredOptions)."""
+        return StoredOptions.from_dict(self.options)
+
+    @property
     def paired(self) -> bool:
-        return int(self.options.get("paired_seeds", 0) or 0) > 0
+        return int(self.study_options.paired_seeds or 0) > 0
 
     @property
     def data_seed(self) -> int | None:
-        value = self.options.get("data_seed")
+        value = self.study_options.data_seed
         return None if value is None else int(value)
 
     def seeds(self) -> Seeds:
-        return trial_seeds(int(self.options.get("seed", 0) or 0), self.slot, self.seed, self.paired,
-                           self.data_seed)
+        return trial_seeds(int(self.study_options.seed or 0), self.slot, self.seed, self.paired, self.data_seed)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -120,7 +124,7 @@ class TrialSpec:
 
     @property
     def data_budget(self) -> DataBudget | None:
-        return DataBudget.of(self.options)
+        return self.study_options.budget
 
     def train_config(self, fam: Family | None = None) -> TrainConfig:
         """The family's train_defaults, then the planned parameters over them; batch order seeded.
@@ -132,9 +136,11 @@ class TrialSpec:
         for key in PLANNED_KEYS:  # the plan's values, with the plan's types
             if key in self.params:
                 values[key] = (int if key in ("epochs", "batch_size", "warmup_steps") else float)(self.params[key])
-        for key in ("schedule", "cooldown"):  # a study option (every trial of the study), not a plan one
-            if key in self.options:
-                values[key] = self.options[key]
+        options = self.study_options  # the schedule is a study option (every trial's), not a plan one
+        if options.schedule is not None:
+            values["schedule"] = options.schedule
+        if options.cooldown is not None:
+            values["cooldown"] = options.cooldown
         budget = self.data_budget
         if budget is not None:
             units = fam.units_per_sample(fam.config_for(self.arch, self.model_info()))
@@ -223,7 +229,7 @@ def build_trial(
         before_build(cfg, tcfg, data)
     torch.manual_seed(seeds.init)  # right before building: the weights depend on nothing else
     model = fam.build(cfg).to(device)
-    if spec.options.get("compile"):
+    if spec.study_options.compile:
         model.compile()  # in place: its state_dict keys (checkpoints) are the eager model's
     return BuiltTrial(
         model=model, data=data, train_config=tcfg, seeds=seeds, config=cfg, family=fam, baseline_loss=baseline,

@@ -104,7 +104,7 @@ def claim_spec(queue: QueueLike, claim: Any) -> TrialSpec:
     training parameters, slot and seed."""
     s = queue.settings
     return TrialSpec(
-        family=s.family, data=dict(s.data), options=dict(s.options), info=dict(s.info),
+        family=s.family, data=dict(s.data), options=s.options.as_dict(), info=dict(s.info),
         arch=dict(claim.arch), params=dict(claim.params), slot=int(claim.slot),
         seed=getattr(claim, "seed", None),
     )

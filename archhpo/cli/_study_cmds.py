@@ -73,10 +73,10 @@ def _launch_all(args: argparse.Namespace, check: Callable[[list[Any]], None] | N
     for s in settings:
         res = launch(url, s, storage=storage)
         verb = "created" if res.created else "reloaded"
-        n1 = sum(e.phase == 1 for e in s.entries)
-        n3 = sum(e.phase == 3 for e in s.entries)
+        n1 = sum(e.phase == 1 for e in s.plan)
+        n3 = sum(e.phase == 3 for e in s.plan)
         extra = f", {n3} confirmation slots" if n3 else ""
-        extra += f", {s.options['paired_seeds']} paired seeds" if s.options.get("paired_seeds") else ""
+        extra += f", {s.options.paired_seeds} paired seeds" if s.options.paired_seeds else ""
         fit = "architectures fit" if s.budget_value else "configurations"
         print(f"{verb} study {s.study_name} on {mask_url(url)}: {len(s.archs)} {fit}, "
               f"{len(s.plan)} planned trials ({n1} in phase 1{extra}), {res.enqueued} newly queued",

@@ -173,7 +173,7 @@ def test_a_study_written_before_the_config_loads_and_relaunches_identically(
     attrs, name = fixture["user_attrs"], fixture["study_name"]
     stored = StudySettings.from_attrs(attrs, name)
     assert stored.study_name == name and stored.to_attrs() == attrs
-    assert [e.as_dict() for e in stored.entries] == attrs["archhpo_plan"]
+    assert [e.as_dict() for e in stored.plan] == attrs["archhpo_plan"]
     url = f"sqlite:///{tmp_path / 'old.db'}"
     study = optuna.create_study(study_name=name, storage=url)
     for key, value in attrs.items():

@@ -37,7 +37,7 @@ def _trials(url: str, name: str) -> list[optuna.trial.FrozenTrial]:
 def _launch(url: str, experiment: str, n: int = 3) -> list[str]:
     """n planned trials of EPOCHS epochs at batch size 32."""
     s = prepare_settings(experiment, "200K", n_trials=3, data=SLOW_DATA, quick=True, pruner="none")
-    plan = [{**e, "params": {**e["params"], "epochs": EPOCHS, "batch_size": 32}} for e in s.plan[:n]]
+    plan = [dataclasses.replace(e, params={**(e.params or {}), "epochs": EPOCHS, "batch_size": 32}) for e in s.plan[:n]]
     launch(url, dataclasses.replace(s, plan=plan))
     return ["--experiment", experiment, "--budget", "200K", "--storage", url]
 

@@ -46,7 +46,7 @@ def test_a_promoted_trial_ends_exactly_where_a_study_without_halving_does(sqlite
     url = sqlite_url
     _, plain = _run(url, tmp_path, "none")
     s, halved = _run(url, tmp_path, "halving")
-    phase1 = {e["slot"] for e in s.plan if e["phase"] == 1}
+    phase1 = {e.slot for e in s.plan if e.phase == 1}
     complete = {slot: v for slot, v in _by_slot(halved, TrialState.COMPLETE).items() if slot in phase1}
     assert complete, "some phase-1 trial went to full length"
     plain_values = _by_slot(plain, TrialState.COMPLETE)

@@ -29,7 +29,7 @@ def _signal(**kw):  # type: ignore[no-untyped-def]
 # ----------------------------------------------------------------------------- choices
 def test_a_listed_family_flag_becomes_a_grid_dimension() -> None:
     s = _signal(budget="150K", n_trials=12)
-    assert s.choices == {"encoder": ["sum", "linear", "linear-ppe"]} and "encoder" not in s.options
+    assert s.choices == {"encoder": ["sum", "linear", "linear-ppe"]} and "encoder" not in s.options.keys
     assert [a["arch_idx"] for a in s.archs] == list(range(len(s.archs)))
     per = {c: [a for a in s.archs if a["choices"] == {"encoder": c}] for c in s.choices["encoder"]}
     assert all(per.values()), "every choice has rows"
@@ -39,10 +39,10 @@ def test_a_listed_family_flag_becomes_a_grid_dimension() -> None:
     common = set(counts["sum"]) & set(counts["linear"])
     assert common and any(counts["sum"][k] != counts["linear"][k] for k in common)
     # The plan spreads over the choices (round-robin) and includes every choice's extremes.
-    planned = [s.archs[e["arch_idx"]]["choices"]["encoder"] for e in s.plan if e["phase"] == 1]
+    planned = [s.archs[e.arch_idx]["choices"]["encoder"] for e in s.plan if e.phase == 1 and e.arch_idx is not None]
     assert {c: planned.count(c) for c in per} == {c: planned.count("sum") for c in per}
     extremes = {a["arch_idx"] for a in s.archs if a["extreme"]}
-    assert extremes <= {e["arch_idx"] for e in s.plan}
+    assert extremes <= {e.arch_idx for e in s.plan}
 
 
 def test_without_choices_the_plan_is_unchanged() -> None:
@@ -52,8 +52,8 @@ def test_without_choices_the_plan_is_unchanged() -> None:
 
     s = prepare_settings("p", "2M")
     rows = build_grid(get_family("patchtst"), 2_000_000, s.info)
-    assert [e.as_dict() for e in make_plan(rows, 50, FULL_SPACE, 0)] == s.plan
-    assert [e["arch_idx"] for e in s.plan[:20]] == spread_order(rows, 0)[:20]
+    assert make_plan(rows, 50, FULL_SPACE, 0) == s.plan
+    assert [e.arch_idx for e in s.plan[:20]] == spread_order(rows, 0)[:20]
     assert all(a["choices"] == {} for a in s.archs)
 
 
@@ -93,8 +93,8 @@ def test_fixed_training_parameters_are_used_exactly() -> None:
     fixed = {"learning_rate": 3e-4, "epochs": 3, "warmup_steps": 0}
     s = prepare_settings("p", "200K", data=TINY_DATA, quick=True, fixed_params=fixed)
     for e in s.plan:
-        if e["params"]:
-            assert {k: e["params"][k] for k in fixed} == fixed
+        if e.params:
+            assert {k: e.params[k] for k in fixed} == fixed
     assert s.space["epochs"] == [3] and s.space["learning_rate"] == [3e-4, 3e-4]
     with pytest.raises(BudgetError):
         prepare_settings("p", "200K", fixed_params={"epochs": 0})
@@ -103,19 +103,19 @@ def test_fixed_training_parameters_are_used_exactly() -> None:
 # ----------------------------------------------------------------------------- paired seeds
 def test_paired_plan_trains_every_configuration_with_every_seed() -> None:
     s = _signal(pins=PIN, paired_seeds=3)
-    assert s.options["paired_seeds"] == 3
-    assert [(e["seed"], e["arch_idx"]) for e in s.plan] == [(sd, a) for sd in range(3) for a in range(3)]
-    assert {e["phase"] for e in s.plan} == {1}, "no phase 2 in a paired study"
-    assert len({json.dumps(e["params"], sort_keys=True) for e in s.plan}) == 1, "one set of parameters"
+    assert s.options.paired_seeds == 3
+    assert [(e.seed, e.arch_idx) for e in s.plan] == [(sd, a) for sd in range(3) for a in range(3)]
+    assert {e.phase for e in s.plan} == {1}, "no phase 2 in a paired study"
+    assert len({json.dumps(e.params, sort_keys=True) for e in s.plan}) == 1, "one set of parameters"
     # --trials caps the configurations; each is trained with every seed.
     capped = _signal(budget="150K", paired_seeds=2, n_trials=6)
-    assert len(capped.plan) == 6 * 2 and len({e["arch_idx"] for e in capped.plan}) == 6
+    assert len(capped.plan) == 6 * 2 and len({e.arch_idx for e in capped.plan}) == 6
 
 
 def test_paired_parameters_come_from_flags_then_family_defaults() -> None:
     s = prepare_settings("enc", None, family="signal", data=SIGNAL_DATA, pins=PIN, paired_seeds=2,
                          fixed_params={"epochs": 7})
-    p = s.plan[0]["params"]
+    p = s.plan[0].params
     assert p == {"learning_rate": 3e-4, "epochs": 7, "batch_size": 32, "weight_decay": 1e-4, "warmup_steps": 0}
 
 

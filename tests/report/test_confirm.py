@@ -36,24 +36,24 @@ def _settings(**kw):  # type: ignore[no-untyped-def]
 # ----------------------------------------------------------------------------- the plan
 def test_default_plan_has_no_confirmation_and_stays_50_trials() -> None:
     s = prepare_settings("d", "2M")
-    assert len(s.plan) == 50 and {e["phase"] for e in s.plan} == {1, 2}
-    assert all(e["seed"] is None and "rank" not in e for e in s.plan)
-    assert "confirm" not in s.options
+    assert len(s.plan) == 50 and {e.phase for e in s.plan} == {1, 2}
+    assert all(e.seed is None and "rank" not in e.as_dict() for e in s.plan)
+    assert "confirm" not in s.options.keys
 
 
 def test_confirmation_slots_are_planned_seed_by_seed() -> None:
     s = _settings()
-    p3 = [e for e in s.plan if e["phase"] == 3]
+    p3 = [e for e in s.plan if e.phase == 3]
     assert len(p3) == 2 * 3 and len(s.plan) == 8 + 6
-    assert [(e["seed"], e["rank"]) for e in p3] == [(0, 0), (0, 1), (1, 0), (1, 1), (2, 0), (2, 1)]
-    assert all(e["arch_idx"] is None and e["params"] is None for e in p3)
-    assert s.options["confirm"] == 2 and s.options["confirm_seeds"] == 3
+    assert [(e.seed, e.rank) for e in p3] == [(0, 0), (0, 1), (1, 0), (1, 1), (2, 0), (2, 1)]
+    assert all(e.arch_idx is None and e.params is None for e in p3)
+    assert s.options.confirm == 2 and s.options.confirm_seeds == 3
 
 
 def test_confirmation_never_asks_for_more_ranks_than_architectures() -> None:
     s = prepare_settings("cf", None, pins={"d_model": [64], "n_layers": [2, 3], "n_heads": [4], "d_ff": [128]},
                          data=TINY_DATA, quick=True, confirm=5, confirm_seeds=2)
-    assert {e["rank"] for e in s.plan if e["phase"] == 3} == {0, 1}
+    assert {e.rank for e in s.plan if e.phase == 3} == {0, 1}
 
 
 @pytest.mark.parametrize("kw", [{"confirm_seeds": 0}, {"confirm": -1}, {"paired_seeds": 2}])
@@ -100,7 +100,7 @@ def test_phase3_is_created_once_with_the_best_architectures_and_their_params(sto
     _finish_all(q)  # phase 1
     _maintain_together(storage_url, s.study_name)  # phase 2 (created once)
     assert q.status().phase3_pending and not q.status().phase12_final
-    assert [e["slot"] for e in s.plan if e["phase"] == 2] == [6, 7]
+    assert [e.slot for e in s.plan if e.phase == 2] == [6, 7]
     _finish_all(q, {7: 0.1, 6: 0.2})  # phase 2's slot 7 is the best, then slot 6; phase 1 is worse
     assert q.status().phase12_final
     _maintain_together(storage_url, s.study_name)  # phase 3, raced by six upkeeps
@@ -110,13 +110,13 @@ def test_phase3_is_created_once_with_the_best_architectures_and_their_params(sto
     by_slot = {t.user_attrs["plan_slot"]: t for t in trials}
     arch = {r: by_slot[slot].params["arch_idx"] for r, slot in ((0, 7), (1, 6))}
     for e in s.plan:
-        if e["phase"] == 3:
-            t = by_slot[e["slot"]]
-            assert t.user_attrs["seed"] == e["seed"] and t.user_attrs["rank"] == e["rank"]
-            best = by_slot[7 if e["rank"] == 0 else 6]
+        if e.phase == 3:
+            t = by_slot[e.slot]
+            assert t.user_attrs["seed"] == e.seed and t.user_attrs["rank"] == e.rank
+            best = by_slot[7 if e.rank == 0 else 6]
             design = {k: best.params[k] for k in PARAM_NAMES}  # (best.params also holds the arch's dims)
             assert t.system_attrs["fixed_params"] == design, "the best trial's parameters"
-            assert t.system_attrs["fixed_params"]["arch_idx"] == arch[e["rank"]]
+            assert t.system_attrs["fixed_params"]["arch_idx"] == arch[e.rank]
     stored = q.storage.get_study_user_attrs(q.study_id)["archhpo_phase3"]
     assert [r["rank"] for r in stored] == [0, 1] and stored[0]["selection_value"] == 0.1
     # A lost confirmation trial is retried with its seed, rank and parameters.
@@ -236,11 +236,11 @@ def test_summary_names_unfinished_trials_and_compares_complete_pairs_only() -> N
 # ----------------------------------------------------------------------------- pruning
 def test_only_search_trials_are_prunable() -> None:
     confirm = _settings(pruner="median")
-    assert [prunable(e) for e in confirm.plan] == [e["phase"] != 3 for e in confirm.plan]
+    assert [prunable(e) for e in confirm.plan] == [e.phase != 3 for e in confirm.plan]
     assert any(prunable(e) for e in confirm.plan) and not all(prunable(e) for e in confirm.plan)
     paired = prepare_settings("pf", "500K", n_trials=4, data=TINY_DATA, quick=True, paired_seeds=2)
     assert paired.plan and not any(prunable(e) for e in paired.plan)
-    assert not any(prunable(PlanEntry(**e)) for e in paired.plan)
+    assert not any(prunable(PlanEntry.from_dict(e.as_dict())) for e in paired.plan)
 
 
 def test_the_median_rule_decides_as_optunas_median_pruner_does() -> None:

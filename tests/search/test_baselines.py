@@ -73,12 +73,12 @@ def test_baseline_slots_follow_each_seeds_confirmation_slots() -> None:
     plain = prepare_settings("b", "200K", data=TINY_DATA, quick=True, n_trials=4, confirm=2, confirm_seeds=2)
     s = prepare_settings("b", "200K", data=TINY_DATA, quick=True, n_trials=4, confirm=2, confirm_seeds=2,
                          baselines=True)
-    p3 = [(e["seed"], e["rank"], e.get("baseline")) for e in s.plan if e["phase"] == 3]
+    p3 = [(e.seed, e.rank, e.baseline) for e in s.plan if e.phase == 3]
     assert p3 == [(0, 0, None), (0, 1, None), (0, 2, "kaplan"), (0, 3, "mobilellm"), (0, 4, "median"),
                   (1, 0, None), (1, 1, None), (1, 2, "kaplan"), (1, 3, "mobilellm"), (1, 4, "median")]
-    assert s.options["baselines"] == ["kaplan", "mobilellm", "median"] and "baselines" not in plain.options
-    assert all("baseline" not in e for e in plain.plan), "a plan without baselines keeps its old entries"
-    assert [e for e in s.plan if e["phase"] != 3] == [e for e in plain.plan if e["phase"] != 3]
+    assert s.options.baselines == ("kaplan", "mobilellm", "median") and "baselines" not in plain.options.keys
+    assert all("baseline" not in e.as_dict() for e in plain.plan), "a plan without baselines keeps its old entries"
+    assert [e for e in s.plan if e.phase != 3] == [e for e in plain.plan if e.phase != 3]
 
 
 def test_baselines_without_the_confirmation_phase_are_refused(tmp_path: Path) -> None:

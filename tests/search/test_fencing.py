@@ -91,7 +91,7 @@ def _pause(proc: subprocess.Popen[str], url: str) -> None:
 def test_a_paused_worker_is_fenced_out_and_never_touches_the_retry(storage_url: str, tmp_path: Path) -> None:
     url = storage_url
     s = prepare_settings("fence", "200K", n_trials=3, data="synthetic:steps=4000", quick=True, pruner="none")
-    entry = {**s.plan[0], "params": {**s.plan[0]["params"], "epochs": 4, "batch_size": 32}}
+    entry = dataclasses.replace(s.plan[0], params={**(s.plan[0].params or {}), "epochs": 4, "batch_size": 32})
     launch(url, dataclasses.replace(s, plan=[entry]))  # one planned trial: the retry is the only work
     name = s.study_name
     ck = tmp_path / "ck"

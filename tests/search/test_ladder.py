@@ -79,7 +79,7 @@ def _ladder(storage_url: str) -> tuple[Any, Any]:
     kw = {"n_trials": 8, "data": TINY_DATA, "quick": True, "seed": 0, "pruner": "none"}
     small = prepare_settings("lad", "200K", **kw)
     large = prepare_settings("lad", "500K", **kw, ladder_below=[small.study_name])
-    assert launch(storage_url, small).enqueued == sum(e["phase"] == 1 for e in small.plan)
+    assert launch(storage_url, small).enqueued == sum(e.phase == 1 for e in small.plan)
     assert launch(storage_url, large).enqueued == 0, "nothing to train before the smaller budget is final"
     assert len(large.plan) == ladder_trials(8, 1, sum(1 for a in large.archs if a["extreme"]))
     return small, large

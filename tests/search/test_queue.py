@@ -40,7 +40,7 @@ def test_launch_stores_everything_a_remote_worker_needs(storage_url: str) -> Non
     for key in ("family", "budget", "tolerance", "data", "options", "archs", "plan", "info", "space"):
         assert f"archhpo_{key}" in attrs
     assert attrs["archhpo_options"]["horizon"] == 1 and attrs["archhpo_options"]["threshold"] == 0.01
-    phase1 = [e for e in q.settings.plan if e["phase"] == 1]
+    phase1 = [e for e in q.settings.plan if e.phase == 1]
     trials = _trials(q)
     assert len(trials) == len(phase1) and all(t.state == TrialState.WAITING for t in trials)
 

@@ -16,7 +16,7 @@ from optuna.trial import TrialState
 
 from archhpo.config import Pruning
 from archhpo.errors import StudyError
-from archhpo.schema import PRUNERS, TrainingPlan
+from archhpo.schema import PRUNERS, StoredOptions, TrainingPlan
 from archhpo.search import TrialQueue, launch, prepare_settings
 from archhpo.search._rules import (
     RULES,
@@ -79,13 +79,13 @@ def test_each_study_gets_its_rule_from_its_stored_name_and_options() -> None:
                                min_fraction="1/4")
     rule = make_rule(halving)
     assert isinstance(rule, SuccessiveHalving) and rule.rungs(8) == [2, 4, 8] and rule.n_rungs == 3
-    assert halving.options["halving"] == {"eta": 2, "min_fraction": "1/4"}
+    assert halving.options.halving == {"eta": 2, "min_fraction": "1/4"}
     none = prepare_settings("r", "500K", family="patchtst", data=TINY_DATA, n_trials=4, pruner="none")
-    assert isinstance(make_rule(none), NoStopping) and "halving" not in none.options
+    assert isinstance(make_rule(none), NoStopping) and "halving" not in none.options.keys
 
 
 def test_a_claims_plan_is_what_the_rule_says_in_the_trainers_terms() -> None:
-    rule = SuccessiveHalving.from_options({"halving": {"eta": 3, "min_fraction": "1/9"}})
+    rule = SuccessiveHalving.from_options(StoredOptions(halving={"eta": 3, "min_fraction": "1/9"}))
     new, rung = claim_plan(rule, {"epochs": 9}, True, {})
     assert rung == 0 and new == TrainingPlan(validate_at=(1,), score_at=(1,), stop_after=1, scored=(1, 3, 9))
     promoted, rung = claim_plan(rule, {"epochs": 9}, True, {"rung": 0, "rung_scores": [2.0], "branch_epochs": [0.5]})
@@ -125,7 +125,7 @@ def test_an_upkeep_time_toy_rule_promotes_only_the_best_of_each_rung(sqlite_url:
                                                                       toy_rules: None) -> None:
     s = prepare_settings("toy", "100K", family="lm", data="synthetic:tokens=3000", quick=True, seed=0, n_trials=6,
                          pruner="toy-best1", fixed_params={"epochs": 3, "batch_size": 16, "learning_rate": 3e-3})
-    assert s.options["halving"] == {"eta": 3, "min_fraction": "1/9"}  # the defaults: rungs at epochs 1, 1, 3
+    assert s.options.halving == {"eta": 3, "min_fraction": "1/9"}  # the defaults: rungs at epochs 1, 1, 3
     launch(sqlite_url, s)
     torch.set_num_threads(1)
     summary = Worker([TrialQueue(sqlite_url, s.study_name)], device="cpu", threads=1,

@@ -72,8 +72,8 @@ def _trials(q: TrialQueue) -> list[Any]:
 
 def test_halving_settings_are_stored_and_bad_ones_refused() -> None:
     s = _settings()
-    assert s.pruner == "halving" and s.options["halving"] == {"eta": 3, "min_fraction": "1/9"}
-    assert "halving" not in _settings(pruner="median").options, "other studies keep their identity"
+    assert s.pruner == "halving" and s.options.halving == {"eta": 3, "min_fraction": "1/9"}
+    assert "halving" not in _settings(pruner="median").options.keys, "other studies keep their identity"
     with pytest.raises(StudyError, match="at least 2"):
         _settings(eta=1)
     with pytest.raises(StudyError, match="such as 1/9"):
@@ -98,7 +98,7 @@ def test_the_best_third_of_each_rung_go_on_and_only_full_length_trials_complete(
     launch(storage_url, s)
     q = TrialQueue(storage_url, s.study_name)
     claims = _run_to_end(q)
-    phase1 = [e["slot"] for e in s.plan if e["phase"] == 1]
+    phase1 = [e.slot for e in s.plan if e.phase == 1]
     decided = q.upkeep.study_attr("archhpo_halving")
     rung0 = promotions({slot: _score(slot, 0) for slot in phase1}, 3)
     rung1 = promotions({slot: _score(slot, 1) for slot in rung0}, 3)
@@ -254,7 +254,7 @@ def test_a_trial_that_fails_for_good_at_a_rung_is_never_promoted(storage_url: st
     s = _settings()
     launch(storage_url, s)
     q = TrialQueue(storage_url, s.study_name)
-    best = min((e["slot"] for e in s.plan if e["phase"] == 1), key=lambda slot: (_score(slot, 0), slot))
+    best = min((e.slot for e in s.plan if e.phase == 1), key=lambda slot: (_score(slot, 0), slot))
     while (c := q.claim(WORKER)) is not None:
         if c.slot == best:
             q.finish(c, TrialState.FAIL, None, {"fail_reason": "diverged"})

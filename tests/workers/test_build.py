@@ -24,6 +24,7 @@ import torch
 
 from archhpo.cli import main as cli_main
 from archhpo.report._export import export_studies
+from archhpo.schema import StoredOptions
 from archhpo.search import TrialQueue, launch, prepare_settings
 from archhpo.search._space import SearchSpace
 from archhpo.workers import TrainConfig, TrialSpec, Worker, build_trial, trial_seeds
@@ -59,10 +60,9 @@ def _tiny_study(url: str, name: str, family: str, budget: str, data: str, fam_op
     params = {"learning_rate": 1e-3, "epochs": epochs, "batch_size": 32, "weight_decay": 1e-4, "warmup_steps": 2}
     space = SearchSpace(learning_rate=(1e-4, 1e-3), epochs=(epochs,), batch_size=(32,), weight_decay=(1e-5, 1e-3),
                         warmup_steps=(2,))
-    entry = {**s.plan[0], "slot": 1, "phase": 1, "arch_idx": arch_idx, "params": params}
-    if seed is not None:
-        entry["seed"] = seed
-    options = {**s.options, "paired_seeds": 1} if paired else s.options
+    entry = dataclasses.replace(s.plan[0], slot=1, phase=1, arch_idx=arch_idx, params=params,
+                                seed=s.plan[0].seed if seed is None else seed)
+    options = StoredOptions.from_dict({**s.options.as_dict(), "paired_seeds": 1}) if paired else s.options
     s = dataclasses.replace(s, plan=[entry], space=space.as_dict(), options=options)
     launch(url, s)
     return s

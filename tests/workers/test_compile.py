@@ -30,9 +30,9 @@ LM_DATA = "synthetic:tokens=3000"
 
 def test_compile_is_off_unless_asked_and_stored_only_when_on() -> None:
     plain = prepare_settings("c", "100K", family="lm", data=LM_DATA, quick=True)
-    assert "compile" not in plain.options, "a study without --compile keeps the options it always had"
+    assert "compile" not in plain.options.keys, "a study without --compile keeps the options it always had"
     on = prepare_settings("c", "100K", family="lm", data=LM_DATA, quick=True, compile_models=True)
-    assert on.options["compile"] is True
+    assert on.options.compile is True
     assert "--compile" in run_cli("run", "--help").stdout
 
 

@@ -88,11 +88,11 @@ def test_a_run_stopped_inside_an_interval_resumes_bit_for_bit() -> None:
 def test_a_budget_trains_every_shape_on_r_times_its_n_tokens() -> None:
     s = _lm_study("tpp", 2)
     assert s.study_name == "tpp_75K-d64-L2-h2-ff128-t2"
-    budget = DataBudget.of(s.options)
+    budget = s.options.budget
     assert budget == DataBudget("tokens", 2.0, 75_000) and budget.target == 150_000
     assert s.data["tokens"] == math.ceil(150_000 / 16) * 16, "the synthetic language is generated to D"
-    assert {e["params"]["epochs"] for e in s.plan if e.get("params")} <= {DEFAULT_INTERVALS}
-    spec = TrialSpec(family="lm", data=s.data, options=s.options, info=s.info, arch=s.archs[0],
+    assert {e.params["epochs"] for e in s.plan if e.params} <= {DEFAULT_INTERVALS}
+    spec = TrialSpec(family="lm", data=s.data, options=s.options.as_dict(), info=s.info, arch=s.archs[0],
                      params={"learning_rate": 3e-3, "epochs": 9, "batch_size": 16, "weight_decay": 0.0,
                              "warmup_steps": 5})
     cfg = spec.train_config()
@@ -174,7 +174,9 @@ def test_a_halving_study_records_tokens_and_passes_and_replays(sqlite_url: str, 
     rows = _csv_rows(tmp_path)
     header = list(rows[0])
     assert header[18:20] == ["train_tokens", "tokens_per_param"], "they follow the design's 18 columns"
-    target = DataBudget.of(s.options).target  # 15,000 tokens
+    budget = s.options.budget
+    assert budget is not None
+    target = budget.target  # 15,000 tokens
     for r in rows:
         assert float(r["tokens_per_param"]) == 0.2
         tokens, passes = int(r["train_tokens"]), float(r["data_passes"])
@@ -195,8 +197,8 @@ def test_a_halving_study_records_tokens_and_passes_and_replays(sqlite_url: str, 
 def test_a_data_seed_fixes_the_data_and_paired_seeds_vary_the_init_only() -> None:
     def spec(seed: int, data_seed: int | None) -> TrialSpec:
         s = _lm_study("ds", 0.1, paired_seeds=2, data_seed=data_seed, data="synthetic:vocab=8,tokens=2000")
-        return TrialSpec(family="lm", data=s.data, options=s.options, info=s.info, arch=s.archs[0],
-                         params=s.plan[0]["params"], slot=0, seed=seed)
+        return TrialSpec(family="lm", data=s.data, options=s.options.as_dict(), info=s.info, arch=s.archs[0],
+                         params=dict(s.plan[0].params or {}), slot=0, seed=seed)
 
     fixed = [spec(k, 5) for k in (0, 1)]
     assert fixed[0].data_spec_and_options() == fixed[1].data_spec_and_options()
@@ -247,8 +249,8 @@ def test_a_ladder_of_ratio_studies_plans_each_larger_budget_from_the_smaller_at_
         large.maintain()
         claim = large.claim({"host": "t"})
         assert claim is not None and claim.params["epochs"] == DEFAULT_INTERVALS
-        budget = DataBudget.of(large.settings.options)
+        budget = large.settings.options.budget
         assert budget is not None and budget.target == math.ceil(float(ratio) * 150_000)
-        spec = TrialSpec(family="lm", data=large.settings.data, options=large.settings.options,
+        spec = TrialSpec(family="lm", data=large.settings.data, options=large.settings.options.as_dict(),
                          info=large.settings.info, arch=claim.arch, params=claim.params)
         assert spec.train_config().epoch_samples == budget.samples_per_interval(16, DEFAULT_INTERVALS)

@@ -180,7 +180,7 @@ MEASURE = textwrap.dedent("""
     s = prepare_settings("m", None, family="signal", family_options={"encoder": enc},
                          pins={"d_model": 64, "n_layers": 3, "n_heads": 4, "d_ff": 256})
     a = s.archs[0]
-    spec = TrialSpec(family="signal", data=dict(s.data), options=dict(s.options), info=dict(s.info), arch=dict(a),
+    spec = TrialSpec(family="signal", data=dict(s.data), options=s.options.as_dict(), info=dict(s.info), arch=dict(a),
                      params={"batch_size": 32, "learning_rate": 1e-4, "epochs": 1, "weight_decay": 0.0,
                              "warmup_steps": 0})
     built = build_trial(spec, "cpu")
