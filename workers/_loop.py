@@ -37,7 +37,7 @@ from archhpo.errors import TrialLost, TrialStopped
 from archhpo.models import get_family
 from archhpo.schema import Attr, gpu_share
 from archhpo.workers import _device
-from archhpo.workers._batch import eval_batch, plan_batch, vocab_logits
+from archhpo.workers._batch import eval_batch, plan_batch, use_plan, vocab_logits
 from archhpo.workers._build import BuiltTrial, DataCache, build_trial
 from archhpo.workers._checkpoints import Checkpoints, _atomic_save
 from archhpo.workers._claim import (
@@ -243,22 +243,16 @@ class Worker:
         family = get_family(spec.family)
 
         def check_memory(cfg: Any, tcfg: TrainConfig, data: Any) -> None:
-            # An lm's (L, V) logits per sample, which the estimate leaves out: they bound the
-            # evaluation batch and count in the micro-batch (tcfg is the built trial's: train() reads it).
-            logits = vocab_logits(family.name, cfg)
+            logits = vocab_logits(family.name, cfg)  # an lm's (L, V) logits: the estimate leaves them out
             tcfg.eval_batch_size = eval_batch(logits, int(tcfg.eval_batch_size))
             on_device = tensor_bytes(*data.train_inputs, data.train_target, *data.val_inputs, data.val_target)
             shape = trial_shape(family, cfg, run.claim.arch, min(int(tcfg.batch_size), data.n_train),
                                 min(int(tcfg.eval_batch_size), max(1, data.n_val)),
                                 on_device if self.device.type == "cuda" else 0, bool(spec.options.get("compile")))
             run.attrs[Attr.MEMORY_ESTIMATE_GIB] = round(estimate_training_bytes(shape, self.device.type) / 2**30, 3)
-            # The largest micro-batch that fits (the dataset is loaded already: it counts as free);
-            # below the batch, gradient accumulation keeps the study's batch per optimizer step.
-            batch = plan_batch(shape, self.device, f"Trial {run.claim.number} ({shape.param_count:,} params)", logits)
-            if batch.micro_batch < shape.batch_size:
-                tcfg.micro_batch = batch.micro_batch
-                run.attrs.update(micro_batch=batch.micro_batch, accumulation_steps=batch.accumulation)
-                run.attrs[Attr.MEMORY_ESTIMATE_GIB] = round(batch.need_bytes / 2**30, 3)
+            # The largest micro-batch that fits; below the batch, gradients accumulate (workers/_batch.py).
+            use_plan(plan_batch(shape, self.device, f"Trial {run.claim.number} ({shape.param_count:,} params)",
+                                logits), tcfg, run.attrs)
 
         params = int(run.claim.arch["param_count"])
         with host_build_slot(params, self.device, f"trial {run.claim.number} ({params:,} params)"):
@@ -377,14 +371,20 @@ class Worker:
     def _throughput(self, built: BuiltTrial, samples: int, seconds: float, path: int,
                     wall_s: float) -> dict[str, Any]:
         """This claim's speed and the trial's training compute (workers/_claim.py's throughput),
-        with its two MFUs side by side: ``step_mfu`` over the timed training steps only (what
-        ``mfu`` has always been) and ``trial_mfu`` over this claim's wall clock (building, data,
-        validation, checkpoints and database calls included), both from the exact FLOPs."""
+        with step_mfu beside trial_mfu (``_mfus``)."""
         out = throughput(built, samples, seconds, path, self.device, self._gpu_share())
-        if "mfu" in out:
-            out["step_mfu"] = out["mfu"]
-            whole = _device.mfu(int(built.flops_per_sample or 0) * int(samples), wall_s, self.device,
-                                share=self._gpu_share())
-            if whole is not None:
-                out["trial_mfu"] = float(f"{whole:.3g}")
-        return out
+        return {**out, **_mfus(out, built, samples, wall_s, self.device, self._gpu_share())}
+
+
+def _mfus(out: dict[str, Any], built: BuiltTrial, samples: int, wall_s: float, device: torch.device,
+          share: float) -> dict[str, Any]:
+    """``step_mfu`` over the timed training steps only (what ``mfu`` has always been) and
+    ``trial_mfu`` over this claim's wall clock (building, data, validation, checkpoints and
+    database calls included), both from the exact FLOPs; {} where no MFU is measured."""
+    if "mfu" not in out:
+        return {}
+    mfus = {"step_mfu": out["mfu"]}
+    whole = _device.mfu(int(built.flops_per_sample or 0) * int(samples), wall_s, device, share=share)
+    if whole is not None:
+        mfus["trial_mfu"] = float(f"{whole:.3g}")
+    return mfus
