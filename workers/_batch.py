@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from archhpo.schema import Attr
 from archhpo.workers import _memory
 
 
@@ -78,3 +79,14 @@ def plan_batch(shape: _memory.TrialShape, device: torch.device, what: str, logit
     full = _memory.estimate_training_bytes(shape, device_type) + shape.batch_size * logits_per_sample * per_logit
     _memory.check_fits(full, device, what, resident=shape.data_bytes)  # raises: not even one sample fits
     return BatchPlan(shape.batch_size, shape.batch_size, full)  # reached only if memory was freed meanwhile
+
+
+def use_plan(plan: BatchPlan, train_config: Any, attrs: dict[str, Any]) -> None:
+    """Train the trial as `plan` says: below its batch, set the TrainConfig's micro_batch (the built
+    trial's own, which train() reads) and record micro_batch, accumulation_steps and the estimate
+    at the micro-batch in the trial's attributes."""
+    if plan.micro_batch >= plan.batch_size:
+        return
+    train_config.micro_batch = plan.micro_batch
+    attrs.update(micro_batch=plan.micro_batch, accumulation_steps=plan.accumulation)
+    attrs[Attr.MEMORY_ESTIMATE_GIB] = round(plan.need_bytes / 2**30, 3)
