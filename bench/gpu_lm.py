@@ -98,7 +98,7 @@ def sdpa_kernel(model: torch.nn.Module, cfg: LMConfig, tcfg: TrainConfig, device
     ops = sorted(n.removeprefix("aten::") for n in names if "scaled_dot_product" in n and "backward" not in n)
     ops = [o for o in ops if o != "scaled_dot_product_attention"] or ops
     kernels = sorted(n for n in names if "flash" in n.lower() and not n.startswith("aten::"))
-    return ", ".join(ops) + (f" (kernels: {kernels[0][:40]})" if kernels else "")
+    return ", ".join(ops) + (f" (kernel: {kernels[0][:60]})" if kernels else "")
 
 
 def _shape(cfg: LMConfig, batch: int) -> TrialShape:
