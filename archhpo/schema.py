@@ -1,5 +1,5 @@
-"""The names archhpo's layers share, defined once: architecture keys, training parameters and
-the attributes a trial records.
+"""The names archhpo's layers share, defined once: architecture keys, training parameters, the
+attributes a trial records and the options a study stores (`StoredOptions`).
 
 Every module that lists these names reads them from here (the search space, the options, the
 trial builder, the queue, the export, the DataFrame, the report and the train command);
