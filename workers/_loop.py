@@ -248,7 +248,7 @@ class Worker:
             on_device = tensor_bytes(*data.train_inputs, data.train_target, *data.val_inputs, data.val_target)
             shape = trial_shape(family, cfg, run.claim.arch, min(int(tcfg.batch_size), data.n_train),
                                 min(int(tcfg.eval_batch_size), max(1, data.n_val)),
-                                on_device if self.device.type == "cuda" else 0, bool(spec.options.get("compile")))
+                                on_device if self.device.type == "cuda" else 0, bool(spec.study_options.compile))
             run.attrs[Attr.MEMORY_ESTIMATE_GIB] = round(estimate_training_bytes(shape, self.device.type) / 2**30, 3)
             # The largest micro-batch that fits; below the batch, gradients accumulate (workers/_batch.py).
             use_plan(plan_batch(shape, self.device, f"Trial {run.claim.number} ({shape.param_count:,} params)",
