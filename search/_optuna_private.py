@@ -37,3 +37,11 @@ def trial_id_of(trial: optuna.trial.FrozenTrial) -> int:
     """The database id of a trial (FrozenTrial keeps it in a private attribute)."""
     return int(trial._trial_id)
 
+
+def dashboard_note_body(system_attrs: dict[str, object]) -> str:
+    """The body of a study's optuna-dashboard note ('' when none): optuna-dashboard stores notes in
+    the study's system attributes in chunks, and only its private `_note` module reads them back."""
+    from optuna_dashboard._note import get_note_from_system_attrs
+
+    return str((get_note_from_system_attrs(system_attrs, None) or {}).get("body") or "")
+

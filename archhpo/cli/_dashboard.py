@@ -75,10 +75,10 @@ def prepare_studies(storage: RDBStorage) -> int:
     current (the report's answer above it stays); returns how many studies it touched."""
     import optuna
     from optuna_dashboard import save_note
-    from optuna_dashboard._note import get_note_from_system_attrs
 
     from archhpo.report._notes import importance_note
     from archhpo.report._units import METRIC
+    from archhpo.search._optuna_private import dashboard_note_body
 
     n = 0
     for frozen in storage.get_all_studies():
@@ -89,9 +89,9 @@ def prepare_studies(storage: RDBStorage) -> int:
             warnings.simplefilter("ignore")  # set_metric_names and notes are experimental in Optuna
             if study.metric_names != [METRIC]:
                 study.set_metric_names([METRIC])
-            body = (get_note_from_system_attrs(frozen.system_attrs, None) or {}).get("body") or ""
+            body = dashboard_note_body(frozen.system_attrs)
             head = body.split(_IMPORTANCE)[0].rstrip()
-            paragraph = importance_note(_n_complete(storage, frozen._study_id))
+            paragraph = importance_note(_n_complete(storage, storage.get_study_id_from_name(frozen.study_name)))
             fresh = f"{head}\n\n{paragraph}" if head else paragraph
             if fresh != body:
                 save_note(study, fresh)
