@@ -129,6 +129,11 @@ class DataBudget:
 
 
 # ----------------------------------------------------------------------------- trial attributes
+# The objective's name: Optuna's metric name of every study (the dashboard's axis), the CSV's
+# column and the report's word for a trial's value.
+OBJECTIVE = "val_loss"
+
+
 class Attr:
     """The user attributes a trial records (Optuna ``trial.user_attrs`` keys)."""
 
@@ -191,6 +196,7 @@ def gpu_share(worker_attrs: dict[str, Any]) -> float:
 
 
 __all__ = [
+    "OBJECTIVE",
     "DATA_UNITS",
     "DEFAULT_ETA",
     "DEFAULT_INTERVALS",

@@ -17,6 +17,7 @@ NUMERIC_EXTRA = (
     "train_loss", "best_epoch", "duration_s", "flops_per_sample", "train_flops", "samples_per_s",
     "baseline_val_loss", "mfu", "peak_memory_gib", "rung", "flops_spent", "flops_full",
     "train_tokens", "train_samples", "tokens_per_param", "samples_per_param", "data_passes",
+    "step_mfu", "trial_mfu", "micro_batch", "accumulation_steps",
 )
 FRAME_COLUMNS = (
     "experiment", "study", "budget", "budget_value", "trial", "state", "phase", "plan_slot", "seed",
@@ -26,6 +27,9 @@ FRAME_COLUMNS = (
     "depth_to_width", "fail_reason", "host", "device", "mfu", "peak_memory_gib", "gpu_name",
     "rung", "flops_spent", "flops_full",
     "train_tokens", "train_samples", "tokens_per_param", "samples_per_param", "data_passes",
+    # the step's MFU (timed steps) and the trial's (wall clock); micro-batch and accumulation steps
+    # where memory cut the batch (workers/_batch.py)
+    "step_mfu", "trial_mfu", "micro_batch", "accumulation_steps",
 )
 STATES = ("COMPLETE", "PRUNED", "FAIL")
 # Trial attributes that are bookkeeping, not metrics, although they start with "val_".

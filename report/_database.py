@@ -4,6 +4,7 @@ tables, a query per table, and each trial's per-epoch curve on demand (`load_cur
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -135,8 +136,9 @@ def _study_rows(storage: Any, study_id: int, settings: Any, curves: bool = True)
         state = t["state"].name
         if state == "COMPLETE":
             value = t["value"]
-        elif state == "PRUNED":
-            value = t["best"]  # the best validation loss it reached
+        elif state == "PRUNED":  # the value Optuna stores (its rung score), as the CSV and dashboard show;
+            finite = t["value"] is not None and math.isfinite(t["value"])  # else the best loss it reached
+            value = t["value"] if finite else t["best"]
         else:
             value = None
         slot = ua.get("plan_slot")

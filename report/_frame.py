@@ -153,8 +153,7 @@ def trials_frame(
         return frame
     if experiment is None:  # only CSV files may leave the experiment to their contents
         raise StudyError("Reading a database needs an experiment name (archhpo report --experiment NAME).")
-    from archhpo.report._stored import study_data, use_stored_values
-    from archhpo.report._units import data_kinds
+    from archhpo.report._units import data_kinds, study_data
     from archhpo.search._storage import open_storage, resolve_storage_url
 
     if storage is None or isinstance(storage, str):
@@ -162,8 +161,6 @@ def trials_frame(
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # Optuna's experimental-feature warnings
         frame = frame_from_storage(storage, experiment, budgets, curves)
-        # A pruned trial's value is the one Optuna stores (its rung score), as in the CSV (issue 31).
-        use_stored_values(frame, storage)
         frame.attrs["data_kinds"] = data_kinds(study_data(storage, frame.attrs.get("studies") or {}))
     return frame
 

@@ -15,12 +15,25 @@ from typing import Any
 
 import pandas as pd
 
-METRIC = "val_loss"  # the objective's name in Optuna (study.set_metric_names), the CSV and the report
+from archhpo.schema import OBJECTIVE
+
+METRIC = OBJECTIVE  # the objective's name in Optuna (study.set_metric_names), the CSV and the report
 
 
 def data_kinds(infos: Iterable[Mapping[str, Any]]) -> list[str]:
     """The data kinds ("synthetic", "text", ...) of the studies' data specs, sorted, without repeats."""
     return sorted({str(d.get("kind")) for d in infos if isinstance(d, Mapping) and d.get("kind")})
+
+
+def study_data(storage: Any, studies: dict[str, str]) -> list[dict[str, Any]]:
+    """The data spec (``kind``, ...) of each study, read from its stored settings."""
+    from archhpo.search._study import StudySettings
+
+    out = []
+    for name in studies.values():
+        attrs = storage.get_study_user_attrs(storage.get_study_id_from_name(name))
+        out.append(dict(StudySettings.from_attrs(attrs, name).data))
+    return out
 
 
 def loss_unit(frame: pd.DataFrame) -> str:
@@ -56,4 +69,4 @@ def value_text(frame: pd.DataFrame) -> str:
     return text + "."
 
 
-__all__ = ["METRIC", "data_kinds", "loss_unit", "short_unit", "value_text"]
+__all__ = ["METRIC", "data_kinds", "loss_unit", "short_unit", "study_data", "value_text"]

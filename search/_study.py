@@ -21,6 +21,7 @@ from archhpo.errors import ArchhpoError, StorageError, StudyError
 from archhpo.models import Family, get_family
 from archhpo.schema import (
     DEFAULT_INTERVALS,
+    OBJECTIVE,
     TRAINING_PARAMS,
     Attr,
     DataBudget,
@@ -309,6 +310,8 @@ def launch(storage_url: str, settings: StudySettings, storage: RDBStorage | None
                 study_name=name, storage=storage, direction="minimize", load_if_exists=True,
                 sampler=optuna.samplers.RandomSampler(),
             )
+            if study.metric_names is None:  # the dashboard names the objective, not "Objective 0"
+                study.set_metric_names([OBJECTIVE])
         if study.direction != optuna.study.StudyDirection.MINIMIZE:
             raise StudyError(f"Study {name!r} exists but maximises; use another --experiment name.")
         attrs = study.user_attrs

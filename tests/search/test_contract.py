@@ -34,6 +34,7 @@ from optuna.trial import TrialState
 
 from archhpo.errors import StorageError
 from archhpo.report import export_studies
+from archhpo.schema import OBJECTIVE
 from archhpo.search import TrialQueue, launch, open_storage, prepare_settings
 from archhpo.search._optuna_private import TESTED_SCHEMA_VERSIONS
 from archhpo.search._space import PARAM_NAMES
@@ -267,14 +268,17 @@ def test_queue_trials_read_back_identically_through_optuna_cli_and_dashboard(sto
     assert study.best_trial.number == best and study.best_value == wrote[best]["value"]
 
     # 2. The optuna command line.
+    # The study names its objective (launch sets Optuna's metric names), so the CLI keys values by it.
+    assert study.metric_names == [OBJECTIVE]
     cli = {d["number"]: d for d in _optuna_cli("trials", "--study-name", name, "--storage", storage_url)}
     assert set(cli) == set(trials)
     for number, t in trials.items():
         d = cli[number]
+        value = {OBJECTIVE: t.value}
         assert (d["state"], d["params"], d["value"], d["user_attrs"]) == (
-            t.state.name, t.params, t.value, t.user_attrs), number
+            t.state.name, t.params, value, t.user_attrs), number
     best_cli = _optuna_cli("best-trial", "--study-name", name, "--storage", storage_url)
-    assert (best_cli["number"], best_cli["value"]) == (best, wrote[best]["value"])
+    assert (best_cli["number"], best_cli["value"]) == (best, {OBJECTIVE: wrote[best]["value"]})
 
     # 3. optuna-dashboard's HTTP API (the app `archhpo dashboard` serves), its own storage too.
     from optuna_dashboard import wsgi
