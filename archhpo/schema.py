@@ -175,6 +175,14 @@ class Attr:
     TOKENS_PER_PARAM = "tokens_per_param"
     SAMPLES_PER_PARAM = "samples_per_param"
     DATA_PASSES = "data_passes"
+    # Speed: the model FLOPs utilisation of the timed training steps (MFU is kept as its older name)
+    # and of the claim's wall clock; where memory cut the batch, the micro-batch and the gradient
+    # accumulation steps that keep the study's batch (workers/_batch.py).
+    MFU = "mfu"
+    STEP_MFU = "step_mfu"
+    TRIAL_MFU = "trial_mfu"
+    MICRO_BATCH = "micro_batch"
+    ACCUMULATION_STEPS = "accumulation_steps"
     # The worker that ran the trial (recorded with every claim): host, device, process, CPU threads
     # (a CPU replay is exact with the same count) and its GPU share (Ray's num_gpus; see gpu_share).
     HOST = "host"

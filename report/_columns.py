@@ -9,15 +9,18 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from archhpo.schema import ARCH_RECORD, TRAINING_PARAMS
+from archhpo.schema import ARCH_RECORD, TRAINING_PARAMS, Attr
 
 ARCH_COLUMNS = ARCH_RECORD
 TRAINING_COLUMNS = TRAINING_PARAMS
+# How fast a trial trained (workers/_loop.py, workers/_batch.py): MFU of the timed steps and of the
+# wall clock; micro-batch and accumulation steps where memory cut the batch (empty where it did not).
+SPEED_COLUMNS = (Attr.STEP_MFU, Attr.TRIAL_MFU, Attr.MICRO_BATCH, Attr.ACCUMULATION_STEPS)
 NUMERIC_EXTRA = (
     "train_loss", "best_epoch", "duration_s", "flops_per_sample", "train_flops", "samples_per_s",
     "baseline_val_loss", "mfu", "peak_memory_gib", "rung", "flops_spent", "flops_full",
     "train_tokens", "train_samples", "tokens_per_param", "samples_per_param", "data_passes",
-    "step_mfu", "trial_mfu", "micro_batch", "accumulation_steps",
+    *SPEED_COLUMNS,
 )
 FRAME_COLUMNS = (
     "experiment", "study", "budget", "budget_value", "trial", "state", "phase", "plan_slot", "seed",
@@ -29,7 +32,7 @@ FRAME_COLUMNS = (
     "train_tokens", "train_samples", "tokens_per_param", "samples_per_param", "data_passes",
     # the step's MFU (timed steps) and the trial's (wall clock); micro-batch and accumulation steps
     # where memory cut the batch (workers/_batch.py)
-    "step_mfu", "trial_mfu", "micro_batch", "accumulation_steps",
+    *SPEED_COLUMNS,
 )
 STATES = ("COMPLETE", "PRUNED", "FAIL")
 # Trial attributes that are bookkeeping, not metrics, although they start with "val_".

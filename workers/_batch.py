@@ -88,5 +88,5 @@ def use_plan(plan: BatchPlan, train_config: Any, attrs: dict[str, Any]) -> None:
     if plan.micro_batch >= plan.batch_size:
         return
     train_config.micro_batch = plan.micro_batch
-    attrs.update(micro_batch=plan.micro_batch, accumulation_steps=plan.accumulation)
+    attrs.update({Attr.MICRO_BATCH: plan.micro_batch, Attr.ACCUMULATION_STEPS: plan.accumulation})
     attrs[Attr.MEMORY_ESTIMATE_GIB] = round(plan.need_bytes / 2**30, 3)

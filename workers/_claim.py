@@ -150,7 +150,7 @@ def throughput(built: BuiltTrial, samples: int, seconds: float, path: int, devic
         if device.type == "cuda":
             value = _device.mfu(int(built.flops_per_sample) * int(samples), seconds, device, share=share)
             if value is not None:  # 3 significant figures: a tiny model's MFU on an H100 is ~1e-5
-                out["mfu"] = float(f"{value:.3g}")
+                out[Attr.MFU] = float(f"{value:.3g}")
     return out
 
 

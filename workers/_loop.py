@@ -381,10 +381,10 @@ def _mfus(out: dict[str, Any], built: BuiltTrial, samples: int, wall_s: float, d
     """``step_mfu`` over the timed training steps only (what ``mfu`` has always been) and
     ``trial_mfu`` over this claim's wall clock (building, data, validation, checkpoints and
     database calls included), both from the exact FLOPs; {} where no MFU is measured."""
-    if "mfu" not in out:
+    if Attr.MFU not in out:
         return {}
-    mfus = {"step_mfu": out["mfu"]}
+    mfus = {Attr.STEP_MFU: out[Attr.MFU]}
     whole = _device.mfu(int(built.flops_per_sample or 0) * int(samples), wall_s, device, share=share)
     if whole is not None:
-        mfus["trial_mfu"] = float(f"{whole:.3g}")
+        mfus[Attr.TRIAL_MFU] = float(f"{whole:.3g}")
     return mfus
