@@ -19,6 +19,7 @@ import re
 import shlex
 import shutil
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -71,11 +72,11 @@ def sets_pipefail(text: str) -> bool:
     return any(_PIPEFAIL.search(strip_comment(line)) for line in text.splitlines())
 
 
-def strip_comment(line: str) -> str:
-    """The line without a `#` comment (a `#` at the start or after a blank, outside quotes)."""
+def _cut_unquoted(text: str, ends_here: Callable[[str, int], bool]) -> str:
+    """`text` up to the first position outside quotes (and not escaped) where `ends_here(text, i)`."""
     quote, i = "", 0
-    while i < len(line):
-        ch = line[i]
+    while i < len(text):
+        ch = text[i]
         if quote:
             if ch == "\\" and quote == '"':
                 i += 1
@@ -85,10 +86,15 @@ def strip_comment(line: str) -> str:
             i += 1
         elif ch in "'\"":
             quote = ch
-        elif ch == "#" and (i == 0 or line[i - 1] in " \t;"):
-            return line[:i]
+        elif ends_here(text, i):
+            return text[:i]
         i += 1
-    return line
+    return text
+
+
+def strip_comment(line: str) -> str:
+    """The line without a `#` comment (a `#` at the start or after a blank, outside quotes)."""
+    return _cut_unquoted(line, lambda t, i: t[i] == "#" and (i == 0 or t[i - 1] in " \t;"))
 
 
 def logical_lines(text: str) -> list[tuple[int, str]]:
@@ -132,22 +138,7 @@ def _words(segment: str) -> list[str]:
 def first_command(segment: str) -> str:
     """The text of the simple command at the start of `segment`: up to the first `;`, `&&`, `||`,
     `|`, `&`, `)`, `}` or backquote outside quotes."""
-    quote, i = "", 0
-    while i < len(segment):
-        ch = segment[i]
-        if quote:
-            if ch == "\\" and quote == '"':
-                i += 1
-            elif ch == quote:
-                quote = ""
-        elif ch == "\\":
-            i += 1
-        elif ch in "'\"":
-            quote = ch
-        elif _COMMAND_END.match(segment, i):
-            return segment[:i]
-        i += 1
-    return segment
+    return _cut_unquoted(segment, lambda t, i: _COMMAND_END.match(t, i) is not None)
 
 
 def early_reader(segment: str) -> str | None:
