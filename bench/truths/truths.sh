@@ -26,6 +26,8 @@ SAVED=$ROOT/bench/truths/studies      # the committed copy
 WORKERS=${TRUTHS_WORKERS:-2}
 export RAY_USAGE_STATS_ENABLED=0
 
+sql() { sqlite3 -cmd ".timeout 60000" "$@"; }  # waits for a busy database instead of failing the chain
+
 # Shared by every truth: 3 init seeds on data fixed by --data-seed; every architecture of the grid
 # (a paired study never prunes) trained to 10 tokens per parameter (20 is beyond this machine: see the
 # README); WSD with halving's rungs at 1/9 and 1/3 of D recorded as cooldown-branch scores; 9 intervals.
@@ -65,7 +67,7 @@ save() {
   local t=$1
   mkdir -p "$SAVED"
   [[ -f $WORK/$t.db ]] || { echo "no $WORK/$t.db to save" >&2; return 1; }
-  sqlite3 "$WORK/$t.db" ".backup '$SAVED/$t.db.tmp'" && mv "$SAVED/$t.db.tmp" "$SAVED/$t.db"
+  sql "$WORK/$t.db" ".backup '$SAVED/$t.db.tmp'" && mv "$SAVED/$t.db.tmp" "$SAVED/$t.db"
   rm -rf "$SAVED/${t}_ck.tmp"
   if [[ -d $WORK/${t}_ck ]]; then cp -r "$WORK/${t}_ck" "$SAVED/${t}_ck.tmp"; else mkdir -p "$SAVED/${t}_ck.tmp"; fi
   rm -rf "$SAVED/${t}_ck" && mv "$SAVED/${t}_ck.tmp" "$SAVED/${t}_ck"
@@ -75,11 +77,11 @@ save() {
 studies_of() {  # the study names of truth $1 limited to budgets $2 (comma-separated; empty: all)
   local t=$1 budgets=${2:-} b
   if [[ -z $budgets ]]; then
-    sqlite3 "$WORK/$t.db" "select study_name from studies where study_name like '${t}\\_%' escape '\\' order by 1"
+    sql "$WORK/$t.db" "select study_name from studies where study_name like '${t}\\_%' escape '\\' order by 1"
     return
   fi
   for b in ${budgets//,/ }; do
-    sqlite3 "$WORK/$t.db" "select study_name from studies where study_name like '${t}\\_${b}-%' escape '\\'"
+    sql "$WORK/$t.db" "select study_name from studies where study_name like '${t}\\_${b}-%' escape '\\'"
   done
 }
 
@@ -109,7 +111,7 @@ finished() {  # every planned trial of truth $1 (of its budgets $2, if given) ha
   while read -r n; do
     [[ -n $n ]] || continue
     any=1
-    open=$((open + $(sqlite3 "$WORK/$t.db" "select count(*) from trials join studies using (study_id)
+    open=$((open + $(sql "$WORK/$t.db" "select count(*) from trials join studies using (study_id)
       where study_name = '$n' and state in ('WAITING','RUNNING')")))
   done < <(studies_of "$t" "$budgets")
   ((any == 1 && open == 0))
@@ -152,7 +154,7 @@ stop() {  # SIGTERM every worker (each running trial is saved between two steps)
 
 status() {
   local t=$1
-  sqlite3 "$WORK/$t.db" "select s.study_name, t.state, count(*) from trials t join studies s using (study_id)
+  sql "$WORK/$t.db" "select s.study_name, t.state, count(*) from trials t join studies s using (study_id)
     group by 1, 2 order by 1, 2;"
 }
 
