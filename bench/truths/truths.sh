@@ -37,7 +37,7 @@ LADDER=(--budget 100K --budget 200K --budget 400K --budget 800K)
 # The order of the work (`start` with no arguments): the budgets up to 400K of every truth first, so
 # that complete truths (T3) and the lower ladders exist days before the 800K budgets (36 trials of
 # about 80 minutes each per truth at this machine's measured 11 GFLOP/s per worker) are done.
-ORDER=(t1:100K,200K,400K t3 t2:100K,200K,400K t1:800K t2:800K)
+ORDER=(t1:100K,200K,400K t1lr:400K t3 t2:100K,200K,400K t1:800K t1lr:800K t2:800K)
 
 args_for() {
   case "$1" in
@@ -86,11 +86,18 @@ studies_of() {  # the study names of truth $1 limited to budgets $2 (comma-separ
 }
 
 work() {  # launch truth $1, train its budgets $2 (all if empty) to the end with $WORKERS niced workers
-  local t=$1 budgets=${2:-} pids=() rc=0 study_args=() n
+  local t=$1 budgets=${2:-} names=() n
   restore "$t"
   # shellcheck disable=SC2046
   "$ARCHHPO" launch --experiment "$t" $(args_for "$t") --storage "sqlite:///$WORK/$t.db"
-  while read -r n; do [[ -n $n ]] && study_args+=(--study "$n"); done < <(studies_of "$t" "$budgets")
+  while read -r n; do [[ -n $n ]] && names+=("$n"); done < <(studies_of "$t" "$budgets")
+  train "$t" "${names[@]}"
+}
+
+train() {  # train the studies $2... of database $1 to the end with $WORKERS niced workers, saving as it goes
+  local t=$1 pids=() rc=0 study_args=() n
+  shift
+  for n in "$@"; do study_args+=(--study "$n"); done
   ( while sleep 900; do save "$t" || true; done ) >>"$WORK/$t.saver.log" 2>&1 &
   echo $! >"$WORK/$t.saver.pid"
   for i in $(seq 1 "$WORKERS"); do
@@ -103,6 +110,27 @@ work() {  # launch truth $1, train its budgets $2 (all if empty) to the end with
   rm -f "$WORK/$t".worker*.pid "$WORK/$t.saver.pid"
   save "$t"
   return "$rc"
+}
+
+# T1's learning-rate sweep (bench/truths/lr_sweep.py): at a finished T1 budget, its top 3 architectures
+# at the 4 rates of lr_sweep.py's RATES other than the truth's 3e-3, seed 0 on the truth's data, one
+# pinned study per (architecture, rate) in t1lr.db.
+SWEEP_RATES=(7.5e-4 1.5e-3 6e-3 1.2e-2)
+SWEEP_COMMON=(--family lm --data synthetic --tokens-per-param 10 --paired-seeds 1 --data-seed 0 --seed 0
+              --pruner halving --eta 3 --min-fraction 1/9 --schedule wsd --cooldown 0.2 --tolerance 0.15 --seq-len 128)
+
+sweep() {  # the sweep at T1 budget $1: launch its studies (idempotent), then train them
+  local b=$1 d l h f r names=()
+  restore t1lr
+  while read -r d l h f; do
+    for r in "${SWEEP_RATES[@]}"; do
+      names+=("$("$ARCHHPO" launch --experiment "t1lr-$r" --budget "$b" --d-model "$d" --n-layers "$l" --n-heads "$h" \
+        --d-ff "$f" --learning-rate "$r" "${SWEEP_COMMON[@]}" --storage "sqlite:///$WORK/t1lr.db" 2>&1 |
+        sed -n 's/^\(created\|reloaded\) study \([^ ]*\) on .*/\2/p')")
+    done
+  done < <("$PY" "$ROOT/bench/truths/lr_sweep.py" top --storage "sqlite:///$WORK/t1.db" --study "t1_${b}-h2+4+8-t10")
+  ((${#names[@]} == 3 * ${#SWEEP_RATES[@]})) || { echo "sweep $b: launched ${#names[@]} studies, not 12" >&2; return 1; }
+  train t1lr "${names[@]}"
 }
 
 finished() {  # every planned trial of truth $1 (of its budgets $2, if given) has ended
@@ -125,6 +153,10 @@ chain() {  # the stages in order (t1, or t1:100K,200K for some budgets), each to
   done
   for stage in "$@"; do
     t=${stage%%:*}; budgets=""; [[ $stage == *:* ]] && budgets=${stage#*:}
+    if [[ $t == t1lr ]]; then  # the sweep at each named budget (its studies are launched by `sweep`)
+      for b in ${budgets//,/ }; do sweep "$b" || { echo "$stage: stopped (exit $?); the chain ends here" >&2; return 1; }; done
+      continue
+    fi
     restore "$t"
     if [[ -f $WORK/$t.db ]] && finished "$t" "$budgets"; then echo "$stage: finished" >&2; continue; fi
     work "$t" "$budgets" || { echo "$stage: workers stopped (exit $?); the chain ends here" >&2; return 1; }
@@ -148,7 +180,7 @@ stop() {  # SIGTERM every worker (each running trial is saved between two steps)
     rm -f "$f"
   done
   for f in "$WORK"/t*.saver.pid; do [[ -f $f ]] && kill "$(cat "$f")" 2>/dev/null; rm -f "$f"; done
-  for t in t1 t2 t3; do [[ -f $WORK/$t.db ]] && save "$t"; done
+  for t in t1 t2 t3 t1lr; do [[ -f $WORK/$t.db ]] && save "$t"; done
   return 0
 }
 
@@ -167,6 +199,6 @@ table() {
 case "${1:-}" in
   start|chain) cmd=$1; shift; if (($# == 0)); then set -- "${ORDER[@]}"; fi; "$cmd" "$@" ;;
   stop) stop ;;
-  save|status|table|restore|work) "$1" "${2:?which truth: t1, t2 or t3}" ;;
+  save|status|table|restore|work|sweep) "$1" "${2:?which truth (t1, t2, t3, t1lr) or, for sweep, which T1 budget}" ;;
   *) sed -n '2,18p' "$0"; exit 2 ;;
 esac
