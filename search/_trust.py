@@ -1,0 +1,227 @@
+"""Whether a rung's scores may be trusted to prune: measured, not assumed (docs/design.md §5).
+
+Successive halving prunes at a rung on the bet that the order of the trials' scores there is the
+order of their full-length results.  That bet can fail badly: on the first ground truth the
+Spearman correlation of the loss at epoch 3 of 9 with the final loss was -0.5 to -0.8.  So a
+--ladder study measures the bet where it is cheap (its smallest budget, every trial trained to the
+end and scored at every rung in passing) and a larger budget prunes only at rungs that passed.
+
+The measure is the pairwise agreement of rung means with final means over architectures, with a
+percentile bootstrap interval over architectures; scores closer than the seed noise (the pooled
+within-architecture spread of the finals) are ties, as in PASHA's soft ranking (arXiv 2207.06940):
+a pair whose finals are within noise says nothing about the rung, a pair whose rung scores are
+within noise is half right.  The same noise widens a rung's cut (`soft_promotions`), so a tie at
+the cut is not decided by noise.  Everything here is pure: numbers in, numbers out.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from archhpo.search._halving import promotions
+
+__all__ = ["CONFIDENCE", "EVERY_RUNG", "N_BOOT", "TRUST_THRESHOLD", "ArchRuns", "RungTrust", "pairwise_agreement",
+           "rung_trust", "seed_noise", "soft_promotions", "spearman", "tie_in"]
+
+# A rung that prunes two trials in three (eta 3) must order distinguishable architectures right at
+# least four times in five, and at the low end of its interval, not just on average: a coin (0.5)
+# or the first ground truth's reversed rungs (well below 0.5) never pass, and one bad pair in five
+# is what a third of survivors kept for the next rung can absorb.
+TRUST_THRESHOLD = 0.8
+# Bootstrap resamples: the 5th and 95th percentiles of 1000 draws move by about 0.01 between seeds,
+# well inside the threshold's margin; the cost is milliseconds for tens of architectures.
+N_BOOT = 1000
+CONFIDENCE = 0.90  # two-sided: the decision reads the interval's low end, a 95% one-sided bound
+
+
+@dataclass(frozen=True)
+class ArchRuns:
+    """One architecture's trials at the smallest budget: its scores at each rung below full length
+    and its full-length value, per trial (a seed)."""
+
+    key: tuple[Any, ...]
+    rung_scores: list[list[float]]  # per trial, per rung below full length
+    finals: list[float]  # per trial, the full-length value
+
+
+def _mean(values: Sequence[float]) -> float:
+    finite = [v for v in values if math.isfinite(v)]
+    return sum(finite) / len(finite) if finite else math.nan
+
+
+def seed_noise(archs: Sequence[ArchRuns]) -> float:
+    """The pooled within-architecture standard deviation of the finals (architectures with at least
+    two finite finals; each contributes its squared deviations and n - 1 degrees of freedom); nan
+    when no architecture was trained twice."""
+    squares, dof = 0.0, 0
+    for arch in archs:
+        finite = [v for v in arch.finals if math.isfinite(v)]
+        if len(finite) >= 2:
+            mean = sum(finite) / len(finite)
+            squares += sum((v - mean) ** 2 for v in finite)
+            dof += len(finite) - 1
+    return math.sqrt(squares / dof) if dof else math.nan
+
+
+def _tolerance(noise: float) -> float:
+    """The gap below which two values are tied: the noise, or exact equality when it is unknown."""
+    return noise if math.isfinite(noise) and noise > 0 else 0.0
+
+
+def pairwise_agreement(rung_means: Sequence[float], final_means: Sequence[float], noise: float) -> float:
+    """The share of distinguishable pairs (finals more than `noise` apart) whose rung means are in
+    the same order; a pair whose rung means are within `noise` counts one half (a tie).  Pairs with
+    a non-finite value are left out; nan when no pair is distinguishable."""
+    tol = _tolerance(noise)
+    points = [(r, f) for r, f in zip(rung_means, final_means, strict=True) if math.isfinite(r) and math.isfinite(f)]
+    agree, pairs = 0.0, 0
+    for i, (ri, fi) in enumerate(points):
+        for rj, fj in points[i + 1:]:
+            if abs(fj - fi) <= tol:
+                continue  # the finals cannot tell these two apart: the pair says nothing about the rung
+            pairs += 1
+            if abs(rj - ri) <= tol:
+                agree += 0.5
+            elif (rj > ri) == (fj > fi):
+                agree += 1.0
+    return agree / pairs if pairs else math.nan
+
+
+def _ranks(values: Sequence[float]) -> list[float]:
+    order = sorted(range(len(values)), key=lambda i: values[i])
+    ranks = [0.0] * len(values)
+    i = 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
+            j += 1
+        for k in range(i, j + 1):  # ties share their mean rank
+            ranks[order[k]] = (i + j) / 2
+        i = j + 1
+    return ranks
+
+
+def spearman(xs: Sequence[float], ys: Sequence[float]) -> float:
+    """Spearman's rank correlation over the finite pairs (for the record; trust reads the agreement)."""
+    pairs = [(x, y) for x, y in zip(xs, ys, strict=True) if math.isfinite(x) and math.isfinite(y)]
+    if len(pairs) < 3:
+        return math.nan
+    rx, ry = _ranks([x for x, _ in pairs]), _ranks([y for _, y in pairs])
+    mx, my = sum(rx) / len(rx), sum(ry) / len(ry)
+    cov = sum((a - mx) * (b - my) for a, b in zip(rx, ry, strict=True))
+    sx, sy = math.sqrt(sum((a - mx) ** 2 for a in rx)), math.sqrt(sum((b - my) ** 2 for b in ry))
+    return cov / (sx * sy) if sx and sy else math.nan
+
+
+def _percentile(ordered: Sequence[float], q: float) -> float:
+    """The q-th quantile (0..1) of sorted values, interpolated linearly (numpy's default)."""
+    at = q * (len(ordered) - 1)
+    lo = math.floor(at)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (at - lo)
+
+
+def _json(value: float) -> float | None:
+    return value if math.isfinite(value) else None  # a study attribute is JSON: no NaN
+
+
+def _rung_means(archs: Sequence[ArchRuns], rung: int) -> list[float]:
+    return [_mean([s[rung] for s in a.rung_scores if rung < len(s)]) for a in archs]
+
+
+def _bootstrap(rung: list[float], final: list[float], noise: float,
+               draws: list[list[int]]) -> tuple[float, float]:
+    """The percentile interval (CONFIDENCE, two-sided) of the agreement over resampled architectures;
+    a draw with no distinguishable pair (all one architecture, say) is left out."""
+    values = sorted(v for v in (pairwise_agreement([rung[i] for i in d], [final[i] for i in d], noise)
+                                for d in draws) if math.isfinite(v))
+    if not values:
+        return math.nan, math.nan
+    tail = (1 - CONFIDENCE) / 2
+    return _percentile(values, tail), _percentile(values, 1 - tail)
+
+
+def rung_trust(archs: Sequence[ArchRuns], threshold: float = TRUST_THRESHOLD, n_boot: int = N_BOOT,
+               seed: int = 0) -> dict[str, Any]:
+    """Which rungs below full length may prune (a JSON-able record, stored with a ladder budget):
+    a rung is trusted when the low end of its agreement's bootstrap interval reaches `threshold`.
+
+    The resamples (architectures drawn with replacement, `random.Random(seed)`) are drawn once and
+    shared by every rung, so the record is a deterministic function of its inputs."""
+    archs = list(archs)
+    noise = seed_noise(archs)
+    record: dict[str, Any] = {"measure": "pairwise agreement", "threshold": threshold, "noise": _json(noise),
+                              "n_archs": len(archs), "confidence": CONFIDENCE, "n_boot": n_boot,
+                              "rungs": [], "trusted": []}
+    if len(archs) < 3:
+        return {**record, "reason": f"{len(archs)} architectures: agreement needs at least 3"}
+    finals = [_mean(a.finals) for a in archs]
+    rng = random.Random(seed)
+    draws = [[rng.randrange(len(archs)) for _ in archs] for _ in range(n_boot)]
+    n_rungs = max((len(s) for a in archs for s in a.rung_scores), default=0)
+    for rung in range(n_rungs):
+        means = _rung_means(archs, rung)
+        point = pairwise_agreement(means, finals, noise)
+        low, high = _bootstrap(means, finals, noise, draws) if math.isfinite(point) else (math.nan, math.nan)
+        trusted = math.isfinite(low) and low >= threshold
+        record["rungs"].append({"rung": rung, "agreement": _json(point), "low": _json(low), "high": _json(high),
+                                "spearman": _json(spearman(means, finals)), "trusted": trusted})
+        if trusted:
+            record["trusted"].append(rung)
+    if not any(r["agreement"] is not None for r in record["rungs"]):
+        record["reason"] = "no pair of architectures is distinguishable beyond the seed noise"
+    return record
+
+
+def tie_in(promoted: Sequence[int], scores: Mapping[int, float], noise: float) -> list[int]:
+    """`promoted` and every slot whose finite score is within `noise` of the worst promoted score:
+    a tie at the cut is not decided by noise (PASHA's soft ranking).  noise nan or 0: `promoted`."""
+    tol = _tolerance(noise)
+    cut = max((scores[s] for s in promoted if math.isfinite(scores[s])), default=math.nan)
+    if not tol or not math.isfinite(cut):
+        return list(promoted)
+    return sorted({*promoted, *(slot for slot, v in scores.items() if math.isfinite(v) and v <= cut + tol)})
+
+
+def soft_promotions(scores: Mapping[int, float], eta: int, noise: float) -> list[int]:
+    """`promotions` (the best len//eta, at least one, ties by slot, non-finite never), widened by
+    the slots within `noise` of the worst promoted score; noise nan or 0: exactly `promotions`."""
+    return tie_in(promotions(scores, eta), scores, noise)
+
+
+@dataclass(frozen=True)
+class RungTrust:
+    """The rungs a study judges (holds trials at and prunes), and the noise its cuts tie within.
+
+    A study off the ladder judges every rung with hard cuts (`EVERY_RUNG`, today's successive
+    halving); a --ladder study judges only the rungs its ladder record trusts (`from_record`)."""
+
+    rungs: frozenset[int] | None = None  # None: every rung
+    noise: float = 0.0
+
+    def judges(self, rung: int) -> bool:
+        return self.rungs is None or rung in self.rungs
+
+    @property
+    def judges_any(self) -> bool:
+        return self.rungs is None or bool(self.rungs)
+
+    def ties(self, promoted: Sequence[int], scores: Mapping[int, float]) -> list[int]:
+        """A rule's decision at a judged rung, widened by the ties within this study's noise."""
+        return tie_in(promoted, scores, self.noise)
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any] | None) -> RungTrust:
+        """A ladder study's trust from its ladder record's "trust" (`rung_trust`'s); none measured
+        (no record yet, the smallest budget, a record from before trust): no rung is judged."""
+        trust = (record or {}).get("trust") or {}
+        noise = trust.get("noise")
+        return cls(frozenset(int(r) for r in trust.get("trusted", ())),
+                   float(noise) if noise is not None and math.isfinite(float(noise)) else 0.0)
+
+
+EVERY_RUNG = RungTrust()
