@@ -1,18 +1,24 @@
 """Ladder planning (`--ladder`): budgets searched smallest first, a larger budget planned from the
-finished smaller ones.  Pure functions; search/_upkeep.py calls `carry_up` under the plan lock once
-every smaller budget's plan is final, and stores its result in the study before enqueuing.
+finished smaller ones (size as the fidelity).  Pure functions; search/_upkeep.py calls `carry_up`
+under the plan lock once every smaller budget's plan is final, and stores its result in the study
+before enqueuing.
 
-What is carried up from the next smaller budget (its best COMPLETE trial of phases 1-2):
-- the learning rate, scaled as N^-1/3 (OLMo's ladder, arXiv 2412.04403): lr * (N / N_small)^(-1/3),
-  N the budgets' nominal parameter counts, clipped to the study's range; phase 1 samples it within
-  x/÷ LR_WIDTH of that value;
-- weight decay, sampled within x/÷ WD_WIDTH of the smaller best's; epochs, batch size and warm-up
-  as the smaller best's (fixed);
-- the architecture region: the aspect ratios d_model/n_layers of its TOP_K best distinct
-  architectures, widened x/÷ ASPECT_WIDEN; the grid's extremes are always planned as well, so a
-  change of trend can still show.
+What is carried up from the next smaller budget (its COMPLETE trials of phases 1-2):
+- the learning rate of its best architecture's best trial, scaled as N^b: lr * (N / N_small)^b,
+  N the budgets' nominal parameter counts, b fitted on every smaller budget of the ladder or Step
+  Law's prior (search/_lrfit.py), clipped to the study's range; phase 1 samples it within x/÷
+  LR_WIDTH of that value;
+- weight decay, sampled within x/÷ WD_WIDTH of that trial's; epochs, batch size and warm-up as
+  that trial's (fixed);
+- the architecture region: its TOP_K best architectures (by the mean of their trials) span a
+  range on every searched axis (aspect ratio d_model/n_layers, head dimension d_model/n_heads,
+  d_ff ratio d_ff/d_model, depth n_layers), widened per axis (WIDEN); a row is planned when it lies
+  in every range, or when it is one of the grid's extremes, always planned, so a change of trend can
+  still show.  When every axis together leaves fewer than MIN_REGION rows besides the extremes,
+  the aspect ratio alone narrows (the rule before every axis was).
 A ladder budget has fewer trials: the design's --trials halved per step up the ladder, never
-fewer than its extremes + 2; its plan has no phase 2 (its training parameters come from below).
+fewer than its extremes + 2 nor more than the design's plan would train; its plan has no phase 2
+(its training parameters come from below).
 """
 
 from __future__ import annotations
@@ -23,24 +29,46 @@ from dataclasses import dataclass
 from typing import Any
 
 from archhpo.budgets import GridRow
-from archhpo.search._plan import plan_order
+from archhpo.search._lrfit import LrFit, fit_lr_exponent
+from archhpo.search._plan import plan_order, plan_sizes
 from archhpo.search._space import SearchSpace
 
-LR_EXPONENT = -1 / 3
 LR_WIDTH = 2.0
 WD_WIDTH = 3.0
 TOP_K = 3
-ASPECT_WIDEN = 1.5
+# Each axis' range is [min over the top / down, max over the top * up].  The factors:
+# - aspect 1.5 each way: the grid's depths step by 1.33-1.5, so one neighbouring shape either side;
+# - head dimension 2 each way: head counts are powers of two, so the next count either side, and a
+#   larger budget's best head dimension can double;
+# - d_ff ratio 1.34 each way: the grid's ratios are 2 and 4, so the top's ratios themselves (a pinned
+#   d_ff's ratios in between within a third) and not the other multiplier unless the top used it;
+# - depth down 1.5, up 2: a larger budget's best is usually deeper, so it may grow two steps
+#   (depths 2, 3, 4, 6, 8, 12, ...) and shrink one.
+WIDEN: dict[str, tuple[float, float]] = {
+    "aspect": (1.5, 1.5), "head_dim": (2.0, 2.0), "ff_ratio": (1.34, 1.34), "depth": (1.5, 2.0),
+}
+ASPECT_WIDEN = WIDEN["aspect"][1]
+MIN_REGION = 2  # rows besides the extremes the narrowed region must keep, else only the aspect narrows
 
 
-def ladder_trials(n_trials: int, step: int, n_extremes: int) -> int:
-    """Planned trials of the budget `step` rungs up the ladder (step 0: the smallest, all of them)."""
-    return max(n_trials // 2**step, n_extremes + 2) if step else n_trials
+def ladder_trials(n_trials: int, step: int, n_extremes: int, *, n_archs: int | None = None) -> int:
+    """Planned trials of the budget `step` rungs up the ladder (step 0: the smallest, the design's):
+    --trials halved per step, at least the extremes + 2, and never more than the design's plan of
+    that budget (max(--trials, extremes) trials; with `n_archs`, the grid's size, exactly its phases
+    1-2, which a small grid keeps below --trials)."""
+    if not step:
+        return n_trials
+    design = max(n_trials, n_extremes)
+    if n_archs is not None:
+        n1, reps, n2 = plan_sizes(n_archs, design, n_extremes)
+        design = n1 * reps + n2
+    return min(max(n_trials // 2**step, n_extremes + 2), design)
 
 
 @dataclass(frozen=True)
 class Finished:
-    """A finished trial of a smaller budget, as the ladder reads it."""
+    """A finished trial of a smaller budget, as the ladder reads it (n_heads, d_ff: 0 when
+    unknown, and that axis is not narrowed)."""
 
     value: float
     number: int
@@ -48,15 +76,19 @@ class Finished:
     n_layers: int
     arch_key: tuple[Any, ...]  # what makes two trials the same architecture
     params: Mapping[str, Any]
+    n_heads: int = 0
+    d_ff: int = 0
 
 
 def _clip(value: float, lo: float, hi: float) -> float:
     return min(max(value, lo), hi)
 
 
-def carried_params(best: Finished, n_small: int, n_large: int, space: SearchSpace) -> dict[str, Any]:
-    """The training parameters carried from the smaller budget's best trial to the larger budget."""
-    lr = _clip(float(best.params["learning_rate"]) * (n_large / n_small) ** LR_EXPONENT, *space.learning_rate)
+def carried_params(best: Finished, n_small: int, n_large: int, space: SearchSpace, *,
+                   exponent: float) -> dict[str, Any]:
+    """The training parameters carried from the smaller budget's best trial to the larger budget:
+    its learning rate x (N_large / N_small)^exponent, clipped to the study's range."""
+    lr = _clip(float(best.params["learning_rate"]) * (n_large / n_small) ** exponent, *space.learning_rate)
     return {"learning_rate": lr, "weight_decay": float(best.params["weight_decay"]),
             **{k: int(best.params[k]) for k in ("epochs", "batch_size", "warmup_steps")}}
 
@@ -76,41 +108,94 @@ def narrowed_space(carried: Mapping[str, Any], space: SearchSpace) -> SearchSpac
 
 
 def top_architectures(finished: Sequence[Finished], k: int = TOP_K) -> list[Finished]:
-    """The best trial of each of the k best distinct architectures (ties: the earlier trial)."""
-    best: dict[tuple[Any, ...], Finished] = {}
-    for t in sorted(finished, key=lambda t: (t.value, t.number)):
-        best.setdefault(t.arch_key, t)
-    return list(best.values())[:k]
+    """The best trial of each of the k best distinct architectures, ranked by the mean value of
+    their trials, so one lucky trial does not outrank a consistently good architecture (ties: the
+    earlier best trial)."""
+    trials: dict[tuple[Any, ...], list[Finished]] = {}
+    for t in finished:
+        trials.setdefault(t.arch_key, []).append(t)
+    ranked = []
+    for group in trials.values():
+        best = min(group, key=lambda t: (t.value, t.number))
+        ranked.append((sum(t.value for t in group) / len(group), best.number, best))
+    return [best for _, _, best in sorted(ranked, key=lambda r: (r[0], r[1]))[:k]]
+
+
+def axis_values(d_model: int, n_layers: int, n_heads: int, d_ff: int) -> dict[str, float | None]:
+    """An architecture's value on each narrowed axis (None where it is unknown: n_heads or d_ff 0)."""
+    return {"aspect": d_model / n_layers, "head_dim": d_model / n_heads if n_heads else None,
+            "ff_ratio": d_ff / d_model if d_ff else None, "depth": float(n_layers)}
+
+
+def axis_ranges(top: Sequence[Finished]) -> dict[str, list[float] | None]:
+    """Each axis' range over the top architectures, widened by WIDEN (None: unknown for all of them)."""
+    out: dict[str, list[float] | None] = {}
+    known = [axis_values(t.d_model, t.n_layers, t.n_heads, t.d_ff) for t in top]
+    for axis, (down, up) in WIDEN.items():
+        values = [value for v in known if (value := v[axis]) is not None]
+        out[axis] = [min(values) / down, max(values) * up] if values else None
+    return out
+
+
+def in_ranges(row: GridRow, ranges: Mapping[str, Sequence[float] | None]) -> bool:
+    """Whether the row lies within every known axis' range (an axis unknown here is skipped)."""
+    values = axis_values(row.d_model, row.n_layers, row.n_heads, row.d_ff)
+    return all(rng is None or (value := values[axis]) is None or rng[0] <= value <= rng[1]
+               for axis, rng in ranges.items())
 
 
 def region(rows: Sequence[GridRow], top: Sequence[Finished], widen: float = ASPECT_WIDEN) -> list[GridRow]:
-    """The grid rows whose aspect ratio lies in the top architectures' range (widened), and the extremes."""
+    """The grid rows whose aspect ratio lies in the top architectures' range (widened), and the
+    extremes: the fallback when every axis narrows too far."""
     ratios = [t.d_model / t.n_layers for t in top]
     lo, hi = min(ratios) / widen, max(ratios) * widen
     return [r for r in rows if lo <= r.d_model / r.n_layers <= hi or r.extreme]
 
 
+def narrowed_region(rows: Sequence[GridRow], top: Sequence[Finished]) -> tuple[list[GridRow], dict[str, Any], str]:
+    """The rows inside every axis' range, and the extremes; the ranges; how the region was chosen
+    (every axis, or the aspect ratio alone when every axis kept fewer than MIN_REGION other rows)."""
+    ranges = axis_ranges(top)
+    inside = [r for r in rows if r.extreme or in_ranges(r, ranges)]
+    if sum(1 for r in inside if not r.extreme) >= MIN_REGION:
+        return inside, ranges, "every axis"
+    kept = sum(1 for r in inside if not r.extreme)
+    return region(rows, top), ranges, f"aspect ratio only (every axis kept {kept} besides the extremes)"
+
+
 def carry_up(finished: Sequence[Finished], n_small: int, n_large: int, rows: Sequence[GridRow],
-             space: SearchSpace, slots: Sequence[int], seed: int) -> dict[str, Any]:
-    """The larger budget's plan from the smaller budget's finished trials: what was carried, and an
-    architecture and training parameters for each planned phase-1 slot (the region's architectures
-    in the plan's spread order, extremes first, repeated if the slots outnumber them)."""
+             space: SearchSpace, slots: Sequence[int], seed: int, *,
+             below: Sequence[tuple[int, Sequence[Finished]]] = (), data_grows: bool = False) -> dict[str, Any]:
+    """The larger budget's plan from the next smaller budget's finished trials: what was carried,
+    and an architecture and training parameters for each planned phase-1 slot (the region's
+    architectures in the plan's spread order, extremes first, repeated if the slots outnumber them).
+
+    below: every smaller budget of the ladder as (nominal N, its finished trials), which the
+    learning-rate exponent is fitted on (search/_lrfit.py; () reads the next smaller alone);
+    data_grows: the study trains on a fixed data per parameter (the prior's regime)."""
     top = top_architectures(finished)
     if not top:  # every trial of the smaller budget failed: nothing to carry, the design's space and grid
         return {"carried": None, "from_trial": None, "space": space.as_dict(), "aspect_ratios": [],
-                "aspect_range": None, "region_size": len(rows), "grid_size": len(rows), "rule": "nothing carried",
-                "assignments": _assign(list(rows), space, slots, seed)}
-    carried = carried_params(top[0], n_small, n_large, space)
-    inside = region(rows, top)
+                "aspect_range": None, "axes": None, "lr_fit": None, "region_size": len(rows),
+                "grid_size": len(rows), "rule": "nothing carried", "assignments": _assign(list(rows), space, slots, seed)}
+    fit = fit_lr_exponent([(n, [(float(t.params["learning_rate"]), t.value) for t in done])
+                           for n, done in (below or [(n_small, finished)])], data_grows=data_grows)
+    carried = carried_params(top[0], n_small, n_large, space, exponent=fit.exponent)
+    inside, ranges, how = narrowed_region(rows, top)
     narrow = narrowed_space(carried, space)
-    assignments = _assign(inside, narrow, slots, seed)
     ratios = [t.d_model / t.n_layers for t in top]
     return {
         "carried": carried, "from_trial": top[0].number, "space": narrow.as_dict(),
         "aspect_ratios": sorted(ratios), "aspect_range": [min(ratios) / ASPECT_WIDEN, max(ratios) * ASPECT_WIDEN],
-        "region_size": len(inside), "grid_size": len(rows), "assignments": assignments,
-        "rule": f"lr x (N/N_small)^{LR_EXPONENT:.3f} = x {(n_large / n_small) ** LR_EXPONENT:.3f}",
+        "axes": ranges, "lr_fit": fit.as_dict(), "region_size": len(inside), "grid_size": len(rows),
+        "assignments": _assign(inside, narrow, slots, seed), "rule": _rule(fit, n_large / n_small, how),
     }
+
+
+def _rule(fit: LrFit, ratio: float, how: str) -> str:
+    """The record's rule: the learning rate's scaling, the exponent's source, and the region's."""
+    return (f"lr x (N/N_small)^{fit.exponent:.3f} = x {ratio ** fit.exponent:.3f} ({fit.source} exponent); "
+            f"region: {how}")
 
 
 def _assign(rows: list[GridRow], space: SearchSpace, slots: Sequence[int], seed: int) -> list[dict[str, Any]]:
@@ -122,14 +207,20 @@ def _assign(rows: list[GridRow], space: SearchSpace, slots: Sequence[int], seed:
             for i, slot in enumerate(slots)]
 
 
+_AXIS_NAMES = {"aspect": "aspect ratio", "head_dim": "head dim", "ff_ratio": "d_ff ratio", "depth": "depth"}
+
+
 def describe(ladder: Mapping[str, Any]) -> str:
-    """One line for the report: what a budget carried up and from where."""
+    """One line for the report: what a budget carried up and from where (a ladder stored before
+    every axis was narrowed has only the aspect ratio's range and no fitted exponent)."""
     c = ladder["carried"]
     if c is None:
         return f"from {ladder['from_budget']}: nothing (every trial there failed); planned as the design"
-    lo, hi = ladder["aspect_range"]
+    axes = ladder.get("axes") or {"aspect": ladder["aspect_range"]}
+    ranges = ", ".join(f"{_AXIS_NAMES[a]} {r[0]:.3g}–{r[1]:.3g}" for a, r in axes.items() if r is not None)
+    fit = ladder.get("lr_fit")
+    exponent = f"; learning-rate exponent {LrFit.from_dict(fit).describe()}" if fit else ""
     return (f"from {ladder['from_budget']} (trial {ladder['from_trial']}): learning rate {c['learning_rate']:.3g} "
             f"({ladder['rule']}), weight decay {c['weight_decay']:.3g}, {c['epochs']} epochs, batch "
-            f"{c['batch_size']}, warm-up {c['warmup_steps']}; aspect ratios {lo:.3g}–{hi:.3g}: "
-            f"{ladder['region_size']} of {ladder['grid_size']} architectures (extremes included)")
-
+            f"{c['batch_size']}, warm-up {c['warmup_steps']}; {ranges}: "
+            f"{ladder['region_size']} of {ladder['grid_size']} architectures (extremes included){exponent}")

@@ -192,24 +192,35 @@ class PlanUpkeep:
                                for n in self.settings.options.ladder_below]
             if not all(u.status().done for u in self._below):
                 return
-            ladder = self._carry_from(self._below[-1])
+            ladder = self._carry_from(self._below)
             self.study.set_user_attr(LADDER_KEY, ladder)
         enqueue_missing(self.study, self.settings, phase=1, ladder=ladder)
         self._ladder = ladder
 
-    def _carry_from(self, smaller: PlanUpkeep) -> dict[str, Any]:
-        """carry_up from the next smaller budget's COMPLETE phase-1/2 trials."""
-        done = smaller.storage.get_all_trials(smaller.study_id, deepcopy=False, states=(TrialState.COMPLETE,))
-        finished = [
-            Finished(float(t.value), t.number, int(t.user_attrs["d_model"]), int(t.user_attrs["n_layers"]),
-                     (int(t.params["arch_idx"]),), {k: t.params[k] for k in TRAINING_PARAMS})
-            for t in done if t.value is not None and math.isfinite(t.value) and t.user_attrs.get(Attr.PHASE) in (1, 2)
-        ]
+    def _carry_from(self, below: Sequence[PlanUpkeep]) -> dict[str, Any]:
+        """carry_up from the next smaller budget's COMPLETE phase-1/2 trials; the learning-rate
+        exponent is fitted on every smaller budget's (search/_lrfit.py), its prior's regime read
+        from whether the study trains on a fixed data per parameter (--tokens-per-param)."""
+        finished = [(u.settings.budget_value, self._finished(u)) for u in below]
+        smaller = below[-1]
         slots = [e.slot for e in self.settings.plan if e.phase == 1]
-        out = carry_up(finished, smaller.settings.budget_value, self.settings.budget_value,
+        out = carry_up(finished[-1][1], smaller.settings.budget_value, self.settings.budget_value,
                        [GridRow(**a) for a in self.settings.archs], self.settings.search_space, slots,
-                       int(self.settings.options.seed))
+                       int(self.settings.options.seed), below=finished,
+                       data_grows=self.settings.options.budget is not None)
         return {**out, "from": smaller.name, "from_budget": smaller.settings.budget}
+
+    @staticmethod
+    def _finished(upkeep: PlanUpkeep) -> list[Finished]:
+        """A budget's COMPLETE phase-1/2 trials with a finite value, as the ladder reads them."""
+        done = upkeep.storage.get_all_trials(upkeep.study_id, deepcopy=False, states=(TrialState.COMPLETE,))
+        return [
+            Finished(float(t.value), t.number, int(t.user_attrs["d_model"]), int(t.user_attrs["n_layers"]),
+                     (int(t.params["arch_idx"]),), {k: t.params[k] for k in TRAINING_PARAMS},
+                     n_heads=int(t.user_attrs.get("n_heads", 0)), d_ff=int(t.user_attrs.get("d_ff", 0)))
+            for t in done
+            if t.value is not None and math.isfinite(t.value) and t.user_attrs.get(Attr.PHASE) in (1, 2)
+        ]
 
     # ------------------------------------------------------------------ confirmation (phase 3)
     def _phase3(self, fresh: bool = False) -> list[dict[str, Any]] | None:

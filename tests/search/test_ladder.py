@@ -1,10 +1,14 @@
 """Ladder planning (--ladder): the smallest budget is searched as designed; each larger one is
-planned, once the smaller is final, from its winners: the learning rate carried as N^-1/3, the
-other training parameters and the aspect ratios of its best architectures, fewer trials; stored
+planned, once the smaller is final, from its winners: the learning rate carried as N^b (b fitted on
+the smaller budgets, else Step Law's prior), the other training parameters, and the region every
+axis of its best architectures (by mean) spans; fewer trials, never more than the design's; stored
 in the study once, before its trials are enqueued, however many upkeeps race or die."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import math
 import threading
 from pathlib import Path
 from typing import Any
@@ -18,36 +22,58 @@ from archhpo.report._page import ladder_notes
 from archhpo.search import TrialQueue, _study, launch, prepare_settings
 from archhpo.search._ladder import (
     Finished,
+    axis_ranges,
     carried_params,
     carry_up,
+    describe,
+    in_ranges,
     ladder_trials,
+    narrowed_region,
     narrowed_space,
     region,
     top_architectures,
 )
+from archhpo.search._lrfit import PRIOR_DATA_GROWS, PRIOR_FIXED_DATA, best_rate
+from archhpo.search._plan import ladder_plan
 from archhpo.search._space import QUICK_SPACE
 from tests.conftest import TINY_DATA
 
 WORKER = {"host": "test", "device": "cpu"}
 PARAMS = {"learning_rate": 1e-3, "weight_decay": 1e-4, "epochs": 3, "batch_size": 64, "warmup_steps": 20}
+RECORD_KEYS = {"carried", "from_trial", "space", "aspect_ratios", "aspect_range", "axes", "lr_fit", "region_size",
+               "grid_size", "assignments", "rule", "from", "from_budget"}
 
 
-def _row(i: int, d: int, layers: int, extreme: str = "") -> GridRow:
-    return GridRow(budget="x", arch_idx=i, d_model=d, n_layers=layers, n_heads=2, d_ff=2 * d, param_count=0,
-                   estimate=None, extreme=extreme)
+def _row(i: int, d: int, layers: int, extreme: str = "", heads: int = 2, ff: int = 0) -> GridRow:
+    return GridRow(budget="x", arch_idx=i, d_model=d, n_layers=layers, n_heads=heads, d_ff=ff or 2 * d,
+                   param_count=0, estimate=None, extreme=extreme)
 
 
-def _done(value: float, number: int, d: int, layers: int, **params: Any) -> Finished:
-    return Finished(value, number, d, layers, (d, layers), {**PARAMS, **params})
+def _done(value: float, number: int, d: int, layers: int, heads: int = 0, ff: int = 0, **params: Any) -> Finished:
+    return Finished(value, number, d, layers, (d, layers, heads, ff), {**PARAMS, **params}, n_heads=heads, d_ff=ff)
 
 
-def test_the_learning_rate_is_carried_as_n_to_the_minus_one_third_and_clipped() -> None:
+def test_the_learning_rate_is_carried_as_n_to_the_exponent_and_clipped() -> None:
     best = _done(2.0, 0, 64, 2)
-    assert carried_params(best, 100_000, 800_000, QUICK_SPACE)["learning_rate"] == pytest.approx(5e-4, rel=1e-12)
-    assert carried_params(best, 800_000, 100_000, QUICK_SPACE)["learning_rate"] == 1e-3, "clipped to the range"
-    space = narrowed_space(carried_params(best, 100_000, 800_000, QUICK_SPACE), QUICK_SPACE)
+    assert carried_params(best, 100_000, 800_000, QUICK_SPACE, exponent=-1 / 3)["learning_rate"] == pytest.approx(
+        5e-4, rel=1e-12)
+    assert carried_params(best, 100_000, 400_000, QUICK_SPACE, exponent=-0.5)["learning_rate"] == pytest.approx(
+        5e-4, rel=1e-12)
+    assert carried_params(best, 800_000, 100_000, QUICK_SPACE, exponent=-0.5)["learning_rate"] == 1e-3, "clipped"
+    low = _done(2.0, 0, 64, 2, learning_rate=1.5e-4)
+    assert carried_params(low, 100_000, 400_000, QUICK_SPACE, exponent=-0.5)["learning_rate"] == 1e-4, "clipped"
+    space = narrowed_space(carried_params(best, 100_000, 800_000, QUICK_SPACE, exponent=-1 / 3), QUICK_SPACE)
     assert space.learning_rate == pytest.approx((2.5e-4, 1e-3)) and space.epochs == (3,) and space.batch_size == (64,)
     assert space.weight_decay == pytest.approx((1e-4 / 3, 3e-4))
+
+
+def test_the_top_architectures_are_ranked_by_the_mean_of_their_trials() -> None:
+    lucky = [_done(1.0, 0, 64, 2), _done(3.0, 1, 64, 2)]  # the best single trial, mean 2.0
+    steady = [_done(1.5, 2, 128, 4), _done(1.6, 3, 128, 4)]  # mean 1.55
+    tied = [_done(2.0, 5, 256, 2), _done(2.0, 4, 64, 8)]  # mean 2.0 each: the earlier best trial first
+    top = top_architectures([*lucky, *steady, *tied], k=4)
+    assert [t.number for t in top] == [2, 0, 4, 5], "the steady architecture's best trial leads"
+    assert top_architectures([*lucky, *steady, *tied])[0].number == 2 and len(top_architectures(lucky + steady)) == 2
 
 
 def test_the_region_is_the_best_aspect_ratios_widened_and_the_extremes() -> None:
@@ -61,28 +87,101 @@ def test_the_region_is_the_best_aspect_ratios_widened_and_the_extremes() -> None
     assert [r.arch_idx for r in region(rows, top)] == [0, 1, 2, 3]
 
 
+# The top architecture d128 L4 h4 ff256: aspect 32 -> [21.3, 48], head dim 32 -> [16, 64], d_ff ratio 2 ->
+# [1.49, 2.68], depth 4 -> [2.67, 8].  Rows 2-6 each leave exactly one axis' range; row 7, an extreme, all.
+AXIS_ROWS = [_row(0, 128, 4, heads=4), _row(1, 192, 6, heads=4), _row(2, 256, 4, heads=4),
+             _row(3, 128, 4, heads=16), _row(4, 128, 4, heads=4, ff=512), _row(5, 384, 12, heads=12),
+             _row(6, 64, 2, heads=2), _row(7, 512, 1, "max_d_model", heads=2, ff=2048)]
+OUTSIDE = {2: "aspect", 3: "head_dim", 4: "ff_ratio", 5: "depth", 6: "depth"}
+
+
+def test_every_axis_narrows_the_region_and_the_extremes_are_kept() -> None:
+    top = [_done(2.0, 0, 128, 4, heads=4, ff=256)]
+    ranges = axis_ranges(top)
+    assert ranges == {"aspect": pytest.approx([32 / 1.5, 48]), "head_dim": pytest.approx([16, 64]),
+                      "ff_ratio": pytest.approx([2 / 1.34, 2 * 1.34]), "depth": pytest.approx([4 / 1.5, 8])}
+    inside, _, how = narrowed_region(AXIS_ROWS, top)
+    assert [r.arch_idx for r in inside] == [0, 1, 7] and how == "every axis"
+    for i, axis in OUTSIDE.items():
+        assert not in_ranges(AXIS_ROWS[i], ranges)
+        assert in_ranges(AXIS_ROWS[i], {**ranges, axis: None}), f"row {i} is outside {axis} alone"
+
+
+def test_an_axis_unknown_for_the_smaller_budget_is_not_narrowed() -> None:
+    top = [_done(2.0, 0, 128, 4)]  # n_heads and d_ff unknown (0)
+    ranges = axis_ranges(top)
+    assert ranges["head_dim"] is None and ranges["ff_ratio"] is None
+    assert [r.arch_idx for r in narrowed_region(AXIS_ROWS, top)[0]] == [0, 1, 3, 4, 7]
+
+
+def test_a_region_too_narrow_on_every_axis_falls_back_to_the_aspect_ratio() -> None:
+    rows = [AXIS_ROWS[i] for i in (0, 3, 4, 7)]  # every axis keeps row 0 alone besides the extreme
+    finished = [_done(2.0, 0, 128, 4, heads=4, ff=256)]
+    out = carry_up(finished, 100_000, 200_000, rows, QUICK_SPACE, slots=[0, 1, 2, 3], seed=1)
+    assert {a["arch_idx"] for a in out["assignments"]} == {0, 3, 4, 7} and out["region_size"] == 4
+    assert out["rule"].endswith("region: aspect ratio only (every axis kept 1 besides the extremes)")
+    assert out["axes"]["head_dim"] == pytest.approx([16, 64]), "the ranges are recorded all the same"
+
+
 def test_carry_up_assigns_every_slot_inside_the_region_reproducibly() -> None:
     rows = [_row(i, d, layers, "x" if i == 0 else "") for i, (d, layers) in
             enumerate([(64, 8), (64, 4), (128, 4), (128, 2), (512, 1)])]
     finished = [_done(2.0, 0, 128, 4), _done(2.2, 1, 64, 4)]
     one = carry_up(finished, 100_000, 200_000, rows, QUICK_SPACE, slots=[0, 1, 2, 3, 4, 5], seed=7)
     assert one == carry_up(finished, 100_000, 200_000, rows, QUICK_SPACE, slots=[0, 1, 2, 3, 4, 5], seed=7)
-    # ratios 32 and 16, widened: [10.7, 48]; 128/2 (64) and 512/1 fall outside, the extreme 64/8 is kept
+    # ratios 32 and 16, widened: [10.7, 48]; depth 4 -> [2.67, 8]: 128/2 and 512/1 fall outside, the
+    # extreme 64/8 is kept
     assert {a["arch_idx"] for a in one["assignments"]} == {0, 1, 2}
     lo, hi = one["space"]["learning_rate"]
     assert all(lo <= a["params"]["learning_rate"] <= hi and a["params"]["epochs"] == 3 for a in one["assignments"])
-    assert one["carried"]["learning_rate"] == pytest.approx(1e-3 * 2 ** (-1 / 3))
+    # one budget to fit: Step Law's prior at fixed data (the default), or with the data growing with N
+    assert one["carried"]["learning_rate"] == pytest.approx(1e-3 * 2**PRIOR_FIXED_DATA, rel=1e-12)
+    grows = carry_up(finished, 100_000, 200_000, rows, QUICK_SPACE, slots=[0], seed=7, data_grows=True)
+    assert grows["carried"]["learning_rate"] == pytest.approx(1e-3 * 2**PRIOR_DATA_GROWS, rel=1e-12)
+    assert one["rule"] == "lr x (N/N_small)^-0.713 = x 0.610 (prior exponent); region: every axis"
+    assert set(one) == RECORD_KEYS - {"from", "from_budget"} and json.loads(json.dumps(one)) == one
+
+
+def test_carry_up_fits_the_exponent_on_every_smaller_budget() -> None:
+    rows = [_row(i, 64, layers) for i, layers in enumerate((2, 3, 4))]
+    below = [(n, [_done(2.0, 0, 64, 3, learning_rate=0.3 * n**-0.5)]) for n in (25_000, 50_000, 100_000)]
+    out = carry_up(below[-1][1], 100_000, 400_000, rows, QUICK_SPACE, slots=[0], seed=0, below=below)
+    assert out["lr_fit"]["source"] == "fitted" and out["lr_fit"]["n_budgets"] == 3
+    assert out["carried"]["learning_rate"] == pytest.approx(0.3 * 400_000**-0.5, rel=1e-9)
+    assert out["rule"].startswith("lr x (N/N_small)^-0.500 = x 0.500 (fitted exponent)")
+    line = describe({**out, "from_budget": "100K"})
+    assert "; aspect ratio 14.2–32, depth 2–6: 3 of 3 architectures" in line, "head dim, d_ff ratio unknown"
+    assert line.endswith("learning-rate exponent N^-0.500 (fitted on 3 budgets, 90% interval -0.500 to -0.500)")
+
+
+def test_a_ladder_record_stored_before_every_axis_is_still_described() -> None:
+    old = {"carried": PARAMS, "from_trial": 4, "from_budget": "200K", "aspect_range": [10.0, 40.0],
+           "rule": "lr x (N/N_small)^-0.333 = x 0.737", "region_size": 5, "grid_size": 9}
+    assert describe(old) == ("from 200K (trial 4): learning rate 0.001 (lr x (N/N_small)^-0.333 = x 0.737), "
+                             "weight decay 0.0001, 3 epochs, batch 64, warm-up 20; aspect ratio 10–40: 5 of 9 "
+                             "architectures (extremes included)")
+
+
+def test_a_ladder_budget_never_plans_more_trials_than_the_design() -> None:
     assert ladder_trials(50, 2, 3) == 12 and ladder_trials(50, 0, 3) == 50 and ladder_trials(8, 3, 3) == 5
+    assert ladder_trials(4, 1, 3) == 4, "extremes + 2 = 5, but the design plans max(--trials, extremes) = 4"
+    # 4 architectures, 3 of them extremes: the design trains each twice (8), not --trials 50 (halved: 25)
+    assert ladder_trials(50, 1, 3, n_archs=4) == 8 and ladder_trials(50, 1, 3) == 25
+    assert ladder_trials(50, 3, 3, n_archs=4) == 6 and ladder_trials(50, 3, 3, n_archs=40) == 6
 
 
-def _ladder(storage_url: str) -> tuple[Any, Any]:
-    kw = {"n_trials": 8, "data": TINY_DATA, "quick": True, "seed": 0, "pruner": "none"}
-    small = prepare_settings("lad", "200K", **kw)
-    large = prepare_settings("lad", "500K", **kw, ladder_below=[small.study_name])
-    assert launch(storage_url, small).enqueued == sum(e.phase == 1 for e in small.plan)
-    assert launch(storage_url, large).enqueued == 0, "nothing to train before the smaller budget is final"
-    assert len(large.plan) == ladder_trials(8, 1, sum(1 for a in large.archs if a["extreme"]))
-    return small, large
+def _ladder(storage_url: str, budgets: tuple[str, ...] = ("200K", "500K"), **extra: Any) -> list[Any]:
+    """Each budget's settings, launched: the smallest as designed, the others on its ladder."""
+    kw = {"n_trials": 8, "data": TINY_DATA, "quick": True, "seed": 0, "pruner": "none", **extra}
+    out = [prepare_settings("lad", budgets[0], **kw)]
+    for budget in budgets[1:]:
+        out.append(prepare_settings("lad", budget, **kw, ladder_below=[s.study_name for s in out]))
+    assert launch(storage_url, out[0]).enqueued == sum(e.phase == 1 for e in out[0].plan)
+    for step, large in enumerate(out[1:], 1):
+        assert launch(storage_url, large).enqueued == 0, "nothing to train before the smaller budget is final"
+        n_ext = sum(1 for a in large.archs if a["extreme"])
+        assert len(large.plan) == ladder_trials(8, step, n_ext) == ladder_trials(8, step, n_ext, n_archs=len(large.archs))
+    return out
 
 
 def _finish_small(storage_url: str, small: Any) -> None:
@@ -108,13 +207,62 @@ def test_a_larger_budget_waits_then_is_planned_from_the_smaller_once(storage_url
     for t in threads:
         t.join()
     ladder = q.upkeep.study_attr(_study.LADDER_KEY)
-    assert ladder["from"] == small.study_name and ladder["from_trial"] == 0, "slot 0 had the best value"
+    assert ladder["from"] == small.study_name and ladder["from_trial"] == 0, "slot 0's architecture had the best mean"
+    assert set(ladder) == RECORD_KEYS and set(ladder["axes"]) == {"aspect", "head_dim", "ff_ratio", "depth"}
+    fit = ladder["lr_fit"]
+    assert (fit["exponent"], fit["source"], fit["n_budgets"]) == (PRIOR_FIXED_DATA, "prior", 1), "whole epochs"
+    first = next(t for t in _trials(storage_url, small.study_name) if t.number == 0)
+    expected = min(max(first.params["learning_rate"] * 2.5**PRIOR_FIXED_DATA, 1e-4), 1e-3)
+    assert ladder["carried"]["learning_rate"] == pytest.approx(expected, rel=1e-12)
     trials = q.storage.get_all_trials(q.study_id, deepcopy=False)
     assert sorted(t.user_attrs["plan_slot"] for t in trials) == list(range(len(large.plan))), "each slot once"
     claim = q.claim(WORKER)
     assert claim is not None and claim.params["epochs"] == ladder["carried"]["epochs"]
     notes = ladder_notes(q.storage, {"500K": large.study_name, "200K": small.study_name})
     assert list(notes) == ["500K"] and notes["500K"].startswith("from 200K (trial 0): learning rate")
+    assert notes["500K"].endswith("learning-rate exponent N^-0.713 (prior: 1 budget to fit, Step Law at fixed data)")
+
+
+def _trials(storage_url: str, name: str) -> list[Any]:
+    q = TrialQueue(storage_url, name)
+    return list(q.storage.get_all_trials(q.study_id, deepcopy=False))
+
+
+def _finish_ladder_budget(storage_url: str, settings: Any) -> list[tuple[float, float]]:
+    """Plan, train and finish every slot of a ladder budget; its (learning rate, value) pairs."""
+    q = TrialQueue(storage_url, settings.study_name)
+    assert q.maintain().done is False
+    out = []
+    while (c := q.claim(WORKER)) is not None:
+        value = 1.0 + 0.01 * c.slot
+        q.finish(c, TrialState.COMPLETE, value, {})
+        out.append((float(c.params["learning_rate"]), value))
+    assert q.maintain().done and len(out) == len(settings.plan)
+    return out
+
+
+def test_the_exponent_reads_every_smaller_budget_and_the_studys_data_regime(storage_url: str) -> None:
+    small, middle, large = _ladder(storage_url, ("200K", "500K", "1M"), samples_per_param=20)
+    _finish_small(storage_url, small)
+    rates = _finish_ladder_budget(storage_url, middle)
+    q = TrialQueue(storage_url, large.study_name)
+    q.maintain()
+    fit = q.upkeep.study_attr(_study.LADDER_KEY)["lr_fit"]
+    assert (fit["exponent"], fit["source"], fit["n_budgets"]) == (PRIOR_DATA_GROWS, "prior", 2), "samples per param"
+    small_rates = [(float(t.params["learning_rate"]), float(t.value)) for t in _trials(storage_url, small.study_name)]
+    slope = math.log(best_rate(rates) / best_rate(small_rates)) / math.log(500_000 / 200_000)
+    assert fit["slope"] == pytest.approx(slope, rel=1e-9) and fit["low"] is None
+    assert fit["reason"] == f"2 budgets fit b = {slope:.3f} exactly, with no interval; Step Law at data grows with N"
+
+
+def test_a_relaunch_keeps_a_ladder_budgets_stored_plan(storage_url: str) -> None:
+    small, large = _ladder(storage_url)
+    assert len(large.plan) == 5
+    # a study stored with another plan (an earlier archhpo's ladder_trials) is relaunched as stored
+    other = dataclasses.replace(large, experiment="old", plan=ladder_plan(3))
+    assert launch(storage_url, other).created
+    again = launch(storage_url, dataclasses.replace(large, experiment="old"))
+    assert not again.created and again.settings.plan == ladder_plan(3)
 
 
 def test_a_ladder_stored_but_not_enqueued_is_enqueued_by_the_next_upkeep(

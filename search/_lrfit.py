@@ -1,0 +1,141 @@
+"""The learning-rate exponent of a ladder (`--ladder`), fitted on the ladder's own smaller budgets.
+
+A fixed N^-1/3 is one paper's ladder; the exponent depends on the model family, the data and
+whether the tokens grow with N.  The smaller budgets of a ladder were each searched already, so
+their best learning rates say how it moves with N on this study's own task: fit
+log lr* = a + b log N over them and carry the larger budget's learning rate as
+lr_small * (N_large / N_small)^b.  A fit over a few noisy budgets can be far off, so it is used
+only when its interval is narrow and plausible; otherwise the prior is Step Law's fit (Li et al.,
+"Predictable Scale: Part I", arXiv 2503.04715): eta ∝ N^-0.713 · D^0.307, which in N alone is
+N^(-0.713 + 0.307) = N^-0.406 when the data grows with N (a fixed tokens- or samples-per-parameter)
+and N^-0.713 at fixed data (whole epochs over the same data set at every budget).
+
+The rule (`fit_lr_exponent`): the fitted slope b is used when there are at least MIN_BUDGETS (3)
+budgets, its t-based CONFIDENCE (90%) interval is at most MAX_INTERVAL_WIDTH (1.0) wide, and the
+interval lies inside PLAUSIBLE (-1.5, 0.5); otherwise the prior, and the reason says why.
+
+Each budget's best learning rate (`best_rate`): with at least MIN_RATES_FOR_QUADRATIC (4) distinct
+learning rates, the vertex of a least-squares parabola of value against log lr, used when the
+parabola is convex and its vertex lies within the rates tried; else the learning rate of the
+budget's best trial.  The parabola reads every trial, so one lucky trial does not set the rate,
+and it never extrapolates beyond the rates tried; the best trial is what a ladder carried before.
+A caveat: a ladder budget above the smallest samples its rates around the carried one (x/÷ 2), so
+its best rate leans towards what was carried; the interval rule keeps such a fit honest.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+from scipy import stats
+
+# Step Law (arXiv 2503.04715): eta_opt = 1.79 N^-0.713 D^0.307, fitted on 3,700 LLM trainings.
+STEP_LAW_N = -0.713
+STEP_LAW_D = 0.307
+PRIOR_DATA_GROWS = STEP_LAW_N + STEP_LAW_D  # D ∝ N: -0.406
+PRIOR_FIXED_DATA = STEP_LAW_N  # D fixed: -0.713
+
+MIN_BUDGETS = 3  # two budgets fit a line exactly, with no residual to size an interval
+CONFIDENCE = 0.90
+MAX_INTERVAL_WIDTH = 1.0  # wider than a whole unit of exponent says nothing the prior does not
+PLAUSIBLE = (-1.5, 0.5)  # published exponents lie within (-1, 0); an interval outside is a bad fit
+MIN_RATES_FOR_QUADRATIC = 4  # three points fit any parabola exactly: a fourth checks its shape
+
+
+@dataclass(frozen=True)
+class LrFit:
+    """The exponent a ladder carries its learning rate with, and where it came from.
+
+    exponent: the one used; low, high: the fitted slope's interval (None without one: fewer than
+    MIN_BUDGETS budgets); slope: the fitted slope (None with fewer than 2 budgets), recorded
+    even when the prior was used; source: "fitted" or "prior"; reason: why, in words."""
+
+    exponent: float
+    low: float | None
+    high: float | None
+    n_budgets: int
+    source: str
+    reason: str
+    slope: float | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def describe(self) -> str:
+        """'N^-0.512 (fitted on 4 budgets, 90% interval -0.7 to -0.3)' or 'N^-0.406 (prior: why)'."""
+        if self.source == "fitted":
+            return (f"N^{self.exponent:.3f} (fitted on {self.n_budgets} budgets, {CONFIDENCE:.0%} interval "
+                    f"{self.low:.3f} to {self.high:.3f})")
+        return f"N^{self.exponent:.3f} (prior: {self.reason})"
+
+    @classmethod
+    def from_dict(cls, stored: Mapping[str, Any]) -> LrFit:
+        return cls(**{k: stored[k] for k in ("exponent", "low", "high", "n_budgets", "source", "reason")},
+                   slope=stored.get("slope"))
+
+
+def prior_exponent(data_grows: bool) -> float:
+    """Step Law's exponent of N: the data grows with N (tokens per parameter) or is fixed."""
+    return PRIOR_DATA_GROWS if data_grows else PRIOR_FIXED_DATA
+
+
+def best_rate(points: Sequence[tuple[float, float]]) -> float:
+    """A budget's best learning rate from its finished trials' (learning rate, value) pairs (lower
+    value is better): the convex parabola's vertex within the rates tried, else the best trial's."""
+    if not points:
+        raise ValueError("best_rate needs at least one finished trial")
+    best = min(points, key=lambda p: p[1])[0]
+    x = np.log(np.array([p[0] for p in points], dtype=float))
+    if len(np.unique(x)) < MIN_RATES_FOR_QUADRATIC:
+        return float(best)
+    c2, c1, _ = np.polyfit(x, np.array([p[1] for p in points], dtype=float), 2)
+    if c2 <= 0:  # concave or flat: no minimum to read
+        return float(best)
+    vertex = -c1 / (2 * c2)
+    if not x.min() <= vertex <= x.max():  # outside the rates tried: an extrapolation
+        return float(best)
+    return float(math.exp(vertex))
+
+
+def fit_lr_exponent(budgets: Sequence[tuple[int, Sequence[tuple[float, float]]]], *, data_grows: bool) -> LrFit:
+    """The exponent b of lr* ∝ N^b from the smaller budgets' (nominal N, [(learning rate, value)])
+    (budgets without a finished trial are skipped), by the module's rule: fitted when at least
+    MIN_BUDGETS budgets give a narrow, plausible interval, else Step Law's prior."""
+    known = [(n, best_rate(points)) for n, points in budgets if points]
+    prior = prior_exponent(data_grows)
+    regime = "data grows with N" if data_grows else "fixed data"
+    if len({n for n, _ in known}) < 2:
+        return LrFit(prior, None, None, len(known), "prior",
+                     f"{len(known)} budget{'s' * (len(known) != 1)} to fit, Step Law at {regime}")
+    x = np.log(np.array([n for n, _ in known], dtype=float))
+    y = np.log(np.array([lr for _, lr in known], dtype=float))
+    slope, _ = np.polyfit(x, y, 1)
+    slope = float(slope)
+    if len(known) < MIN_BUDGETS:
+        return LrFit(prior, None, None, len(known), "prior",
+                     f"2 budgets fit b = {slope:.3f} exactly, with no interval; Step Law at {regime}",
+                     slope=slope)
+    low, high = _slope_interval(x, y, slope)
+    fit = LrFit(slope, low, high, len(known), "fitted", f"{CONFIDENCE:.0%} interval {low:.3f} to {high:.3f}",
+                slope=slope)
+    if high - low > MAX_INTERVAL_WIDTH:
+        why = f"the fitted {CONFIDENCE:.0%} interval {low:.3f} to {high:.3f} is wider than {MAX_INTERVAL_WIDTH:g}"
+    elif not PLAUSIBLE[0] <= low <= high <= PLAUSIBLE[1]:
+        why = f"the fitted interval {low:.3f} to {high:.3f} leaves the plausible {PLAUSIBLE[0]:g} to {PLAUSIBLE[1]:g}"
+    else:
+        return fit
+    return LrFit(prior, low, high, len(known), "prior", f"{why}; Step Law at {regime}", slope=slope)
+
+
+def _slope_interval(x: np.ndarray, y: np.ndarray, slope: float) -> tuple[float, float]:
+    """The t-based CONFIDENCE interval of a least-squares slope (n - 2 degrees of freedom)."""
+    n = len(x)
+    residual = y - (slope * x + (y.mean() - slope * x.mean()))
+    sxx = float(((x - x.mean()) ** 2).sum())
+    se = math.sqrt(float((residual**2).sum()) / (n - 2) / sxx)
+    half = float(stats.t.ppf(0.5 + CONFIDENCE / 2, n - 2)) * se
+    return slope - half, slope + half

@@ -1,0 +1,105 @@
+"""The ladder's learning-rate exponent (search/_lrfit.py): fitted on the ladder's own smaller budgets
+when at least three give a narrow, plausible interval, else Step Law's prior for the study's data
+regime; each budget's best rate from a convex parabola's vertex within the rates tried, else its
+best trial's."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from archhpo.search._lrfit import (
+    PRIOR_DATA_GROWS,
+    PRIOR_FIXED_DATA,
+    LrFit,
+    best_rate,
+    fit_lr_exponent,
+    prior_exponent,
+)
+
+N = (100_000, 200_000, 400_000, 800_000)
+
+
+def _budget(n: int, lr: float) -> tuple[int, list[tuple[float, float]]]:
+    """One budget whose best trial (value 1.0) used `lr`; a worse one used ten times it."""
+    return n, [(lr, 1.0), (10 * lr, 2.0)]
+
+
+def test_the_prior_is_step_laws_exponent_of_n_in_the_studys_data_regime() -> None:
+    assert PRIOR_DATA_GROWS == pytest.approx(-0.406, abs=1e-12) and PRIOR_FIXED_DATA == -0.713
+    assert prior_exponent(True) == PRIOR_DATA_GROWS and prior_exponent(False) == PRIOR_FIXED_DATA
+
+
+def test_the_exact_slope_is_recovered_from_three_budgets() -> None:
+    fit = fit_lr_exponent([_budget(n, 0.3 * n**-0.5) for n in N[:3]], data_grows=True)
+    assert fit.source == "fitted" and fit.n_budgets == 3
+    assert fit.exponent == pytest.approx(-0.5, abs=1e-9) and fit.slope == fit.exponent
+    assert fit.low == pytest.approx(-0.5, abs=1e-6) and fit.high == pytest.approx(-0.5, abs=1e-6)
+    assert fit.describe().startswith("N^-0.500 (fitted on 3 budgets, 90% interval -0.500 to -0.500)")
+
+
+def test_two_budgets_fit_exactly_but_without_an_interval_so_the_prior_is_used() -> None:
+    fit = fit_lr_exponent([_budget(n, 0.3 * n**-0.5) for n in N[:2]], data_grows=False)
+    assert (fit.exponent, fit.low, fit.high, fit.n_budgets, fit.source) == (PRIOR_FIXED_DATA, None, None, 2, "prior")
+    assert fit.slope == pytest.approx(-0.5, abs=1e-12)
+    assert fit.reason == "2 budgets fit b = -0.500 exactly, with no interval; Step Law at fixed data"
+    assert fit.describe() == f"N^-0.713 (prior: {fit.reason})"
+
+
+def test_one_budget_or_none_with_trials_is_the_prior() -> None:
+    fit = fit_lr_exponent([_budget(N[0], 1e-3), (N[1], [])], data_grows=True)
+    assert (fit.exponent, fit.n_budgets, fit.source, fit.slope) == (PRIOR_DATA_GROWS, 1, "prior", None)
+    assert fit.reason == "1 budget to fit, Step Law at data grows with N"
+    assert fit_lr_exponent([], data_grows=False).reason == "0 budgets to fit, Step Law at fixed data"
+
+
+def test_a_wide_interval_falls_back_to_the_prior_and_says_so() -> None:
+    fit = fit_lr_exponent([_budget(N[0], 1e-3), _budget(N[1], 1e-4), _budget(N[2], 1e-3)], data_grows=True)
+    assert fit.source == "prior" and fit.exponent == PRIOR_DATA_GROWS and fit.n_budgets == 3
+    assert fit.low is not None and fit.high is not None and fit.high - fit.low > 1.0
+    assert fit.slope == pytest.approx(0.0, abs=1e-9) and "is wider than 1; Step Law" in fit.reason
+
+
+def test_a_narrow_interval_outside_the_plausible_range_falls_back_to_the_prior() -> None:
+    fit = fit_lr_exponent([_budget(n, 1e-9 * n) for n in N], data_grows=False)  # lr grows as N^+1
+    assert fit.source == "prior" and fit.exponent == PRIOR_FIXED_DATA and fit.slope == pytest.approx(1.0)
+    assert "leaves the plausible -1.5 to 0.5" in fit.reason
+
+
+def test_a_noisy_but_narrow_fit_uses_its_own_slope_and_interval() -> None:
+    wobble = (1.0, 1.1, 0.9, 1.0)
+    budgets = [_budget(n, w * 0.3 * n**-0.6) for n, w in zip(N, wobble, strict=True)]
+    fit = fit_lr_exponent(budgets, data_grows=True)
+    assert fit.source == "fitted" and fit.low is not None and fit.high is not None
+    assert fit.low < fit.exponent < fit.high and fit.high - fit.low < 1.0
+    assert fit.exponent == pytest.approx(-0.6 + _ols_slope(wobble), abs=1e-9)
+
+
+def _ols_slope(wobble: tuple[float, ...]) -> float:
+    """The least-squares slope of log(wobble) against log N (what the wobble adds to -0.6)."""
+    x = [math.log(n) for n in N]
+    y = [math.log(w) for w in wobble]
+    mx, my = sum(x) / len(x), sum(y) / len(y)
+    return sum((a - mx) * (b - my) for a, b in zip(x, y, strict=True)) / sum((a - mx) ** 2 for a in x)
+
+
+def test_the_best_rate_is_a_convex_parabolas_vertex_within_the_rates_tried() -> None:
+    rates = (1e-4, 2e-4, 5e-4, 1e-3)
+    parabola = [(lr, 1.0 + math.log(lr / 3e-4) ** 2) for lr in rates]
+    assert best_rate(parabola) == pytest.approx(3e-4, rel=1e-9)
+    assert best_rate(parabola[:3]) == 2e-4, "three rates: the best trial's"
+    concave = [(lr, 1.0 - math.log(lr / 3e-4) ** 2) for lr in rates]
+    assert best_rate(concave) == 1e-3, "no minimum: the best trial's (the farthest from 3e-4)"
+    outside = [(lr, 1.0 + math.log(lr / 3e-3) ** 2) for lr in rates]
+    assert best_rate(outside) == 1e-3, "a vertex beyond the rates tried: the best trial's"
+    with pytest.raises(ValueError):
+        best_rate([])
+
+
+def test_a_fit_is_stored_as_json_and_read_back() -> None:
+    fit = fit_lr_exponent([_budget(n, 0.3 * n**-0.5) for n in N[:3]], data_grows=True)
+    stored = json.loads(json.dumps(fit.as_dict()))
+    assert set(stored) == {"exponent", "low", "high", "n_budgets", "source", "reason", "slope"}
+    assert LrFit.from_dict(stored) == fit
