@@ -90,10 +90,15 @@ def test_the_command_writes_the_json_interface(tmp_path: Path, capsys: pytest.Ca
     path = _table(tmp_path, {"1M": 1_000_000, "2M": 2_000_000}, 6)
     assert se.main(["--truth", str(path), "--repeats", "2", "--seed", "3", "--json", str(tmp_path / "o.json")]) == 0
     doc = json.loads((tmp_path / "o.json").read_text())
-    assert set(doc["strategies"]) == set(se.STRATEGIES)
-    assert {"flops_ratio", "share_within_1std", "regret_std"} <= set(doc["strategies"]["halving"])
-    assert doc["strategies"]["design"]["same_winner_as_design"] == [1.0, 1.0]
-    assert "target" in capsys.readouterr().out
+    assert list(doc["strategies"]) == list(se.STRATEGIES) and "archhpo" in doc["strategies"]
+    for name, measures in doc["strategies"].items():  # exactly the three measures, each a number per budget
+        assert set(measures) == {"flops_ratio", "share_within_1std", "regret_std"}, name
+        assert len(measures["regret_std"]) == 2 and 0 <= measures["share_within_1std"] <= 1
+    assert doc["per_budget"]["design"]["same_winner_as_design"] == [1.0, 1.0]
+    assert doc["archhpo_fidelity"]["budgets"] == ["1M", "2M"] and doc["archhpo_fidelity"]["pruned_at_rung"][0] == 0.0
+    assert doc["command"].startswith(f"python bench/search_efficiency.py --truth {path} --repeats 2 --seed 3")
+    out = capsys.readouterr().out
+    assert "target" in out and "targets (archhpo): share_within_1std" in out
 
 
 def test_a_malformed_table_is_one_sentence(tmp_path: Path) -> None:
@@ -250,3 +255,77 @@ def test_the_committed_truth_under_a_real_studys_noise(tmp_path: Path) -> None:
     assert se.main(["--truth", str(path), "--repeats", "3", "--json", str(tmp_path / "o.json")]) == 0
     doc = json.loads((tmp_path / "o.json").read_text())
     assert list(doc["strategies"]) == list(se.STRATEGIES) and doc["noise"] == "seed changes the data"
+
+
+# ------------------------------------------------------------------------------ issue 32 part 5: archhpo
+def _budgets_of_one_repeat(budgets: list[Any], seed: int = 0, rep: int = 0) -> list[dict[str, Any]]:
+    """Every strategy's Outcome at each budget of one replayed study, as replay() runs it."""
+    below: dict[str, Any] = {}
+    out = []
+    for step, budget in enumerate(budgets):
+        noise = se.draw(budget, rep, se.noise_rng(seed, rep, budget))
+        below = se.strategies(budget, budgets[step - 1] if step else None, below, step, noise, 50, 5, seed)
+        out.append(below)
+    return out
+
+
+def test_archhpo_halves_at_the_rungs_its_smallest_budget_trusts(tmp_path: Path) -> None:
+    # Rung scores rank the 9 architectures as their final losses do: the smallest budget trusts a rung,
+    # so the larger budget's ladder plan is halved there and costs less than the same plan at full length.
+    budgets = se.load_table(_table(tmp_path, {"1M": 1_000_000, "2M": 2_000_000}, 9))
+    small, large = _budgets_of_one_repeat(budgets)
+    a = small["archhpo"]
+    assert a.trust["trusted"] and not a.pruned and a.winner.idx == 8  # arch 8: the lowest loss
+    assert large["archhpo"].pruned and large["archhpo"].flops < large["ladder"].flops
+    assert large["archhpo"].winner.idx == large["ladder"].winner.idx == 8
+    result = se.replay(budgets, repeats=3, seed=0)
+    assert result["archhpo"]["regret_std"] == [0.0, 0.0] and result["archhpo"]["share_within_1std"] == 1.0
+    assert result["archhpo"]["fidelity"]["pruned_at_rung"] == [0.0, 1.0]
+
+
+def test_archhpo_trains_full_length_where_the_rungs_rank_the_other_way(tmp_path: Path) -> None:
+    # Reversed rung scores: no rung is trusted, every planned trial of the larger budget is trained to
+    # full length and scores its rungs in passing (9 epochs + 0.25 + 0.75 branch epochs = 10 FLOPs each).
+    budgets = se.load_table(_table(tmp_path, {"1M": 1_000_000, "2M": 2_000_000}, 9, rung_sign=-1.0))
+    small, large = _budgets_of_one_repeat(budgets)
+    assert small["archhpo"].trust["trusted"] == []
+    a = large["archhpo"]
+    assert not a.pruned and a.winner.idx == 8 and large["halving_ladder"].winner.idx != 8
+    assert len(a.finished) >= len(large["ladder"].finished) and a.flops == 10 * len(a.finished)
+    result = se.replay(budgets, repeats=3, seed=0)
+    assert result["archhpo"]["share_within_1std"] == 1.0 and result["archhpo"]["fidelity"]["full_length"] == [1.0, 1.0]
+    assert result["archhpo"]["fidelity"]["rung_trusted"] == [0.0, 0.0]
+
+
+def test_the_finalists_confirmation_runs_are_counted_and_decide(tmp_path: Path) -> None:
+    # Two architectures on fixed data, both extremes: the design trains each twice (4 x 9 epochs); archhpo
+    # also pays each trial's branches (0.25 + 0.75) and confirms both (2 finalists <= FINALISTS) with one
+    # more run each to CONFIRM_SEEDS = 3: 6 trials x 10 against the design's 4 x 9.
+    rows = _arch_rows("100K", 100_000, A_AND_B, data_seed="0")
+    for r in rows:
+        r["branch_epochs"] = "0.25;0.75;0.0"
+    budgets = se.load_table(_write(tmp_path, rows))
+    assert (se.FINALISTS, se.CONFIRM_SEEDS) == (3, 3)
+    result = se.replay(budgets, repeats=12, seed=5)
+    assert result["archhpo"]["flops_ratio"] == pytest.approx(60 / 36, abs=1e-12)
+    # All three of A's seeds (mean 5/3) lose to B (1.5): archhpo never picks A, whose held-out truth is
+    # 2.0 when seed 0 is held out; the design, misled by A's held-out seed 0, does in some repeats.
+    assert result["archhpo"]["regret_std"] == [0.0] and result["archhpo"]["share_within_1std"] == 1.0
+    assert result["design"]["share_within_1std"] < 1.0
+    (only,) = _budgets_of_one_repeat(budgets, seed=5)
+    confirmation = only["archhpo"].finished[4:]
+    assert sorted(t.arch.idx for t in confirmation) == [0, 1] and [t.slot for t in confirmation] == [4, 5]
+    for t in confirmation:  # the draw's next run of its architecture: the seed its two trials did not use
+        seen = {u.run["seed"] for u in only["archhpo"].finished[:4] if u.arch.idx == t.arch.idx}
+        assert seen | {t.run["seed"]} == {0, 1, 2}
+
+
+def test_the_replay_is_deterministic_for_a_seed(tmp_path: Path) -> None:
+    path = _table(tmp_path, {"1M": 1_000_000, "2M": 2_000_000}, 9)
+    docs = []
+    for run in range(2):
+        assert se.main(["--truth", str(path), "--repeats", "4", "--seed", "7", "--json", str(tmp_path / f"{run}.json")]) == 0
+        doc = json.loads((tmp_path / f"{run}.json").read_text())
+        doc.pop("wall_s")
+        docs.append(doc)
+    assert docs[0] == docs[1]
