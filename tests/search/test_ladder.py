@@ -209,6 +209,7 @@ def test_a_larger_budget_waits_then_is_planned_from_the_smaller_once(storage_url
     ladder = q.upkeep.study_attr(_study.LADDER_KEY)
     assert ladder["from"] == small.study_name and ladder["from_trial"] == 0, "slot 0's architecture had the best mean"
     assert set(ladder) == RECORD_KEYS and set(ladder["axes"]) == {"aspect", "head_dim", "ff_ratio", "depth"}
+    assert all(r is not None for r in ladder["axes"].values()), "n_heads and d_ff are read off the trials"
     fit = ladder["lr_fit"]
     assert (fit["exponent"], fit["source"], fit["n_budgets"]) == (PRIOR_FIXED_DATA, "prior", 1), "whole epochs"
     first = next(t for t in _trials(storage_url, small.study_name) if t.number == 0)
