@@ -220,7 +220,7 @@ def _study_plan(rows: list[GridRow], config: StudyConfig, space: SearchSpace, st
         raise StudyError("--ladder plans larger budgets from the smaller ones' winners; a paired study "
                          "trains every configuration anyway: drop --ladder or --paired-seeds.")
     n_ext = sum(1 for r in rows if r.extreme)
-    return ladder_plan(ladder_trials(config.trials, ladder_step, n_ext), confirm, seeds, baselines)
+    return ladder_plan(ladder_trials(config.trials, ladder_step, n_ext, n_archs=len(rows)), confirm, seeds, baselines)
 
 
 def _data_budget(fam: Family, tokens: float | None, samples: float | None, budget: int | None) -> DataBudget | None:
