@@ -1,12 +1,13 @@
 """Search strategies replayed on a ground-truth table: how much compute each spends, and how far its
-chosen architecture is from the best one (issue 17 part 4, issue 32 part 2).
+chosen architecture is from the best one (issue 17 part 4, issue 32 parts 2 and 5).
 
 The table (bench/search_truth.csv, or a truth of bench/truths/; both made by bench/search_truth.py
 from archhpo studies) holds every grid architecture of every budget trained to full length with
 several seeds, its per-epoch curve and the scores successive halving would use at its rungs.  A
 strategy is replayed per budget on the plan archhpo itself draws: the design's `make_plan` at the
 smallest budget, and at a larger budget of a ladder `ladder_plan`'s slots filled by `carry_up` (its
-region of aspect ratios, extremes and spread order) from the smaller budget's finished trials; the
+top architectures by mean, its region narrowed on every axis: aspect ratio, head dimension, d_ff
+ratio, depth; the extremes; the spread order) from the smaller budget's finished trials; the
 grid's extremes are marked by archhpo's own rule.  Each repeat is one study with its own plan seed
 and the noise of a real study (bench/_replay_table.py): the data fixed, each trial one of its
 architecture's runs on that data, and the chosen architecture judged by a leave-one-seed-out true
@@ -126,16 +127,17 @@ def design_plan(budget: Budget, n_trials: int, seed: int) -> list[int]:
 def ladder_plan_archs(budget: Budget, smaller: Budget, finished: Sequence[Trial], step: int, n_trials: int,
                       seed: int) -> list[int]:
     """The architectures of a ladder budget's plan, in slot order, as archhpo fills it: `ladder_plan`'s
-    `ladder_trials` slots, assigned by `carry_up` from the smaller budget's finished trials."""
+    `ladder_trials` slots (never more than the design's plan of the grid, as search/_study.py plans
+    them), assigned by `carry_up` from the smaller budget's finished trials (every axis known)."""
     from archhpo.search._ladder import Finished, carry_up, ladder_trials
     from archhpo.search._plan import ladder_plan
     from archhpo.search._space import SearchSpace
 
     rows, idx = grid_rows(budget)
     n_ext = sum(1 for r in rows if r.extreme)
-    slots = [e.slot for e in ladder_plan(ladder_trials(n_trials, step, n_ext))]
-    done = [Finished(t.run["loss"], t.slot, t.arch.d_model, t.arch.n_layers, (t.arch.idx,), FIXED_PARAMS)
-            for t in finished]
+    slots = [e.slot for e in ladder_plan(ladder_trials(n_trials, step, n_ext, n_archs=len(rows)))]
+    done = [Finished(t.run["loss"], t.slot, t.arch.d_model, t.arch.n_layers, (t.arch.idx,), FIXED_PARAMS,
+                     n_heads=t.arch.n_heads, d_ff=t.arch.d_ff) for t in finished]
     plan = carry_up(done, smaller.params, budget.params, rows, SearchSpace(), slots, seed)
     return [idx[a["arch_idx"]] for a in plan["assignments"]]
 
