@@ -301,6 +301,10 @@ class StudyConfig:
         if self.ladder and (len(self.budgets) < 2 or self.pins):
             raise StudyError("--ladder needs at least two --budget values (and no pinned architecture): it plans "
                              "each larger budget from the smaller ones; add budgets or drop --ladder.")
+        if self.ladder and "pruner" not in self.given and self.pruning.rule == Pruning.rule:
+            # A ladder halves unless --pruner is stated (`given`: a config built without it, e.g. by the keyword
+            # form, states none), pruning only at the rungs its smallest budget trusts (search/_trust.py).
+            object.__setattr__(self, "pruning", dataclasses.replace(self.pruning, rule="halving"))
         for name, sentence, on in _COMPANIONS:
             if name in self.given and not on(self):
                 raise StudyError(sentence)

@@ -59,18 +59,21 @@ def promotions(scores: Mapping[int, float], eta: int) -> list[int]:
 
 @dataclass(frozen=True)
 class Halving:
-    """A study's successive-halving settings (stored in its options as {"eta", "min_fraction"})."""
+    """A study's successive-halving settings (stored in its options as {"eta", "min_fraction"}, and
+    "trust": "ladder" on a --ladder: rungs judged only where the ladder trusts them, search/_trust.py)."""
 
     eta: int = DEFAULT_ETA
     min_fraction: Fraction = Fraction(1, 9)
+    ladder: bool = False
 
     @classmethod
     def from_options(cls, options: StoredOptions) -> Halving | None:
         h = options.halving
-        return None if not h else cls(int(h["eta"]), parse_fraction(h["min_fraction"]))
+        return None if not h else cls(int(h["eta"]), parse_fraction(h["min_fraction"]), h.get("trust") == "ladder")
 
     def as_option(self) -> dict[str, Any]:
-        return {"eta": self.eta, "min_fraction": str(self.min_fraction)}
+        trust = {"trust": "ladder"} if self.ladder else {}  # only then: other studies keep their identity
+        return {"eta": self.eta, "min_fraction": str(self.min_fraction), **trust}
 
     @property
     def n_rungs(self) -> int:

@@ -49,6 +49,7 @@ from archhpo.search._tables import (
     trial_row,
     write_params,
 )
+from archhpo.search._trust import EVERY_RUNG, RungTrust
 from archhpo.search._upkeep import PlanUpkeep
 
 __all__ = ["CLAIM_TOKEN_KEY", "Claim", "PlanStatus", "TrialQueue"]
@@ -76,6 +77,7 @@ class Claim:
     # claim_plan): what the worker reads; and the rung it trains to (the queue's, for park).
     plan: TrainingPlan = field(default_factory=TrainingPlan)
     rung: int = 0
+    hold: bool = True  # parked at its rung until the rung's decision; False: a rung its study does not judge
 
 
 class PlanDone(Exception):
@@ -116,6 +118,8 @@ class TrialQueue:
 
     def _claim(self, worker_attrs: dict[str, Any]) -> Claim | None:
         shared = gpu_share(worker_attrs) < 1
+        # Which rungs the study judges, read before the claim's transaction (SQLite: one writer).
+        trust = self.upkeep.rungs.trust() if self.upkeep.rungs is not None else EVERY_RUNG
         for _ in range(50):  # lost races on SQLite retry with the next candidate
             with session_scope(self.storage) as s:
                 trial = self._pick_waiting(s, shared)
@@ -127,7 +131,7 @@ class TrialQueue:
                     s.expire(trial)
                 trial.state = TrialState.RUNNING
                 trial.datetime_start = dt.datetime.now()
-                return self._start(s, trial, worker_attrs)
+                return self._start(s, trial, worker_attrs, trust)
         return None
 
     def _pick_waiting(self, s: Any, shared_gpu: bool = False) -> m.TrialModel | None:
@@ -145,7 +149,7 @@ class TrialQueue:
             q = q.with_for_update(skip_locked=True)
         return s.execute(q).scalars().first()
 
-    def _start(self, s: Any, trial: Any, worker_attrs: dict[str, Any]) -> Claim:
+    def _start(self, s: Any, trial: Any, worker_attrs: dict[str, Any], trust: RungTrust) -> Claim:
         sys_attrs = read_attrs(s, m.TrialSystemAttributeModel, trial.trial_id)
         user_attrs = read_attrs(s, m.TrialUserAttributeModel, trial.trial_id)
         fixed = sys_attrs.get("fixed_params", {})
@@ -168,7 +172,8 @@ class TrialQueue:
             seed=int(user_attrs[Attr.SEED]) if user_attrs.get(Attr.SEED) is not None else None,
             token=token, whole_gpu=bool(user_attrs.get(WHOLE_GPU_KEY, False)),
         )
-        claim.plan, claim.rung = claim_plan(self.rule, params, prunable(claim), user_attrs)
+        claim.plan, claim.rung = claim_plan(self.rule, params, prunable(claim), user_attrs, trust)
+        claim.hold = trust.judges(claim.rung)
         return claim
 
     # ----------------------------------------------------------------------- during a trial
@@ -279,7 +284,9 @@ class TrialQueue:
     def park(self, claim: Claim, score: float, attrs: dict[str, Any]) -> bool:
         """Hold a trial scored at its rung (claim.rung) until the rung's decision: WAITING but not
         claimable, so no worker is tied up and the reaper (RUNNING trials only) never sees it; its
-        score is stored with it.  False, writing nothing, when the trial is no longer ours."""
+        score is stored with it.  At a rung its study does not judge (not claim.hold, --ladder) the
+        trial is only scored: WAITING and claimable at once, on to its next rung.  False, writing
+        nothing, when the trial is no longer ours."""
         return resilient(lambda: self._park(claim, score, attrs), "park", self.timing.db_patience_s)
 
     def _park(self, claim: Claim, score: float, attrs: dict[str, Any]) -> bool:
@@ -289,8 +296,8 @@ class TrialQueue:
             trial = trial_row(s, claim.trial_id)
             set_attrs(s, claim.trial_id, {
                 **add_flops(s, claim.trial_id, attrs), Attr.RUNG: claim.rung,
-                Attr.RUNG_SCORES: [*claim.plan.scores, score], Attr.RUNG_HOLD: True,
-                "state_note": f"waiting at rung {claim.rung}",
+                Attr.RUNG_SCORES: [*claim.plan.scores, score], Attr.RUNG_HOLD: claim.hold,
+                "state_note": f"waiting at rung {claim.rung}" if claim.hold else f"passed rung {claim.rung}",
             })
             trial.state = TrialState.WAITING
             trial.datetime_start = None

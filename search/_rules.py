@@ -26,12 +26,13 @@ from archhpo.config import StudyConfig
 from archhpo.errors import StudyError
 from archhpo.schema import PRUNERS, Attr, StoredOptions, TrainingPlan
 from archhpo.search._halving import Halving, parse_fraction, promotions
+from archhpo.search._trust import EVERY_RUNG, RungTrust
 
 if TYPE_CHECKING:
     from archhpo.search._study import StudySettings
 
 __all__ = ["RULES", "MedianRule", "NoStopping", "StoppingRule", "SuccessiveHalving", "claim_plan", "make_rule",
-           "prunable", "register_rule", "unregister_rule"]
+           "on_ladder", "prunable", "register_rule", "unregister_rule"]
 
 Completed = Callable[[], Sequence[float]]  # the finite values of the COMPLETE trials at a step, sorted
 
@@ -155,7 +156,8 @@ def _sorted_median(values: Sequence[float]) -> float:
 @dataclass(frozen=True)
 class SuccessiveHalving(_Rule):
     """Successive halving over the plan (search/_halving.py's arithmetic): every trial is held at
-    each rung until the rung is complete; the best 1/eta of its trials go on (`promotions`)."""
+    each rung until the rung is complete; the best 1/eta of its trials go on (`promotions`).
+    On a --ladder (`on_ladder`) only at the rungs its study trusts (search/_trust.py)."""
 
     name: ClassVar[str] = "halving"
     halving: Halving = Halving()
@@ -167,7 +169,7 @@ class SuccessiveHalving(_Rule):
 
     @classmethod
     def from_config(cls, config: StudyConfig) -> StoppingRule:
-        halving = Halving(config.pruning.eta, parse_fraction(config.pruning.min_fraction))
+        halving = Halving(config.pruning.eta, parse_fraction(config.pruning.min_fraction), config.ladder)
         halving.check_schedule(config.schedule.name, config.schedule.cooldown)
         return cls(halving)
 
@@ -216,14 +218,24 @@ def make_rule(source: StudySettings | StudyConfig) -> StoppingRule:
     return rule.from_config(source) if isinstance(source, StudyConfig) else rule.from_options(source.options)
 
 
+def on_ladder(rule: StoppingRule) -> bool:
+    """Whether `rule` judges only the rungs its study's ladder record trusts (successive halving
+    launched with --ladder); any other judges every rung it has (`EVERY_RUNG`)."""
+    return isinstance(rule, SuccessiveHalving) and rule.halving.ladder
+
+
 def claim_plan(rule: StoppingRule, params: Mapping[str, Any], judged: bool,
-               attrs: Mapping[str, Any]) -> tuple[TrainingPlan, int]:
+               attrs: Mapping[str, Any], trust: RungTrust = EVERY_RUNG) -> tuple[TrainingPlan, int]:
     """A claim's training plan and the rung it trains to, from its training parameters and the
     trial's stored attributes; a rule that holds nowhere plans nothing (train to full length).
 
     A trial the rule may judge (`prunable`) trains to the rung after the last one it was scored at
-    (the first for a new trial) and is held there, or at the last rung to its full length; any other
-    (a replicate) trains to full length, scoring every rung below it in passing."""
+    (the first for a new trial) and stops there, or at the last rung to its full length; any other
+    (a replicate) trains to full length, scoring every rung below it in passing.  `trust`: the
+    rungs the study judges (search/_trust.py; off the ladder every one).  A judged trial with no
+    trusted rung ahead trains to full length, scoring the rest in passing; one with a trusted rung
+    ahead still stops at each rung on the way, held only at a trusted one (TrialQueue.park): a
+    parked claim records only the score it stops at."""
     rungs = rule.rungs(int(params["epochs"])) if rule.n_rungs else []
     if not rungs:
         return TrainingPlan(), 0
@@ -231,10 +243,11 @@ def claim_plan(rule: StoppingRule, params: Mapping[str, Any], judged: bool,
     rung = 0 if passed is None or not judged else int(passed) + 1
     plan = TrainingPlan(scored=tuple(rungs), scores=tuple(float(v) for v in attrs.get(Attr.RUNG_SCORES) or []),
                         branch_epochs=tuple(float(v) for v in attrs.get(Attr.BRANCH_EPOCHS) or []))
-    if not judged:
-        below = tuple(rungs[:-1])
-        return replace(plan, validate_at=tuple(sorted(set(below))), score_at=below, scores_from_checkpoint=True), rung
-    if rung >= len(rungs) - 1:
+    if rung >= len(rungs) - 1 and judged:
         return plan, rung
+    if not judged or not any(trust.judges(r) for r in range(rung, len(rungs) - 1)):
+        rest = tuple(rungs[rung:-1])  # scored in passing; a resumed claim's are in its checkpoint
+        plan = replace(plan, validate_at=tuple(sorted(set(rest))), score_at=rest, scores_from_checkpoint=True)
+        return plan, rung if not judged else len(rungs) - 1
     at = rungs[rung]
     return replace(plan, validate_at=(at,), score_at=(at,), stop_after=at), rung

@@ -6,10 +6,19 @@ scores tied within noise with the worst promoted one."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
+from fractions import Fraction
+from typing import Any
 
 import pytest
+from optuna.trial import TrialState
 
-from archhpo.search._halving import promotions
+from archhpo.config import Pruning, StudyConfig
+from archhpo.schema import Attr
+from archhpo.search import TrialQueue, keyword_config, launch, prepare_settings
+from archhpo.search._halving import Halving, promotions
+from archhpo.search._rules import SuccessiveHalving, claim_plan, make_rule, on_ladder
+from archhpo.search._study import LADDER_KEY
 from archhpo.search._trust import (
     EVERY_RUNG,
     N_BOOT,
@@ -22,6 +31,7 @@ from archhpo.search._trust import (
     soft_promotions,
     spearman,
 )
+from tests.conftest import TINY_DATA
 
 
 def _arch(i: int, rungs: list[float], finals: list[float]) -> ArchRuns:
@@ -117,3 +127,133 @@ def test_a_study_judges_every_rung_off_the_ladder_and_only_the_trusted_on_it() -
     trust = RungTrust.from_record({"trust": rung_trust(_ladder_archs(order=[7, 6, 5, 4, 3, 2, 1, 0]))})
     assert trust.judges(0) and not trust.judges(1) and trust.noise == pytest.approx(0.01 / math.sqrt(2))
     assert trust.ties([0], {0: 1.0, 1: 1.004, 2: 1.2}) == [0, 1]
+
+
+# ----------------------------------------------------------------------------- the runtime
+RULE = SuccessiveHalving(Halving(3, Fraction(1, 9), ladder=True))
+
+
+def test_a_claim_stops_only_on_its_way_to_a_trusted_rung() -> None:
+    none, only1 = RungTrust(frozenset()), RungTrust(frozenset({1}))
+    full, rung = claim_plan(RULE, {"epochs": 9}, True, {}, none)
+    assert rung == 2 and (full.validate_at, full.score_at, full.stop_after) == ((1, 3), (1, 3), None)
+    assert full.scores_from_checkpoint, "a resumed claim's passing scores are in its checkpoint"
+    first, rung = claim_plan(RULE, {"epochs": 9}, True, {}, only1)
+    assert rung == 0 and (first.score_at, first.stop_after) == ((1,), 1), "stops at rung 0, held only at 1"
+    second, rung = claim_plan(RULE, {"epochs": 9}, True, {"rung": 0, "rung_scores": [2.0]}, only1)
+    assert rung == 1 and (second.score_at, second.stop_after, second.scores) == ((3,), 3, (2.0,))
+    rest, rung = claim_plan(RULE, {"epochs": 9}, True, {"rung": 0, "rung_scores": [2.0]}, RungTrust(frozenset({0})))
+    assert rung == 2 and (rest.score_at, rest.stop_after, rest.scores) == ((3,), None, (2.0,))
+    assert claim_plan(RULE, {"epochs": 9}, True, {}) == claim_plan(replace(RULE, halving=Halving()), {"epochs": 9},
+                                                                   True, {}), "off the ladder: every rung"
+
+
+def test_a_ladder_halves_unless_its_pruner_is_stated_and_stores_that_it_trusts() -> None:
+    budgets = ("200K", "500K")
+    assert StudyConfig("e", budgets=budgets, ladder=True).pruning.rule == "halving"
+    stated = StudyConfig("e", budgets=budgets, ladder=True, pruning=Pruning("median"), given=frozenset({"pruner"}))
+    assert stated.pruning.rule == "median"
+    assert StudyConfig("e", budgets=budgets, ladder=True, pruning=Pruning("none")).pruning.rule == "none"
+    assert StudyConfig("e", budgets=budgets).pruning.rule == "median", "off the ladder: the default"
+    s = _small()
+    assert s.pruner == "halving" and s.options.halving == {"eta": 3, "min_fraction": "1/9", "trust": "ladder"}
+    assert make_rule(s) == RULE and on_ladder(make_rule(s))
+
+
+# A --ladder of two budgets, launched as the command line would (no --pruner: halving).
+LADDER = replace(keyword_config("lt", n_trials=8, data=TINY_DATA, quick=True, seed=0, fixed_params={"epochs": 9}),
+                 budgets=("200K", "500K"), ladder=True)
+WORKER = {"host": "test", "device": "cpu"}
+
+
+def _small() -> Any:
+    return prepare_settings(LADDER, "200K")
+
+
+def _score(slot: int, rung: int) -> float:
+    return round(1.0 + ((slot * 7) % 5) * 0.1 - 0.01 * rung, 6)
+
+
+def _play(q: TrialQueue) -> list[tuple[int, int, bool]]:
+    """Every claimable trial once, as a worker would: scored and parked where its claim stops, else
+    finished at full length with every rung below scored in passing; (slot, rung, held) each."""
+    out = []
+    while (c := q.claim(WORKER)) is not None:
+        if c.plan.stop_after is not None:
+            assert c.plan.score_at == (c.plan.stop_after,)
+            assert q.park(c, _score(c.slot, c.rung), {})
+        else:
+            passing = [_score(c.slot, len(c.plan.scores) + i) for i in range(len(c.plan.score_at))]
+            q.finish(c, TrialState.COMPLETE, _score(c.slot, 2), {Attr.RUNG_SCORES: [*c.plan.scores, *passing,
+                                                                                       _score(c.slot, 2)]})
+        out.append((c.slot, c.rung, c.hold))
+    return out
+
+
+def _run(q: TrialQueue) -> list[tuple[int, int, bool]]:
+    claims = []
+    for _ in range(20):
+        claims += _play(q)
+        if q.maintain().done:
+            return claims
+    raise AssertionError("the plan did not finish")
+
+
+def _large_with_trust(storage_url: str, trust: dict[str, Any]) -> TrialQueue:
+    """The ladder's smallest budget trained to the end; the larger one planned, its record given `trust`."""
+    small = _small()
+    large = prepare_settings(LADDER, "500K", ladder_below=[small.study_name])
+    launch(storage_url, small)
+    launch(storage_url, large)
+    q_small = TrialQueue(storage_url, small.study_name)
+    claims = _run(q_small)
+    assert claims and all(rung == 2 and not hold for _, rung, hold in claims), "trusts none: all to full length"
+    trials = q_small.storage.get_all_trials(q_small.study_id, deepcopy=False)
+    assert {t.state for t in trials} == {TrialState.COMPLETE} and "archhpo_halving" not in q_small.study.user_attrs
+    assert all(len(t.user_attrs[Attr.RUNG_SCORES]) == 3 for t in trials), "every rung scored in passing"
+    TrialQueue(storage_url, large.study_name).maintain()  # plans the larger budget (the ladder record)
+    q = TrialQueue(storage_url, large.study_name)
+    record = q.upkeep.study_attr(LADDER_KEY)
+    q.study.set_user_attr(LADDER_KEY, {**record, "trust": trust})  # what the integrator's upkeep stores
+    return TrialQueue(storage_url, large.study_name)
+
+
+def test_a_larger_budget_trusting_no_rung_trains_every_trial_to_full_length(storage_url: str) -> None:
+    q = _large_with_trust(storage_url, {"trusted": [], "noise": 0.05})
+    claims = _run(q)
+    assert claims and all(rung == 2 and not hold for _, rung, hold in claims)
+    trials = q.storage.get_all_trials(q.study_id, deepcopy=False)
+    assert {t.state for t in trials} == {TrialState.COMPLETE}, "none pruned"
+    assert all(t.user_attrs[Attr.RUNG_SCORES] == [_score(t.user_attrs["plan_slot"], r) for r in range(3)]
+               for t in trials), "rung scores recorded"
+    assert "archhpo_halving" not in q.study.user_attrs, "nothing decided"
+
+
+def test_a_larger_budget_trusting_rung_0_prunes_there_with_ties_within_noise(storage_url: str) -> None:
+    q = _large_with_trust(storage_url, {"trusted": [0], "noise": 0.15})
+    claims = _run(q)
+    phase1 = sorted(e.slot for e in q.settings.plan if e.phase == 1)
+    promoted = soft_promotions({slot: _score(slot, 0) for slot in phase1}, 3, 0.15)
+    assert promoted != promotions({slot: _score(slot, 0) for slot in phase1}, 3), "the noise kept a tie"
+    decided = q.upkeep.study_attr("archhpo_halving")
+    assert decided["1"] == [promoted, promoted], "rung 1 is not judged: every survivor goes on"
+    assert sorted(slot for slot, rung, hold in claims if rung == 0 and slot in phase1) == phase1
+    assert all(hold for _, rung, hold in claims if rung == 0)
+    trials = q.storage.get_all_trials(q.study_id, deepcopy=False)
+    pruned = {t.user_attrs["plan_slot"] for t in trials if t.state == TrialState.PRUNED}
+    assert pruned == set(phase1) - set(promoted)
+    done = [t for t in trials if t.state == TrialState.COMPLETE and t.user_attrs["phase"] == 1]
+    assert all(len(t.user_attrs[Attr.RUNG_SCORES]) == 3 for t in done), "rung 1 scored in passing"
+
+
+def test_a_rung_before_the_trusted_one_is_passed_not_held(storage_url: str) -> None:
+    q = _large_with_trust(storage_url, {"trusted": [1], "noise": None})
+    claims = _run(q)
+    phase1 = sorted(e.slot for e in q.settings.plan if e.phase == 1)
+    assert {(rung, hold) for slot, rung, hold in claims if slot in phase1} >= {(0, False), (1, True)}
+    decided = q.upkeep.study_attr("archhpo_halving")
+    rung1 = promotions({slot: _score(slot, 1) for slot in phase1}, 3)
+    assert decided["1"] == [phase1, rung1]
+    trials = q.storage.get_all_trials(q.study_id, deepcopy=False)
+    assert {t.user_attrs["plan_slot"] for t in trials if t.state == TrialState.PRUNED} == set(phase1) - set(rung1)
+    assert all(t.user_attrs[Attr.RUNG] == 1 for t in trials if t.state == TrialState.PRUNED)
