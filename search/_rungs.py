@@ -102,7 +102,7 @@ class RungDecisions:
         if not trust.judges(rung):
             return list(members)  # passed in passing: the next judged rung holds them all
         scores = _rung_scores(rung, members, by_slot)
-        return None if scores is None else trust.ties(self.rule.decide(rung, scores), scores)
+        return None if scores is None else trust.ties(self.rule.decide(rung, scores), scores, rung)
 
     def _apply_rung(self, rung: int, members: list[int], promoted: list[int],
                     by_slot: dict[int, list[_LightTrial]]) -> bool:

@@ -7,11 +7,11 @@ Spearman correlation of the loss at epoch 3 of 9 with the final loss was -0.5 to
 end and scored at every rung in passing) and a larger budget prunes only at rungs that passed.
 
 The measure is the pairwise agreement of rung means with final means over architectures, with a
-percentile bootstrap interval over architectures; scores closer than the seed noise (the pooled
-within-architecture spread of the finals) are ties, as in PASHA's soft ranking (arXiv 2207.06940):
-a pair whose finals are within noise says nothing about the rung, a pair whose rung scores are
-within noise is half right.  The same noise widens a rung's cut (`soft_promotions`), so a tie at
-the cut is not decided by noise.  Everything here is pure: numbers in, numbers out.
+percentile bootstrap interval over architectures; scores closer than their seed noise are ties, as
+in PASHA's soft ranking (arXiv 2207.06940): a pair whose finals are within the finals' noise (the
+pooled within-architecture spread) says nothing about the rung, and a pair whose rung scores are
+within the rung's own noise (the same spread of its scores) is half right.  The rung's noise also
+widens its cut (`soft_promotions`), so a tie at the cut is not decided by noise.  Everything here is pure: numbers in, numbers out.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from typing import Any
 from archhpo.search._halving import promotions
 
 __all__ = ["CONFIDENCE", "EVERY_RUNG", "N_BOOT", "TRUST_THRESHOLD", "ArchRuns", "RungTrust", "pairwise_agreement",
-           "rung_trust", "seed_noise", "soft_promotions", "spearman", "tie_in"]
+           "pooled_std", "rung_noise", "rung_trust", "seed_noise", "soft_promotions", "spearman", "tie_in"]
 
 # A rung that prunes two trials in three (eta 3) must order distinguishable architectures right at
 # least four times in five, and at the low end of its interval, not just on average: a coin (0.5)
@@ -57,9 +57,21 @@ def seed_noise(archs: Sequence[ArchRuns]) -> float:
     """The pooled within-architecture standard deviation of the finals (architectures with at least
     two finite finals; each contributes its squared deviations and n - 1 degrees of freedom); nan
     when no architecture was trained twice."""
+    return pooled_std([a.finals for a in archs])
+
+
+def rung_noise(archs: Sequence[ArchRuns], rung: int) -> float:
+    """The same pooled standard deviation of the scores at one rung: the noise of that rung's own
+    scores, which is what ties them (a rung score is a short run's loss: it spreads less than the
+    finals, so the finals' noise would tie every pair of rung scores)."""
+    return pooled_std([[s[rung] for s in a.rung_scores if rung < len(s)] for a in archs])
+
+
+def pooled_std(groups: Sequence[Sequence[float]]) -> float:
+    """The pooled within-group standard deviation over groups with at least two finite values; nan if none."""
     squares, dof = 0.0, 0
-    for arch in archs:
-        finite = [v for v in arch.finals if math.isfinite(v)]
+    for values in groups:
+        finite = [v for v in values if math.isfinite(v)]
         if len(finite) >= 2:
             mean = sum(finite) / len(finite)
             squares += sum((v - mean) ** 2 for v in finite)
@@ -72,11 +84,13 @@ def _tolerance(noise: float) -> float:
     return noise if math.isfinite(noise) and noise > 0 else 0.0
 
 
-def pairwise_agreement(rung_means: Sequence[float], final_means: Sequence[float], noise: float) -> float:
+def pairwise_agreement(rung_means: Sequence[float], final_means: Sequence[float], noise: float,
+                       rung_tie: float | None = None) -> float:
     """The share of distinguishable pairs (finals more than `noise` apart) whose rung means are in
-    the same order; a pair whose rung means are within `noise` counts one half (a tie).  Pairs with
-    a non-finite value are left out; nan when no pair is distinguishable."""
+    the same order; a pair whose rung means are within `rung_tie` (default: `noise`) counts one half
+    (a tie).  Pairs with a non-finite value are left out; nan when no pair is distinguishable."""
     tol = _tolerance(noise)
+    rung_tol = tol if rung_tie is None else _tolerance(rung_tie)
     points = [(r, f) for r, f in zip(rung_means, final_means, strict=True) if math.isfinite(r) and math.isfinite(f)]
     agree, pairs = 0.0, 0
     for i, (ri, fi) in enumerate(points):
@@ -84,7 +98,7 @@ def pairwise_agreement(rung_means: Sequence[float], final_means: Sequence[float]
             if abs(fj - fi) <= tol:
                 continue  # the finals cannot tell these two apart: the pair says nothing about the rung
             pairs += 1
-            if abs(rj - ri) <= tol:
+            if abs(rj - ri) <= rung_tol:
                 agree += 0.5
             elif (rj > ri) == (fj > fi):
                 agree += 1.0
@@ -133,11 +147,12 @@ def _rung_means(archs: Sequence[ArchRuns], rung: int) -> list[float]:
     return [_mean([s[rung] for s in a.rung_scores if rung < len(s)]) for a in archs]
 
 
-def _bootstrap(rung: list[float], final: list[float], noise: float,
+def _bootstrap(rung: list[float], final: list[float], noise: tuple[float, float],
                draws: list[list[int]]) -> tuple[float, float]:
     """The percentile interval (CONFIDENCE, two-sided) of the agreement over resampled architectures;
-    a draw with no distinguishable pair (all one architecture, say) is left out."""
-    values = sorted(v for v in (pairwise_agreement([rung[i] for i in d], [final[i] for i in d], noise)
+    a draw with no distinguishable pair (all one architecture, say) is left out.  noise: the finals'
+    and the rung's."""
+    values = sorted(v for v in (pairwise_agreement([rung[i] for i in d], [final[i] for i in d], *noise)
                                 for d in draws) if math.isfinite(v))
     if not values:
         return math.nan, math.nan
@@ -164,12 +179,13 @@ def rung_trust(archs: Sequence[ArchRuns], threshold: float = TRUST_THRESHOLD, n_
     draws = [[rng.randrange(len(archs)) for _ in archs] for _ in range(n_boot)]
     n_rungs = max((len(s) for a in archs for s in a.rung_scores), default=0)
     for rung in range(n_rungs):
-        means = _rung_means(archs, rung)
-        point = pairwise_agreement(means, finals, noise)
-        low, high = _bootstrap(means, finals, noise, draws) if math.isfinite(point) else (math.nan, math.nan)
+        means, tie = _rung_means(archs, rung), rung_noise(archs, rung)
+        point = pairwise_agreement(means, finals, noise, tie)
+        low, high = _bootstrap(means, finals, (noise, tie), draws) if math.isfinite(point) else (math.nan, math.nan)
         trusted = math.isfinite(low) and low >= threshold
         record["rungs"].append({"rung": rung, "agreement": _json(point), "low": _json(low), "high": _json(high),
-                                "spearman": _json(spearman(means, finals)), "trusted": trusted})
+                                "spearman": _json(spearman(means, finals)), "noise": _json(tie),
+                                "trusted": trusted})
         if trusted:
             record["trusted"].append(rung)
     if not any(r["agreement"] is not None for r in record["rungs"]):
@@ -201,7 +217,8 @@ class RungTrust:
     halving); a --ladder study judges only the rungs its ladder record trusts (`from_record`)."""
 
     rungs: frozenset[int] | None = None  # None: every rung
-    noise: float = 0.0
+    noise: float = 0.0  # the finals' seed noise: the tie at a rung whose own noise is not recorded
+    rung_noise: tuple[tuple[int, float], ...] = ()  # (rung, the seed noise of its scores): the tie at that rung
 
     def judges(self, rung: int) -> bool:
         return self.rungs is None or rung in self.rungs
@@ -210,18 +227,27 @@ class RungTrust:
     def judges_any(self) -> bool:
         return self.rungs is None or bool(self.rungs)
 
-    def ties(self, promoted: Sequence[int], scores: Mapping[int, float]) -> list[int]:
-        """A rule's decision at a judged rung, widened by the ties within this study's noise."""
-        return tie_in(promoted, scores, self.noise)
+    def noise_at(self, rung: int) -> float:
+        """The noise that ties two scores at `rung`: that rung's own, else the finals'."""
+        return dict(self.rung_noise).get(rung, self.noise)
+
+    def ties(self, promoted: Sequence[int], scores: Mapping[int, float], rung: int | None = None) -> list[int]:
+        """A rule's decision at a judged rung, widened by the ties within that rung's noise."""
+        return tie_in(promoted, scores, self.noise if rung is None else self.noise_at(rung))
 
     @classmethod
     def from_record(cls, record: Mapping[str, Any] | None) -> RungTrust:
         """A ladder study's trust from its ladder record's "trust" (`rung_trust`'s); none measured
         (no record yet, the smallest budget, a record from before trust): no rung is judged."""
         trust = (record or {}).get("trust") or {}
-        noise = trust.get("noise")
-        return cls(frozenset(int(r) for r in trust.get("trusted", ())),
-                   float(noise) if noise is not None and math.isfinite(float(noise)) else 0.0)
+        per_rung = tuple((int(r["rung"]), _finite(r.get("noise"))) for r in trust.get("rungs", ())
+                         if r.get("noise") is not None)
+        return cls(frozenset(int(r) for r in trust.get("trusted", ())), _finite(trust.get("noise")), per_rung)
+
+
+def _finite(value: Any) -> float:
+    """A stored noise (JSON null for nan) as a float; 0.0 (exact ties only) when unknown."""
+    return float(value) if value is not None and math.isfinite(float(value)) else 0.0
 
 
 EVERY_RUNG = RungTrust()

@@ -257,3 +257,19 @@ def test_a_rung_before_the_trusted_one_is_passed_not_held(storage_url: str) -> N
     trials = q.storage.get_all_trials(q.study_id, deepcopy=False)
     assert {t.user_attrs["plan_slot"] for t in trials if t.state == TrialState.PRUNED} == set(phase1) - set(rung1)
     assert all(t.user_attrs[Attr.RUNG] == 1 for t in trials if t.state == TrialState.PRUNED)
+
+
+def test_rung_scores_are_tied_within_their_own_noise_not_the_finals() -> None:
+    # finals spread 0.1 between seeds; rung scores spread 0.001 between seeds and 0.01 between
+    # architectures, in the finals' order: with the finals' noise every rung pair would be a tie (0.5)
+    archs = [ArchRuns((i,), [[2.0 + 0.01 * i + d] for d in (0.0, 0.001)], [1.0 + i + d for d in (0.0, 0.1)])
+             for i in range(4)]
+    record = rung_trust(archs, n_boot=200)
+    rung = record["rungs"][0]
+    assert rung["noise"] == pytest.approx(math.sqrt(0.001**2 / 2))
+    assert rung["agreement"] == 1.0 and rung["low"] == 1.0 and record["trusted"] == [0]
+    assert pairwise_agreement([2.0, 2.01, 2.02], [1.0, 2.0, 3.0], 0.1) == 0.5, "finals' noise ties them"
+    trust = RungTrust.from_record({"trust": record})
+    assert trust.noise_at(0) == pytest.approx(rung["noise"]) and trust.noise_at(1) == pytest.approx(record["noise"])
+    # the cut at rung 0 keeps a score within that rung's noise of the worst promoted, not beyond
+    assert trust.ties([0], {0: 2.0, 1: 2.0005, 2: 2.002}, 0) == [0, 1]
