@@ -30,8 +30,9 @@ in architectures, twice each, phase 2 = the rest once, farthest-point order from
   ladder           (beyond the issue's list) the same ladder, its trials trained to full length;
   archhpo          the default `archhpo run --ladder` (issue part 3), through the real code's functions:
                    the smallest budget is the design's plan trained to full length, its rung scores
-                   recorded in passing (the cooldown branches paid), and measures which rungs rank as
-                   the full length does (`rung_trust`); each larger budget is the ladder's plan
+                   recorded in passing (the cooldown branches paid), and, once done (its confirmation
+                   runs included), measures which rungs rank as the full length does (`rung_trust`,
+                   bootstrapped with the study's seed); each larger budget is the ladder's plan
                    (`carry_up` of the smaller budget's full-length trials, confirmation runs included),
                    halved at the trusted rungs only (`soft_promotions`; an untrusted rung decides
                    nothing but is scored in passing), or trained to full length if no rung was trusted.
@@ -238,25 +239,26 @@ def _mean(trials: Sequence[Trial]) -> float:
     return statistics.fmean(t.run["loss"] for t in trials)
 
 
-def measured_trust(trials: Sequence[Trial]) -> dict[str, Any]:
-    """The rung trust archhpo measures at its smallest budget (search/_trust.py's `rung_trust`), from
-    the budget's full-length trials grouped by architecture: each trial's rung scores below full
-    length, recorded in passing, against its final loss."""
+def measured_trust(trials: Sequence[Trial], seed: int) -> dict[str, Any]:
+    """The rung trust archhpo measures at its smallest budget (search/_trust.py's `rung_trust`, the
+    study's seed for its bootstrap), from the budget's full-length trials, confirmation runs included
+    (search/_upkeep.py reads every COMPLETE trial once the budget is done), grouped by architecture:
+    each trial's rung scores below full length, recorded in passing, against its final loss."""
     from archhpo.search._trust import ArchRuns, rung_trust
 
     archs = [ArchRuns((i,), rung_scores=[list(t.run["rung_loss"][:-1]) for t in ts],
                       finals=[t.run["loss"] for t in ts]) for i, ts in _by_arch(trials).items()]
-    return rung_trust(archs)
+    return rung_trust(archs, seed=seed)
 
 
 def trusted_decision(trust: dict[str, Any], eta: int) -> Decide:
-    """archhpo's rung decisions at a larger budget: `soft_promotions` (cuts widened by the measured
-    seed noise) at a rung the smallest budget trusted, none at any other (its trials go on, scored
-    in passing); the record read as the real run reads its ladder record (`RungTrust.from_record`)."""
+    """archhpo's rung decisions at a larger budget: `soft_promotions` (the cut widened by the seed
+    noise of that rung's scores) at a rung the smallest budget trusted, none at any other (its trials
+    go on, scored in passing); the record read as search/_rungs.py reads it (`RungTrust.from_record`)."""
     from archhpo.search._trust import RungTrust, soft_promotions
 
     judged = RungTrust.from_record({"trust": trust})
-    return lambda rung, scores: soft_promotions(scores, eta, judged.noise) if judged.judges(rung) else None
+    return lambda rung, scores: soft_promotions(scores, eta, judged.noise_at(rung)) if judged.judges(rung) else None
 
 
 def confirmed(budget: Budget, planned: Sequence[Trial], finished: list[Trial], noise: Draw
@@ -285,13 +287,14 @@ def archhpo(budget: Budget, smaller: Budget | None, below: Outcome | None, step:
     design trained to full length measures the rung trust; a larger budget's ladder plan is halved at
     the trusted rungs only; the finalists are confirmed at every budget."""
     if smaller is None or below is None or below.trust is None:
-        trust, planned = measured_trust(design), design
+        trust, planned = None, design
         flops, finished = sum(scored_cost(t) for t in design), list(design)
     else:
         trust = below.trust
         planned = trials_of(budget, ladder_plan_archs(budget, smaller, below.finished, step, n_trials, seed), noise)
         flops, finished = rung_halving(planned, trusted_decision(trust, budget.eta))
     extra, winner, done = confirmed(budget, planned, finished, noise)
+    trust = trust if trust is not None else measured_trust(done, seed)  # the smallest budget, once it is done
     return Outcome(flops + extra, winner, done, trust, len(finished) < len(planned))
 
 
