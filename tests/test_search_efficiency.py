@@ -275,8 +275,16 @@ def test_archhpo_halves_at_the_rungs_its_smallest_budget_trusts(tmp_path: Path) 
     budgets = se.load_table(_table(tmp_path, {"1M": 1_000_000, "2M": 2_000_000}, 9))
     small, large = _budgets_of_one_repeat(budgets)
     a = small["archhpo"]
-    assert a.trust["trusted"] and not a.pruned and a.winner.idx == 8  # arch 8: the lowest loss
-    assert large["archhpo"].pruned and large["archhpo"].flops < large["ladder"].flops
+    assert a.trust["trusted"] == [0, 1] and not a.pruned and a.winner.idx == 8  # arch 8: the lowest loss
+    # The smallest budget: the design's 18 trials (9 architectures twice) at 9 epochs + 0.25 + 0.75 branch
+    # epochs, and one confirmation run for each of the 3 finalists (2 runs each so far): 21 x 10.
+    assert (a.flops, small["design"].flops) == (21 * 10, 18 * 9)
+    # The larger budget: the ladder's 18 slots (the design's plan of 9 architectures caps them), halved at
+    # both trusted rungs with hard cuts (the seeds changed the data: no seed noise within a repeat):
+    # 18 x (1 + 0.25), 6 x (2 + 0.75), 2 x 6 to full length, both arch 8, which gets 1 confirmation run.
+    assert large["archhpo"].pruned and large["archhpo"].flops == 18 * 1.25 + 6 * 2.75 + 2 * 6 + 10
+    assert large["ladder"].flops == 18 * 9 and len(large["ladder"].finished) == 18
+    assert [t.arch.idx for t in large["archhpo"].finished] == [8, 8, 8]
     assert large["archhpo"].winner.idx == large["ladder"].winner.idx == 8
     result = se.replay(budgets, repeats=3, seed=0)
     assert result["archhpo"]["regret_std"] == [0.0, 0.0] and result["archhpo"]["share_within_1std"] == 1.0
@@ -329,3 +337,14 @@ def test_the_replay_is_deterministic_for_a_seed(tmp_path: Path) -> None:
         doc.pop("wall_s")
         docs.append(doc)
     assert docs[0] == docs[1]
+
+
+def test_a_trusted_rung_cuts_with_ties_within_its_own_noise() -> None:
+    # The record as rung_trust stores it: rung 0 trusted, its scores' own noise 0.05 (the finals' 0.1);
+    # eta 3 keeps 1 of 3, and the slot 0.04 behind the cut is a tie; rung 1 is not trusted: no decision.
+    trust = {"trusted": [0], "noise": 0.1, "rungs": [{"rung": 0, "noise": 0.05}, {"rung": 1, "noise": 0.02}]}
+    decide = se.trusted_decision(trust, 3)
+    assert decide(0, {4: 1.0, 5: 1.04, 6: 1.2}) == [4, 5]
+    assert decide(1, {4: 1.0, 5: 1.04, 6: 1.2}) is None
+    assert se.trusted_decision({**trust, "rungs": []}, 3)(0, {4: 1.0, 5: 1.04, 6: 1.2}) == [4, 5]  # the finals' 0.1
+    assert se.trusted_decision({**trust, "noise": None, "rungs": []}, 3)(0, {4: 1.0, 5: 1.04, 6: 1.2}) == [4]
