@@ -32,6 +32,7 @@ from archhpo.budgets import GridRow
 from archhpo.search._lrfit import LrFit, fit_lr_exponent
 from archhpo.search._plan import plan_order, plan_sizes
 from archhpo.search._space import SearchSpace
+from archhpo.search._trust import describe_trust
 
 LR_WIDTH = 2.0
 WD_WIDTH = 3.0
@@ -223,4 +224,5 @@ def describe(ladder: Mapping[str, Any]) -> str:
     return (f"from {ladder['from_budget']} (trial {ladder['from_trial']}): learning rate {c['learning_rate']:.3g} "
             f"({ladder['rule']}), weight decay {c['weight_decay']:.3g}, {c['epochs']} epochs, batch "
             f"{c['batch_size']}, warm-up {c['warmup_steps']}; {ranges}: "
-            f"{ladder['region_size']} of {ladder['grid_size']} architectures (extremes included){exponent}")
+            f"{ladder['region_size']} of {ladder['grid_size']} architectures (extremes included){exponent}"
+            + (f"; {describe_trust(ladder['trust'])}" if "trust" in ladder else ""))

@@ -24,7 +24,8 @@ from typing import Any
 
 from archhpo.search._halving import promotions
 
-__all__ = ["CONFIDENCE", "EVERY_RUNG", "N_BOOT", "TRUST_THRESHOLD", "ArchRuns", "RungTrust", "pairwise_agreement",
+__all__ = ["CONFIDENCE", "EVERY_RUNG", "N_BOOT", "TRUST_THRESHOLD", "ArchRuns", "RungTrust", "describe_trust",
+           "pairwise_agreement",
            "pooled_std", "rung_noise", "rung_trust", "seed_noise", "soft_promotions", "spearman", "tie_in"]
 
 # A rung that prunes two trials in three (eta 3) must order distinguishable architectures right at
@@ -191,6 +192,25 @@ def rung_trust(archs: Sequence[ArchRuns], threshold: float = TRUST_THRESHOLD, n_
     if not any(r["agreement"] is not None for r in record["rungs"]):
         record["reason"] = "no pair of architectures is distinguishable beyond the seed noise"
     return record
+
+
+def describe_trust(trust: Mapping[str, Any] | None) -> str:
+    """Which fidelity decides a ladder budget and why (the measured agreement): a clause for the report."""
+    if not trust:
+        return "fidelity: full length (no rung trust was measured)"
+    parts = []
+    for r in trust.get("rungs", ()):
+        if r.get("agreement") is None or r.get("low") is None:
+            parts.append(f"rung {r['rung']}: no pair distinguishable beyond noise")
+        else:
+            parts.append(f"rung {r['rung']} agreement {r['agreement']:.2f} [{r['low']:.2f}, {r['high']:.2f}]")
+    measured = "; ".join(parts) or str(trust.get("reason", "no rung below full length"))
+    at = f" at {trust['from_budget']}" if trust.get("from_budget") else ""
+    if trust.get("trusted"):
+        rungs = ", ".join(str(r) for r in trust["trusted"])
+        return f"fidelity: prunes at rung {rungs} ({measured}{at}; threshold {trust['threshold']})"
+    return (f"fidelity: the region trained to full length (no rung's interval reaches {trust['threshold']}: "
+            f"{measured}{at})")
 
 
 def tie_in(promoted: Sequence[int], scores: Mapping[int, float], noise: float) -> list[int]:

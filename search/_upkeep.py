@@ -52,6 +52,7 @@ from archhpo.search._storage import (
 )
 from archhpo.search._study import LADDER_KEY, StudySettings, enqueue_missing, load_study
 from archhpo.search._tables import db_now, end_trials, study_attr
+from archhpo.search._trust import ArchRuns, rung_trust
 
 PHASE3_KEY = "archhpo_phase3"  # the confirmation assignment (StudySettings.phase3), once ranked
 # What a retry keeps besides plan_slot and phase: the plan entry's seed, rank and baseline rule, and the rungs
@@ -208,18 +209,38 @@ class PlanUpkeep:
                        [GridRow(**a) for a in self.settings.archs], self.settings.search_space, slots,
                        int(self.settings.options.seed), below=finished,
                        data_grows=self.settings.options.budget is not None)
+        # Which rungs this budget may prune at: measured on the smallest budget, trained to the end
+        # (search/_trust.py); stored in the same write as the rest, before any trial is enqueued,
+        # so every claim and rung decision of this budget reads one trust.
+        out["trust"] = rung_trust(self._arch_runs(below[0]), seed=int(self.settings.options.seed))
+        out["trust"]["from_budget"] = below[0].settings.budget
         return {**out, "from": smaller.name, "from_budget": smaller.settings.budget}
+
+    def _arch_runs(self, upkeep: PlanUpkeep) -> list[ArchRuns]:
+        """A budget's COMPLETE trials as the rung trust reads them: per architecture, each trial's
+        scores at the rungs below full length (recorded in passing) and its full-length value."""
+        below = max(self.rule.n_rungs - 1, 0)
+        runs: dict[int, tuple[list[list[float]], list[float]]] = {}
+        for t in upkeep.storage.get_all_trials(upkeep.study_id, deepcopy=False, states=(TrialState.COMPLETE,)):
+            scores = [float(v) for v in t.user_attrs.get(Attr.RUNG_SCORES) or []][:below]
+            if t.value is None or not math.isfinite(t.value) or len(scores) < below:
+                continue  # a trial from before its rungs were recorded says nothing about them
+            rungs, finals = runs.setdefault(int(t.params["arch_idx"]), ([], []))
+            rungs.append(scores)
+            finals.append(float(t.value))
+        return [ArchRuns((k,), rungs, finals) for k, (rungs, finals) in sorted(runs.items())]
 
     @staticmethod
     def _finished(upkeep: PlanUpkeep) -> list[Finished]:
-        """A budget's COMPLETE phase-1/2 trials with a finite value, as the ladder reads them."""
+        """A budget's COMPLETE trials with a finite value (confirmation included: the top is ranked
+        on means, and a confirmed architecture's seeds are the best evidence of it)."""
         done = upkeep.storage.get_all_trials(upkeep.study_id, deepcopy=False, states=(TrialState.COMPLETE,))
         return [
             Finished(float(t.value), t.number, int(t.user_attrs["d_model"]), int(t.user_attrs["n_layers"]),
                      (int(t.params["arch_idx"]),), {k: t.params[k] for k in TRAINING_PARAMS},
                      n_heads=int(t.user_attrs.get("n_heads", 0)), d_ff=int(t.user_attrs.get("d_ff", 0)))
             for t in done
-            if t.value is not None and math.isfinite(t.value) and t.user_attrs.get(Attr.PHASE) in (1, 2)
+            if t.value is not None and math.isfinite(t.value) and t.user_attrs.get(Attr.PHASE) in (1, 2, 3)
         ]
 
     # ------------------------------------------------------------------ confirmation (phase 3)

@@ -36,12 +36,13 @@ from archhpo.search._ladder import (
 from archhpo.search._lrfit import PRIOR_DATA_GROWS, PRIOR_FIXED_DATA, best_rate
 from archhpo.search._plan import ladder_plan
 from archhpo.search._space import QUICK_SPACE
+from archhpo.search._trust import describe_trust
 from tests.conftest import TINY_DATA
 
 WORKER = {"host": "test", "device": "cpu"}
 PARAMS = {"learning_rate": 1e-3, "weight_decay": 1e-4, "epochs": 3, "batch_size": 64, "warmup_steps": 20}
 RECORD_KEYS = {"carried", "from_trial", "space", "aspect_ratios", "aspect_range", "axes", "lr_fit", "region_size",
-               "grid_size", "assignments", "rule", "from", "from_budget"}
+               "grid_size", "assignments", "rule", "from", "from_budget", "trust"}
 
 
 def _row(i: int, d: int, layers: int, extreme: str = "", heads: int = 2, ff: int = 0) -> GridRow:
@@ -139,7 +140,7 @@ def test_carry_up_assigns_every_slot_inside_the_region_reproducibly() -> None:
     grows = carry_up(finished, 100_000, 200_000, rows, QUICK_SPACE, slots=[0], seed=7, data_grows=True)
     assert grows["carried"]["learning_rate"] == pytest.approx(1e-3 * 2**PRIOR_DATA_GROWS, rel=1e-12)
     assert one["rule"] == "lr x (N/N_small)^-0.713 = x 0.610 (prior exponent); region: every axis"
-    assert set(one) == RECORD_KEYS - {"from", "from_budget"} and json.loads(json.dumps(one)) == one
+    assert set(one) == RECORD_KEYS - {"from", "from_budget", "trust"} and json.loads(json.dumps(one)) == one
 
 
 def test_carry_up_fits_the_exponent_on_every_smaller_budget() -> None:
@@ -221,7 +222,12 @@ def test_a_larger_budget_waits_then_is_planned_from_the_smaller_once(storage_url
     assert claim is not None and claim.params["epochs"] == ladder["carried"]["epochs"]
     notes = ladder_notes(q.storage, {"500K": large.study_name, "200K": small.study_name})
     assert list(notes) == ["500K"] and notes["500K"].startswith("from 200K (trial 0): learning rate")
-    assert notes["500K"].endswith("learning-rate exponent N^-0.713 (prior: 1 budget to fit, Step Law at fixed data)")
+    assert "learning-rate exponent N^-0.713 (prior: 1 budget to fit, Step Law at fixed data); fidelity: " in notes["500K"]
+    trust = ladder["trust"]
+    assert trust["from_budget"] == "200K" and trust["measure"] == "pairwise agreement"
+    # --pruner none: no rungs, so nothing to trust, whatever the 5 architectures' finals say
+    assert (trust["n_archs"], trust["rungs"], trust["trusted"]) == (5, [], [])
+    assert notes["500K"].endswith(describe_trust(trust)), "the report says which fidelity decided, and why"
 
 
 def _trials(storage_url: str, name: str) -> list[Any]:
