@@ -138,8 +138,9 @@ def lead_statement(lead: Mapping[str, Any], winner: str = "the winner", other: s
         return f"No seed has finished for both {winner} and {other}; nothing to compare yet."
     if ci is None:
         pairs = "the one seed both finished" if n == 1 else f"{n} seeds"
-        return (f"{winner.capitalize()} leads {other} by {_fmt(mean)} on {pairs}; {MIN_PAIRS} or more complete "
-                "pairs are needed to judge seed noise.")
+        said = (f"{winner.capitalize()} leads {other} by {_fmt(mean)}" if mean >= 0  # never "leads by -0.05"
+                else f"{other.capitalize()} did better than {winner} by {_fmt(-mean)}")
+        return f"{said} on {pairs}; {MIN_PAIRS} or more complete pairs are needed to judge seed noise."
     interval = f"paired 95% interval [{_fmt(ci[0])}, {_fmt(ci[1])}] over {n} seeds"
     if ci[0] <= 0 <= ci[1]:
         if mean >= 0:
@@ -202,8 +203,10 @@ def _unfinished(rows: list[dict[str, Any]], archs_out: list[dict[str, Any]]) -> 
             if (rank, seed) not in done]
 
 
-def _comparison(by_rank: Mapping[int, dict[str, Any]], seeds: list[int]) -> tuple[dict[str, Any] | None, str]:
-    """Rank 0 against rank 1, seed by seed over their complete pairs, and the sentence saying it."""
+def _comparison(by_rank: Mapping[int, dict[str, Any]], seeds: list[int], names: Sequence[str] = ()
+                ) -> tuple[dict[str, Any] | None, str]:
+    """Rank 0 against rank 1, seed by seed over their complete pairs, and the sentence saying it
+    (`names`: what the sentence calls them, "the winner" and "the runner-up" unless given)."""
     if not (0 in by_rank and 1 in by_rank):
         if by_rank:
             return None, "Only one architecture was confirmed; there is no runner-up to compare with."
@@ -218,7 +221,7 @@ def _comparison(by_rank: Mapping[int, dict[str, Any]], seeds: list[int]) -> tupl
         "unpaired_seeds": unpaired, "differences": lead["differences"], "lead": lead["mean"], "std": lead["std"],
         "se": lead["se"], "ci95": ci, "within_noise": (ci[0] <= 0 <= ci[1]) if ci else None,
     }
-    statement = lead_statement(lead)
+    statement = lead_statement(lead, *names)
     if unpaired:
         statement += (f" Seed(s) {', '.join(map(str, unpaired))} lack a finished trial of rank 0 or 1 and are left "
                       f"out: the comparison uses {lead['n_pairs']} complete pair(s) of {len(seeds)} seeds.")
@@ -275,6 +278,45 @@ def baseline_summary(rows: list[dict[str, Any]], best: Mapping[str, Any] | None)
     return out
 
 
+CHOSEN_ON_MEAN = "confirmation mean"
+CHOSEN_ON_TRIAL = "best trial"
+
+
+def _choice_statement(chosen: Mapping[str, Any], by_rank: Mapping[int, Mapping[str, Any]]) -> str:
+    """One sentence on the winner chosen on the confirmation means (lower loss is better)."""
+    means, seeds = chosen["means"], ", ".join(map(str, chosen["seeds"]))
+    rank, runner = chosen["order"][0], chosen["order"][1]
+    on = f"the mean over confirmation seed(s) {seeds}"
+    if not chosen["reversed"]:
+        return (f"The winner is chosen on {on}: the phase-1/2 best (rank 0) keeps its place, "
+                f"{_fmt(means[str(rank)])} against rank {runner}'s {_fmt(means[str(runner)])}.")
+    trial = by_rank[rank]["selection_trial"]
+    return (f"The winner is chosen on {on}: rank {rank} (best phase-1/2 trial {trial}) has the lower mean, "
+            f"{_fmt(means[str(rank)])} against rank 0's {_fmt(means['0'])}, reversing the phase-1/2 order.")
+
+
+def chosen_on_means(architectures: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """The winner chosen on the confirmation (`confirmation_summary`'s "architectures"): the confirmed
+    architecture with the lowest mean over the seeds every one of them finished, the same seeds for
+    each (a paired comparison; a tie goes to the better phase-1/2 rank).  None, and the best trial
+    stays the answer, until rank 0 and another architecture share a finished seed.
+
+    Returns {"chosen_on": CHOSEN_ON_MEAN, "rank", "order" (ranks by mean, best first), "seeds",
+    "means" ({rank: mean over those seeds}), "reversed" (another than rank 0 won), "trials" ({rank:
+    its best phase-1/2 trial, the one it was ranked and retrained by}), "statement"}."""
+    by_rank = {a["rank"]: a for a in architectures if a["values"]}
+    shared = set.intersection(*(set(a["values"]) for a in by_rank.values())) if by_rank else set()
+    if 0 not in by_rank or len(by_rank) < 2 or not shared:
+        return None
+    seeds = sorted(shared, key=int)
+    means = {rank: statistics.fmean(a["values"][s] for s in seeds) for rank, a in by_rank.items()}
+    order = sorted(means, key=lambda rank: (means[rank], rank))
+    chosen = {"chosen_on": CHOSEN_ON_MEAN, "rank": order[0], "order": order, "seeds": [int(s) for s in seeds],
+              "means": {str(rank): means[rank] for rank in sorted(means)}, "reversed": order[0] != 0,
+              "trials": {str(rank): by_rank[rank]["selection_trial"] for rank in sorted(means)}}
+    return {**chosen, "statement": _choice_statement(chosen, by_rank)}
+
+
 def confirmation_summary(
     trials_or_rows: Iterable[Any], archs: Sequence[Mapping[str, Any]] | None = None
 ) -> dict[str, Any]:
@@ -293,7 +335,8 @@ def confirmation_summary(
     "comparison": {"winner_rank": 0, "runner_up_rank": 1, "n_pairs", "seeds", "unpaired_seeds",
     "differences", "lead": mean(runner-up - winner), "std", "se", "ci95" (None below MIN_PAIRS
     pairs), "within_noise"} or None, "unfinished": [{"rank", "seed", "trial", "state", "reason"}],
-    "statement", "baselines": `baseline_summary` (empty without --baselines)}.
+    "statement", "baselines": `baseline_summary` (empty without --baselines) against the budget's
+    answer, "chosen": `chosen_on_means` (None where the best trial stays the answer)}.
     """
     everything = _all_rows(trials_or_rows, archs)
     rows = [r for r in everything if r["baseline"] is None]  # the rules' shapes are summarised apart
@@ -303,17 +346,38 @@ def confirmation_summary(
     archs_out = [_architecture(rank, members, selection.get(_key(members[0])))
                  for rank, members in _ranked(confirm, selection)]
     seeds = sorted({r["seed"] for r in rows if r["phase"] == 3 and r["seed"] is not None})
-    comparison, statement = _comparison({a["rank"]: a for a in archs_out}, seeds)
+    by_rank = {a["rank"]: a for a in archs_out}
+    chosen = chosen_on_means(archs_out)
+    # Where the means reversed the order, rank 0 is no longer "the winner": the sentence names the ranks.
+    names = ("the phase-1/2 best", "rank 1") if chosen and chosen["reversed"] else ()
+    comparison, statement = _comparison(by_rank, seeds, names)
     unfinished = _unfinished(rows, archs_out)
+    winner = by_rank[chosen["rank"]] if chosen else by_rank.get(0)  # the baselines face the budget's answer
     return {
         "n_architectures": len(archs_out),
         "seeds": seeds,
         "architectures": archs_out,
         "comparison": comparison,
         "unfinished": unfinished,
-        "statement": statement + _unfinished_text(unfinished),
-        "baselines": baseline_summary(everything, archs_out[0] if archs_out and archs_out[0]["rank"] == 0 else None),
+        "statement": statement + (" " + chosen["statement"] if chosen else "") + _unfinished_text(unfinished),
+        "baselines": baseline_summary(everything, winner),
+        "chosen": chosen,
     }
+
+
+def frame_confirmation(frame: Any) -> dict[str, dict[str, Any]]:
+    """Per budget with phase-3 trials of a `trials_frame` frame: its `confirmation_summary`."""
+    out: dict[str, dict[str, Any]] = {}
+    if not (frame["phase"] == 3).any():
+        return out
+    cols = [*ARCH_KEYS, "param_count", "trial", "state", "phase", "seed", "val_loss", "choices", "best_epoch",
+            "fail_reason", "baseline"]
+    for budget, group in frame.groupby("budget", sort=False):
+        if not (group["phase"] == 3).any():
+            continue
+        rows = group[cols].assign(rank=group["confirm_rank"]).to_dict("records")
+        out[str(budget)] = confirmation_summary(rows)
+    return out
 
 
 def paired_summary(
@@ -335,4 +399,6 @@ def paired_summary(
     return out
 
 
-__all__ = ["MIN_PAIRS", "baseline_statement", "baseline_summary", "confirmation_summary", "lead_statement", "paired_difference", "paired_summary", "seed_stats"]
+__all__ = ["CHOSEN_ON_MEAN", "CHOSEN_ON_TRIAL", "MIN_PAIRS", "baseline_statement", "baseline_summary", "chosen_on_means",
+           "confirmation_summary", "frame_confirmation", "lead_statement", "paired_difference", "paired_summary",
+           "seed_stats"]

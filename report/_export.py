@@ -16,7 +16,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from archhpo._io import atomic_write
 from archhpo.report._columns import SPEED_COLUMNS
-from archhpo.report._confirm import confirmation_summary, paired_summary
+from archhpo.report._confirm import CHOSEN_ON_MEAN, CHOSEN_ON_TRIAL, confirmation_summary, paired_summary
 from archhpo.schema import ARCH_RECORD, TRAINING_PARAMS, Attr
 from archhpo.search._space import PARAM_NAMES
 from archhpo.search._study import StudySettings, experiment_studies, load_study
@@ -101,13 +101,25 @@ def csv_text(rows: list[dict[str, Any]]) -> str:
     return buf.getvalue()
 
 
+def _answer(complete: list[FrozenTrial], confirmation: dict[str, Any] | None) -> FrozenTrial | None:
+    """The budget's answer: the best of phases 1-2 (and of a paired study's trials; confirmation
+    retrains re-measure, they do not compete), or, where the confirmation chose the winner on its
+    means (`chosen_on_means`), that architecture's best phase-1/2 trial."""
+    answer = [t for t in complete if t.user_attrs.get(Attr.PHASE) != 3]
+    chosen = (confirmation or {}).get("chosen")
+    if chosen:
+        trial = chosen["trials"][str(chosen["rank"])]
+        picked = [t for t in answer if t.number == trial]
+        if picked:
+            return picked[0]
+    return min(answer, key=lambda t: (t.value, t.number)) if answer else None
+
+
 def best_summary(study: optuna.Study, settings: StudySettings) -> dict[str, Any]:
     trials = study.get_trials(deepcopy=False)
     complete = [t for t in trials if t.state == TrialState.COMPLETE and t.value is not None]
-    # The answer is the best of phases 1-2 (and of a paired study's trials); confirmation (phase 3)
-    # retrains are summarised under "confirmation" instead.
-    answer = [t for t in complete if t.user_attrs.get(Attr.PHASE) != 3]
-    best = min(answer, key=lambda t: (t.value, t.number)) if answer else None
+    confirmation = confirmation_summary(trials, settings.archs) if any(e.phase == 3 for e in settings.plan) else None
+    best = _answer(complete, confirmation)
     arch = settings.archs[int(best.params["arch_idx"])] if best else None
     summary: dict[str, Any] = {
         "experiment": settings.experiment,
@@ -136,11 +148,21 @@ def best_summary(study: optuna.Study, settings: StudySettings) -> dict[str, Any]
         "seed": best.user_attrs.get(Attr.SEED) if best else None,  # the winner's paired/confirmation seed
     }
     summary.update(flops_summary(trials))
-    if any(e.phase == 3 for e in settings.plan):
-        summary["confirmation"] = confirmation_summary(trials, settings.archs)
+    if confirmation is not None:
+        summary["confirmation"] = confirmation
+        summary.update(_choice(confirmation, best))
     if settings.options.paired_seeds:
         summary["paired"] = paired_summary(trials, settings.archs)
     return summary
+
+
+def _choice(confirmation: dict[str, Any], best: FrozenTrial | None) -> dict[str, Any]:
+    """How a confirmed study's winner was chosen: "chosen_on" (CHOSEN_ON_MEAN, or CHOSEN_ON_TRIAL while
+    no paired means decide) and "reverses_trial", the phase-1/2 best the means displaced (else None)."""
+    chosen = confirmation.get("chosen")
+    if not chosen or best is None or best.number != chosen["trials"][str(chosen["rank"])]:
+        return {"chosen_on": CHOSEN_ON_TRIAL if best is not None else None, "reverses_trial": None}
+    return {"chosen_on": CHOSEN_ON_MEAN, "reverses_trial": chosen["trials"]["0"] if chosen["reversed"] else None}
 
 
 def flops_summary(trials: list[FrozenTrial]) -> dict[str, int | None]:

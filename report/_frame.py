@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import json
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +63,7 @@ from archhpo.report._columns import (
     _finish,
     choice_label,
 )
+from archhpo.report._confirm import frame_confirmation
 from archhpo.report._database import frame_from_storage, load_curves
 
 
@@ -186,11 +187,20 @@ def arch_key(row: Any) -> tuple[Any, ...]:
     return (row["d_model"], row["n_layers"], row["n_heads"], row["d_ff"], row["choice"])
 
 
-def best_and_runner_up(frame: pd.DataFrame) -> dict[str, tuple[pd.Series | None, pd.Series | None]]:
+def best_and_runner_up(frame: pd.DataFrame, confirm: Mapping[str, Mapping[str, Any]] | None = None
+                       ) -> dict[str, tuple[pd.Series | None, pd.Series | None]]:
     """Per budget: the best trial and the runner-up, i.e. the best trial of a *different*
-    architecture (another (d_model, n_layers, n_heads, d_ff, choices)); None where missing."""
+    architecture (another (d_model, n_layers, n_heads, d_ff, choices)); None where missing.  Where
+    the budget's confirmation chose the winner on its means (`confirm`: `frame_confirmation`, read
+    from the frame when None), the best is the chosen architecture's best phase-1/2 trial and the
+    runner-up that of the next mean: the winner is chosen on means, not on one trial."""
+    confirm = frame_confirmation(frame) if confirm is None else confirm
     out: dict[str, tuple[pd.Series | None, pd.Series | None]] = {b: (None, None) for b in budgets_in(frame)}
     for budget, group in ranked(frame).groupby("budget", sort=False):
+        chosen = _chosen_trials(group, (confirm.get(str(budget)) or {}).get("chosen"))
+        if chosen is not None:
+            out[str(budget)] = chosen
+            continue
         best = group.iloc[0]
         key = arch_key(best)
         runner = None
@@ -200,6 +210,18 @@ def best_and_runner_up(frame: pd.DataFrame) -> dict[str, tuple[pd.Series | None,
                 break
         out[str(budget)] = (best, runner)
     return out
+
+
+def _chosen_trials(group: pd.DataFrame, chosen: Mapping[str, Any] | None) -> tuple[pd.Series, pd.Series] | None:
+    """The best phase-1/2 trials of the first two architectures by confirmation mean (their
+    "selection_trial"), or None when the budget has no such choice or a trial is not in the frame."""
+    if not chosen:
+        return None
+    trials = [chosen["trials"].get(str(rank)) for rank in chosen["order"][:2]]
+    rows = [group[group["trial"] == t] for t in trials]
+    if any(t is None or r.empty for t, r in zip(trials, rows, strict=True)):
+        return None
+    return rows[0].iloc[0], rows[1].iloc[0]
 
 
 __all__ = [

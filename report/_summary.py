@@ -9,7 +9,7 @@ from typing import Any
 
 import pandas as pd
 
-from archhpo.report._confirm import confirmation_summary
+from archhpo.report._confirm import CHOSEN_ON_MEAN, CHOSEN_ON_TRIAL, frame_confirmation
 from archhpo.report._frame import best_and_runner_up, budgets_in
 from archhpo.schema import ARCH_KEYS, ARCH_RECORD, TRAINING_PARAMS
 
@@ -23,11 +23,15 @@ SUMMARY_EXTRA = (
     "best_epoch", "train_flops", "confirm_n", "confirm_lead", "confirm_lead_ci95_lo", "confirm_lead_ci95_hi",
     "confirm_within_noise", "baseline_val_loss", "noise_std", "noise_source", "tie_within_noise",
 )
+# Appended where the experiment ran a confirmation: how each budget's winner was chosen (CHOSEN_ON_MEAN:
+# the lowest confirmation mean; CHOSEN_ON_TRIAL: the best phase-1/2 trial) and, where the means
+# reversed the phase-1/2 order, the best trial they displaced.
+CHOICE_COLUMNS = ("chosen_on", "reverses_trial")
 ARCH = ARCH_KEYS
 _INT_COLUMNS = (
     "best_trial", *ARCH, "param_count", "n_complete", "n_pruned", "n_failed", "runner_up_trial",
     *(f"runner_up_{k}" for k in (*ARCH, "param_count")), "epochs", "batch_size", "warmup_steps", "best_epoch",
-    "train_flops", "confirm_n",
+    "train_flops", "confirm_n", "reverses_trial",
 )
 
 
@@ -56,19 +60,7 @@ def _count(x: Any) -> str:
 
 
 # ----------------------------------------------------------------------------- confirmation
-def confirmation(frame: pd.DataFrame) -> dict[str, dict[str, Any]]:
-    """Per budget with phase-3 trials: `archhpo.report._confirm.confirmation_summary` of them."""
-    out: dict[str, dict[str, Any]] = {}
-    if not (frame["phase"] == 3).any():
-        return out
-    cols = [*ARCH, "param_count", "trial", "state", "phase", "seed", "val_loss", "choices", "best_epoch", "fail_reason",
-            "baseline"]
-    for budget, group in frame.groupby("budget", sort=False):
-        if not (group["phase"] == 3).any():
-            continue
-        rows = group[cols].assign(rank=group["confirm_rank"]).to_dict("records")
-        out[str(budget)] = confirmation_summary(rows)
-    return out
+confirmation = frame_confirmation  # per budget with phase-3 trials: its confirmation_summary
 
 
 # ----------------------------------------------------------------------------- summary
@@ -114,12 +106,38 @@ def _differs(runner: pd.Series, best: pd.Series | None) -> str:
     return " ".join(differences(arch_fields(runner), arch_fields(best) if best is not None else None))
 
 
+def _confirm_columns(c: dict[str, Any] | None, best_trial: int | None) -> dict[str, Any]:
+    """A budget's confirmation cells: the winner's mean ± std over its seeds (the architecture chosen on
+    the confirmation means, else rank 0), the paired lead of rank 0 over rank 1, and how the winner was
+    chosen (on the means only where `best_and_runner_up` could pick the chosen one's trial)."""
+    chosen = (c or {}).get("chosen")
+    if chosen and chosen["trials"][str(chosen["rank"])] != best_trial:
+        chosen = None
+    row: dict[str, Any] = {"chosen_on": CHOSEN_ON_MEAN if chosen else CHOSEN_ON_TRIAL if best_trial is not None
+                           else None}
+    if chosen and chosen["reversed"]:
+        row["reverses_trial"] = chosen["trials"]["0"]
+    if not (c and c["architectures"]):
+        return row
+    rank = chosen["rank"] if chosen else c["architectures"][0]["rank"]
+    top = next(a for a in c["architectures"] if a["rank"] == rank)
+    row.update(confirm_mean=top["mean"], confirm_std=top["std"], confirm_n=top["n"])
+    comp = c.get("comparison")
+    if comp:
+        ci = comp.get("ci95") or [None, None]
+        row.update(confirm_lead=comp["lead"], confirm_lead_ci95_lo=ci[0], confirm_lead_ci95_hi=ci[1],
+                   confirm_within_noise=comp["within_noise"])
+    return row
+
+
 def budget_summary(frame: pd.DataFrame, confirm: dict[str, dict[str, Any]] | None = None) -> pd.DataFrame:
-    """One row per budget (`SUMMARY_COLUMNS`, then `SUMMARY_EXTRA` and the best trial's family
-    metrics); budgets without a finished trial keep empty cells."""
+    """One row per budget (`SUMMARY_COLUMNS`, then `SUMMARY_EXTRA`, `CHOICE_COLUMNS` where the
+    experiment ran a confirmation, and the best trial's family metrics); the best is
+    `best_and_runner_up`'s (where a confirmation chose on its means, the chosen architecture's best
+    phase-1/2 trial); budgets without a finished trial keep empty cells."""
     confirm = confirmation(frame) if confirm is None else confirm
     metrics = [c for c in frame.columns if c.startswith("val_") and c not in ("val_loss", "val_curve")]
-    picks = best_and_runner_up(frame)
+    picks = best_and_runner_up(frame, confirm)
     rows = []
     for budget in budgets_in(frame):
         group = frame[frame["budget"] == budget]
@@ -141,24 +159,18 @@ def budget_summary(frame: pd.DataFrame, confirm: dict[str, dict[str, Any]] | Non
                        runner_up_choice=runner["choice"], runner_up_differs=_differs(runner, best))
             row["gap"] = row["runner_up_val_loss"] - row["val_loss"]
         row.update(_noise_columns(group, row))
-        c = confirm.get(budget)
-        if c and c["architectures"]:
-            top = c["architectures"][0]
-            row.update(confirm_mean=top["mean"], confirm_std=top["std"], confirm_n=top["n"])
-            comp = c.get("comparison")
-            if comp:
-                ci = comp.get("ci95") or [None, None]
-                row.update(confirm_lead=comp["lead"], confirm_lead_ci95_lo=ci[0], confirm_lead_ci95_hi=ci[1],
-                           confirm_within_noise=comp["within_noise"])
+        row.update(_confirm_columns(confirm.get(budget), row.get("best_trial")))
         rows.append(row)
-    columns = [*SUMMARY_COLUMNS, *SUMMARY_EXTRA, *metrics]
+    # Only an experiment with a confirmation says how its winners were chosen: the others' tables keep their columns.
+    columns = [*SUMMARY_COLUMNS, *SUMMARY_EXTRA, *(CHOICE_COLUMNS if confirm else ()), *metrics]
     table = pd.DataFrame(rows, columns=columns)
-    for col in _INT_COLUMNS:  # whole numbers stay whole in the CSV although some budgets lack them
+    for col in (c for c in _INT_COLUMNS if c in table):  # whole numbers stay whole although some budgets lack them
         table[col] = pd.to_numeric(table[col], errors="coerce").round().astype("Int64")
     return table
 
 
 __all__ = [
+    "CHOICE_COLUMNS",
     "SUMMARY_COLUMNS",
     "SUMMARY_EXTRA",
     "budget_noise",
