@@ -209,6 +209,8 @@ __all__ = [
     "DEFAULT_ETA",
     "DEFAULT_INTERVALS",
     "DEFAULT_MIN_FRACTION",
+    "LADDER_CONFIRM_SEEDS",
+    "LADDER_FINALISTS",
     "DataBudget",
     "PRUNERS",
     "TrainingPlan",
@@ -238,6 +240,13 @@ __all__ = [
 PRUNERS: list[str] = ["median", "halving", "none"]
 DEFAULT_ETA = 3
 DEFAULT_MIN_FRACTION = "1/9"
+# --ladder's confirmation when --confirm is not stated: its 2 best architectures per budget (the
+# finalists) each retrained with 2 new seeds, so each has 3 or more full-length runs with its phase-1
+# trial(s) and the winner is chosen on the mean over the same seeds (a paired comparison).  2 and 2
+# add 4 full-length runs a budget, which keeps the largest budget's cost near the target of a
+# quarter of the design's FLOPs (bench/search_efficiency.py imports both to price it).
+LADDER_FINALISTS = 2
+LADDER_CONFIRM_SEEDS = 2
 
 
 

@@ -31,6 +31,7 @@ from archhpo.config import (
 )
 from archhpo.errors import ArchhpoError, ConfigError
 from archhpo.models import get_family
+from archhpo.schema import LADDER_CONFIRM_SEEDS, LADDER_FINALISTS
 from archhpo.search._study import StudySettings, keyword_config, prepare_settings
 from tests.conftest import REPO, TINY_DATA
 
@@ -182,3 +183,23 @@ def test_a_study_written_before_the_config_loads_and_relaunches_identically(
     err = capsys.readouterr().err
     assert f"reloaded study {name}" in err and "differen" not in err
     assert optuna.load_study(study_name=name, storage=url).user_attrs == attrs  # nothing rewritten
+
+
+def test_a_ladder_confirms_its_finalists_unless_confirm_or_seeds_is_stated() -> None:
+    budgets = {"experiment": "e", "budget": ["200K", "500K"], "ladder": True, "seeds": 3}  # --seeds' default
+    ladder = StudyConfig.from_options(budgets, given=["ladder", "budget"])
+    assert (ladder.confirm.top, ladder.confirm.seeds) == (LADDER_FINALISTS, LADDER_CONFIRM_SEEDS) == (2, 2)
+    off = StudyConfig.from_options({**budgets, "confirm": 0}, given=["ladder", "budget", "confirm"])
+    assert off.confirm == Confirm(), "--confirm 0 stated: no confirmation"
+    seeds = StudyConfig.from_options({**budgets, "seeds": 5}, given=["ladder", "budget", "seeds"])
+    assert (seeds.confirm.top, seeds.confirm.seeds) == (LADDER_FINALISTS, 5), "--seeds stated wins"
+    three = StudyConfig.from_options({**budgets, "confirm": 3}, given=["ladder", "budget", "confirm"])
+    assert (three.confirm.top, three.confirm.seeds) == (3, 3), "--confirm stated: --seeds keeps its default"
+    assert StudyConfig.from_options({**budgets, "ladder": False}).confirm == Confirm(), "off the ladder: none"
+    assert dataclasses.replace(off, seed=1).confirm == Confirm(), "a stated --confirm 0 survives a copy"
+    paired = StudyConfig.from_options({**budgets, "paired_seeds": 2}, given=["ladder", "budget", "paired_seeds"])
+    assert paired.confirm == Confirm(), "a paired ladder is refused by the plan with its own sentence"
+    with pytest.raises(ArchhpoError, match="--seeds S counts only with --confirm K"):
+        StudyConfig.from_options({**budgets, "confirm": 0}, given=["ladder", "budget", "confirm", "seeds"])
+    assert f"confirms each budget's {LADDER_FINALISTS} finalists with {LADDER_CONFIRM_SEEDS} new seeds" in (
+        field_help("ladder")), "the help says what the constants are"

@@ -19,6 +19,7 @@ from optuna.trial import TrialState
 from archhpo.budgets import GridRow
 from archhpo.cli import main
 from archhpo.report._page import ladder_notes
+from archhpo.schema import LADDER_CONFIRM_SEEDS, LADDER_FINALISTS
 from archhpo.search import TrialQueue, _study, launch, prepare_settings
 from archhpo.search._ladder import (
     Finished,
@@ -302,3 +303,20 @@ def test_a_ladder_that_cannot_be_is_one_sentence_and_writes_nothing(
     db = tmp_path / "s.db"
     assert main(["launch", "--experiment", "x", "--ladder", "--quick", *flags, "--storage", f"sqlite:///{db}"]) == 2
     assert sentence in capsys.readouterr().err and not db.exists()
+
+
+@pytest.mark.parametrize(("flags", "phase3"), [
+    ([], LADDER_FINALISTS * LADDER_CONFIRM_SEEDS), (["--seeds", "3"], LADDER_FINALISTS * 3), (["--confirm", "0"], 0),
+])
+def test_a_ladder_launched_plans_its_finalists_confirmation_at_every_budget(
+        sqlite_url: str, flags: list[str], phase3: int) -> None:
+    assert main(["launch", "--experiment", "lc", "--ladder", "--quick", "--budget", "200K", "--budget", "500K",
+                 "--trials", "8", "--data", TINY_DATA, *flags, "--storage", sqlite_url]) == 0
+    small, large = TrialQueue(sqlite_url, "lc_200K").settings, TrialQueue(sqlite_url, "lc_500K").settings
+    for s in (small, large):
+        assert sum(e.phase == 3 for e in s.plan) == phase3
+        assert (s.options.confirm or 0) == (LADDER_FINALISTS if phase3 else 0)
+    confirmation = [(e.rank, e.seed) for e in large.plan if e.phase == 3]
+    seeds = phase3 // LADDER_FINALISTS
+    assert confirmation == [(r, s) for s in range(seeds) for r in range(LADDER_FINALISTS)], "every finalist, each seed"
+    assert [e.phase for e in large.plan if e.phase != 3] == [1] * (len(large.plan) - phase3), "slots the ladder fills"

@@ -160,9 +160,10 @@ def test_a_ladder_halves_unless_its_pruner_is_stated_and_stores_that_it_trusts()
     assert make_rule(s) == RULE and on_ladder(make_rule(s))
 
 
-# A --ladder of two budgets, launched as the command line would (no --pruner: halving).
+# A --ladder of two budgets, launched as the command line would (no --pruner: halving) with --confirm 0
+# stated: these tests follow the rungs, and confirmation trials have none.
 LADDER = replace(keyword_config("lt", n_trials=8, data=TINY_DATA, quick=True, seed=0, fixed_params={"epochs": 9}),
-                 budgets=("200K", "500K"), ladder=True)
+                 budgets=("200K", "500K"), ladder=True, given=frozenset({"confirm"}))
 WORKER = {"host": "test", "device": "cpu"}
 
 
