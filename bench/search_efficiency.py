@@ -36,12 +36,16 @@ in architectures, twice each, phase 2 = the rest once, farthest-point order from
                    (`carry_up` of the smaller budget's full-length trials, confirmation runs included),
                    halved at the trusted rungs only (`soft_promotions`; an untrusted rung decides
                    nothing but is scored in passing), or trained to full length if no rung was trusted.
-                   At every budget the FINALISTS best architectures (mean of their full-length trials)
-                   are confirmed to CONFIRM_SEEDS full-length runs each, and the best mean among them wins.
-                   With a 3-seed table the confirmation runs are the truth's seeds: a finalist's first
-                   run is its held-out seed and its 2nd and 3rd runs are the two seeds its truth
-                   averages, so the winner is chosen partly on the noise that grades it; its regret is
-                   then optimistic (biased low) against strategies whose choice saw the held-out seed only.
+                   At every budget the FINALISTS (2) architectures with the best single full-length
+                   value (as search/_ranking.py ranks the confirmation) are each retrained with
+                   CONFIRM_SEEDS (2) new seeds (archhpo.schema's --ladder default), the draw's next runs
+                   of the architecture, and the winner is the lowest mean over those confirmation runs
+                   (the report's `chosen_on_means`).  A 3-seed table has no new seeds: an architecture's
+                   first run is its held-out seed and its next runs are the two seeds its truth averages
+                   (then the held-out one again), so a finalist planned once is confirmed on exactly the
+                   seeds that grade it, one planned twice on a truth seed and its held-out seed.  The
+                   winner is then chosen partly on the noise that grades it, and its regret is
+                   optimistic (biased low) against strategies whose choice saw the held-out seed only.
                    On a table whose seeds changed the data a repeat has one run per architecture, so
                    confirmation runs repeat it: they cost FLOPs and cannot change the choice, and the
                    seed noise `rung_trust` measures there is 0 (its cuts are hard).
@@ -78,17 +82,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/_replay_table.
 
 from _replay_table import Arch, Budget, Draw, TableError, draw, extremes, grid_rows, load_table  # noqa: E402
 
+from archhpo.schema import LADDER_CONFIRM_SEEDS, LADDER_FINALISTS  # noqa: E402
+
 __all__ = ["Arch", "Budget", "TableError", "draw", "extremes", "load_table", "main", "replay"]
 
 STRATEGIES = ("design", "median", "topk_one_epoch", "halving", "halving_ladder", "ladder", "archhpo")
 TARGET = {"share_within_1std": 0.9, "flops_ratio": 0.25}
 MEASURES = ("flops_ratio", "share_within_1std", "regret_std")  # the JSON's `strategies`: exactly these per name
 TUNING_SEED, EVALUATION_SEED = 0, 20261126  # plan seeds: archhpo tuned at the first, its targets reported at the second
-# archhpo's confirmation at every budget: the FINALISTS best architectures (mean of their full-length
-# trials) trained to CONFIRM_SEEDS full-length runs each.  The seeds are the config's --seeds default;
-# the config has no default number of finalists (--confirm is 0, off), so the issue's 2-3 is fixed here.
-FINALISTS = 3
-CONFIRM_SEEDS = 3
+# archhpo's confirmation at every budget, the --ladder default (archhpo.schema): the FINALISTS best
+# architectures each retrained with CONFIRM_SEEDS new seeds.
+FINALISTS, CONFIRM_SEEDS = LADDER_FINALISTS, LADDER_CONFIRM_SEEDS
 # carry_up reads the training parameters off the smaller budget's best trial; a truth has one set of
 # them (a paired study), so these stand in for it and no strategy's choice depends on them.
 FIXED_PARAMS = {"learning_rate": 3e-3, "weight_decay": 1e-4, "epochs": 9, "batch_size": 16, "warmup_steps": 50}
@@ -235,10 +239,6 @@ def _by_arch(trials: Sequence[Trial]) -> dict[int, list[Trial]]:
     return out
 
 
-def _mean(trials: Sequence[Trial]) -> float:
-    return statistics.fmean(t.run["loss"] for t in trials)
-
-
 def measured_trust(trials: Sequence[Trial], seed: int) -> dict[str, Any]:
     """The rung trust archhpo measures at its smallest budget (search/_trust.py's `rung_trust`, the
     study's seed for its bootstrap), from the budget's full-length trials, confirmation runs included
@@ -261,24 +261,36 @@ def trusted_decision(trust: dict[str, Any], eta: int) -> Decide:
     return lambda rung, scores: soft_promotions(scores, eta, judged.noise_at(rung)) if judged.judges(rung) else None
 
 
+def finalists(finished: Sequence[Trial]) -> list[int]:
+    """The LADDER_FINALISTS architectures ranked as the run ranks its confirmation (search/_ranking.py
+    `rank_architectures`, which reads the study's storage): by each one's best full-length phase-1/2
+    value, ties to the earlier trial."""
+    best: dict[int, Trial] = {}
+    for t in sorted(finished, key=lambda t: (t.run["loss"], t.slot)):
+        best.setdefault(t.arch.idx, t)
+    return list(best)[:FINALISTS]
+
+
 def confirmed(budget: Budget, planned: Sequence[Trial], finished: list[Trial], noise: Draw
               ) -> tuple[float, Arch, list[Trial]]:
-    """archhpo's finalists: the FINALISTS best architectures by the mean of their full-length trials,
-    each given the draw's next runs of it (after every planned trial's, pruned ones included) until it
-    has CONFIRM_SEEDS full-length runs, each a replicate (full length, its rungs scored in passing).
-    Returns their FLOPs, the winner (the finalist with the best mean of its full-length runs; ties: the
-    better ranked) and the full-length trials, confirmation runs included (what carries up)."""
-    runs = _by_arch(finished)
-    ranked = sorted(runs, key=lambda i: (_mean(runs[i]), min(t.slot for t in runs[i])))[:FINALISTS]
-    used, slot, extra = Counter(t.arch.idx for t in planned), len(planned), []
+    """archhpo's confirmation (the --ladder default, archhpo.schema): each finalist retrained with
+    CONFIRM_SEEDS new seeds, the draw's next runs of it (after every planned trial's, pruned ones
+    included), each a replicate (full length, its rungs scored in passing), and the winner chosen by
+    the report's `chosen_on_means` (the lowest mean over the confirmation seeds every finalist
+    finished; one finalist: itself).  Returns their FLOPs, the winner and the full-length trials,
+    confirmation runs included (what carries up and what the trust reads)."""
+    from archhpo.report._confirm import chosen_on_means
+
+    ranked = finalists(finished)
+    used = Counter(t.arch.idx for t in planned)
+    extra: list[Trial] = []
     for i in ranked:
-        for k in range(CONFIRM_SEEDS - len(runs[i])):
-            extra.append(Trial(slot, budget.archs[i], noise.run(budget.archs[i], used[i] + k)))
-            slot += 1
-    done = [*finished, *extra]
-    runs = _by_arch(done)
-    winner = min(ranked, key=lambda i: (_mean(runs[i]), ranked.index(i)))
-    return sum(scored_cost(t) for t in extra), budget.archs[winner], done
+        for k in range(CONFIRM_SEEDS):
+            extra.append(Trial(len(planned) + len(extra), budget.archs[i], noise.run(budget.archs[i], used[i] + k)))
+    values = {i: {str(k): t.run["loss"] for k, t in enumerate(ts)} for i, ts in _by_arch(extra).items()}
+    chosen = chosen_on_means([{"rank": r, "values": values[i], "selection_trial": r} for r, i in enumerate(ranked)])
+    winner = ranked[chosen["rank"] if chosen else 0]
+    return sum(scored_cost(t) for t in extra), budget.archs[winner], [*finished, *extra]
 
 
 def archhpo(budget: Budget, smaller: Budget | None, below: Outcome | None, step: int, noise: Draw,

@@ -277,14 +277,15 @@ def test_archhpo_halves_at_the_rungs_its_smallest_budget_trusts(tmp_path: Path) 
     a = small["archhpo"]
     assert a.trust["trusted"] == [0, 1] and not a.pruned and a.winner.idx == 8  # arch 8: the lowest loss
     # The smallest budget: the design's 18 trials (9 architectures twice) at 9 epochs + 0.25 + 0.75 branch
-    # epochs, and one confirmation run for each of the 3 finalists (2 runs each so far): 21 x 10.
-    assert (a.flops, small["design"].flops) == (21 * 10, 18 * 9)
+    # epochs, and 2 confirmation runs for each of the 2 finalists: 22 x 10.
+    assert (se.FINALISTS, se.CONFIRM_SEEDS) == (2, 2)
+    assert (a.flops, small["design"].flops) == (22 * 10, 18 * 9)
     # The larger budget: the ladder's 18 slots (the design's plan of 9 architectures caps them), halved at
     # both trusted rungs with hard cuts (the seeds changed the data: no seed noise within a repeat):
-    # 18 x (1 + 0.25), 6 x (2 + 0.75), 2 x 6 to full length, both arch 8, which gets 1 confirmation run.
-    assert large["archhpo"].pruned and large["archhpo"].flops == 18 * 1.25 + 6 * 2.75 + 2 * 6 + 10
+    # 18 x (1 + 0.25), 6 x (2 + 0.75), 2 x 6 to full length, both arch 8, the one finalist: 2 x 10 more.
+    assert large["archhpo"].pruned and large["archhpo"].flops == 18 * 1.25 + 6 * 2.75 + 2 * 6 + 2 * 10
     assert large["ladder"].flops == 18 * 9 and len(large["ladder"].finished) == 18
-    assert [t.arch.idx for t in large["archhpo"].finished] == [8, 8, 8]
+    assert [t.arch.idx for t in large["archhpo"].finished] == [8, 8, 8, 8]
     assert large["archhpo"].winner.idx == large["ladder"].winner.idx == 8
     result = se.replay(budgets, repeats=3, seed=0)
     assert result["archhpo"]["regret_std"] == [0.0, 0.0] and result["archhpo"]["share_within_1std"] == 1.0
@@ -306,24 +307,25 @@ def test_archhpo_trains_full_length_where_the_rungs_rank_the_other_way(tmp_path:
 
 
 def test_the_finalists_confirmation_runs_are_counted_and_decide(tmp_path: Path) -> None:
-    # Two architectures on fixed data, both extremes: the design trains each twice (4 x 9 epochs); archhpo
-    # also pays each trial's branches (0.25 + 0.75) and confirms both (2 finalists <= FINALISTS) with one
-    # more run each to CONFIRM_SEEDS = 3: 6 trials x 10 against the design's 4 x 9.
-    rows = _arch_rows("100K", 100_000, A_AND_B, data_seed="0")
+    # Two architectures on fixed data, both extremes: A (1.0 on seed 0, else 2.0) and B (1.4 on every seed).
+    # The design trains each twice (4 x 9 epochs); archhpo also pays each trial's branches (0.25 + 0.75) and
+    # retrains both finalists with 2 new seeds: 8 trials x 10 against the design's 4 x 9.
+    archs = [(64, 2, 100_000, [1.0, 2.0, 2.0]), (64, 3, 100_000, [1.4, 1.4, 1.4])]
+    rows = _arch_rows("100K", 100_000, archs, data_seed="0")
     for r in rows:
         r["branch_epochs"] = "0.25;0.75;0.0"
     budgets = se.load_table(_write(tmp_path, rows))
-    assert (se.FINALISTS, se.CONFIRM_SEEDS) == (3, 3)
     result = se.replay(budgets, repeats=12, seed=5)
-    assert result["archhpo"]["flops_ratio"] == pytest.approx(60 / 36, abs=1e-12)
-    # All three of A's seeds (mean 5/3) lose to B (1.5): archhpo never picks A, whose held-out truth is
-    # 2.0 when seed 0 is held out; the design, misled by A's held-out seed 0, does in some repeats.
+    assert result["archhpo"]["flops_ratio"] == pytest.approx(80 / 36, abs=1e-12)
+    # A's confirmation mean is 1.5 or 2.0 (its runs after the two planned ones), never below B's 1.4: archhpo
+    # always picks B, the best by every truth; the design picks A whenever it saw A's seed 0, and is more
+    # than 1 std off when that seed is A's held-out one (A's truth then 2.0).
     assert result["archhpo"]["regret_std"] == [0.0] and result["archhpo"]["share_within_1std"] == 1.0
     assert result["design"]["share_within_1std"] < 1.0
     (only,) = _budgets_of_one_repeat(budgets, seed=5)
     confirmation = only["archhpo"].finished[4:]
-    assert sorted(t.arch.idx for t in confirmation) == [0, 1] and [t.slot for t in confirmation] == [4, 5]
-    for t in confirmation:  # the draw's next run of its architecture: the seed its two trials did not use
+    assert [t.slot for t in confirmation] == [4, 5, 6, 7] and only["archhpo"].winner.idx == 1
+    for t in confirmation[::2]:  # the draw's next run of its architecture: the seed its two trials did not use
         seen = {u.run["seed"] for u in only["archhpo"].finished[:4] if u.arch.idx == t.arch.idx}
         assert seen | {t.run["seed"]} == {0, 1, 2}
 
