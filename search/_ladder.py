@@ -18,7 +18,11 @@ What is carried up from the next smaller budget (its COMPLETE trials of phases 1
   the aspect ratio alone narrows (the rule before every axis was).
 A ladder budget has fewer trials: the design's --trials halved per step up the ladder, never
 fewer than its extremes + 2 nor more than the design's plan would train; its plan has no phase 2
-(its training parameters come from below).
+(its training parameters come from below).  Phase 1 trains each architecture of the region once:
+slots beyond the region's size get no assignment (the record's "skipped_slots") and are final
+without a trial, as confirmation ranks that do not exist are (search/_upkeep.py): a repeat costs a
+full trial, and --ladder retrains its finalists with new seeds in phase 3 instead.  A record
+stored before this assigned every slot, repeating the region, and is used as stored.
 """
 
 from __future__ import annotations
@@ -168,28 +172,33 @@ def carry_up(finished: Sequence[Finished], n_small: int, n_large: int, rows: Seq
              space: SearchSpace, slots: Sequence[int], seed: int, *,
              below: Sequence[tuple[int, Sequence[Finished]]] = (), data_grows: bool = False) -> dict[str, Any]:
     """The larger budget's plan from the next smaller budget's finished trials: what was carried,
-    and an architecture and training parameters for each planned phase-1 slot (the region's
-    architectures in the plan's spread order, extremes first, repeated if the slots outnumber them).
+    and an architecture and training parameters for the planned phase-1 slots, one per region
+    architecture in the plan's spread order, extremes first; slots beyond the region's size are
+    skipped (no assignment; counted in "skipped_slots").
 
     below: every smaller budget of the ladder as (nominal N, its finished trials), which the
     learning-rate exponent is fitted on (search/_lrfit.py; () reads the next smaller alone);
     data_grows: the study trains on a fixed data per parameter (the prior's regime)."""
     top = top_architectures(finished)
     if not top:  # every trial of the smaller budget failed: nothing to carry, the design's space and grid
+        assignments = _assign(list(rows), space, slots, seed)
         return {"carried": None, "from_trial": None, "space": space.as_dict(), "aspect_ratios": [],
                 "aspect_range": None, "axes": None, "lr_fit": None, "region_size": len(rows),
-                "grid_size": len(rows), "rule": "nothing carried", "assignments": _assign(list(rows), space, slots, seed)}
+                "grid_size": len(rows), "rule": "nothing carried", "assignments": assignments,
+                "skipped_slots": len(slots) - len(assignments)}
     fit = fit_lr_exponent([(n, [(float(t.params["learning_rate"]), t.value) for t in done])
                            for n, done in (below or [(n_small, finished)])], data_grows=data_grows)
     carried = carried_params(top[0], n_small, n_large, space, exponent=fit.exponent)
     inside, ranges, how = narrowed_region(rows, top)
     narrow = narrowed_space(carried, space)
     ratios = [t.d_model / t.n_layers for t in top]
+    assignments = _assign(inside, narrow, slots, seed)
     return {
         "carried": carried, "from_trial": top[0].number, "space": narrow.as_dict(),
         "aspect_ratios": sorted(ratios), "aspect_range": [min(ratios) / ASPECT_WIDEN, max(ratios) * ASPECT_WIDEN],
         "axes": ranges, "lr_fit": fit.as_dict(), "region_size": len(inside), "grid_size": len(rows),
-        "assignments": _assign(inside, narrow, slots, seed), "rule": _rule(fit, n_large / n_small, how),
+        "assignments": assignments, "skipped_slots": len(slots) - len(assignments),
+        "rule": _rule(fit, n_large / n_small, how),
     }
 
 
@@ -200,12 +209,13 @@ def _rule(fit: LrFit, ratio: float, how: str) -> str:
 
 
 def _assign(rows: list[GridRow], space: SearchSpace, slots: Sequence[int], seed: int) -> list[dict[str, Any]]:
-    """Each slot's architecture (the rows in spread order, extremes first, repeated if the slots
-    outnumber them) and training parameters (sampled from `space`)."""
+    """The first slots' architectures, one slot per row in spread order (extremes first), and
+    training parameters (sampled from `space`); the slots beyond the rows get none: a repeat of an
+    architecture in phase 1 costs a full trial, and confirmation retrains the finalists anyway."""
     order = plan_order([GridRow(**{**r.as_dict(), "arch_idx": i}) for i, r in enumerate(rows)], seed)
-    rng = random.Random(f"ladder:{seed}")
-    return [{"slot": slot, "arch_idx": rows[order[i % len(order)]].arch_idx, "params": space.sample(rng)}
-            for i, slot in enumerate(slots)]
+    rng = random.Random(f"ladder:{seed}")  # drawn in slot order: the assigned slots keep their old draws
+    return [{"slot": slot, "arch_idx": rows[i].arch_idx, "params": space.sample(rng)}
+            for slot, i in zip(slots, order, strict=False)]
 
 
 _AXIS_NAMES = {"aspect": "aspect ratio", "head_dim": "head dim", "ff_ratio": "d_ff ratio", "depth": "depth"}
@@ -216,7 +226,8 @@ def describe(ladder: Mapping[str, Any]) -> str:
     every axis was narrowed has only the aspect ratio's range and no fitted exponent)."""
     c = ladder["carried"]
     if c is None:
-        return f"from {ladder['from_budget']}: nothing (every trial there failed); planned as the design"
+        return (f"from {ladder['from_budget']}: nothing (every trial there failed); planned as the design"
+                + _slots_note(ladder))
     axes = ladder.get("axes") or {"aspect": ladder["aspect_range"]}
     ranges = ", ".join(f"{_AXIS_NAMES[a]} {r[0]:.3g}–{r[1]:.3g}" for a, r in axes.items() if r is not None)
     fit = ladder.get("lr_fit")
@@ -224,5 +235,16 @@ def describe(ladder: Mapping[str, Any]) -> str:
     return (f"from {ladder['from_budget']} (trial {ladder['from_trial']}): learning rate {c['learning_rate']:.3g} "
             f"({ladder['rule']}), weight decay {c['weight_decay']:.3g}, {c['epochs']} epochs, batch "
             f"{c['batch_size']}, warm-up {c['warmup_steps']}; {ranges}: "
-            f"{ladder['region_size']} of {ladder['grid_size']} architectures (extremes included){exponent}"
+            f"{ladder['region_size']} of {ladder['grid_size']} architectures (extremes included)"
+            f"{_slots_note(ladder)}{exponent}"
             + (f"; {describe_trust(ladder['trust'])}" if "trust" in ladder else ""))
+
+
+def _slots_note(ladder: Mapping[str, Any]) -> str:
+    """How many phase-1 slots trained, where some were skipped (a record stored before slots were
+    skipped has no "skipped_slots": every slot trained, repeats included, and nothing is said)."""
+    skipped = int(ladder.get("skipped_slots") or 0)
+    if not skipped:
+        return ""
+    n = len(ladder["assignments"])
+    return f"; phase 1: {n} of {n + skipped} slots, one per region architecture"

@@ -44,7 +44,9 @@ class PlanStatus:
     phase2_created: bool = False
     phase12_final: bool = False  # every phase-1 and phase-2 slot is final (confirmation may start)
     phase3_pending: bool = False  # confirmation slots still to be assigned or enqueued
-    skipped: int = 0  # confirmation ranks beyond the architectures that finished (final, no trial)
+    # Slots final without a trial (_never_filled): confirmation ranks beyond the architectures that
+    # finished, and a ladder budget's phase-1 slots beyond its region's size.
+    skipped: int = 0
     retries: int = 0
     whole_gpu_waiting: int = 0  # WAITING trials only a worker with a whole GPU may claim
     held: int = 0  # WAITING trials held at a successive-halving rung until its decision
@@ -134,12 +136,22 @@ def _open_slots(c: _LightCache, trials: Sequence[_LightTrial], plan: list[PlanEn
     return by_slot
 
 
-def _count_slot(st: PlanStatus, ts: list[_LightTrial], confirm_open: bool, retry: list[_LightTrial],
+def _never_filled(entry: PlanEntry, ranks: set[int] | None, ladder: set[int] | None) -> bool:
+    """Whether no trial will ever come to the slot, so that, without one, it is final: a confirmation
+    rank missing from the stored `ranks` (fewer architectures finished than --confirm asked for), or
+    a ladder budget's phase-1 slot missing from its stored record's assigned `ladder` slots (beyond
+    the region's size).  Until the ranks or the record are stored (None) the slot waits for them."""
+    if entry.phase == 3:
+        return ranks is not None and int(entry.rank or 0) not in ranks
+    return entry.phase == 1 and entry.arch_idx is None and ladder is not None and entry.slot not in ladder
+
+
+def _count_slot(st: PlanStatus, ts: list[_LightTrial], skip: bool, retry: list[_LightTrial],
                 durations: list[float]) -> bool:
     """Count one open slot's trials (oldest first) into `st`; True when its outcome is final.
 
     A failed slot is retried (its last trial appended to `retry`) while attempts remain or after an
-    OOM on a shared GPU; `confirm_open` is a phase-3 slot no architecture was ranked for."""
+    OOM on a shared GPU; `skip`: the slot will never be filled (_never_filled), final once empty."""
     if any(t.state in (TrialState.RUNNING, TrialState.WAITING) for t in ts):
         st.running += sum(t.state == TrialState.RUNNING for t in ts)
         st.running_since += [t.started for t in ts if t.state == TrialState.RUNNING and t.started is not None]
@@ -157,9 +169,8 @@ def _count_slot(st: PlanStatus, ts: list[_LightTrial], confirm_open: bool, retry
             durations.append(float(done.user_attrs[Attr.DURATION_S]))
         return True
     if not ts:
-        if confirm_open:  # fewer architectures finished than --confirm asked for: nothing to confirm
-            st.skipped += 1
-        return confirm_open
+        st.skipped += skip
+        return skip
     if _will_retry(ts):  # only FAILs
         retry.append(ts[-1])
         return False

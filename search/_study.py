@@ -355,7 +355,8 @@ def enqueue_missing(
 
     params: phase 2's training parameters; ranks: phase 3's assignments (StudySettings.phase3),
     whose missing ranks are skipped; ladder: a ladder budget's phase-1 assignments (by slot), without
-    which its phase-1 slots wait."""
+    which its phase-1 slots wait; a slot the stored record leaves out (beyond the region's size) is
+    skipped, never enqueued (search/_status._never_filled counts it final)."""
     have = planned_slots(study)
     by_rank = {int(r["rank"]): r for r in ranks or []}
     by_slot = {int(a["slot"]): a for a in (ladder or {}).get("assignments", [])}
@@ -366,7 +367,7 @@ def enqueue_missing(
         arch_idx, training = entry.arch_idx, entry.params if entry.params is not None else params
         if entry.phase == 1 and arch_idx is None:  # a ladder budget's slot
             if entry.slot not in by_slot:
-                continue
+                continue  # no record yet (it waits), or skipped by the record: one slot per region architecture
             arch_idx, training = by_slot[entry.slot]["arch_idx"], by_slot[entry.slot]["params"]
         if entry.phase == 3:
             assigned = by_rank.get(int(entry.rank or 0))

@@ -38,6 +38,7 @@ from archhpo.search._status import (
     _finish_status,
     _LightCache,
     _LightTrial,
+    _never_filled,
     _open_slots,
     _read_light,
     _Trials,
@@ -76,6 +77,7 @@ class PlanUpkeep:
         self.rungs = (RungDecisions(self.storage, self.study, self.study_id, self.settings.plan, self.rule)
                       if self.rule.n_rungs else None)  # a rule that holds trials at rungs decides them here
         self._ladder: dict[str, Any] | None = None  # a ladder budget's plan, once filled (_fill_ladder)
+        self._ladder_slots: set[int] | None = None  # its assigned phase-1 slots, once stored (_assigned_slots)
         self._below: list[PlanUpkeep] | None = None  # the smaller budgets of its ladder
         self._postgres = self.storage.engine.dialect.name == "postgresql"
         # A RUNNING trial silent for this long is failed and retried (Optuna's rule: grace, else 2 beats).
@@ -243,6 +245,17 @@ class PlanUpkeep:
             if t.value is not None and math.isfinite(t.value) and t.user_attrs.get(Attr.PHASE) in (1, 2, 3)
         ]
 
+    def _assigned_slots(self) -> set[int] | None:
+        """A ladder budget's phase-1 slots given an architecture by its stored record (None: off the
+        ladder, or no record yet, when every slot waits).  Read fresh, not from _fill_ladder, so a
+        status read by another budget's upkeep or the progress display knows the skipped slots too;
+        the record is written once, so it is cached once seen."""
+        if self._ladder_slots is None and self.settings.options.ladder_below:
+            record = self._ladder if self._ladder is not None else self.study_attr(LADDER_KEY)
+            if record is not None:
+                self._ladder_slots = {int(a["slot"]) for a in record.get("assignments", [])}
+        return self._ladder_slots
+
     # ------------------------------------------------------------------ confirmation (phase 3)
     def _phase3(self, fresh: bool = False) -> list[dict[str, Any]] | None:
         """The confirmation assignment (StudySettings.phase3), read from the study once it exists."""
@@ -330,6 +343,7 @@ class PlanUpkeep:
         has_phase3 = 3 in c.phases
         ranks = self._phase3() if has_phase3 else None
         assigned = {int(r["rank"]) for r in ranks} if ranks is not None else set()
+        ladder = self._assigned_slots()
         st.phase12_final = True
         st.phase3_pending = has_phase3 and ranks is None
         retry: list[_LightTrial] = []
@@ -339,11 +353,11 @@ class PlanUpkeep:
         settled_durations = (c.duration_sum, c.duration_n)  # before this call settles more slots
         for entry in list((c.pending or {}).values()):
             ts = sorted(by_slot.get(entry.slot, []), key=lambda t: t.number)
-            confirm_open = entry.phase == 3 and ranks is not None and int(entry.rank or 0) not in assigned
-            final = _count_slot(st, ts, confirm_open, retry, durations)
+            skip = _never_filled(entry, assigned if ranks is not None else None, ladder)
+            final = _count_slot(st, ts, skip, retry, durations)
             st.retries += sum(1 for t in ts if Attr.RETRY_OF in t.user_attrs)
             st.final += final
-            if final and ts and trials is c.last:  # settled by its trials (not a skipped confirmation slot)
+            if final and ts and trials is c.last:  # settled by its trials (not a skipped slot)
                 c.settle(entry.slot, ts)
             if entry.phase == 1 and not final:
                 phase1_final = False

@@ -23,6 +23,7 @@ from archhpo.schema import LADDER_CONFIRM_SEEDS, LADDER_FINALISTS
 from archhpo.search import TrialQueue, _study, launch, prepare_settings
 from archhpo.search._ladder import (
     Finished,
+    _assign,
     axis_ranges,
     carried_params,
     carry_up,
@@ -37,13 +38,15 @@ from archhpo.search._ladder import (
 from archhpo.search._lrfit import PRIOR_DATA_GROWS, PRIOR_FIXED_DATA, best_rate
 from archhpo.search._plan import ladder_plan
 from archhpo.search._space import QUICK_SPACE
+from archhpo.search._status import PlanStatus
 from archhpo.search._trust import describe_trust
+from archhpo.search._upkeep import PlanUpkeep
 from tests.conftest import TINY_DATA
 
 WORKER = {"host": "test", "device": "cpu"}
 PARAMS = {"learning_rate": 1e-3, "weight_decay": 1e-4, "epochs": 3, "batch_size": 64, "warmup_steps": 20}
 RECORD_KEYS = {"carried", "from_trial", "space", "aspect_ratios", "aspect_range", "axes", "lr_fit", "region_size",
-               "grid_size", "assignments", "rule", "from", "from_budget", "trust"}
+               "grid_size", "assignments", "skipped_slots", "rule", "from", "from_budget", "trust"}
 
 
 def _row(i: int, d: int, layers: int, extreme: str = "", heads: int = 2, ff: int = 0) -> GridRow:
@@ -132,8 +135,10 @@ def test_carry_up_assigns_every_slot_inside_the_region_reproducibly() -> None:
     one = carry_up(finished, 100_000, 200_000, rows, QUICK_SPACE, slots=[0, 1, 2, 3, 4, 5], seed=7)
     assert one == carry_up(finished, 100_000, 200_000, rows, QUICK_SPACE, slots=[0, 1, 2, 3, 4, 5], seed=7)
     # ratios 32 and 16, widened: [10.7, 48]; depth 4 -> [2.67, 8]: 128/2 and 512/1 fall outside, the
-    # extreme 64/8 is kept
-    assert {a["arch_idx"] for a in one["assignments"]} == {0, 1, 2}
+    # extreme 64/8 is kept; each of the 3 once, the other 3 slots skipped
+    assert sorted((a["slot"], a["arch_idx"]) for a in one["assignments"])[0] == (0, 0), "the extreme first"
+    assert sorted(a["arch_idx"] for a in one["assignments"]) == [0, 1, 2] and one["skipped_slots"] == 3
+    assert [a["slot"] for a in one["assignments"]] == [0, 1, 2]
     lo, hi = one["space"]["learning_rate"]
     assert all(lo <= a["params"]["learning_rate"] <= hi and a["params"]["epochs"] == 3 for a in one["assignments"])
     # one budget to fit: Step Law's prior at fixed data (the default), or with the data growing with N
@@ -154,6 +159,23 @@ def test_carry_up_fits_the_exponent_on_every_smaller_budget() -> None:
     line = describe({**out, "from_budget": "100K"})
     assert "; aspect ratio 14.2–32, depth 2–6: 3 of 3 architectures" in line, "head dim, d_ff ratio unknown"
     assert line.endswith("learning-rate exponent N^-0.500 (fitted on 3 budgets, 90% interval -0.500 to -0.500)")
+    assert out["skipped_slots"] == 0 and "slots" not in line, "a slot per architecture: nothing to say"
+    four = carry_up(below[-1][1], 100_000, 400_000, rows, QUICK_SPACE, slots=[0, 1, 2, 3], seed=0, below=below)
+    assert "(extremes included); phase 1: 3 of 4 slots, one per region architecture; learning-rate" in describe(
+        {**four, "from_budget": "100K"})
+
+
+def test_each_region_architecture_is_assigned_once_in_spread_order_and_the_other_slots_skipped() -> None:
+    rows = [_row(i, d, layers, "x" if i in (1, 3) else "") for i, (d, layers) in
+            enumerate([(64, 2), (64, 8), (128, 4), (512, 1), (256, 4)])]
+    got = _assign(rows, QUICK_SPACE, list(range(10, 18)), seed=3)
+    # plan_order's spread order, extremes (1, 3) first; slots 15-17 have no architecture
+    assert [(a["slot"], a["arch_idx"]) for a in got] == [(10, 1), (11, 3), (12, 4), (13, 0), (14, 2)]
+    fewer = _assign(rows, QUICK_SPACE, list(range(10, 13)), seed=3)
+    assert fewer == got[:3], "fewer slots than rows: the same first slots, training parameters included"
+    two = _assign([rows[i] for i in (4, 2)], QUICK_SPACE, [0, 1, 2], seed=3)
+    assert [(a["slot"], a["arch_idx"]) for a in two] == [(0, 4), (1, 2)], "a region's own arch_idx, once each"
+    assert [(a["slot"], a["arch_idx"]) for a in _assign([rows[2]], QUICK_SPACE, [5, 6], seed=0)] == [(5, 2)]
 
 
 def test_a_ladder_record_stored_before_every_axis_is_still_described() -> None:
@@ -181,8 +203,9 @@ def _ladder(storage_url: str, budgets: tuple[str, ...] = ("200K", "500K"), **ext
     assert launch(storage_url, out[0]).enqueued == sum(e.phase == 1 for e in out[0].plan)
     for step, large in enumerate(out[1:], 1):
         assert launch(storage_url, large).enqueued == 0, "nothing to train before the smaller budget is final"
-        n_ext = sum(1 for a in large.archs if a["extreme"])
-        assert len(large.plan) == ladder_trials(8, step, n_ext) == ladder_trials(8, step, n_ext, n_archs=len(large.archs))
+        n_ext, n = sum(1 for a in large.archs if a["extreme"]), kw["n_trials"]
+        n1 = sum(e.phase == 1 for e in large.plan)
+        assert n1 == ladder_trials(n, step, n_ext) == ladder_trials(n, step, n_ext, n_archs=len(large.archs))
     return out
 
 
@@ -229,6 +252,58 @@ def test_a_larger_budget_waits_then_is_planned_from_the_smaller_once(storage_url
     # --pruner none: no rungs, so nothing to trust, whatever the 5 architectures' finals say
     assert (trust["n_archs"], trust["rungs"], trust["trusted"]) == (5, [], [])
     assert notes["500K"].endswith(describe_trust(trust)), "the report says which fidelity decided, and why"
+
+
+def _finish_all(storage_url: str, name: str) -> tuple[PlanStatus, list[Any]]:
+    """Train every slot the plan's upkeep enqueues (value 1 + slot / 100) until the plan is done."""
+    q = TrialQueue(storage_url, name)
+    while not (status := q.maintain()).done:
+        c = q.claim(WORKER)
+        assert c is not None, f"the plan is not done and nothing waits: {status}"
+        q.finish(c, TrialState.COMPLETE, 1.0 + 0.01 * c.slot, {})
+    return status, _trials(storage_url, name)
+
+
+def test_a_ladder_budget_trains_each_region_architecture_once_and_skips_the_other_slots(storage_url: str) -> None:
+    # --trials 24: 12 slots at 500K; --confirm 2 --seeds 2 stated (the keyword form has no --ladder default)
+    small, large = _ladder(storage_url, n_trials=24, confirm=LADDER_FINALISTS, confirm_seeds=LADDER_CONFIRM_SEEDS)
+    phase1 = sum(e.phase == 1 for e in large.plan)
+    assert (phase1, len(large.plan)) == (12, 16)
+    waiting = TrialQueue(storage_url, large.study_name).maintain()
+    assert not waiting.done and (waiting.final, waiting.skipped) == (0, 0), "no record yet: every slot waits"
+    _finish_all(storage_url, small.study_name)
+    status, trials = _finish_all(storage_url, large.study_name)
+    record = TrialQueue(storage_url, large.study_name).upkeep.study_attr(_study.LADDER_KEY)
+    assert (record["region_size"], len(record["assignments"]), record["skipped_slots"]) == (10, 10, 2)
+    first = [t for t in trials if t.user_attrs["phase"] == 1]
+    assert sorted(t.user_attrs["plan_slot"] for t in first) == list(range(10)), "the slots beyond the region: none"
+    assert len({t.params["arch_idx"] for t in first}) == 10, "each region architecture once"
+    assert sum(t.user_attrs["phase"] == 3 for t in trials) == LADDER_FINALISTS * LADDER_CONFIRM_SEEDS
+    assert (status.total, status.final, status.complete, status.skipped) == (16, 16, 14, 2)
+    assert (status.running, status.waiting) == (0, 0)
+    # a status read without upkeep (a larger budget's _fill_ladder, the progress display) knows them too
+    read = PlanUpkeep(storage_url, large.study_name).status()
+    assert read.done and (read.final, read.skipped) == (16, 2)
+    assert "; phase 1: 10 of 12 slots, one per region architecture" in describe(record)
+
+
+def test_a_ladder_record_stored_with_repeats_is_trained_as_stored(storage_url: str) -> None:
+    small, large = _ladder(storage_url, n_trials=24)
+    _finish_all(storage_url, small.study_name)
+    q = TrialQueue(storage_url, large.study_name)
+    record = q.upkeep._carry_from([PlanUpkeep(storage_url, small.study_name)])
+    archs = [a["arch_idx"] for a in record["assignments"]]
+    n = len(archs)
+    assert n < 12 and record["skipped_slots"] == 12 - n
+    # an earlier archhpo's record: the region's architectures repeated over all 12 slots, no count
+    old = {k: v for k, v in record.items() if k != "skipped_slots"}
+    old["assignments"] = [{**record["assignments"][i % n], "slot": i} for i in range(12)]
+    q.study.set_user_attr(_study.LADDER_KEY, old)
+    status, trials = _finish_all(storage_url, large.study_name)
+    by_slot = sorted(trials, key=lambda t: t.user_attrs["plan_slot"])
+    assert [t.params["arch_idx"] for t in by_slot] == [archs[i % n] for i in range(12)]
+    assert (status.final, status.complete, status.skipped) == (12, 12, 0)
+    assert "slots" not in describe(old)
 
 
 def _trials(storage_url: str, name: str) -> list[Any]:
