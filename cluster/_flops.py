@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import datetime as dt
 import statistics
-from collections.abc import Iterable
+from collections.abc import Iterable, Set
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -122,8 +122,9 @@ def _slot_shape(settings: Any, entry: Any, trials: list[Any], mean_epochs: float
     return fps, epochs
 
 
-def study_work(settings: Any, trials: list[Any], work: Work) -> None:
-    """Add one study's slots and measurements to `work` (`trials`: Optuna's FrozenTrials)."""
+def study_work(settings: Any, trials: list[Any], work: Work, never: Set[int] = frozenset()) -> None:
+    """Add one study's slots and measurements to `work` (`trials`: Optuna's FrozenTrials; `never`:
+    the slots no trial will ever come to, done without cost)."""
     finished = [t for t in trials if _state(t) in _FINISHED]
     for t in finished:
         spent, seconds = t.user_attrs.get(Attr.FLOPS_SPENT), t.user_attrs.get(Attr.DURATION_S)
@@ -142,7 +143,7 @@ def study_work(settings: Any, trials: list[Any], work: Work) -> None:
     for entry in settings.plan:
         ts = by_slot.get(int(_field(entry, "slot")), [])
         live = [t for t in ts if _state(t) in _LIVE]
-        if ts and not live:
+        if (ts and not live) or (not ts and int(_field(entry, "slot")) in never):
             work.slots.append(SlotWork(None, done=True))
             continue
         fps, slot_epochs = _slot_shape(settings, entry, ts, mean_epochs, mean_fps)

@@ -177,8 +177,10 @@ class RunProgress:
     def _read_work(self) -> Work:
         work = Work()
         for queue in self.queues.values():
-            settings = getattr(getattr(queue, "upkeep", None), "settings", None) or queue.settings
-            study_work(settings, queue.study.get_trials(deepcopy=False), work)
+            upkeep = getattr(queue, "upkeep", None)
+            settings = getattr(upkeep, "settings", None) or queue.settings
+            never = upkeep.never_filled() if upkeep is not None else frozenset()
+            study_work(settings, queue.study.get_trials(deepcopy=False), work, never)
         return work
 
 

@@ -245,6 +245,15 @@ class PlanUpkeep:
             if t.value is not None and math.isfinite(t.value) and t.user_attrs.get(Attr.PHASE) in (1, 2, 3)
         ]
 
+    def never_filled(self) -> set[int]:
+        """The plan slots no trial will ever come to (search/_status._never_filled): a ladder budget's
+        phase-1 slots beyond its region, confirmation ranks that did not finish; the progress
+        display counts them as done, not as work left."""
+        ranks = self._phase3()
+        assigned = {int(r["rank"]) for r in ranks} if ranks is not None else None
+        ladder = self._assigned_slots()
+        return {e.slot for e in self.settings.plan if _never_filled(e, assigned, ladder)}
+
     def _assigned_slots(self) -> set[int] | None:
         """A ladder budget's phase-1 slots given an architecture by its stored record (None: off the
         ladder, or no record yet, when every slot waits).  Read fresh, not from _fill_ladder, so a

@@ -127,6 +127,11 @@ def test_a_study_slots_cost_their_shape_flops_times_the_calibrated_samples() -> 
     assert work.slots[1].cost == 20 * 100 * 2 and work.slots[1].running_since == T0
     assert work.slots[2].cost == pytest.approx(20 * 100 * 2.5)
     assert work.rate == pytest.approx(100.0)
+    # a slot no trial will ever come to (a ladder slot beyond its region) is done, not work left
+    skipped = Work()
+    study_work(settings, trials, skipped, never={2})
+    assert [s.done for s in skipped.slots] == [True, False, True]
+    assert sum(s.cost or 0 for s in skipped.slots if not s.done) == 20 * 100 * 2
 
 
 def test_off_a_terminal_one_plain_line_every_10_to_30_s() -> None:

@@ -284,6 +284,7 @@ def test_a_ladder_budget_trains_each_region_architecture_once_and_skips_the_othe
     # a status read without upkeep (a larger budget's _fill_ladder, the progress display) knows them too
     read = PlanUpkeep(storage_url, large.study_name).status()
     assert read.done and (read.final, read.skipped) == (16, 2)
+    assert PlanUpkeep(storage_url, large.study_name).never_filled() == {10, 11}, "the ETA counts them as done"
     assert "; phase 1: 10 of 12 slots, one per region architecture" in describe(record)
 
 
