@@ -40,10 +40,12 @@ in architectures, twice each, phase 2 = the rest once, farthest-point order from
                    value (as search/_ranking.py ranks the confirmation) are each retrained with
                    CONFIRM_SEEDS (2) new seeds (archhpo.schema's --ladder default), the draw's next runs
                    of the architecture, and the winner is the lowest mean over those confirmation runs
-                   (the report's `chosen_on_means`).  A 3-seed table has no new seeds: an architecture's
-                   first run is its held-out seed and its next runs are the two seeds its truth averages
-                   (then the held-out one again), so a finalist planned once is confirmed on exactly the
-                   seeds that grade it, one planned twice on a truth seed and its held-out seed.  The
+                   and the finalist's full-length search runs with the same training parameters (the
+                   report's `chosen_on_means`; a truth has one set of them, so every full-length run of
+                   the finalist counts).  A 3-seed table has no new seeds: an architecture's first run
+                   is its held-out seed and its next runs are the two seeds its truth averages (then
+                   the held-out one again), so a finalist planned once is chosen on all 3 of its seeds,
+                   one planned twice on its held-out seed twice and the other two once each.  The
                    winner is then chosen partly on the noise that grades it, and its regret is
                    optimistic (biased low) against strategies whose choice saw the held-out seed only.
                    On a table whose seeds changed the data a repeat has one run per architecture, so
@@ -276,9 +278,11 @@ def confirmed(budget: Budget, planned: Sequence[Trial], finished: list[Trial], n
     """archhpo's confirmation (the --ladder default, archhpo.schema): each finalist retrained with
     CONFIRM_SEEDS new seeds, the draw's next runs of it (after every planned trial's, pruned ones
     included), each a replicate (full length, its rungs scored in passing), and the winner chosen by
-    the report's `chosen_on_means` (the lowest mean over the confirmation seeds every finalist
-    finished; one finalist: itself).  Returns their FLOPs, the winner and the full-length trials,
-    confirmation runs included (what carries up and what the trust reads)."""
+    the report's `chosen_on_means`: the lowest mean over the confirmation seeds every finalist
+    finished plus the finalist's full-length search runs trained with its confirmation's parameters
+    (a truth has one set, FIXED_PARAMS, so here every one of them; one finalist: itself).  Returns
+    their FLOPs, the winner and the full-length trials, confirmation runs included (what carries up
+    and what the trust reads)."""
     from archhpo.report._confirm import chosen_on_means
 
     ranked = finalists(finished)
@@ -288,7 +292,11 @@ def confirmed(budget: Budget, planned: Sequence[Trial], finished: list[Trial], n
         for k in range(CONFIRM_SEEDS):
             extra.append(Trial(len(planned) + len(extra), budget.archs[i], noise.run(budget.archs[i], used[i] + k)))
     values = {i: {str(k): t.run["loss"] for k, t in enumerate(ts)} for i, ts in _by_arch(extra).items()}
-    chosen = chosen_on_means([{"rank": r, "values": values[i], "selection_trial": r} for r, i in enumerate(ranked)])
+    searched = _by_arch(finished)  # the full-length phase-1/2 runs; pruned trials have no final loss
+    search = {r: [{"trial": t.slot, "value": t.run["loss"], "params": FIXED_PARAMS} for t in searched[i]]
+              for r, i in enumerate(ranked)}
+    chosen = chosen_on_means([{"rank": r, "values": values[i], "selection_trial": r, "params": FIXED_PARAMS}
+                              for r, i in enumerate(ranked)], search)
     winner = ranked[chosen["rank"] if chosen else 0]
     return sum(scored_cost(t) for t in extra), budget.archs[winner], [*finished, *extra]
 

@@ -5,7 +5,9 @@ study, from trials or result rows (a database, or `experiment_results.csv` writt
 `archhpo report` shows: for each confirmed architecture (rank 0 = the phase-1/2 winner) the mean,
 std, n and per-seed values of its confirmation trials, and a paired, seed-by-seed comparison of
 the winner against the runner-up: mean lead, its std, a t-based 95% interval, and one sentence
-saying whether the lead lies within seed noise.
+saying whether the lead lies within seed noise.  Where that comparison has a pair, the winner is
+chosen on the finalists' means (`chosen_on_means`: each finalist's confirmation runs on the shared
+seeds plus its phase-1/2 trials trained with exactly the same parameters).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from archhpo.schema import ARCH_KEYS
+from archhpo.schema import ARCH_KEYS, TRAINING_PARAMS, training_param
 
 
 def _num(v: Any) -> float | None:
@@ -53,12 +55,25 @@ def _row_from_trial(t: Any, archs: Sequence[Mapping[str, Any]] | None) -> dict[s
     if archs is not None and "arch_idx" in t.params:
         arch = archs[int(t.params["arch_idx"])]
     row = {k: arch.get(k, ua.get(k)) for k in (*ARCH_KEYS, "param_count")}
+    row.update({k: t.params.get(k) for k in TRAINING_PARAMS})
     row.update(
         trial=t.number, state=t.state.name, phase=ua.get("phase"), seed=ua.get("seed"), rank=ua.get("rank"),
         val_loss=t.value, choices=arch.get("choices", ua.get("choices", {})),
         best_epoch=ua.get("best_epoch"), fail_reason=ua.get("fail_reason"), baseline=ua.get("baseline"),
     )
     return row
+
+
+def _training(row: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The training parameters a row was trained with, each as its schema type (a CSV's "50" and a
+    trial's 50 compare equal), or None where any is missing (an old CSV: nothing to match on)."""
+    out: dict[str, Any] = {}
+    for name in TRAINING_PARAMS:
+        x = _num(row.get(name))
+        if x is None:
+            return None
+        out[name] = int(x) if training_param(name).type is int else x
+    return out
 
 
 def _all_rows(trials_or_rows: Iterable[Any], archs: Sequence[Mapping[str, Any]] | None) -> list[dict[str, Any]]:
@@ -76,6 +91,7 @@ def _all_rows(trials_or_rows: Iterable[Any], archs: Sequence[Mapping[str, Any]] 
             "choices": _choices(row.get("choices")), "best_epoch": _int(row.get("best_epoch")),
             "reason": reason if isinstance(reason, str) and reason else None,
             "baseline": rule if isinstance(rule := row.get("baseline"), str) and rule else None,
+            "params": _training(row),
         })
     return out
 
@@ -182,11 +198,26 @@ def _ranked(confirm: list[dict[str, Any]], selection: Mapping[str, dict[str, Any
 
 def _architecture(rank: int, members: list[dict[str, Any]], sel: Mapping[str, Any] | None) -> dict[str, Any]:
     values = {r["seed"]: r["value"] for r in sorted(members, key=lambda r: r["trial"] or 0)}
+    # Every confirmation run of a rank is enqueued with the same parameters; rows that disagree (or
+    # lack them) leave none, so no search trial is matched against a guess.
+    trained = {json.dumps(r["params"], sort_keys=True) for r in members}
     return {
         "rank": rank, "architecture": members[0]["arch"], "choices": members[0]["choices"],
         "selection_value": sel["value"] if sel else None, "selection_trial": sel["trial"] if sel else None,
-        **seed_stats(values),
+        "params": members[0]["params"] if len(trained) == 1 else None, **seed_stats(values),
     }
+
+
+def _search_runs(done: list[dict[str, Any]], archs_out: list[dict[str, Any]]) -> dict[int, list[dict[str, Any]]]:
+    """Per confirmed rank, the COMPLETE phase-1/2 trials of its configuration (architecture and
+    choices) as {"trial", "value", "params"}, by trial number: what `chosen_on_means` may add."""
+    out: dict[int, list[dict[str, Any]]] = {}
+    for a in archs_out:
+        key = _key({"arch": a["architecture"], "choices": a["choices"]})
+        out[a["rank"]] = [{"trial": r["trial"], "value": r["value"], "params": r["params"]}
+                          for r in sorted(done, key=lambda r: r["trial"] or 0)
+                          if r["phase"] in (1, 2) and _key(r) == key]
+    return out
 
 
 def _unfinished(rows: list[dict[str, Any]], archs_out: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -278,15 +309,26 @@ def baseline_summary(rows: list[dict[str, Any]], best: Mapping[str, Any] | None)
     return out
 
 
-CHOSEN_ON_MEAN = "confirmation mean"
+CHOSEN_ON_MEAN = "confirmation mean"  # the name kept: the means are a confirmation's, search trials included
 CHOSEN_ON_TRIAL = "best trial"
 
 
+def _runs_text(chosen: Mapping[str, Any]) -> str:
+    """Which runs each finalist's mean is over: "rank 0: 3 runs (search trial(s) 4)"."""
+    parts = []
+    for rank in chosen["order"]:
+        trials = chosen["search_trials"][str(rank)]
+        extra = f"search trial(s) {', '.join(map(str, trials))}" if trials else "no search trial with those parameters"
+        parts.append(f"rank {rank}: {chosen['n'][str(rank)]} runs ({extra})")
+    return "; ".join(parts)
+
+
 def _choice_statement(chosen: Mapping[str, Any], by_rank: Mapping[int, Mapping[str, Any]]) -> str:
-    """One sentence on the winner chosen on the confirmation means (lower loss is better)."""
+    """One sentence on the winner chosen on the finalists' means (lower loss is better)."""
     means, seeds = chosen["means"], ", ".join(map(str, chosen["seeds"]))
     rank, runner = chosen["order"][0], chosen["order"][1]
-    on = f"the mean over confirmation seed(s) {seeds}"
+    on = (f"each finalist's mean over confirmation seed(s) {seeds} and its phase-1/2 trials trained with the "
+          f"same parameters ({_runs_text(chosen)})")
     if not chosen["reversed"]:
         return (f"The winner is chosen on {on}: the phase-1/2 best (rank 0) keeps its place, "
                 f"{_fmt(means[str(rank)])} against rank {runner}'s {_fmt(means[str(runner)])}.")
@@ -295,25 +337,54 @@ def _choice_statement(chosen: Mapping[str, Any], by_rank: Mapping[int, Mapping[s
             f"{_fmt(means[str(rank)])} against rank 0's {_fmt(means['0'])}, reversing the phase-1/2 order.")
 
 
-def chosen_on_means(architectures: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
-    """The winner chosen on the confirmation (`confirmation_summary`'s "architectures"): the confirmed
-    architecture with the lowest mean over the seeds every one of them finished, the same seeds for
-    each (a paired comparison; a tie goes to the better phase-1/2 rank).  None, and the best trial
-    stays the answer, until rank 0 and another architecture share a finished seed.
+def _same_training(arch: Mapping[str, Any], runs: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """A finalist's search runs trained exactly as its confirmation was (every training parameter
+    equal; none where its confirmation's are unknown), by trial number."""
+    params = arch.get("params")
+    if params is None:
+        return []
+    return sorted((r for r in runs if r.get("params") == params),
+                  key=lambda r: (r.get("trial") is None, r.get("trial") or 0))
 
-    Returns {"chosen_on": CHOSEN_ON_MEAN, "rank", "order" (ranks by mean, best first), "seeds",
-    "means" ({rank: mean over those seeds}), "reversed" (another than rank 0 won), "trials" ({rank:
-    its best phase-1/2 trial, the one it was ranked and retrained by}), "statement"}."""
+
+def chosen_on_means(architectures: Sequence[Mapping[str, Any]],
+                    search: Mapping[int, Sequence[Mapping[str, Any]]] | None = None) -> dict[str, Any] | None:
+    """The winner chosen on the finalists' means.  `architectures`: `confirmation_summary`'s (each
+    "rank", "values" {seed: value}, "selection_trial" and "params", the training parameters its
+    confirmation ran with); `search`: per rank, its configuration's COMPLETE phase-1/2 runs
+    ({"trial", "value", "params"}).
+
+    The estimator: each finalist's plain mean over (a) its confirmation runs on the seeds every
+    finalist finished (the same seeds for each, so one finalist's unshared bad draw cannot decide)
+    and (b) its phase-1/2 runs whose training parameters equal its confirmation's exactly (the
+    trial it was confirmed from always does; a trial with other parameters measures another
+    configuration and is left out).  Why the search runs count: a search run with the same
+    parameters is one more seed of the very configuration being confirmed, so leaving it out throws
+    away a third of the evidence at 2 confirmation seeds; the optimism of its value (it is the best
+    of the search, which is how the finalist was picked) holds for every finalist alike.  The lowest
+    mean wins, a tie goes to the better phase-1/2 rank; deterministic.  The paired rank-0-against-
+    rank-1 comparison (`confirmation_summary`'s "comparison") stays on the confirmation seeds alone:
+    it is the noise statement, this is only the choice.  None, and the best trial stays the answer,
+    until rank 0 and another architecture share a finished confirmation seed.
+
+    Returns {"chosen_on": CHOSEN_ON_MEAN, "rank", "order" (ranks by mean, best first), "seeds" (the
+    shared confirmation seeds), "search_trials" ({rank: the phase-1/2 trials counted}), "n" ({rank:
+    runs in its mean}), "means" ({rank: mean}), "reversed" (another than rank 0 won), "trials"
+    ({rank: its best phase-1/2 trial, the one it was ranked and retrained by}), "statement"}."""
     by_rank = {a["rank"]: a for a in architectures if a["values"]}
     shared = set.intersection(*(set(a["values"]) for a in by_rank.values())) if by_rank else set()
     if 0 not in by_rank or len(by_rank) < 2 or not shared:
         return None
     seeds = sorted(shared, key=int)
-    means = {rank: statistics.fmean(a["values"][s] for s in seeds) for rank, a in by_rank.items()}
+    counted = {rank: _same_training(a, (search or {}).get(rank, ())) for rank, a in by_rank.items()}
+    runs = {rank: [a["values"][s] for s in seeds] + [r["value"] for r in counted[rank]] for rank, a in by_rank.items()}
+    means = {rank: statistics.fmean(values) for rank, values in runs.items()}
     order = sorted(means, key=lambda rank: (means[rank], rank))
+    ranks = sorted(means)
     chosen = {"chosen_on": CHOSEN_ON_MEAN, "rank": order[0], "order": order, "seeds": [int(s) for s in seeds],
-              "means": {str(rank): means[rank] for rank in sorted(means)}, "reversed": order[0] != 0,
-              "trials": {str(rank): by_rank[rank]["selection_trial"] for rank in sorted(means)}}
+              "search_trials": {str(r): [c["trial"] for c in counted[r]] for r in ranks},
+              "n": {str(r): len(runs[r]) for r in ranks}, "means": {str(r): means[r] for r in ranks},
+              "reversed": order[0] != 0, "trials": {str(r): by_rank[r]["selection_trial"] for r in ranks}}
     return {**chosen, "statement": _choice_statement(chosen, by_rank)}
 
 
@@ -325,18 +396,21 @@ def confirmation_summary(
     trials_or_rows: Optuna FrozenTrials of the study (pass `archs` = StudySettings.archs to take
     the architecture from the study, else it is read from the trials' user attributes), or result
     rows as `experiment_results.csv` holds them (dicts with d_model, n_layers, n_heads, d_ff,
-    param_count, choices, phase, seed, state, val_loss, trial; optional rank and fail_reason).
+    param_count, choices, phase, seed, state, val_loss, trial; optional rank, fail_reason and the
+    training parameters, without which `chosen_on_means` counts the confirmation runs alone).
     Only COMPLETE trials give values; the others are named in "unfinished".  A confirmed
     architecture's rank is its "rank" attribute when the rows carry it, else its position by best
     phase-1/2 value (how plan upkeep ranked it).
 
     Returns {"n_architectures", "seeds", "architectures": [{"rank", "architecture", "choices",
-    "selection_value", "selection_trial", "n", "mean", "std", "values": {seed: value}}, ...],
+    "selection_value", "selection_trial", "params" (the training parameters of its confirmation runs,
+    None where unknown), "n", "mean", "std", "values": {seed: value}}, ...],
     "comparison": {"winner_rank": 0, "runner_up_rank": 1, "n_pairs", "seeds", "unpaired_seeds",
     "differences", "lead": mean(runner-up - winner), "std", "se", "ci95" (None below MIN_PAIRS
     pairs), "within_noise"} or None, "unfinished": [{"rank", "seed", "trial", "state", "reason"}],
     "statement", "baselines": `baseline_summary` (empty without --baselines) against the budget's
-    answer, "chosen": `chosen_on_means` (None where the best trial stays the answer)}.
+    answer, "chosen": `chosen_on_means` (None where the best trial stays the answer), its means
+    over each finalist's confirmation runs and its phase-1/2 trials trained as they were}.
     """
     everything = _all_rows(trials_or_rows, archs)
     rows = [r for r in everything if r["baseline"] is None]  # the rules' shapes are summarised apart
@@ -347,7 +421,7 @@ def confirmation_summary(
                  for rank, members in _ranked(confirm, selection)]
     seeds = sorted({r["seed"] for r in rows if r["phase"] == 3 and r["seed"] is not None})
     by_rank = {a["rank"]: a for a in archs_out}
-    chosen = chosen_on_means(archs_out)
+    chosen = chosen_on_means(archs_out, _search_runs(done, archs_out))
     # Where the means reversed the order, rank 0 is no longer "the winner": the sentence names the ranks.
     names = ("the phase-1/2 best", "rank 1") if chosen and chosen["reversed"] else ()
     comparison, statement = _comparison(by_rank, seeds, names)
@@ -371,7 +445,7 @@ def frame_confirmation(frame: Any) -> dict[str, dict[str, Any]]:
     if not (frame["phase"] == 3).any():
         return out
     cols = [*ARCH_KEYS, "param_count", "trial", "state", "phase", "seed", "val_loss", "choices", "best_epoch",
-            "fail_reason", "baseline"]
+            "fail_reason", "baseline", *(k for k in TRAINING_PARAMS if k in frame)]
     for budget, group in frame.groupby("budget", sort=False):
         if not (group["phase"] == 3).any():
             continue

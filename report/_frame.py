@@ -213,7 +213,8 @@ def best_and_runner_up(frame: pd.DataFrame, confirm: Mapping[str, Mapping[str, A
 
 
 def _chosen_trials(group: pd.DataFrame, chosen: Mapping[str, Any] | None) -> tuple[pd.Series, pd.Series] | None:
-    """The best phase-1/2 trials of the first two architectures by confirmation mean (their
+    """The best phase-1/2 trials of the first two architectures by the finalists' means
+    (`chosen_on_means`: confirmation runs plus the phase-1/2 trials trained as they were; their
     "selection_trial"), or None when the budget has no such choice or a trial is not in the frame."""
     if not chosen:
         return None

@@ -24,14 +24,16 @@ SUMMARY_EXTRA = (
     "confirm_within_noise", "baseline_val_loss", "noise_std", "noise_source", "tie_within_noise",
 )
 # Appended where the experiment ran a confirmation: how each budget's winner was chosen (CHOSEN_ON_MEAN:
-# the lowest confirmation mean; CHOSEN_ON_TRIAL: the best phase-1/2 trial) and, where the means
-# reversed the phase-1/2 order, the best trial they displaced.
-CHOICE_COLUMNS = ("chosen_on", "reverses_trial")
+# the lowest mean over a finalist's confirmation runs and its phase-1/2 trials trained as they were,
+# `chosen_on_means`; CHOSEN_ON_TRIAL: the best phase-1/2 trial), where the means reversed the phase-1/2
+# order the best trial they displaced, and the winner's mean it was chosen on and over how many runs
+# (confirm_mean/confirm_n are its confirmation seeds alone, the paired comparison's side).
+CHOICE_COLUMNS = ("chosen_on", "reverses_trial", "chosen_mean", "chosen_n")
 ARCH = ARCH_KEYS
 _INT_COLUMNS = (
     "best_trial", *ARCH, "param_count", "n_complete", "n_pruned", "n_failed", "runner_up_trial",
     *(f"runner_up_{k}" for k in (*ARCH, "param_count")), "epochs", "batch_size", "warmup_steps", "best_epoch",
-    "train_flops", "confirm_n", "reverses_trial",
+    "train_flops", "confirm_n", "reverses_trial", "chosen_n",
 )
 
 
@@ -107,9 +109,10 @@ def _differs(runner: pd.Series, best: pd.Series | None) -> str:
 
 
 def _confirm_columns(c: dict[str, Any] | None, best_trial: int | None) -> dict[str, Any]:
-    """A budget's confirmation cells: the winner's mean ± std over its seeds (the architecture chosen on
-    the confirmation means, else rank 0), the paired lead of rank 0 over rank 1, and how the winner was
-    chosen (on the means only where `best_and_runner_up` could pick the chosen one's trial)."""
+    """A budget's confirmation cells: the winner's mean ± std over its confirmation seeds (the
+    architecture chosen on the finalists' means, else rank 0), the paired lead of rank 0 over rank 1,
+    and how the winner was chosen (on the means only where `best_and_runner_up` could pick the chosen
+    one's trial), with the mean it was chosen on and its number of runs."""
     chosen = (c or {}).get("chosen")
     if chosen and chosen["trials"][str(chosen["rank"])] != best_trial:
         chosen = None
@@ -117,6 +120,8 @@ def _confirm_columns(c: dict[str, Any] | None, best_trial: int | None) -> dict[s
                            else None}
     if chosen and chosen["reversed"]:
         row["reverses_trial"] = chosen["trials"]["0"]
+    if chosen:
+        row.update(chosen_mean=chosen["means"][str(chosen["rank"])], chosen_n=chosen["n"][str(chosen["rank"])])
     if not (c and c["architectures"]):
         return row
     rank = chosen["rank"] if chosen else c["architectures"][0]["rank"]

@@ -317,9 +317,9 @@ def test_the_finalists_confirmation_runs_are_counted_and_decide(tmp_path: Path) 
     budgets = se.load_table(_write(tmp_path, rows))
     result = se.replay(budgets, repeats=12, seed=5)
     assert result["archhpo"]["flops_ratio"] == pytest.approx(80 / 36, abs=1e-12)
-    # A's confirmation mean is 1.5 or 2.0 (its runs after the two planned ones), never below B's 1.4: archhpo
-    # always picks B, the best by every truth; the design picks A whenever it saw A's seed 0, and is more
-    # than 1 std off when that seed is A's held-out one (A's truth then 2.0).
+    # A's mean over its 4 full-length runs (2 planned, 2 confirmation: its held-out seed twice) is 1.5 or 1.75,
+    # never below B's 1.4: archhpo always picks B, the best by every truth; the design picks A whenever it saw
+    # A's seed 0, and is more than 1 std off when that seed is A's held-out one (A's truth then 2.0).
     assert result["archhpo"]["regret_std"] == [0.0] and result["archhpo"]["share_within_1std"] == 1.0
     assert result["design"]["share_within_1std"] < 1.0
     (only,) = _budgets_of_one_repeat(budgets, seed=5)
@@ -328,6 +328,22 @@ def test_the_finalists_confirmation_runs_are_counted_and_decide(tmp_path: Path) 
     for t in confirmation[::2]:  # the draw's next run of its architecture: the seed its two trials did not use
         seen = {u.run["seed"] for u in only["archhpo"].finished[:4] if u.arch.idx == t.arch.idx}
         assert seen | {t.run["seed"]} == {0, 1, 2}
+
+
+def test_the_finalists_search_runs_count_in_the_means_they_are_chosen_on(tmp_path: Path) -> None:
+    # A (1.0 on seeds 0 and 1, 2.0 on seed 2) and B (1.4 on every seed), each planned twice; A's runs in the
+    # order seed 1, 0, 2 (then 1 again), B's 0, 1, 2. The confirmation retrains A on seeds 2 and 1 (mean 1.5),
+    # B on seeds 2 and 0 (1.4): alone they would pick B. With each finalist's two planned full-length runs
+    # (every trial of a truth has the same training parameters) A's mean is (1 + 1 + 2 + 1) / 4 = 1.25: A.
+    rows = _arch_rows("100K", 100_000, [(64, 2, 100_000, [1.0, 1.0, 2.0]), (64, 3, 100_000, [1.4] * 3)],
+                      data_seed="0")
+    (budget,) = se.load_table(_write(tmp_path, rows))
+    noise = se.Draw(order={0: [1, 0, 2], 1: [0, 1, 2]}, truth={0: 1.5, 1: 1.4})
+    planned = se.trials_of(budget, [0, 1, 0, 1], noise)
+    assert [t.run["loss"] for t in planned] == [1.0, 1.4, 1.0, 1.4]
+    flops, winner, done = se.confirmed(budget, planned, list(planned), noise)
+    assert [(t.arch.idx, t.run["seed"]) for t in done[4:]] == [(0, 2), (0, 1), (1, 2), (1, 0)]
+    assert winner.idx == 0 and flops == 4 * 9
 
 
 def test_the_replay_is_deterministic_for_a_seed(tmp_path: Path) -> None:
