@@ -26,7 +26,8 @@ in architectures, twice each, phase 2 = the rest once, farthest-point order from
   halving          synchronous successive halving at the table's rungs and eta, archhpo's `promotions`;
   halving_ladder   halving where a larger budget is planned by archhpo's ladder (`--ladder`): the
                    next smaller budget's finished (full-length) trials carried up by `carry_up`
-                   into `ladder_trials` slots, no phase 2;
+                   into `ladder_trials` slots, one per region architecture (slots beyond the
+                   region's size are not trained), no phase 2;
   ladder           (beyond the issue's list) the same ladder, its trials trained to full length;
   archhpo          the default `archhpo run --ladder` (issue part 3), through the real code's functions:
                    the smallest budget is the design's plan trained to full length, its rung scores
@@ -135,7 +136,8 @@ def ladder_plan_archs(budget: Budget, smaller: Budget, finished: Sequence[Trial]
                       seed: int) -> list[int]:
     """The architectures of a ladder budget's plan, in slot order, as archhpo fills it: `ladder_plan`'s
     `ladder_trials` slots (never more than the design's plan of the grid, as search/_study.py plans
-    them), assigned by `carry_up` from the smaller budget's finished trials (every axis known)."""
+    them), assigned by `carry_up` from the smaller budget's finished trials (every axis known): one slot
+    per region architecture, the slots beyond the region's size left out (archhpo trains none there)."""
     from archhpo.search._ladder import Finished, carry_up, ladder_trials
     from archhpo.search._plan import ladder_plan
     from archhpo.search._space import SearchSpace

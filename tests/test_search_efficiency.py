@@ -214,15 +214,15 @@ def test_the_extremes_are_archhpos_the_rows_closest_to_the_budget(tmp_path: Path
 
 def test_a_ladder_budget_is_planned_by_archhpos_carry_up(tmp_path: Path) -> None:
     # The smaller budget's one finished trial has aspect ratio 64/2 = 32: the region is 21.3-48 (L2, L3)
-    # plus the extremes (L2, L12); ladder_trials(6, 1, 2 extremes) = 4 slots, the region's spread
-    # order (extremes first) repeated.
+    # plus the extremes (L2, L12); ladder_trials(6, 1, 2 extremes) = 4 slots, one per region architecture
+    # in spread order (extremes first): the 4th slot, beyond the region's 3, gets none.
     small = [(64, 2, 50_000, [2.0, 2.1])]
     large = [(64, n, 100_000, [2.0, 2.1]) for n in (2, 3, 6, 12)]
     rows = _arch_rows("50K", 50_000, small) + _arch_rows("100K", 100_000, large)
     smaller, budget = se.load_table(_write(tmp_path, rows))
     finished = [se.Trial(0, smaller.archs[0], smaller.archs[0].runs[0])]
     archs = se.ladder_plan_archs(budget, smaller, finished, step=1, n_trials=6, seed=0)
-    assert len(archs) == 4 and set(archs[:2]) == {0, 3} and archs[2] == 1 and archs[3] == archs[0]
+    assert len(archs) == 3 and set(archs[:2]) == {0, 3} and archs[2] == 1
     # The design's plan of the same budget: every architecture twice (phase 1), extremes first.
     assert sorted(se.design_plan(budget, 50, 0)) == [0, 0, 1, 1, 2, 2, 3, 3]
 
@@ -280,12 +280,12 @@ def test_archhpo_halves_at_the_rungs_its_smallest_budget_trusts(tmp_path: Path) 
     # epochs, and 2 confirmation runs for each of the 2 finalists: 22 x 10.
     assert (se.FINALISTS, se.CONFIRM_SEEDS) == (2, 2)
     assert (a.flops, small["design"].flops) == (22 * 10, 18 * 9)
-    # The larger budget: the ladder's 18 slots (the design's plan of 9 architectures caps them), halved at
+    # The larger budget: the ladder's 8 trials (one per architecture of its region, 8 of the 9), halved at
     # both trusted rungs with hard cuts (the seeds changed the data: no seed noise within a repeat):
-    # 18 x (1 + 0.25), 6 x (2 + 0.75), 2 x 6 to full length, both arch 8, the one finalist: 2 x 10 more.
-    assert large["archhpo"].pruned and large["archhpo"].flops == 18 * 1.25 + 6 * 2.75 + 2 * 6 + 2 * 10
-    assert large["ladder"].flops == 18 * 9 and len(large["ladder"].finished) == 18
-    assert [t.arch.idx for t in large["archhpo"].finished] == [8, 8, 8, 8]
+    # 8 x (1 + 0.25), 2 x (2 + 0.75), 1 x 6 to full length, arch 8, the one finalist: 2 x 10 more.
+    assert large["archhpo"].pruned and large["archhpo"].flops == 8 * 1.25 + 2 * 2.75 + 1 * 6 + 2 * 10
+    assert large["ladder"].flops == 8 * 9 and len(large["ladder"].finished) == 8
+    assert [t.arch.idx for t in large["archhpo"].finished] == [8, 8, 8]
     assert large["archhpo"].winner.idx == large["ladder"].winner.idx == 8
     result = se.replay(budgets, repeats=3, seed=0)
     assert result["archhpo"]["regret_std"] == [0.0, 0.0] and result["archhpo"]["share_within_1std"] == 1.0
