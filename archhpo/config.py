@@ -300,9 +300,9 @@ class StudyConfig:
     def __post_init__(self) -> None:
         _check_types(self)
         object.__setattr__(self, "budgets", tuple(self.budgets))
-        if self.ladder and (len(self.budgets) < 2 or self.pins):
-            raise StudyError("--ladder needs at least two --budget values (and no pinned architecture): it plans "
-                             "each larger budget from the smaller ones; add budgets or drop --ladder.")
+        if self.ladder and (len(self.budgets) < 2 or {"d_model", "n_layers"} & set(self.pins)):
+            raise StudyError("--ladder needs at least two --budget values and d_model, n_layers unpinned (--n-heads, "
+                             "--d-ff lists only filter the grid): it plans each larger budget from the smaller ones.")
         if self.ladder and "pruner" not in self.given and self.pruning.rule == Pruning.rule:
             # A ladder halves unless --pruner is stated (`given`: a config built without it, e.g. by the keyword
             # form, states none), pruning only at the rungs its smallest budget trusts (search/_trust.py).

@@ -39,6 +39,7 @@ from archhpo.search._lrfit import PRIOR_DATA_GROWS, PRIOR_FIXED_DATA, best_rate
 from archhpo.search._plan import ladder_plan
 from archhpo.search._space import QUICK_SPACE
 from archhpo.search._status import PlanStatus
+from archhpo.search._storage import open_storage
 from archhpo.search._trust import describe_trust
 from archhpo.search._upkeep import PlanUpkeep
 from tests.conftest import TINY_DATA
@@ -373,12 +374,24 @@ def test_a_ladder_stored_but_not_enqueued_is_enqueued_by_the_next_upkeep(
 @pytest.mark.parametrize(("flags", "sentence"), [
     (["--budget", "200K"], "--ladder needs at least two --budget values"),
     (["--budget", "200K", "--budget", "500K", "--paired-seeds", "2"], "drop --ladder or --paired-seeds"),
+    (["--budget", "200K", "--budget", "500K", "--d-model", "64"], "d_model, n_layers unpinned"),
 ])
 def test_a_ladder_that_cannot_be_is_one_sentence_and_writes_nothing(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], flags: list[str], sentence: str) -> None:
     db = tmp_path / "s.db"
     assert main(["launch", "--experiment", "x", "--ladder", "--quick", *flags, "--storage", f"sqlite:///{db}"]) == 2
     assert sentence in capsys.readouterr().err and not db.exists()
+
+
+def test_a_head_count_list_filters_a_ladder_grid_instead_of_refusing_it(tmp_path: Path) -> None:
+    """--n-heads 2,4 (as the ground truths use it) only filters the grid: the ladder narrows the rest."""
+    db = tmp_path / "s.db"
+    assert main(["launch", "--experiment", "x", "--ladder", "--quick", "--budget", "200K", "--budget", "500K",
+                 "--n-heads", "2,4", "--storage", f"sqlite:///{db}"]) == 0
+    storage = open_storage(f"sqlite:///{db}", create=False)
+    stored = [_study.read_settings(storage, f"x_{b}-h2+4") for b in ("200K", "500K")]
+    assert [s.options.ladder_below for s in stored] == [(), ("x_200K-h2+4",)]
+    assert all({a["n_heads"] for a in s.archs} <= {2, 4} for s in stored)
 
 
 @pytest.mark.parametrize(("flags", "phase3"), [
