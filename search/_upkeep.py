@@ -204,7 +204,7 @@ class PlanUpkeep:
         """carry_up from the next smaller budget's COMPLETE phase-1/2 trials; the learning-rate
         exponent is fitted on every smaller budget's (search/_lrfit.py), its prior's regime read
         from whether the study trains on a fixed data per parameter (--tokens-per-param)."""
-        finished = [(u.settings.budget_value, self._finished(u)) for u in below]
+        finished = [(u.settings.budget_value, _finished(u)) for u in below]
         smaller = below[-1]
         slots = [e.slot for e in self.settings.plan if e.phase == 1]
         out = carry_up(finished[-1][1], smaller.settings.budget_value, self.settings.budget_value,
@@ -214,36 +214,9 @@ class PlanUpkeep:
         # Which rungs this budget may prune at: measured on the smallest budget, trained to the end
         # (search/_trust.py); stored in the same write as the rest, before any trial is enqueued,
         # so every claim and rung decision of this budget reads one trust.
-        out["trust"] = rung_trust(self._arch_runs(below[0]), seed=int(self.settings.options.seed))
+        out["trust"] = rung_trust(_arch_runs(below[0], max(self.rule.n_rungs - 1, 0)), seed=int(self.settings.options.seed))
         out["trust"]["from_budget"] = below[0].settings.budget
         return {**out, "from": smaller.name, "from_budget": smaller.settings.budget}
-
-    def _arch_runs(self, upkeep: PlanUpkeep) -> list[ArchRuns]:
-        """A budget's COMPLETE trials as the rung trust reads them: per architecture, each trial's
-        scores at the rungs below full length (recorded in passing) and its full-length value."""
-        below = max(self.rule.n_rungs - 1, 0)
-        runs: dict[int, tuple[list[list[float]], list[float]]] = {}
-        for t in upkeep.storage.get_all_trials(upkeep.study_id, deepcopy=False, states=(TrialState.COMPLETE,)):
-            scores = [float(v) for v in t.user_attrs.get(Attr.RUNG_SCORES) or []][:below]
-            if t.value is None or not math.isfinite(t.value) or len(scores) < below:
-                continue  # a trial from before its rungs were recorded says nothing about them
-            rungs, finals = runs.setdefault(int(t.params["arch_idx"]), ([], []))
-            rungs.append(scores)
-            finals.append(float(t.value))
-        return [ArchRuns((k,), rungs, finals) for k, (rungs, finals) in sorted(runs.items())]
-
-    @staticmethod
-    def _finished(upkeep: PlanUpkeep) -> list[Finished]:
-        """A budget's COMPLETE trials with a finite value (confirmation included: the top is ranked
-        on means, and a confirmed architecture's seeds are the best evidence of it)."""
-        done = upkeep.storage.get_all_trials(upkeep.study_id, deepcopy=False, states=(TrialState.COMPLETE,))
-        return [
-            Finished(float(t.value), t.number, int(t.user_attrs["d_model"]), int(t.user_attrs["n_layers"]),
-                     (int(t.params["arch_idx"]),), {k: t.params[k] for k in TRAINING_PARAMS},
-                     n_heads=int(t.user_attrs.get("n_heads", 0)), d_ff=int(t.user_attrs.get("d_ff", 0)))
-            for t in done
-            if t.value is not None and math.isfinite(t.value) and t.user_attrs.get(Attr.PHASE) in (1, 2, 3)
-        ]
 
     def never_filled(self) -> set[int]:
         """The plan slots no trial will ever come to (search/_status._never_filled): a ladder budget's
@@ -378,3 +351,30 @@ class PlanUpkeep:
         if has_phase3 and ranks is None:
             st.details["phase3"] = "waiting for phases 1 and 2"
         return st, retry, phase1_final
+
+
+def _arch_runs(upkeep: PlanUpkeep, below: int) -> list[ArchRuns]:
+    """A budget's COMPLETE trials as the rung trust reads them: per architecture, each trial's
+    scores at the `below` rungs under full length (recorded in passing) and its full-length value."""
+    runs: dict[int, tuple[list[list[float]], list[float]]] = {}
+    for t in upkeep.storage.get_all_trials(upkeep.study_id, deepcopy=False, states=(TrialState.COMPLETE,)):
+        scores = [float(v) for v in t.user_attrs.get(Attr.RUNG_SCORES) or []][:below]
+        if t.value is None or not math.isfinite(t.value) or len(scores) < below:
+            continue  # a trial from before its rungs were recorded says nothing about them
+        rungs, finals = runs.setdefault(int(t.params["arch_idx"]), ([], []))
+        rungs.append(scores)
+        finals.append(float(t.value))
+    return [ArchRuns((k,), rungs, finals) for k, (rungs, finals) in sorted(runs.items())]
+
+
+def _finished(upkeep: PlanUpkeep) -> list[Finished]:
+    """A budget's COMPLETE trials with a finite value (confirmation included: the top is ranked
+    on means, and a confirmed architecture's seeds are the best evidence of it)."""
+    done = upkeep.storage.get_all_trials(upkeep.study_id, deepcopy=False, states=(TrialState.COMPLETE,))
+    return [
+        Finished(float(t.value), t.number, int(t.user_attrs["d_model"]), int(t.user_attrs["n_layers"]),
+                 (int(t.params["arch_idx"]),), {k: t.params[k] for k in TRAINING_PARAMS},
+                 n_heads=int(t.user_attrs.get("n_heads", 0)), d_ff=int(t.user_attrs.get("d_ff", 0)))
+        for t in done
+        if t.value is not None and math.isfinite(t.value) and t.user_attrs.get(Attr.PHASE) in (1, 2, 3)
+    ]
