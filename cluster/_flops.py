@@ -90,10 +90,25 @@ def _data_budget(settings: Any) -> bool:
     return bool(found)
 
 
-class _Calibration:
-    """Samples a trial trains, from the finished trials: per epoch, or per trial (a data budget)."""
+def _budget_samples(settings: Any) -> float | None:
+    """Samples a trial trains under a data budget, from the budget itself (tokens over the window,
+    or samples): what a study that has finished no trial yet, such as a ladder budget just planned,
+    is estimated with.  None without a data budget or a known window."""
+    options = settings.options
+    stored = options if isinstance(options, dict) else options.as_dict()  # StoredOptions: seq_len is a family key
+    budget, seq_len = stored.get("data_budget"), stored.get("seq_len")
+    if not budget or not budget.get("target"):
+        return None
+    if budget.get("unit") == "samples":
+        return float(budget["target"])
+    return float(budget["target"]) / float(seq_len) if seq_len else None
 
-    def __init__(self, trials: Iterable[Any], per_trial: bool) -> None:
+
+class _Calibration:
+    """Samples a trial trains, from the finished trials: per epoch, or per trial (a data budget,
+    which also gives an estimate before any trial finished: `prior`)."""
+
+    def __init__(self, trials: Iterable[Any], per_trial: bool, prior: float | None = None) -> None:
         self.per_trial = per_trial
         samples = []
         for t in trials:
@@ -101,7 +116,7 @@ class _Calibration:
             epochs = 1 if per_trial else _params(t).get("epochs")
             if full and per_sample and epochs:
                 samples.append(float(full) / float(per_sample) / float(epochs))
-        self.samples = statistics.median(samples) if samples else None
+        self.samples = statistics.median(samples) if samples else (prior if per_trial else None)
 
     def cost(self, flops_per_sample: float | None, epochs: float | None) -> float | None:
         if self.samples is None or not flops_per_sample or (not self.per_trial and not epochs):
@@ -131,7 +146,7 @@ def study_work(settings: Any, trials: list[Any], work: Work, never: Set[int] = f
         if spent and seconds:
             work.flops += float(spent)
             work.seconds += float(seconds)
-    calibration = _Calibration(finished, _data_budget(settings))
+    calibration = _Calibration(finished, _data_budget(settings), _budget_samples(settings))
     by_slot: dict[int, list[Any]] = {}
     for t in sorted(trials, key=lambda t: t.number):
         if Attr.PLAN_SLOT in t.user_attrs:

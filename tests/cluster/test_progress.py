@@ -134,6 +134,25 @@ def test_a_study_slots_cost_their_shape_flops_times_the_calibrated_samples() -> 
     assert sum(s.cost or 0 for s in skipped.slots if not s.done) == 20 * 100 * 2
 
 
+def test_a_study_with_a_data_budget_is_costed_before_any_of_its_trials_finished() -> None:
+    """A ladder budget just planned has no finished trial to calibrate on; under --tokens-per-param
+    every trial trains the budget's tokens over the window, so its slots cost flops/sample x that."""
+    options = {"seq_len": 128, "data_budget": {"unit": "tokens", "per_param": 10.0, "target": 2_000_000}}
+    settings = SimpleNamespace(archs=[{"flops_per_sample": 10}, {"flops_per_sample": 20}], phase2_params=None,
+                               options=options, plan=[{"slot": 0, "arch_idx": 1, "params": {"epochs": 9}}])
+    work = Work()
+    study_work(settings, [], work)
+    assert [s.cost for s in work.slots] == [20 * 2_000_000 / 128]
+    samples = SimpleNamespace(**{**vars(settings), "options": {"data_budget": {"unit": "samples", "target": 500}}})
+    work = Work()
+    study_work(samples, [], work)
+    assert [s.cost for s in work.slots] == [20 * 500]
+    unknown = SimpleNamespace(**{**vars(settings), "options": {"data_budget": {"unit": "tokens", "target": 10}}})
+    work = Work()
+    study_work(unknown, [], work)
+    assert [s.cost for s in work.slots] == [None], "tokens without a window: not known"
+
+
 def test_off_a_terminal_one_plain_line_every_10_to_30_s() -> None:
     clock, out = FakeClock(), io.StringIO()
     shown = RunProgress(out, {}, 2, read_work=lambda: _work(True), clock=clock, now=clock.at)
