@@ -198,13 +198,23 @@ def carry_up(finished: Sequence[Finished], n_small: int, n_large: int, rows: Seq
         "aspect_ratios": sorted(ratios), "aspect_range": [min(ratios) / ASPECT_WIDEN, max(ratios) * ASPECT_WIDEN],
         "axes": ranges, "lr_fit": fit.as_dict(), "region_size": len(inside), "grid_size": len(rows),
         "assignments": assignments, "skipped_slots": len(slots) - len(assignments),
-        "rule": _rule(fit, n_large / n_small, how),
+        "rule": _rule(fit, n_large / n_small, how, _clipped(top[0], carried, n_large / n_small, fit, space)),
     }
 
 
-def _rule(fit: LrFit, ratio: float, how: str) -> str:
-    """The record's rule: the learning rate's scaling, the exponent's source, and the region's."""
-    return (f"lr x (N/N_small)^{fit.exponent:.3f} = x {ratio ** fit.exponent:.3f} ({fit.source} exponent); "
+def _clipped(best: Finished, carried: Mapping[str, Any], ratio: float, fit: LrFit,
+             space: SearchSpace) -> tuple[float, float] | None:
+    """The study's learning-rate range when it clipped the carried rate, else None."""
+    scaled = float(best.params["learning_rate"]) * ratio ** fit.exponent
+    lo, hi = float(space.learning_rate[0]), float(space.learning_rate[-1])
+    return (lo, hi) if carried["learning_rate"] != scaled else None
+
+
+def _rule(fit: LrFit, ratio: float, how: str, clipped: tuple[float, float] | None = None) -> str:
+    """The record's rule: the learning rate's scaling, the exponent's source (and the study's range
+    when that clipped the carried rate: a fixed --learning-rate keeps it), and the region's."""
+    clip = f", clipped to the study's range {clipped[0]:.3g}-{clipped[1]:.3g}" if clipped else ""
+    return (f"lr x (N/N_small)^{fit.exponent:.3f} = x {ratio ** fit.exponent:.3f} ({fit.source} exponent{clip}); "
             f"region: {how}")
 
 

@@ -107,17 +107,17 @@ def fit_lr_exponent(budgets: Sequence[tuple[int, Sequence[tuple[float, float]]]]
     MIN_BUDGETS budgets give a narrow, plausible interval, else Step Law's prior."""
     known = [(n, best_rate(points)) for n, points in budgets if points]
     prior = prior_exponent(data_grows)
-    regime = "data grows with N" if data_grows else "fixed data"
+    regime = "data growing with N" if data_grows else "fixed data"
     if len({n for n, _ in known}) < 2:
         return LrFit(prior, None, None, len(known), "prior",
-                     f"{len(known)} budget{'s' * (len(known) != 1)} to fit, Step Law at {regime}")
+                     f"{len(known)} budget{'s' * (len(known) != 1)} to fit, Step Law with {regime}")
     x = np.log(np.array([n for n, _ in known], dtype=float))
     y = np.log(np.array([lr for _, lr in known], dtype=float))
     slope, _ = np.polyfit(x, y, 1)
     slope = float(slope)
     if len(known) < MIN_BUDGETS:
         return LrFit(prior, None, None, len(known), "prior",
-                     f"2 budgets fit b = {slope:.3f} exactly, with no interval; Step Law at {regime}",
+                     f"2 budgets fit b = {slope:.3f} exactly, with no interval; Step Law with {regime}",
                      slope=slope)
     low, high = _slope_interval(x, y, slope)
     fit = LrFit(slope, low, high, len(known), "fitted", f"{CONFIDENCE:.0%} interval {low:.3f} to {high:.3f}",
@@ -128,7 +128,7 @@ def fit_lr_exponent(budgets: Sequence[tuple[int, Sequence[tuple[float, float]]]]
         why = f"the fitted interval {low:.3f} to {high:.3f} leaves the plausible {PLAUSIBLE[0]:g} to {PLAUSIBLE[1]:g}"
     else:
         return fit
-    return LrFit(prior, low, high, len(known), "prior", f"{why}; Step Law at {regime}", slope=slope)
+    return LrFit(prior, low, high, len(known), "prior", f"{why}; Step Law with {regime}", slope=slope)
 
 
 def _slope_interval(x: np.ndarray, y: np.ndarray, slope: float) -> tuple[float, float]:

@@ -247,7 +247,7 @@ def test_a_larger_budget_waits_then_is_planned_from_the_smaller_once(storage_url
     assert claim is not None and claim.params["epochs"] == ladder["carried"]["epochs"]
     notes = ladder_notes(q.storage, {"500K": large.study_name, "200K": small.study_name})
     assert list(notes) == ["500K"] and notes["500K"].startswith("from 200K (trial 0): learning rate")
-    assert "learning-rate exponent N^-0.713 (prior: 1 budget to fit, Step Law at fixed data); fidelity: " in notes["500K"]
+    assert "learning-rate exponent N^-0.713 (prior: 1 budget to fit, Step Law with fixed data); fidelity: " in notes["500K"]
     trust = ladder["trust"]
     assert trust["from_budget"] == "200K" and trust["measure"] == "pairwise agreement"
     # --pruner none: no rungs, so nothing to trust, whatever the 5 architectures' finals say
@@ -337,7 +337,7 @@ def test_the_exponent_reads_every_smaller_budget_and_the_studys_data_regime(stor
     small_rates = [(float(t.params["learning_rate"]), float(t.value)) for t in _trials(storage_url, small.study_name)]
     slope = math.log(best_rate(rates) / best_rate(small_rates)) / math.log(500_000 / 200_000)
     assert fit["slope"] == pytest.approx(slope, rel=1e-9) and fit["low"] is None
-    assert fit["reason"] == f"2 budgets fit b = {slope:.3f} exactly, with no interval; Step Law at data grows with N"
+    assert fit["reason"] == f"2 budgets fit b = {slope:.3f} exactly, with no interval; Step Law with data growing with N"
 
 
 def test_a_relaunch_keeps_a_ladder_budgets_stored_plan(storage_url: str) -> None:
@@ -409,3 +409,14 @@ def test_a_ladder_launched_plans_its_finalists_confirmation_at_every_budget(
     seeds = phase3 // LADDER_FINALISTS
     assert confirmation == [(r, s) for s in range(seeds) for r in range(LADDER_FINALISTS)], "every finalist, each seed"
     assert [e.phase for e in large.plan if e.phase != 3] == [1] * (len(large.plan) - phase3), "slots the ladder fills"
+
+
+def test_a_carried_rate_clipped_by_the_study_range_says_so() -> None:
+    rows = [_row(i, 64, layers) for i, layers in enumerate((2, 3, 4))]
+    lo = float(QUICK_SPACE.learning_rate[0])
+    low = carry_up([_done(2.0, 0, 64, 3, learning_rate=lo)], 100_000, 200_000, rows, QUICK_SPACE, slots=[0], seed=0)
+    assert low["carried"]["learning_rate"] == lo
+    assert f"(prior exponent, clipped to the study's range {lo:.3g}-" in low["rule"]
+    inside = carry_up([_done(2.0, 0, 64, 3, learning_rate=4 * lo)], 100_000, 200_000, rows, QUICK_SPACE, slots=[0],
+                      seed=0)
+    assert "clipped" not in inside["rule"] and inside["carried"]["learning_rate"] == pytest.approx(4 * lo * 2**-0.713)

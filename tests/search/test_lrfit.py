@@ -44,15 +44,15 @@ def test_two_budgets_fit_exactly_but_without_an_interval_so_the_prior_is_used() 
     fit = fit_lr_exponent([_budget(n, 0.3 * n**-0.5) for n in N[:2]], data_grows=False)
     assert (fit.exponent, fit.low, fit.high, fit.n_budgets, fit.source) == (PRIOR_FIXED_DATA, None, None, 2, "prior")
     assert fit.slope == pytest.approx(-0.5, abs=1e-12)
-    assert fit.reason == "2 budgets fit b = -0.500 exactly, with no interval; Step Law at fixed data"
+    assert fit.reason == "2 budgets fit b = -0.500 exactly, with no interval; Step Law with fixed data"
     assert fit.describe() == f"N^-0.713 (prior: {fit.reason})"
 
 
 def test_one_budget_or_none_with_trials_is_the_prior() -> None:
     fit = fit_lr_exponent([_budget(N[0], 1e-3), (N[1], [])], data_grows=True)
     assert (fit.exponent, fit.n_budgets, fit.source, fit.slope) == (PRIOR_DATA_GROWS, 1, "prior", None)
-    assert fit.reason == "1 budget to fit, Step Law at data grows with N"
-    assert fit_lr_exponent([], data_grows=False).reason == "0 budgets to fit, Step Law at fixed data"
+    assert fit.reason == "1 budget to fit, Step Law with data growing with N"
+    assert fit_lr_exponent([], data_grows=False).reason == "0 budgets to fit, Step Law with fixed data"
 
 
 def test_a_wide_interval_falls_back_to_the_prior_and_says_so() -> None:
