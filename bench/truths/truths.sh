@@ -55,7 +55,8 @@ args_for() {
 restore() {  # the working copy: from the committed one when this machine has none
   local t=$1
   mkdir -p "$WORK"
-  if [[ ! -f $WORK/$t.db && -f $SAVED/$t.db ]]; then
+  # -s, not -f: an empty file (sqlite3 creates one when it opens a missing path) is no working copy
+  if [[ ! -s $WORK/$t.db && -f $SAVED/$t.db ]]; then
     cp "$SAVED/$t.db" "$WORK/$t.db"
     rm -rf "$WORK/${t}_ck" && if [[ -d $SAVED/${t}_ck ]]; then cp -r "$SAVED/${t}_ck" "$WORK/${t}_ck"; fi
     echo "restored $t from $SAVED" >&2
@@ -186,6 +187,8 @@ stop() {  # SIGTERM every worker (each running trial is saved between two steps)
 
 status() {
   local t=$1
+  # sqlite3 would create an empty database here, which `restore` must not take for a working copy
+  [[ -s $WORK/$t.db ]] || { echo "no working copy $WORK/$t.db yet: the chain restores it when it reaches $t" >&2; return 1; }
   sql "$WORK/$t.db" "select s.study_name, t.state, count(*) from trials t join studies s using (study_id)
     group by 1, 2 order by 1, 2;"
 }
