@@ -283,7 +283,7 @@ class StudyConfig:
     compile: bool = False
     """compile every trial's model with torch.compile (default off: on a CPU it wins for no family, compile time counted (BENCHMARKS.md §9); on GPUs it is not measured here). Compiled and eager runs differ in their last bits and, with dropout, in their masks: a study is all one or the other"""
     ladder: bool = False
-    """with several budgets: search them smallest first and plan each larger one from the smaller ones' winners (learning rate by a fitted exponent of N, their aspect ratios, half the trials a step); unless --pruner, --confirm or --seeds say otherwise it halves at trusted rungs only and confirms each budget's 2 finalists with 2 new seeds each, choosing the winner on their mean"""
+    """with several budgets: search them smallest first and plan each larger one from the smaller ones' winners (learning rate by a fitted exponent of N, their aspect ratios, half the trials a step); unless --pruner, --confirm or --seeds say otherwise it halves at trusted rungs only and confirms each budget's 3 finalists with 1 new seed each, choosing the winner on their means"""
     paired_seeds: int = 0
     """train every planned configuration with seeds 0..S-1 (seed s fixes data, split and initialisation, the same for every configuration); 0 = off"""
     confirm: Confirm = field(default_factory=Confirm)
@@ -308,7 +308,7 @@ class StudyConfig:
             # form, states none), pruning only at the rungs its smallest budget trusts (search/_trust.py).
             object.__setattr__(self, "pruning", dataclasses.replace(self.pruning, rule="halving"))
         if self.ladder and not self.paired_seeds and "confirm" not in self.given and self.confirm.top == Confirm.top:
-            # ... and confirms its finalists unless --confirm is stated (schema.LADDER_FINALISTS says why 2 and 2);
+            # ... and confirms its finalists unless --confirm is stated (schema.LADDER_FINALISTS says why 3 and 1);
             # a stated --seeds wins; a paired ladder is refused with its own sentence (search/_study.py).
             seeds = self.confirm.seeds
             seeds = LADDER_CONFIRM_SEEDS if "seeds" not in self.given and seeds == Confirm.seeds else seeds

@@ -36,19 +36,20 @@ in architectures, twice each, phase 2 = the rest once, farthest-point order from
                    bootstrapped with the study's seed); each larger budget is the ladder's plan
                    (`carry_up` of the smaller budget's full-length trials, confirmation runs included),
                    halved at the trusted rungs only (`soft_promotions`; an untrusted rung decides
-                   nothing but is scored in passing), or trained to full length if no rung was trusted.
-                   At every budget the FINALISTS (2) architectures with the best single full-length
+                   nothing but is scored in passing), or, if no rung was trusted, trained to full
+                   length without scoring any rung (no cooldown branch paid, its confirmation too).
+                   At every budget the FINALISTS (3) architectures with the best single full-length
                    value (as search/_ranking.py ranks the confirmation) are each retrained with
-                   CONFIRM_SEEDS (2) new seeds (archhpo.schema's --ladder default), the draw's next runs
+                   CONFIRM_SEEDS (1) new seed (archhpo.schema's --ladder default), the draw's next run
                    of the architecture, and the winner is the lowest mean over those confirmation runs
                    and the finalist's full-length search runs with the same training parameters (the
                    report's `chosen_on_means`; a truth has one set of them, so every full-length run of
                    the finalist counts).  A 3-seed table has no new seeds: an architecture's first run
-                   is its held-out seed and its next runs are the two seeds its truth averages (then
-                   the held-out one again), so a finalist planned once is chosen on all 3 of its seeds,
-                   one planned twice on its held-out seed twice and the other two once each.  The
-                   winner is then chosen partly on the noise that grades it, and its regret is
-                   optimistic (biased low) against strategies whose choice saw the held-out seed only.
+                   is its held-out seed and its next runs are the two seeds its truth averages, so a
+                   finalist planned once (a ladder budget) is chosen on its held-out seed and one of
+                   the truth's, one planned twice (the smallest budget) on all 3.  The winner is then
+                   chosen partly on the noise that grades it, and its regret is optimistic (biased
+                   low) against strategies whose choice saw the held-out seed only.
                    On a table whose seeds changed the data a repeat has one run per architecture, so
                    confirmation runs repeat it: they cost FLOPs and cannot change the choice, and the
                    seed noise `rung_trust` measures there is 0 (its cuts are hard).
@@ -236,6 +237,12 @@ def scored_cost(t: Trial) -> float:
     return (t.arch.epochs + sum(t.run["branch_epochs"][:-1])) * t.arch.flops_per_epoch
 
 
+def full_cost(t: Trial) -> float:
+    """A trial trained to full length that scores nothing: a ladder budget whose measured trust judges
+    no rung (search/_trust.py `RungTrust.scores_in_passing`)."""
+    return t.arch.epochs * t.arch.flops_per_epoch
+
+
 def _by_arch(trials: Sequence[Trial]) -> dict[int, list[Trial]]:
     out: dict[int, list[Trial]] = {}
     for t in trials:
@@ -275,8 +282,8 @@ def finalists(finished: Sequence[Trial]) -> list[int]:
     return list(best)[:FINALISTS]
 
 
-def confirmed(budget: Budget, planned: Sequence[Trial], finished: list[Trial], noise: Draw
-              ) -> tuple[float, Arch, list[Trial]]:
+def confirmed(budget: Budget, planned: Sequence[Trial], finished: list[Trial], noise: Draw,
+              cost: Callable[[Trial], float] = scored_cost) -> tuple[float, Arch, list[Trial]]:
     """archhpo's confirmation (the --ladder default, archhpo.schema): each finalist retrained with
     CONFIRM_SEEDS new seeds, the draw's next runs of it (after every planned trial's, pruned ones
     included), each a replicate (full length, its rungs scored in passing), and the winner chosen by
@@ -300,7 +307,7 @@ def confirmed(budget: Budget, planned: Sequence[Trial], finished: list[Trial], n
     chosen = chosen_on_means([{"rank": r, "values": values[i], "selection_trial": r, "params": FIXED_PARAMS}
                               for r, i in enumerate(ranked)], search)
     winner = ranked[chosen["rank"] if chosen else 0]
-    return sum(scored_cost(t) for t in extra), budget.archs[winner], [*finished, *extra]
+    return sum(cost(t) for t in extra), budget.archs[winner], [*finished, *extra]
 
 
 def archhpo(budget: Budget, smaller: Budget | None, below: Outcome | None, step: int, noise: Draw,
@@ -308,14 +315,19 @@ def archhpo(budget: Budget, smaller: Budget | None, below: Outcome | None, step:
     """The default `archhpo run --ladder` at one budget (module docstring): the smallest budget's
     design trained to full length measures the rung trust; a larger budget's ladder plan is halved at
     the trusted rungs only; the finalists are confirmed at every budget."""
+    cost = scored_cost  # scoring every rung in passing: the smallest budget, and a budget trusting some rung
     if smaller is None or below is None or below.trust is None:
         trust, planned = None, design
         flops, finished = sum(scored_cost(t) for t in design), list(design)
     else:
         trust = below.trust
         planned = trials_of(budget, ladder_plan_archs(budget, smaller, below.finished, step, n_trials, seed), noise)
-        flops, finished = rung_halving(planned, trusted_decision(trust, budget.eta))
-    extra, winner, done = confirmed(budget, planned, finished, noise)
+        if trust.get("trusted"):
+            flops, finished = rung_halving(planned, trusted_decision(trust, budget.eta))
+        else:  # no rung trusted: full length, no rung scored (`RungTrust.scores_in_passing`)
+            cost = full_cost
+            flops, finished = sum(full_cost(t) for t in planned), list(planned)
+    extra, winner, done = confirmed(budget, planned, finished, noise, cost)
     trust = trust if trust is not None else measured_trust(done, seed)  # the smallest budget, once it is done
     return Outcome(flops + extra, winner, done, trust, len(finished) < len(planned))
 

@@ -27,9 +27,10 @@ stored before this assigned every slot, repeating the region, and is used as sto
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from archhpo.budgets import GridRow
@@ -157,9 +158,41 @@ def region(rows: Sequence[GridRow], top: Sequence[Finished], widen: float = ASPE
     return [r for r in rows if lo <= r.d_model / r.n_layers <= hi or r.extreme]
 
 
+def _log_distance(row: GridRow, target: Mapping[str, float | None]) -> float:
+    """How far a row's head dimension and d_ff ratio lie from the target's, in log units (an axis
+    unknown on either side counts 0)."""
+    values = axis_values(row.d_model, row.n_layers, row.n_heads, row.d_ff)
+    return sum(abs(math.log(v / t)) for axis in ("head_dim", "ff_ratio")
+               if (v := values[axis]) is not None and (t := target[axis]) is not None)
+
+
+def centred_extremes(rows: Sequence[GridRow], best: Finished) -> list[GridRow]:
+    """The grid with each extreme's mark moved to its shape's twin (a row of the same d_model,
+    n_layers and choices) whose head dimension and d_ff ratio lie nearest the best architecture's
+    below (ties: the grid's own pick, then the lower arch_idx).
+
+    The grid marks an extreme by its parameter count alone (budgets/_grid.py), so its head count and
+    d_ff are arbitrary; the extremes are kept to check the trend in width and depth, and trained
+    with another head dimension they can lose to the region for a reason that is not their shape.
+    A larger budget's best is often an extreme's shape (d_model doubles, a new aspect ratio), so the
+    twin is also the likeliest winner there."""
+    target = axis_values(best.d_model, best.n_layers, best.n_heads, best.d_ff)
+    tags: dict[int, list[str]] = {}
+    for k, r in enumerate(rows):
+        if not r.extreme:
+            continue
+        twins = [j for j, t in enumerate(rows)
+                 if (t.d_model, t.n_layers, t.choices) == (r.d_model, r.n_layers, r.choices)]
+        pick = min(twins, key=lambda j: (round(_log_distance(rows[j], target), 9), j != k, j))
+        tags.setdefault(pick, []).extend(r.extreme.split(";"))
+    return [replace(r, extreme=";".join(tags.get(k, []))) for k, r in enumerate(rows)]
+
+
 def narrowed_region(rows: Sequence[GridRow], top: Sequence[Finished]) -> tuple[list[GridRow], dict[str, Any], str]:
-    """The rows inside every axis' range, and the extremes; the ranges; how the region was chosen
-    (every axis, or the aspect ratio alone when every axis kept fewer than MIN_REGION other rows)."""
+    """The rows inside every axis' range, and the extremes (centred on the best's head dimension and
+    d_ff ratio: `centred_extremes`); the ranges; how the region was chosen (every axis, or the
+    aspect ratio alone when every axis kept fewer than MIN_REGION other rows)."""
+    rows = centred_extremes(rows, top[0])
     ranges = axis_ranges(top)
     inside = [r for r in rows if r.extreme or in_ranges(r, ranges)]
     if sum(1 for r in inside if not r.extreme) >= MIN_REGION:

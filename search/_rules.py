@@ -235,7 +235,8 @@ def claim_plan(rule: StoppingRule, params: Mapping[str, Any], judged: bool,
     rungs the study judges (search/_trust.py; off the ladder every one).  A judged trial with no
     trusted rung ahead trains to full length, scoring the rest in passing; one with a trusted rung
     ahead still stops at each rung on the way, held only at a trusted one (TrialQueue.park): a
-    parked claim records only the score it stops at."""
+    parked claim records only the score it stops at.  A ladder budget whose measured trust judges no
+    rung scores nothing (`RungTrust.scores_in_passing`): it trains like a rule that holds nowhere."""
     rungs = rule.rungs(int(params["epochs"])) if rule.n_rungs else []
     if not rungs:
         return TrainingPlan(), 0
@@ -245,6 +246,8 @@ def claim_plan(rule: StoppingRule, params: Mapping[str, Any], judged: bool,
                         branch_epochs=tuple(float(v) for v in attrs.get(Attr.BRANCH_EPOCHS) or []))
     if rung >= len(rungs) - 1 and judged:
         return plan, rung
+    if not trust.scores_in_passing:  # a ladder budget that trusts no rung: full length, nothing scored
+        return TrainingPlan(), 0
     if not judged or not any(trust.judges(r) for r in range(rung, len(rungs) - 1)):
         rest = tuple(rungs[rung:-1])  # scored in passing; a resumed claim's are in its checkpoint
         plan = replace(plan, validate_at=tuple(sorted(set(rest))), score_at=rest, scores_from_checkpoint=True)

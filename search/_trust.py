@@ -239,6 +239,7 @@ class RungTrust:
     rungs: frozenset[int] | None = None  # None: every rung
     noise: float = 0.0  # the finals' seed noise: the tie at a rung whose own noise is not recorded
     rung_noise: tuple[tuple[int, float], ...] = ()  # (rung, the seed noise of its scores): the tie at that rung
+    measured: bool = False  # read from a ladder record that holds a measured trust (a larger budget's)
 
     def judges(self, rung: int) -> bool:
         return self.rungs is None or rung in self.rungs
@@ -246,6 +247,14 @@ class RungTrust:
     @property
     def judges_any(self) -> bool:
         return self.rungs is None or bool(self.rungs)
+
+    @property
+    def scores_in_passing(self) -> bool:
+        """Whether a trial scores the rungs it is not held at on its way to full length: off the
+        ladder (a replicate's scores are reported) and where the trust is still to be measured (the
+        smallest budget's scores are what it is measured on), but not on a budget whose measured trust
+        judges no rung: its cooldown branches (about 1/9 of a trial at eta 3) would decide nothing."""
+        return self.judges_any or not self.measured
 
     def noise_at(self, rung: int) -> float:
         """The noise that ties two scores at `rung`: that rung's own, else the finals'."""
@@ -262,7 +271,8 @@ class RungTrust:
         trust = (record or {}).get("trust") or {}
         per_rung = tuple((int(r["rung"]), _finite(r.get("noise"))) for r in trust.get("rungs", ())
                          if r.get("noise") is not None)
-        return cls(frozenset(int(r) for r in trust.get("trusted", ())), _finite(trust.get("noise")), per_rung)
+        return cls(frozenset(int(r) for r in trust.get("trusted", ())), _finite(trust.get("noise")), per_rung,
+                   measured=bool(trust))
 
 
 def _finite(value: Any) -> float:

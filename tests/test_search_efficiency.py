@@ -269,7 +269,7 @@ def _budgets_of_one_repeat(budgets: list[Any], seed: int = 0, rep: int = 0) -> l
     return out
 
 
-def test_archhpo_halves_at_the_rungs_its_smallest_budget_trusts(tmp_path: Path) -> None:
+def test_archhpo_halves_at_the_rungs_its_smallest_budget_trusts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # Rung scores rank the 9 architectures as their final losses do: the smallest budget trusts a rung,
     # so the larger budget's ladder plan is halved there and costs less than the same plan at full length.
     budgets = se.load_table(_table(tmp_path, {"1M": 1_000_000, "2M": 2_000_000}, 9))
@@ -277,8 +277,11 @@ def test_archhpo_halves_at_the_rungs_its_smallest_budget_trusts(tmp_path: Path) 
     a = small["archhpo"]
     assert a.trust["trusted"] == [0, 1] and not a.pruned and a.winner.idx == 8  # arch 8: the lowest loss
     # The smallest budget: the design's 18 trials (9 architectures twice) at 9 epochs + 0.25 + 0.75 branch
-    # epochs, and 2 confirmation runs for each of the 2 finalists: 22 x 10.
-    assert (se.FINALISTS, se.CONFIRM_SEEDS) == (2, 2)
+    # epochs, and 2 confirmation runs for each of 2 finalists (the counts are set here, not the defaults): 22 x 10.
+    monkeypatch.setattr(se, "FINALISTS", 2)
+    monkeypatch.setattr(se, "CONFIRM_SEEDS", 2)
+    small, large = _budgets_of_one_repeat(budgets)
+    a = small["archhpo"]
     assert (a.flops, small["design"].flops) == (22 * 10, 18 * 9)
     # The larger budget: the ladder's 8 trials (one per architecture of its region, 8 of the 9), halved at
     # both trusted rungs with hard cuts (the seeds changed the data: no seed noise within a repeat):
@@ -294,22 +297,25 @@ def test_archhpo_halves_at_the_rungs_its_smallest_budget_trusts(tmp_path: Path) 
 
 def test_archhpo_trains_full_length_where_the_rungs_rank_the_other_way(tmp_path: Path) -> None:
     # Reversed rung scores: no rung is trusted, every planned trial of the larger budget is trained to
-    # full length and scores its rungs in passing (9 epochs + 0.25 + 0.75 branch epochs = 10 FLOPs each).
+    # full length and scores no rung (9 epochs each; the smallest budget paid 0.25 + 0.75 branch epochs).
     budgets = se.load_table(_table(tmp_path, {"1M": 1_000_000, "2M": 2_000_000}, 9, rung_sign=-1.0))
     small, large = _budgets_of_one_repeat(budgets)
     assert small["archhpo"].trust["trusted"] == []
     a = large["archhpo"]
     assert not a.pruned and a.winner.idx == 8 and large["halving_ladder"].winner.idx != 8
-    assert len(a.finished) >= len(large["ladder"].finished) and a.flops == 10 * len(a.finished)
+    assert len(a.finished) >= len(large["ladder"].finished) and a.flops == 9 * len(a.finished)
+    assert small["archhpo"].flops == 10 * len(small["archhpo"].finished)
     result = se.replay(budgets, repeats=3, seed=0)
     assert result["archhpo"]["share_within_1std"] == 1.0 and result["archhpo"]["fidelity"]["full_length"] == [1.0, 1.0]
     assert result["archhpo"]["fidelity"]["rung_trusted"] == [0.0, 0.0]
 
 
-def test_the_finalists_confirmation_runs_are_counted_and_decide(tmp_path: Path) -> None:
+def test_the_finalists_confirmation_runs_are_counted_and_decide(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                                                 ) -> None:
     # Two architectures on fixed data, both extremes: A (1.0 on seed 0, else 2.0) and B (1.4 on every seed).
     # The design trains each twice (4 x 9 epochs); archhpo also pays each trial's branches (0.25 + 0.75) and
-    # retrains both finalists with 2 new seeds: 8 trials x 10 against the design's 4 x 9.
+    # retrains both finalists with 2 new seeds (set here): 8 trials x 10 against the design's 4 x 9.
+    monkeypatch.setattr(se, "CONFIRM_SEEDS", 2)
     archs = [(64, 2, 100_000, [1.0, 2.0, 2.0]), (64, 3, 100_000, [1.4, 1.4, 1.4])]
     rows = _arch_rows("100K", 100_000, archs, data_seed="0")
     for r in rows:
@@ -332,9 +338,9 @@ def test_the_finalists_confirmation_runs_are_counted_and_decide(tmp_path: Path) 
 
 def test_the_finalists_search_runs_count_in_the_means_they_are_chosen_on(tmp_path: Path) -> None:
     # A (1.0 on seeds 0 and 1, 2.0 on seed 2) and B (1.4 on every seed), each planned twice; A's runs in the
-    # order seed 1, 0, 2 (then 1 again), B's 0, 1, 2. The confirmation retrains A on seeds 2 and 1 (mean 1.5),
-    # B on seeds 2 and 0 (1.4): alone they would pick B. With each finalist's two planned full-length runs
-    # (every trial of a truth has the same training parameters) A's mean is (1 + 1 + 2 + 1) / 4 = 1.25: A.
+    # order seed 1, 0, 2, B's 0, 1, 2. The confirmation (the default: 1 new seed each) retrains A on seed 2
+    # (2.0) and B on seed 2 (1.4): alone it would pick B. With each finalist's two planned full-length runs
+    # (every trial of a truth has the same training parameters) A's mean is (1 + 1 + 2) / 3 = 1.33: A.
     rows = _arch_rows("100K", 100_000, [(64, 2, 100_000, [1.0, 1.0, 2.0]), (64, 3, 100_000, [1.4] * 3)],
                       data_seed="0")
     (budget,) = se.load_table(_write(tmp_path, rows))
@@ -342,8 +348,9 @@ def test_the_finalists_search_runs_count_in_the_means_they_are_chosen_on(tmp_pat
     planned = se.trials_of(budget, [0, 1, 0, 1], noise)
     assert [t.run["loss"] for t in planned] == [1.0, 1.4, 1.0, 1.4]
     flops, winner, done = se.confirmed(budget, planned, list(planned), noise)
-    assert [(t.arch.idx, t.run["seed"]) for t in done[4:]] == [(0, 2), (0, 1), (1, 2), (1, 0)]
-    assert winner.idx == 0 and flops == 4 * 9
+    assert (se.FINALISTS, se.CONFIRM_SEEDS) == (3, 1), "the --ladder default (archhpo.schema)"
+    assert [(t.arch.idx, t.run["seed"]) for t in done[4:]] == [(0, 2), (1, 2)]
+    assert winner.idx == 0 and flops == 2 * 9
 
 
 def test_the_replay_is_deterministic_for_a_seed(tmp_path: Path) -> None:

@@ -188,7 +188,7 @@ def test_a_study_written_before_the_config_loads_and_relaunches_identically(
 def test_a_ladder_confirms_its_finalists_unless_confirm_or_seeds_is_stated() -> None:
     budgets = {"experiment": "e", "budget": ["200K", "500K"], "ladder": True, "seeds": 3}  # --seeds' default
     ladder = StudyConfig.from_options(budgets, given=["ladder", "budget"])
-    assert (ladder.confirm.top, ladder.confirm.seeds) == (LADDER_FINALISTS, LADDER_CONFIRM_SEEDS) == (2, 2)
+    assert (ladder.confirm.top, ladder.confirm.seeds) == (LADDER_FINALISTS, LADDER_CONFIRM_SEEDS) == (3, 1)
     off = StudyConfig.from_options({**budgets, "confirm": 0}, given=["ladder", "budget", "confirm"])
     assert off.confirm == Confirm(), "--confirm 0 stated: no confirmation"
     seeds = StudyConfig.from_options({**budgets, "seeds": 5}, given=["ladder", "budget", "seeds"])
@@ -201,5 +201,5 @@ def test_a_ladder_confirms_its_finalists_unless_confirm_or_seeds_is_stated() -> 
     assert paired.confirm == Confirm(), "a paired ladder is refused by the plan with its own sentence"
     with pytest.raises(ArchhpoError, match="--seeds S counts only with --confirm K"):
         StudyConfig.from_options({**budgets, "confirm": 0}, given=["ladder", "budget", "confirm", "seeds"])
-    assert f"confirms each budget's {LADDER_FINALISTS} finalists with {LADDER_CONFIRM_SEEDS} new seeds" in (
+    assert f"confirms each budget's {LADDER_FINALISTS} finalists with {LADDER_CONFIRM_SEEDS} new seed" in (
         field_help("ladder")), "the help says what the constants are"

@@ -27,6 +27,7 @@ from archhpo.search._ladder import (
     axis_ranges,
     carried_params,
     carry_up,
+    centred_extremes,
     describe,
     in_ranges,
     ladder_trials,
@@ -118,6 +119,25 @@ def test_an_axis_unknown_for_the_smaller_budget_is_not_narrowed() -> None:
     ranges = axis_ranges(top)
     assert ranges["head_dim"] is None and ranges["ff_ratio"] is None
     assert [r.arch_idx for r in narrowed_region(AXIS_ROWS, top)[0]] == [0, 1, 3, 4, 7]
+
+
+def test_an_extreme_is_trained_with_the_head_dimension_and_d_ff_ratio_of_the_best_below() -> None:
+    """The grid marks an extreme by its parameter count, so its head count is arbitrary: on a ladder
+    the mark moves to the twin (same d_model and n_layers) nearest the best's head dimension and d_ff
+    ratio, and a row holding two marks keeps both."""
+    rows = [_row(0, 128, 2, "max_d_model;min_n_layers", heads=2), _row(1, 128, 2, heads=4), _row(2, 128, 2, heads=8),
+            _row(3, 64, 8, "min_d_model;max_n_layers", heads=2), _row(4, 64, 8, heads=8),
+            _row(5, 64, 8, heads=8, ff=256), _row(6, 64, 4, heads=8)]
+    best = _done(1.5, 0, 64, 4, heads=8, ff=128)  # head dimension 8, d_ff ratio 2
+    moved = centred_extremes(rows, best)
+    assert {r.arch_idx: r.extreme for r in moved if r.extreme} == {2: "max_d_model;min_n_layers",
+                                                                   4: "min_d_model;max_n_layers"}
+    assert [r.arch_idx for r in narrowed_region(rows, [best])[0] if r.extreme] == [2, 4]
+    unknown = _done(1.5, 0, 64, 4)  # head count and d_ff unknown below: the grid's own pick
+    assert [r.extreme for r in centred_extremes(rows, unknown)] == [r.extreme for r in rows]
+    tie = _done(1.5, 0, 64, 4, heads=4, ff=128)  # head dimension 16: 128/h4 = 32 and 128/h16 = 8 lie 2x either side
+    assert centred_extremes([_row(0, 128, 2, "x", heads=4), _row(1, 128, 2, heads=16)], tie)[0].extreme == "x", \
+        "a tie keeps the grid's pick"
 
 
 def test_a_region_too_narrow_on_every_axis_falls_back_to_the_aspect_ratio() -> None:
@@ -266,27 +286,28 @@ def _finish_all(storage_url: str, name: str) -> tuple[PlanStatus, list[Any]]:
 
 
 def test_a_ladder_budget_trains_each_region_architecture_once_and_skips_the_other_slots(storage_url: str) -> None:
-    # --trials 24: 12 slots at 500K; --confirm 2 --seeds 2 stated (the keyword form has no --ladder default)
-    small, large = _ladder(storage_url, n_trials=24, confirm=LADDER_FINALISTS, confirm_seeds=LADDER_CONFIRM_SEEDS)
-    phase1 = sum(e.phase == 1 for e in large.plan)
-    assert (phase1, len(large.plan)) == (12, 16)
+    # --trials 28: 14 slots at 500K, 12 region architectures; the --ladder confirmation stated (the keyword
+    # form has no --ladder default)
+    small, large = _ladder(storage_url, n_trials=28, confirm=LADDER_FINALISTS, confirm_seeds=LADDER_CONFIRM_SEEDS)
+    phase1, confirm = sum(e.phase == 1 for e in large.plan), LADDER_FINALISTS * LADDER_CONFIRM_SEEDS
+    assert (phase1, len(large.plan)) == (14, 14 + confirm)
     waiting = TrialQueue(storage_url, large.study_name).maintain()
     assert not waiting.done and (waiting.final, waiting.skipped) == (0, 0), "no record yet: every slot waits"
     _finish_all(storage_url, small.study_name)
     status, trials = _finish_all(storage_url, large.study_name)
     record = TrialQueue(storage_url, large.study_name).upkeep.study_attr(_study.LADDER_KEY)
-    assert (record["region_size"], len(record["assignments"]), record["skipped_slots"]) == (10, 10, 2)
+    assert (record["region_size"], len(record["assignments"]), record["skipped_slots"]) == (12, 12, 2)
     first = [t for t in trials if t.user_attrs["phase"] == 1]
-    assert sorted(t.user_attrs["plan_slot"] for t in first) == list(range(10)), "the slots beyond the region: none"
-    assert len({t.params["arch_idx"] for t in first}) == 10, "each region architecture once"
-    assert sum(t.user_attrs["phase"] == 3 for t in trials) == LADDER_FINALISTS * LADDER_CONFIRM_SEEDS
-    assert (status.total, status.final, status.complete, status.skipped) == (16, 16, 14, 2)
+    assert sorted(t.user_attrs["plan_slot"] for t in first) == list(range(12)), "the slots beyond the region: none"
+    assert len({t.params["arch_idx"] for t in first}) == 12, "each region architecture once"
+    assert sum(t.user_attrs["phase"] == 3 for t in trials) == confirm
+    assert (status.total, status.final, status.complete, status.skipped) == (14 + confirm, 14 + confirm, 12 + confirm, 2)
     assert (status.running, status.waiting) == (0, 0)
     # a status read without upkeep (a larger budget's _fill_ladder, the progress display) knows them too
     read = PlanUpkeep(storage_url, large.study_name).status()
-    assert read.done and (read.final, read.skipped) == (16, 2)
-    assert PlanUpkeep(storage_url, large.study_name).never_filled() == {10, 11}, "the ETA counts them as done"
-    assert "; phase 1: 10 of 12 slots, one per region architecture" in describe(record)
+    assert read.done and (read.final, read.skipped) == (14 + confirm, 2)
+    assert PlanUpkeep(storage_url, large.study_name).never_filled() == {12, 13}, "the ETA counts them as done"
+    assert "; phase 1: 12 of 14 slots, one per region architecture" in describe(record)
 
 
 def test_a_ladder_record_stored_with_repeats_is_trained_as_stored(storage_url: str) -> None:

@@ -14,7 +14,7 @@ import pytest
 from optuna.trial import TrialState
 
 from archhpo.config import Pruning, StudyConfig
-from archhpo.schema import Attr
+from archhpo.schema import Attr, TrainingPlan
 from archhpo.search import TrialQueue, keyword_config, launch, prepare_settings
 from archhpo.search._halving import Halving, promotions
 from archhpo.search._rules import SuccessiveHalving, claim_plan, make_rule, on_ladder
@@ -148,6 +148,22 @@ def test_a_claim_stops_only_on_its_way_to_a_trusted_rung() -> None:
                                                                    True, {}), "off the ladder: every rung"
 
 
+def test_a_budget_whose_measured_trust_judges_no_rung_scores_nothing() -> None:
+    """The smallest budget (no record, trust still to measure) scores every rung in passing, a larger
+    budget whose record trusts no rung trains to full length without cooldown branches, and one that
+    trusts a rung still stops on the way to it."""
+    untrusting = RungTrust.from_record({"trust": {"rungs": [{"rung": 0, "noise": 0.01}], "trusted": [], "noise": 0.02}})
+    assert untrusting.measured and not untrusting.judges_any and not untrusting.scores_in_passing
+    assert RungTrust.from_record(None).scores_in_passing, "the smallest budget: its scores measure the trust"
+    assert RungTrust.from_record({"from": "x"}).scores_in_passing, "a record from before trust: as it was"
+    for judged in (True, False):  # a planned trial and a confirmation run alike
+        assert claim_plan(RULE, {"epochs": 9}, judged, {}, untrusting) == (TrainingPlan(), 0)
+    measuring, _ = claim_plan(RULE, {"epochs": 9}, True, {}, RungTrust.from_record(None))
+    assert measuring.score_at == (1, 3) and measuring.stop_after is None
+    trusting = RungTrust.from_record({"trust": {"rungs": [], "trusted": [1], "noise": 0.02}})
+    assert trusting.scores_in_passing and claim_plan(RULE, {"epochs": 9}, True, {}, trusting)[0].stop_after == 1
+
+
 def test_a_ladder_halves_unless_its_pruner_is_stated_and_stores_that_it_trusts() -> None:
     budgets = ("200K", "500K")
     assert StudyConfig("e", budgets=budgets, ladder=True).pruning.rule == "halving"
@@ -185,8 +201,8 @@ def _play(q: TrialQueue) -> list[tuple[int, int, bool]]:
             assert q.park(c, _score(c.slot, c.rung), {})
         else:
             passing = [_score(c.slot, len(c.plan.scores) + i) for i in range(len(c.plan.score_at))]
-            q.finish(c, TrialState.COMPLETE, _score(c.slot, 2), {Attr.RUNG_SCORES: [*c.plan.scores, *passing,
-                                                                                       _score(c.slot, 2)]})
+            scores = [*c.plan.scores, *passing, _score(c.slot, 2)]  # the worker records them only when planned
+            q.finish(c, TrialState.COMPLETE, _score(c.slot, 2), {Attr.RUNG_SCORES: scores} if c.plan.scored else {})
         out.append((c.slot, c.rung, c.hold))
     return out
 
@@ -220,13 +236,15 @@ def _large_with_trust(storage_url: str, trust: dict[str, Any]) -> TrialQueue:
 
 
 def test_a_larger_budget_trusting_no_rung_trains_every_trial_to_full_length(storage_url: str) -> None:
+    """No trial is held or pruned, and none pays a cooldown branch: a rung the study does not trust
+    would decide nothing (its scores were measured at the smallest budget)."""
     q = _large_with_trust(storage_url, {"trusted": [], "noise": 0.05})
     claims = _run(q)
-    assert claims and all(rung == 2 and not hold for _, rung, hold in claims)
+    assert claims and all(rung == 0 and not hold for _, rung, hold in claims)
     trials = q.storage.get_all_trials(q.study_id, deepcopy=False)
     assert {t.state for t in trials} == {TrialState.COMPLETE}, "none pruned"
-    assert all(t.user_attrs[Attr.RUNG_SCORES] == [_score(t.user_attrs["plan_slot"], r) for r in range(3)]
-               for t in trials), "rung scores recorded"
+    assert all(not t.user_attrs.get(Attr.RUNG_SCORES) and not t.user_attrs.get(Attr.BRANCH_EPOCHS)
+               for t in trials), "no rung scored"
     assert "archhpo_halving" not in q.study.user_attrs, "nothing decided"
 
 
