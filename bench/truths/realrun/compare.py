@@ -1,49 +1,73 @@
-"""A real `archhpo run --ladder` through the workers on T1's 100K and 200K (issue 32 part 4), graded
-by the truth: its choice per budget against the truth's all-seed means (its trials are new draws, so
-the truth's seeds are all held out from it), and its FLOPs against the design's plan for its plan seed.
+"""A real `archhpo run --ladder` through the workers on a truth's ladder (issue 32 part 4), graded by
+the truth: its choice per budget against the truth's all-seed means (its trials are new draws, so the
+truth's seeds are all held out from it), and its FLOPs against the design's plan for its plan seed.
+It reads what the run wrote to --out (the results CSV and the best JSON per budget), committed here.
 
-    python bench/truths/realrun/compare.py      # reads t1real.db and the best JSONs beside it
+    python bench/truths/realrun/compare.py                     # T1's 100K and 200K (t1real, the first run)
+    python bench/truths/realrun/compare.py --truth bench/truths/t3_partial_100K-250K.csv \\
+        --results bench/truths/realrun/t3 --experiment t3real  # T3's 100K-250K
 """
 
 from __future__ import annotations
 
+import argparse
+import csv
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1]))  # bench/: _replay_table, search_efficiency
 sys.path.insert(0, str(HERE.parents[2]))  # the checkout
 
-import optuna  # noqa: E402
 import search_efficiency as se  # noqa: E402
-from _replay_table import load_table  # noqa: E402
-
-PLAN_SEED, TRIALS = 7, 50  # the run's --seed and --trials
+from _replay_table import Budget, load_table  # noqa: E402
 
 
-def main() -> int:
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    table = load_table(HERE.parent / "t1_partial_100K-400K.csv")
-    budgets = [b for b in table if not b.name.startswith("400K")]
-    url = f"sqlite:///{HERE / 't1real.db'}"
+def spent_flops(results: Path, experiment: str, budget: str) -> tuple[int, float]:
+    """The run's finished trials of one budget and the FLOPs they spent (the results CSV's flops_spent:
+    every epoch and cooldown branch trained, pruned trials included)."""
+    with open(results / "experiment_results.csv") as fh:
+        rows = [r for r in csv.DictReader(fh) if r["experiment"] == experiment and r["budget"] == budget
+                and r["state"] in ("COMPLETE", "PRUNED")]
+    return len(rows), sum(float(r["flops_spent"] or 0) for r in rows)
+
+
+def grade(b: Budget, results: Path, experiment: str, seed: int, trials: int) -> tuple[str, float, float]:
+    """One budget's line, the run's FLOPs and the design's."""
+    n, spent = spent_flops(results, experiment, b.name)
+    arch = json.loads((results / f"{experiment}_{b.name}_best.json").read_text())["architecture"]
+    by = {(a.d_model, a.n_layers, a.n_heads, a.d_ff): a for a in b.archs.values()}
+    chosen = by[(arch["d_model"], arch["n_layers"], arch["n_heads"], arch["d_ff"])]
+    best = min(b.archs.values(), key=lambda a: a.mean)
+    design = sum(b.archs[i].epochs * b.archs[i].flops_per_epoch for i in se.design_plan(b, trials, seed))
+    line = (f"{b.name}: {n} trials, chose d{chosen.d_model}-L{chosen.n_layers}-h{chosen.n_heads} "
+            f"(truth mean {chosen.mean:.4f}; best d{best.d_model}-L{best.n_layers}-h{best.n_heads} {best.mean:.4f}; "
+            f"regret {(chosen.mean - best.mean) / b.seed_std:.2f} std of {b.seed_std:.4f}); "
+            f"FLOPs {spent:.3e} against the design's {design:.3e} = {spent / design:.3f}")
+    return line, spent, design
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--truth", type=Path, default=HERE.parent / "t1_partial_100K-400K.csv")
+    ap.add_argument("--results", type=Path, default=HERE, help="the run's --out (results CSV, best JSONs)")
+    ap.add_argument("--experiment", default="t1real")
+    ap.add_argument("--seed", type=int, default=7, help="the run's --seed (its plan seed)")
+    ap.add_argument("--trials", type=int, default=50, help="the run's --trials")
+    args = ap.parse_args(argv)
+    budgets = [b for b in load_table(args.truth)
+               if (args.results / f"{args.experiment}_{b.name}_best.json").exists()]
+    if not budgets:
+        raise SystemExit(f"compare: no best JSON of {args.experiment} in {args.results} matches a budget of "
+                         f"{args.truth}; give the run's --out and --experiment.")
     total_real = total_design = 0.0
     for b in budgets:
-        study = optuna.load_study(study_name=f"t1real_{b.name}", storage=url)
-        trials = [t for t in study.get_trials(deepcopy=False) if t.state.name in ("COMPLETE", "PRUNED")]
-        spent = sum(float(t.user_attrs.get("flops_spent") or 0) for t in trials)
-        by = {(a.d_model, a.n_layers, a.n_heads, a.d_ff): a for a in b.archs.values()}
-        best_json = json.loads((HERE / f"t1real_{b.name}_best.json").read_text())
-        arch = best_json["architecture"]
-        chosen = by[(arch["d_model"], arch["n_layers"], arch["n_heads"], arch["d_ff"])]
-        best = min(b.archs.values(), key=lambda a: a.mean)
-        design = sum(b.archs[i].epochs * b.archs[i].flops_per_epoch for i in se.design_plan(b, TRIALS, PLAN_SEED))
+        line, spent, design = grade(b, args.results, args.experiment, args.seed, args.trials)
+        print(line)
         total_real += spent
         total_design += design
-        print(f"{b.name}: {len(trials)} trials, chose d{chosen.d_model}-L{chosen.n_layers}-h{chosen.n_heads} "
-              f"(truth mean {chosen.mean:.4f}; best d{best.d_model}-L{best.n_layers}-h{best.n_heads} {best.mean:.4f}; "
-              f"regret {(chosen.mean - best.mean) / b.seed_std:.2f} std of {b.seed_std:.4f}); "
-              f"FLOPs {spent:.3e} against the design's {design:.3e} = {spent / design:.3f}")
     print(f"total FLOPs ratio {total_real / total_design:.3f}")
     return 0
 
