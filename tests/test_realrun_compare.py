@@ -1,0 +1,40 @@
+"""bench/truths/realrun/compare.py: a real `run --ladder` graded by its truth, from what the run wrote
+(results CSV, best JSONs), committed beside it; the T1 run's figures in docs/searching.md."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+REALRUN = ROOT / "bench" / "truths" / "realrun"
+
+
+def _load() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("realrun_compare", REALRUN / "compare.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["realrun_compare"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+compare = _load()
+
+
+def test_the_t1_run_is_graded_by_its_truth_from_its_committed_outputs(capsys: pytest.CaptureFixture[str]) -> None:
+    assert compare.main([]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("100K-h2+4+8-t10: 16 trials, chose d64-L3-h2 (truth mean 2.3970; best d64-L2-h8 2.3949; "
+                             "regret 1.82 std")
+    assert out[1].startswith("200K-h2+4+8-t10: 8 trials, chose d64-L4-h2") and "regret 0.00 std" in out[1]
+    assert out[-1] == "total FLOPs ratio 0.886"
+
+
+def test_a_results_folder_without_the_run_is_one_sentence(tmp_path: Path) -> None:
+    with pytest.raises(SystemExit, match="no best JSON of t1real in"):
+        compare.main(["--results", str(tmp_path)])
