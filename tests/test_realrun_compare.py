@@ -38,3 +38,10 @@ def test_the_t1_run_is_graded_by_its_truth_from_its_committed_outputs(capsys: py
 def test_a_results_folder_without_the_run_is_one_sentence(tmp_path: Path) -> None:
     with pytest.raises(SystemExit, match="no best JSON of t1real in"):
         compare.main(["--results", str(tmp_path)])
+
+
+def test_the_replay_spread_places_the_run_among_the_strategys_repeats(capsys: pytest.CaptureFixture[str]) -> None:
+    assert compare.main(["--replay", "3"]) == 0
+    last = capsys.readouterr().out.splitlines()[-1]
+    assert last == ("replay (3 repeats, seeds 20261126+k): FLOPs ratio 0.725 [5-95%: 0.725-0.727] 0.727; "
+                    "within 1 std per budget: 100% / 100%")

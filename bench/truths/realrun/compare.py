@@ -5,7 +5,7 @@ It reads what the run wrote to --out (the results CSV and the best JSON per budg
 
     python bench/truths/realrun/compare.py                     # T1's 100K and 200K (t1real, the first run)
     python bench/truths/realrun/compare.py --truth bench/truths/t3_partial_100K-250K.csv \\
-        --results bench/truths/realrun/t3 --experiment t3real  # T3's 100K-250K
+        --results bench/truths/realrun/t3 --experiment t3real --replay 50  # T3's 100K-250K, and its replay's spread
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1]))  # bench/: _replay_table, search_efficiency
@@ -49,6 +50,21 @@ def grade(b: Budget, results: Path, experiment: str, seed: int, trials: int) -> 
     return line, spent, design
 
 
+def replay_spread(budgets: list[Budget], repeats: int, seed: int) -> dict[str, Any]:
+    """The `archhpo` strategy replayed on the same budgets, one study per repeat: the spread of its
+    FLOPs ratio over repeats (min, 5th and 95th percentiles, max) and per budget the share of repeats
+    within 1 std, to place the real run in."""
+    ratios, within = [], []
+    for k in range(repeats):  # each its own plan seed and noise (search_efficiency.replay, one repeat)
+        one = se.replay(budgets, 1, seed + k)["archhpo"]
+        ratios.append(one["flops_ratio"])
+        within.append(one["within_1std_per_budget"])
+    ratios.sort()
+    pick = lambda q: ratios[min(len(ratios) - 1, round(q * (len(ratios) - 1)))]  # noqa: E731
+    return {"flops_ratio": [ratios[0], pick(0.05), pick(0.95), ratios[-1]],
+            "within_1std": [sum(w[i] for w in within) / repeats for i in range(len(budgets))]}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--truth", type=Path, default=HERE.parent / "t1_partial_100K-400K.csv")
@@ -56,6 +72,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--experiment", default="t1real")
     ap.add_argument("--seed", type=int, default=7, help="the run's --seed (its plan seed)")
     ap.add_argument("--trials", type=int, default=50, help="the run's --trials")
+    ap.add_argument("--replay", type=int, default=0, metavar="N",
+                    help="also replay the archhpo strategy N times on the same budgets (plan seeds from --replay-seed)")
+    ap.add_argument("--replay-seed", type=int, default=se.EVALUATION_SEED)
     args = ap.parse_args(argv)
     budgets = [b for b in load_table(args.truth)
                if (args.results / f"{args.experiment}_{b.name}_best.json").exists()]
@@ -69,6 +88,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         total_real += spent
         total_design += design
     print(f"total FLOPs ratio {total_real / total_design:.3f}")
+    if args.replay:
+        spread = replay_spread(budgets, args.replay, args.replay_seed)
+        lo, p5, p95, hi = spread["flops_ratio"]
+        print(f"replay ({args.replay} repeats, seeds {args.replay_seed}+k): FLOPs ratio {lo:.3f} [5-95%: {p5:.3f}-{p95:.3f}] "
+              f"{hi:.3f}; within 1 std per budget: " + " / ".join(f"{w:.0%}" for w in spread["within_1std"]))
     return 0
 
 
