@@ -122,6 +122,10 @@ class Confirm:
             raise BudgetError("--paired-seeds and --confirm must be 0 (off) or positive.")
         if self.top and self.seeds < 1:
             raise BudgetError(f"--seeds must be at least 1 with --confirm, got {self.seeds}.")
+
+    def check_baselines(self) -> None:
+        """--baselines needs the confirmation phase: checked by the study's config once --ladder has set
+        its default (a ladder confirms unless --confirm 0 is stated)."""
         if self.baselines and not self.top:
             raise StudyError("--baselines compares rule-picked shapes with the searched best seed by seed, so "
                              "it needs the confirmation phase: add --confirm 1 (or more) and --seeds 3 (or more).")
@@ -313,6 +317,7 @@ class StudyConfig:
             seeds = self.confirm.seeds
             seeds = LADDER_CONFIRM_SEEDS if "seeds" not in self.given and seeds == Confirm.seeds else seeds
             object.__setattr__(self, "confirm", dataclasses.replace(self.confirm, top=LADDER_FINALISTS, seeds=seeds))
+        self.confirm.check_baselines()
         for name, sentence, on in _COMPANIONS:
             if name in self.given and not on(self):
                 raise StudyError(sentence)

@@ -57,14 +57,20 @@ EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: what a shell reports for `yes | head`'s
 
 # ----------------------------------------------------------------------------- commands
 def cmd_grid(args: argparse.Namespace) -> int:
-    from archhpo.budgets import build_grid, format_budget, parse_budget, require_rows
+    from archhpo.budgets import build_grid, format_budget, parse_budget, pinned_grid, require_rows
 
     fam = get_family(args.family)
     info = _family_values(args, fam, with_defaults=True)
+    # --n-heads 2,4,8 and the like filter each budget's grid, renumbered and its extremes marked again,
+    # exactly as a study pinning them within the budget plans it (budgets/_grid.py pinned_grid)
+    pins = {k: v for k in ("d_model", "n_layers", "n_heads", "d_ff") if (v := getattr(args, k, None))}
     rows = []
     for text in args.budget:
         value = parse_budget(text)
-        rows += require_rows(build_grid(fam, value, info, args.tolerance), value, args.tolerance, fam.name)
+        if pins:
+            rows += pinned_grid(fam, info, pins, format_budget(value), value, args.tolerance)
+        else:
+            rows += require_rows(build_grid(fam, value, info, args.tolerance), value, args.tolerance, fam.name)
     dicts = [r.as_dict() for r in rows]
     if args.format == "json":
         print(json.dumps(dicts, indent=1))

@@ -216,8 +216,9 @@ OPTIONS: tuple[Option, ...] = (
     study_option("seeds", int, STUDY_COMMANDS, metavar="S"),
     study_option("baselines", None, STUDY_COMMANDS, switch=True),
     *(Option(name, None, int, f"{name} of the architecture ({ARCH_HELP[name]}); launch/run/worker/export: "
-        "pin it (a comma-separated list pins several values) instead of or within a budget",
-        (PARAMS, TRAIN, *_PINNING), stored=True, required=(PARAMS,), list_commands=_PINNING)
+        "pin it (a comma-separated list pins several values) instead of or within a budget; grid: list only "
+        "the budget's rows with these values, as a study pinning them within the budget plans them",
+        (GRID, PARAMS, TRAIN, *_PINNING), stored=True, required=(PARAMS,), list_commands=(GRID, *_PINNING))
       for name in ARCH_OPTIONS),
     *(Option(name, None, kind, f"{name} of training; launch/run: every trial uses it (the plan samples "
              "only the other training parameters)", (TRAIN, *STUDY_COMMANDS), stored=True)

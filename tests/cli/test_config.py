@@ -91,7 +91,9 @@ def test_every_field_has_its_docstring() -> None:
     (lambda: Schedule("wsd", 1.0), "Unknown schedule 'wsd' or cooldown 1.0 outside [0, 1)"),
     (lambda: Confirm(-1), "--paired-seeds and --confirm must be 0 (off) or positive."),
     (lambda: Confirm(2, seeds=0), "--seeds must be at least 1 with --confirm, got 0."),
-    (lambda: Confirm(0, baselines=True), "--baselines compares rule-picked shapes"),
+    (lambda: StudyConfig("e", confirm=Confirm(0, baselines=True)), "--baselines compares rule-picked shapes"),
+    (lambda: StudyConfig("e", ladder=True, budgets=("2M", "5M"), confirm=Confirm(0, baselines=True),
+                         given=frozenset({"confirm"})), "--baselines compares rule-picked shapes"),
     (lambda: Data(tokens_per_param=(20,), samples_per_param=(20,)), "Give --tokens-per-param or --samples-per"),
     (lambda: Data(tokens_per_param=(20, 20.0)), "A data ratio is listed twice (20, 20); give each R once."),
     (lambda: StudyConfig("e", family="lm", family_options=family_options_of("signal", get_family("signal").flags,
@@ -183,6 +185,13 @@ def test_a_study_written_before_the_config_loads_and_relaunches_identically(
     err = capsys.readouterr().err
     assert f"reloaded study {name}" in err and "differen" not in err
     assert optuna.load_study(study_name=name, storage=url).user_attrs == attrs  # nothing rewritten
+
+
+def test_a_ladder_takes_baselines_without_confirm_as_it_confirms_by_default() -> None:
+    ladder = StudyConfig.from_options({"experiment": "e", "budget": ["200K", "500K"], "ladder": True, "baselines": True},
+                                      given=["ladder", "budget", "baselines"])
+    assert (ladder.confirm.top, ladder.confirm.seeds, ladder.confirm.baselines) == (LADDER_FINALISTS,
+                                                                                     LADDER_CONFIRM_SEEDS, True)
 
 
 def test_a_ladder_confirms_its_finalists_unless_confirm_or_seeds_is_stated() -> None:
