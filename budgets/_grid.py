@@ -101,6 +101,9 @@ def build_grid(
     return _mark_extremes(rows, budget)
 
 
+PIN_ADVICE = "drop --budget to train the pinned architecture whatever its size, or change the pins"
+
+
 def pinned_grid(
     family: Family,
     info: Mapping[str, Any],
@@ -108,8 +111,9 @@ def pinned_grid(
     label: str,
     budget: int | None = None,
     tolerance: float = DEFAULT_TOLERANCE,
+    advice: str = PIN_ADVICE,
 ) -> list[GridRow]:
-    """Rows of a study that pins architecture dimensions.
+    """Rows of a study that pins architecture dimensions (`advice`: what to do when none fits the budget).
 
     With a budget: the budget's grid restricted to the pinned values.  Without one: the cross
     product of the pinned values, unpinned dimensions ranging over the grid's lists (d_ff over
@@ -118,7 +122,7 @@ def pinned_grid(
     """
     _check_pins(pins)
     if budget is not None:
-        return _pinned_within_budget(family, info, pins, label, budget, tolerance)
+        return _pinned_within_budget(family, info, pins, label, budget, tolerance, advice)
     archs = []
     for d in sorted(set(pins.get("d_model") or D_MODELS)):
         for n_layers in sorted(set(pins.get("n_layers") or N_LAYERS)):
@@ -155,7 +159,7 @@ def _check_pins(pins: Mapping[str, Sequence[int]]) -> None:
 
 def _pinned_within_budget(
     family: Family, info: Mapping[str, Any], pins: Mapping[str, Sequence[int]], label: str, budget: int,
-    tolerance: float,
+    tolerance: float, advice: str = "",
 ) -> list[GridRow]:
     """The budget's grid restricted to the pinned values, renumbered under the study's label."""
     rows = [
@@ -166,7 +170,7 @@ def _pinned_within_budget(
         pinned = ", ".join(f"{d}={'/'.join(map(str, pins[d]))}" for d in ARCH_DIMS if pins.get(d))
         raise BudgetError(
             f"No {family.name} architecture with {pinned} fits {format_budget(budget)} ±{tolerance:.0%}; "
-            "drop --budget to train the pinned architecture whatever its size, or change the pins."
+            f"{advice or PIN_ADVICE}."
         )
     rows = [replace(r, arch_idx=i, budget=label, extreme="") for i, r in enumerate(rows)]
     return _mark_extremes(rows, budget)

@@ -68,7 +68,8 @@ def cmd_grid(args: argparse.Namespace) -> int:
     for text in args.budget:
         value = parse_budget(text)
         if pins:
-            rows += pinned_grid(fam, info, pins, format_budget(value), value, args.tolerance)
+            rows += pinned_grid(fam, info, pins, format_budget(value), value, args.tolerance,
+                                advice="change the lists or widen --tolerance")
         else:
             rows += require_rows(build_grid(fam, value, info, args.tolerance), value, args.tolerance, fam.name)
     dicts = [r.as_dict() for r in rows]

@@ -37,4 +37,5 @@ def test_a_head_count_list_lists_only_those_rows_as_a_pinned_study_plans_them(ca
 def test_a_filter_nothing_fits_is_one_sentence(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["grid", *LM, "--n-heads", "3"]) == 2
     err = capsys.readouterr().err
-    assert "No lm architecture with n_heads=3 fits 250K ±15%" in err and err.count("\n") == 1
+    assert "No lm architecture with n_heads=3 fits 250K ±15%; change the lists or widen --tolerance." in err
+    assert err.count("\n") == 1
