@@ -230,6 +230,8 @@ def carry_up(finished: Sequence[Finished], n_small: int, n_large: int, rows: Seq
         "carried": carried, "from_trial": top[0].number, "space": narrow.as_dict(),
         "aspect_ratios": sorted(ratios), "aspect_range": [min(ratios) / ASPECT_WIDEN, max(ratios) * ASPECT_WIDEN],
         "axes": ranges, "lr_fit": fit.as_dict(), "region_size": len(inside), "grid_size": len(rows),
+        "extremes_at": {k: v for k, v in axis_values(top[0].d_model, top[0].n_layers, top[0].n_heads,
+                                                     top[0].d_ff).items() if k in ("head_dim", "ff_ratio")},
         "assignments": assignments, "skipped_slots": len(slots) - len(assignments),
         "rule": _rule(fit, n_large / n_small, how, _clipped(top[0], carried, n_large / n_small, fit, space)),
     }
@@ -278,9 +280,16 @@ def describe(ladder: Mapping[str, Any]) -> str:
     return (f"from {ladder['from_budget']} (trial {ladder['from_trial']}): learning rate {c['learning_rate']:.3g} "
             f"({ladder['rule']}), weight decay {c['weight_decay']:.3g}, {c['epochs']} epochs, batch "
             f"{c['batch_size']}, warm-up {c['warmup_steps']}; {ranges}: "
-            f"{ladder['region_size']} of {ladder['grid_size']} architectures (extremes included)"
+            f"{ladder['region_size']} of {ladder['grid_size']} architectures (extremes included{_extremes_note(ladder)})"
             f"{_slots_note(ladder)}{exponent}"
             + (f"; {describe_trust(ladder['trust'])}" if "trust" in ladder else ""))
+
+
+def _extremes_note(ladder: Mapping[str, Any]) -> str:
+    """The head dimension and d_ff ratio the extremes were trained at (`centred_extremes`; a record
+    stored before has none, and an axis unknown below is left out)."""
+    at = {_AXIS_NAMES[a]: v for a, v in (ladder.get("extremes_at") or {}).items() if v is not None}
+    return (", at the best's " + ", ".join(f"{a} {v:.3g}" for a, v in at.items())) if at else ""
 
 
 def _slots_note(ladder: Mapping[str, Any]) -> str:

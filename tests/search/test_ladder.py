@@ -48,7 +48,7 @@ from tests.conftest import TINY_DATA
 WORKER = {"host": "test", "device": "cpu"}
 PARAMS = {"learning_rate": 1e-3, "weight_decay": 1e-4, "epochs": 3, "batch_size": 64, "warmup_steps": 20}
 RECORD_KEYS = {"carried", "from_trial", "space", "aspect_ratios", "aspect_range", "axes", "lr_fit", "region_size",
-               "grid_size", "assignments", "skipped_slots", "rule", "from", "from_budget", "trust"}
+               "extremes_at", "grid_size", "assignments", "skipped_slots", "rule", "from", "from_budget", "trust"}
 
 
 def _row(i: int, d: int, layers: int, extreme: str = "", heads: int = 2, ff: int = 0) -> GridRow:
@@ -135,6 +135,9 @@ def test_an_extreme_is_trained_with_the_head_dimension_and_d_ff_ratio_of_the_bes
     assert [r.arch_idx for r in narrowed_region(rows, [best])[0] if r.extreme] == [2, 4]
     unknown = _done(1.5, 0, 64, 4)  # head count and d_ff unknown below: the grid's own pick
     assert [r.extreme for r in centred_extremes(rows, unknown)] == [r.extreme for r in rows]
+    record = carry_up([best], 100_000, 250_000, rows, QUICK_SPACE, slots=list(range(7)), seed=0)
+    assert record["extremes_at"] == {"head_dim": 8.0, "ff_ratio": 2.0}
+    assert "(extremes included, at the best's head dim 8, d_ff ratio 2)" in describe({**record, "from_budget": "100K"})
     tie = _done(1.5, 0, 64, 4, heads=4, ff=128)  # head dimension 16: 128/h4 = 32 and 128/h16 = 8 lie 2x either side
     assert centred_extremes([_row(0, 128, 2, "x", heads=4), _row(1, 128, 2, heads=16)], tie)[0].extreme == "x", \
         "a tie keeps the grid's pick"
