@@ -60,7 +60,7 @@ class RungDecisions:
         self.plan, self.rule = plan, rule
         self.trust = StudyTrust(storage, study_id, rule)  # which rungs are judged (the queue asks too)
 
-    def decide(self, trials: Sequence[_LightTrial]) -> bool:
+    def decide(self, trials: Sequence[_LightTrial], never: frozenset[int] | set[int] = frozenset()) -> bool:
         """Make and apply every rung decision that is due (under the plan lock); True if a held
         trial was promoted or pruned.
 
@@ -70,7 +70,11 @@ class RungDecisions:
         study's noise (search/_trust.py); a rung the study does not judge passes every member on
         (nobody is held there).  The decision is stored in the study before it is applied, and
         applying it again is a no-op, so a worker or driver killed anywhere in between leaves the
-        next upkeep to finish the same decision."""
+        next upkeep to finish the same decision.
+
+        `never`: the slots no trial will come to (a ladder budget's phase-1 slots beyond its region,
+        PlanUpkeep.never_filled), no member of any rung: a rung waiting for them would wait forever.
+        They are also dropped from a decision stored with them (before this rule), so it goes on."""
         trust = self.trust()
         if not trust.judges_any:  # every trial trains to full length: nothing to decide or store
             return False
@@ -81,7 +85,7 @@ class RungDecisions:
                 by_slot.setdefault(int(t.user_attrs[Attr.PLAN_SLOT]), []).append(t)
         changed = False
         for phase in (1, 2):
-            members = [e.slot for e in self.plan if e.phase == phase and prunable(e)]
+            members = [e.slot for e in self.plan if e.phase == phase and prunable(e) and e.slot not in never]
             decided: list[list[int]] = decisions.setdefault(str(phase), [])
             for rung in range(self.rule.n_rungs - 1):
                 if not members:
@@ -93,7 +97,7 @@ class RungDecisions:
                     decided.append(promoted)
                     self.study.set_user_attr(HALVING_KEY, decisions)
                 changed |= self._apply_rung(rung, members, decided[rung], by_slot)
-                members = decided[rung]
+                members = [slot for slot in decided[rung] if slot not in never]
         return changed
 
     def _decision(self, trust: RungTrust, rung: int, members: list[int],

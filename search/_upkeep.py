@@ -115,7 +115,7 @@ class PlanUpkeep:
         trials = self._light_trials()
         if self.settings.options.ladder_below and self._ladder is None:
             self._fill_ladder()
-        if self.rungs is not None and self.rungs.decide(trials):
+        if self.rungs is not None and self.rungs.decide(trials, self.never_filled()):
             trials = self._light_trials()  # held trials were promoted or pruned
         status, retry, phase1_final = self._status(trials)
         self._retry(retry)

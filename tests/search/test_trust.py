@@ -216,10 +216,11 @@ def _run(q: TrialQueue) -> list[tuple[int, int, bool]]:
     raise AssertionError("the plan did not finish")
 
 
-def _large_with_trust(storage_url: str, trust: dict[str, Any]) -> TrialQueue:
-    """The ladder's smallest budget trained to the end; the larger one planned, its record given `trust`."""
-    small = _small()
-    large = prepare_settings(LADDER, "500K", ladder_below=[small.study_name])
+def _large_with_trust(storage_url: str, trust: dict[str, Any], trials: int = 8) -> TrialQueue:
+    """The ladder's smallest budget trained to the end; the larger one planned, its record given `trust`
+    (`trials`: --trials; 28 leaves one phase-1 slot of the larger budget beyond its region)."""
+    small = prepare_settings(replace(LADDER, trials=trials), "200K")
+    large = prepare_settings(replace(LADDER, trials=trials), "500K", ladder_below=[small.study_name])
     launch(storage_url, small)
     launch(storage_url, large)
     q_small = TrialQueue(storage_url, small.study_name)
@@ -263,6 +264,27 @@ def test_a_larger_budget_trusting_rung_0_prunes_there_with_ties_within_noise(sto
     assert pruned == set(phase1) - set(promoted)
     done = [t for t in trials if t.state == TrialState.COMPLETE and t.user_attrs["phase"] == 1]
     assert all(len(t.user_attrs[Attr.RUNG_SCORES]) == 3 for t in done), "rung 1 scored in passing"
+
+
+@pytest.mark.parametrize("stored_with_skipped", [False, True])
+def test_a_ladder_budget_with_skipped_slots_decides_its_trusted_rung(storage_url: str, stored_with_skipped: bool
+                                                                    ) -> None:
+    """A slot beyond the region never gets a trial, so no rung may wait for it: the real T3 run
+    (docs/searching.md) held its 150K trials at the trusted rung 1 forever, rung 0 having passed all
+    12 phase-1 slots on, 6 of them skipped.  A decision stored that way before the fix goes on too."""
+    q = _large_with_trust(storage_url, {"trusted": [1], "noise": None}, trials=28)
+    skipped = q.upkeep.never_filled()
+    phase1 = sorted(e.slot for e in q.settings.plan if e.phase == 1)
+    assert len(skipped) == 1 and skipped < set(phase1)
+    if stored_with_skipped:  # what the run's upkeep stored before: rung 0 passed every phase-1 slot on
+        q.study.set_user_attr("archhpo_halving", {"1": [phase1]})
+    claims = _run(q)  # raises if the plan never finishes
+    decided = q.upkeep.study_attr("archhpo_halving")["1"]
+    assert set(decided[1]) < set(phase1) - skipped and skipped.isdisjoint(decided[1])
+    assert sorted(slot for slot, rung, hold in claims if rung == 1 and hold) == sorted(set(phase1) - skipped)
+    trials = q.storage.get_all_trials(q.study_id, deepcopy=False)
+    assert {t.user_attrs["plan_slot"] for t in trials if t.state == TrialState.PRUNED} == (
+        set(phase1) - skipped - set(decided[1]))
 
 
 def test_a_rung_before_the_trusted_one_is_passed_not_held(storage_url: str) -> None:
