@@ -58,12 +58,13 @@ EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: what a shell reports for `yes | head`'s
 # ----------------------------------------------------------------------------- commands
 def cmd_grid(args: argparse.Namespace) -> int:
     from archhpo.budgets import build_grid, format_budget, parse_budget, pinned_grid, require_rows
+    from archhpo.schema import ARCH_KEYS
 
     fam = get_family(args.family)
     info = _family_values(args, fam, with_defaults=True)
     # --n-heads 2,4,8 and the like filter each budget's grid, renumbered and its extremes marked again,
     # exactly as a study pinning them within the budget plans it (budgets/_grid.py pinned_grid)
-    pins = {k: v for k in ("d_model", "n_layers", "n_heads", "d_ff") if (v := getattr(args, k, None))}
+    pins = {k: v for k in ARCH_KEYS if (v := getattr(args, k, None))}
     rows = []
     for text in args.budget:
         value = parse_budget(text)
