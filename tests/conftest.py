@@ -19,6 +19,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -32,6 +33,18 @@ TINY_DATA = "synthetic:steps=700"  # ~500 training windows: a quick trial takes 
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the group marks
+def load_script(path: Path, name: str) -> ModuleType:
+    """A bench script (not a package module) imported under `name`, registered so dataclasses resolve."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """`make test` runs `pytest -n 2 --dist loadgroup`: every test that starts a Ray instance goes to
     one xdist worker, one after another, so two Ray clusters (each with its raylet, GCS and

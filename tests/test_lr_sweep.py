@@ -4,26 +4,21 @@ committed truth database (its 200K budget is finished) and refused while a budge
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import shutil
 import sqlite3
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
+from tests.conftest import load_script
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("lr_sweep", ROOT / "bench" / "truths" / "lr_sweep.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["lr_sweep"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script(ROOT / "bench" / "truths" / "lr_sweep.py", "lr_sweep")
 
 
 sweep = _load()

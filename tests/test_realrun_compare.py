@@ -3,24 +3,19 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+
+from tests.conftest import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 REALRUN = ROOT / "bench" / "truths" / "realrun"
 
 
 def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("realrun_compare", REALRUN / "compare.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["realrun_compare"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script(REALRUN / "compare.py", "realrun_compare")
 
 
 compare = _load()
