@@ -123,13 +123,15 @@ def _init_ray(opts: RunOptions) -> int:
         return worker_threads(opts.workers or 1, opts.threads, cpus, cluster=True)
     # A private local instance: random ports, bound to loopback, no dashboard; address="local":
     # never attach to some other Ray already running on this machine. Sized for workers x threads,
-    # so an explicit --threads never leaves a worker waiting for CPUs.
+    # so an explicit --threads never leaves a worker waiting for CPUs. Ray starts its workers 15 nice
+    # levels below their driver, so `nice -n 10 archhpo run` beside other niced work would starve the
+    # training itself (nice 19): worker_niceness 0 gives the workers the priority the run was given.
     token_auth_without_advice()
     need = (opts.workers or 1) * (opts.threads or 1)
     with loopback_only():  # every listener on 127.0.0.1, not just the dashboard
         ray.init(address="local", num_cpus=max(cpus, need), num_gpus=opts.local_gpus,
                  include_dashboard=False, logging_level=logging.WARNING, _node_ip_address="127.0.0.1",
-                 configure_logging=True)
+                 configure_logging=True, _system_config={"worker_niceness": 0})
     workers = opts.workers or _cluster_gpus() or DEFAULT_WORKERS
     return worker_threads(workers, opts.threads, cpus, cluster=False)
 

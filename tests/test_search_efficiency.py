@@ -97,6 +97,7 @@ def test_the_command_writes_the_json_interface(tmp_path: Path, capsys: pytest.Ca
     assert doc["per_budget"]["design"]["same_winner_as_design"] == [1.0, 1.0]
     assert doc["archhpo_fidelity"]["budgets"] == ["1M", "2M"] and doc["archhpo_fidelity"]["pruned_at_rung"][0] == 0.0
     assert doc["command"].startswith(f"python bench/search_efficiency.py --truth {path} --repeats 2 --seed 3")
+    assert set(doc["noise_ceiling"]) == {"every_arch_x1", "every_arch_x2"}
     out = capsys.readouterr().out
     assert "target" in out and "targets (archhpo): share_within_1std" in out
 
@@ -184,6 +185,22 @@ def test_on_fixed_data_each_trial_is_an_init_seed_and_the_first_is_held_out(tmp_
     assert 0 < held_zero < 12
     assert result["design"]["share_within_1std"] == pytest.approx(1 - held_zero / 12)
     assert result["design"]["regret_std"] == [pytest.approx(held_zero * 0.5 / STD / 12)]
+    # The noise ceiling on the same draws: every architecture once picks A exactly when its held-out
+    # seed is seed 0 (a miss); twice, A's mean 1.5 ties B's and the tie goes to A (index 0), again a
+    # miss exactly then: both shares are the design's here.
+    assert se.noise_ceiling(budgets, 12, 5) == {"every_arch_x1": 1 - held_zero / 12, "every_arch_x2": 1 - held_zero / 12}
+
+
+def test_the_noise_ceiling_rises_with_runs_and_marks_a_target_above_it(tmp_path: Path) -> None:
+    # A wins on its held-out seed 0 only (truth 2.0, a miss); B is best. Two runs of A average 1.5 or
+    # 2.0 against B's 1.4, so twice always picks B: 100%, once misses whenever A's held-out seed is 0.
+    archs = [(64, 2, 100_000, [1.0, 2.0, 2.0]), (64, 3, 100_000, [1.4, 1.4, 1.4])]
+    budgets = se.load_table(_write(tmp_path, _arch_rows("100K", 100_000, archs, data_seed="0")))
+    held_zero = sum(se.draw(budgets[0], rep, se.noise_rng(5, rep, budgets[0])).order[0][0] == 0 for rep in range(12))
+    ceiling = se.noise_ceiling(budgets, 12, 5)
+    assert 0 < held_zero < 12 and ceiling == {"every_arch_x1": 1 - held_zero / 12, "every_arch_x2": 1.0}
+    assert "below the 90% target" not in se.ceiling_line(ceiling)
+    assert "below the 90% target" in se.ceiling_line({"every_arch_x1": 0.5, "every_arch_x2": 0.84})
 
 
 @pytest.mark.parametrize(("rungs", "epochs", "eta"), [("1;3;9", 9, 3), ("1;2;4;8", 8, 2), ("3;9", 9, 3), ("1;9", 9, 9)])

@@ -115,13 +115,17 @@ def test_the_demo_leaves_no_empty_checkpoint_folders(sqlite_url: str, tmp_path: 
 
 @pytest.mark.ray
 def test_the_private_ray_prints_no_advice_to_disable_auth(tmp_path: Path) -> None:
+    """Also: its workers run at the driver's priority (Ray's default puts them 15 nice levels lower)."""
     script = textwrap.dedent("""
+        import os
         import ray
         from ray._raylet import AuthenticationMode, get_authentication_mode
         from archhpo.cluster._run import RunOptions, _start_ray
+        os.nice(3)
         _start_ray(RunOptions(workers=1))
         try:
             print("MODE", get_authentication_mode() == AuthenticationMode.TOKEN)
+            print("NICE", os.nice(0), ray.get(ray.remote(lambda: os.nice(0)).remote()))
         finally:
             ray.shutdown()
     """)
@@ -130,4 +134,6 @@ def test_the_private_ray_prints_no_advice_to_disable_auth(tmp_path: Path) -> Non
                          env={**env, "RAY_USAGE_STATS_ENABLED": "0", "HOME": str(tmp_path)})
     assert res.returncode == 0, res.stderr
     assert "MODE True" in res.stdout, "token authentication stays on"
+    nice = next(line.split()[1:] for line in res.stdout.splitlines() if line.startswith("NICE"))
+    assert nice[0] == nice[1], "a worker runs at its driver's niceness"
     assert "RAY_AUTH_MODE=disabled" not in res.stdout + res.stderr
