@@ -156,7 +156,8 @@ def lead_statement(lead: Mapping[str, Any], winner: str = "the winner", other: s
         pairs = "the one seed both finished" if n == 1 else f"{n} seeds"
         said = (f"{winner.capitalize()} leads {other} by {_fmt(mean)}" if mean >= 0  # never "leads by -0.05"
                 else f"{other.capitalize()} did better than {winner} by {_fmt(-mean)}")
-        return f"{said} on {pairs}; {MIN_PAIRS} or more complete pairs are needed to judge seed noise."
+        return (f"{said} on {pairs}; {MIN_PAIRS} or more complete pairs are needed to judge seed noise "
+                f"(confirm with --seeds {MIN_PAIRS} or more).")
     interval = f"paired 95% interval [{_fmt(ci[0])}, {_fmt(ci[1])}] over {n} seeds"
     if ci[0] <= 0 <= ci[1]:
         if mean >= 0:

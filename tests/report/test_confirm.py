@@ -367,3 +367,15 @@ def test_every_confirmation_trial_finishes_under_the_default_pruner(storage_url:
     assert main(["report", "--experiment", "cf", "--storage", storage_url, "--out", str(out)]) == 0
     page = (out / "cf_report.html").read_text()
     assert "3 complete pairs" in page and html.escape(conf["statement"]) in page
+
+
+def test_a_lead_on_too_few_pairs_says_how_many_seeds_would_judge_it() -> None:
+    """--ladder confirms with 1 seed, so its finalists share one: the sentence names the option that
+    would give an interval, and no verdict on noise."""
+    from archhpo.report._confirm import MIN_PAIRS, lead_statement, paired_difference
+
+    one = lead_statement(paired_difference({0: 2.0}, {0: 2.1}))
+    assert one == ("The winner leads the runner-up by 0.100 on the one seed both finished; 3 or more complete "
+                   "pairs are needed to judge seed noise (confirm with --seeds 3 or more).")
+    assert MIN_PAIRS == 3 and "noise (" in lead_statement(paired_difference({0: 2.0, 1: 2.0}, {0: 2.1, 1: 1.9}))
+    assert "--seeds" not in lead_statement(paired_difference({0: 2.0, 1: 2.0, 2: 2.0}, {0: 2.1, 1: 2.2, 2: 2.1}))
