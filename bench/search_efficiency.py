@@ -412,7 +412,10 @@ def fidelity(budgets: list[Budget], pruned: list[list[bool]], trusts: list[dict[
             **{name: [_finite_mean(t["rungs"][r][key] for t in trusts if r < len(t["rungs"])) for r in range(n_rungs)]
                for name, key in (("rung_agreement", "agreement"), ("rung_agreement_low", "low"))},
             "rung_trusted": [sum(r in t["trusted"] for t in trusts) / n for r in range(n_rungs)],
-            "seed_noise": _finite_mean(t["noise"] for t in trusts)}
+            "seed_noise": _finite_mean(t["noise"] for t in trusts),
+            # how many pairs of architectures the agreement rests on (search/_trust.py distinguishable_pairs)
+            "distinguishable_pairs": _finite_mean(t.get("pairs") for t in trusts),
+            "trusted_on_fewer_than_3_pairs": sum(bool(t["trusted"]) and t.get("pairs", 0) < 3 for t in trusts) / n}
 
 
 def _finite_mean(values: Iterable[float | None]) -> float | None:
@@ -486,7 +489,10 @@ def fidelity_line(result: dict[str, Any]) -> str:
     per = ", ".join(f"{b} {p:.0%}" for b, p in zip(f["budgets"], f["pruned_at_rung"], strict=True))
     rungs = ", ".join(f"rung {r}: agreement {'n/a' if g is None else f'{g:.2f}'}, trusted in {t:.0%}"
                       for r, (g, t) in enumerate(zip(f["rung_agreement"], f["rung_trusted"], strict=True)))
-    return f"archhpo pruned at a rung (else full length) in: {per}; at {f['budgets'][0]}: {rungs}"
+    pairs = f["distinguishable_pairs"]
+    on = "" if pairs is None else (f"; measured on {pairs:.1f} distinguishable pairs on average, trusted on fewer "
+                                   f"than 3 in {f['trusted_on_fewer_than_3_pairs']:.0%} of repeats")
+    return f"archhpo pruned at a rung (else full length) in: {per}; at {f['budgets'][0]}: {rungs}{on}"
 
 
 def noise_line(budgets: list[Budget], truth_mean: str = "held-out") -> str:

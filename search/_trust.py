@@ -25,8 +25,7 @@ from typing import Any
 from archhpo.search._halving import promotions
 
 __all__ = ["CONFIDENCE", "EVERY_RUNG", "N_BOOT", "TRUST_THRESHOLD", "ArchRuns", "RungTrust", "describe_trust",
-           "pairwise_agreement",
-           "pooled_std", "rung_noise", "rung_trust", "seed_noise", "soft_promotions", "spearman", "tie_in"]
+           "distinguishable_pairs", "pairwise_agreement", "pooled_std", "rung_noise", "rung_trust", "seed_noise", "soft_promotions", "spearman", "tie_in"]
 
 # A rung that prunes two trials in three (eta 3) must order distinguishable architectures right at
 # least four times in five, and at the low end of its interval, not just on average: a coin (0.5)
@@ -106,6 +105,13 @@ def pairwise_agreement(rung_means: Sequence[float], final_means: Sequence[float]
     return agree / pairs if pairs else math.nan
 
 
+def distinguishable_pairs(final_means: Sequence[float], noise: float) -> int:
+    """How many pairs of architectures' finals lie more than `noise` apart: what the agreement is
+    measured on (a trust resting on 1 pair has a bootstrap interval of [1, 1] and says little)."""
+    tol, finite = _tolerance(noise), [f for f in final_means if math.isfinite(f)]
+    return sum(abs(b - a) > tol for i, a in enumerate(finite) for b in finite[i + 1:])
+
+
 def _ranks(values: Sequence[float]) -> list[float]:
     order = sorted(range(len(values)), key=lambda i: values[i])
     ranks = [0.0] * len(values)
@@ -176,6 +182,7 @@ def rung_trust(archs: Sequence[ArchRuns], threshold: float = TRUST_THRESHOLD, n_
     if len(archs) < 3:
         return {**record, "reason": f"{len(archs)} architectures: agreement needs at least 3"}
     finals = [_mean(a.finals) for a in archs]
+    record["pairs"] = distinguishable_pairs(finals, noise)
     rng = random.Random(seed)
     draws = [[rng.randrange(len(archs)) for _ in archs] for _ in range(n_boot)]
     n_rungs = max((len(s) for a in archs for s in a.rung_scores), default=0)
@@ -205,6 +212,10 @@ def describe_trust(trust: Mapping[str, Any] | None) -> str:
         else:
             parts.append(f"rung {r['rung']} agreement {r['agreement']:.2f} [{r['low']:.2f}, {r['high']:.2f}]")
     measured = "; ".join(parts) or str(trust.get("reason", "no rung below full length"))
+    if trust.get("pairs") is not None and trust.get("n_archs"):  # a record from before the count has none
+        n = trust["n_archs"]
+        measured += (f"; measured on {trust['pairs']} of {n * (n - 1) // 2} pairs of architectures "
+                     "distinguishable beyond the seed noise")
     at = f" at {trust['from_budget']}" if trust.get("from_budget") else ""
     if trust.get("trusted"):
         rungs = ", ".join(str(r) for r in trust["trusted"])

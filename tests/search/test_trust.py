@@ -25,6 +25,8 @@ from archhpo.search._trust import (
     TRUST_THRESHOLD,
     ArchRuns,
     RungTrust,
+    describe_trust,
+    distinguishable_pairs,
     pairwise_agreement,
     rung_trust,
     seed_noise,
@@ -99,6 +101,21 @@ def test_the_interval_is_deterministic_for_a_seed_and_holds_the_point_estimate()
     assert rung_trust(archs, threshold=shaky["low"], seed=3)["trusted"] == [0, 1]
     assert rung_trust(archs, threshold=shaky["low"] + 1e-9, seed=3)["trusted"] == [0]
     assert N_BOOT == a["n_boot"] == 1000
+
+
+def test_the_record_and_the_report_say_how_many_pairs_the_agreement_rests_on() -> None:
+    assert distinguishable_pairs([1.0, 1.05, 2.0, math.nan], 0.1) == 2, "1.0-1.05 tie; a missing final is left out"
+    assert distinguishable_pairs([1.0, 2.0, 3.0], math.nan) == 3, "unknown noise: any gap counts"
+    eight = rung_trust(_ladder_archs(order=list(range(8))))
+    assert eight["pairs"] == 28 and "measured on 28 of 28 pairs of architectures" in describe_trust(eight)
+    # One distinguishable pair (archs 0 and 3): the agreement is 1 with an interval of [1, 1], trusted
+    # at the threshold, and the report says what it rests on.
+    # Seeds 0.1 apart (noise 0.1 / sqrt 2 = 0.071), means 3.00, 3.02, 3.04, 3.08: only 0-3 is 0.08 apart.
+    one = [_arch(i, [1.0 + i, 5.0], [2.95 + m, 3.05 + m]) for i, m in enumerate((0.0, 0.02, 0.04, 0.08))]
+    record = rung_trust(one)
+    assert record["pairs"] == 1 and record["rungs"][0]["low"] == 1.0 and record["trusted"] == [0]
+    assert "rung 0 agreement 1.00 [1.00, 1.00]; rung 1 agreement 0.50 [0.50, 0.50]; measured on 1 of 6 pairs" \
+        in describe_trust(record)
 
 
 def test_too_few_architectures_or_none_distinguishable_trusts_nothing_with_a_reason() -> None:
