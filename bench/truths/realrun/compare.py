@@ -4,8 +4,8 @@ truth's seeds are all held out from it), and its FLOPs against the design's plan
 It reads what the run wrote to --out (the results CSV and the best JSON per budget), committed here.
 
     python bench/truths/realrun/compare.py                     # T1's 100K and 200K (t1real, the first run)
-    python bench/truths/realrun/compare.py --truth bench/truths/t3_partial_100K-250K.csv \\
-        --results bench/truths/realrun/t3 --experiment t3real --replay 50  # T3's 100K-250K, and its replay's spread
+    python bench/truths/realrun/compare.py --truth bench/truths/t3.csv \\
+        --results bench/truths/realrun/t3 --experiment t3real --replay 50  # T3's whole ladder, and its replay's spread
 """
 
 from __future__ import annotations
