@@ -38,7 +38,7 @@ def test_a_results_folder_without_the_run_is_one_sentence(tmp_path: Path) -> Non
 def test_the_replay_spread_places_the_run_among_the_strategys_repeats(capsys: pytest.CaptureFixture[str]) -> None:
     assert compare.main(["--replay", "3"]) == 0
     last = capsys.readouterr().out.splitlines()[-1]
-    assert last == ("replay (3 repeats, seeds 20261126+k): FLOPs ratio 0.725 [5-95%: 0.725-0.727] 0.727; "
+    assert last == ("replay (3 repeats, seeds 20261126+k): FLOPs ratio min 0.725, 5-95% 0.725-0.727, max 0.727; "
                     "within 1 std per budget: 100% / 100%")
 
 

@@ -91,8 +91,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.replay:
         spread = replay_spread(budgets, args.replay, args.replay_seed)
         lo, p5, p95, hi = spread["flops_ratio"]
-        print(f"replay ({args.replay} repeats, seeds {args.replay_seed}+k): FLOPs ratio {lo:.3f} [5-95%: {p5:.3f}-{p95:.3f}] "
-              f"{hi:.3f}; within 1 std per budget: " + " / ".join(f"{w:.0%}" for w in spread["within_1std"]))
+        print(f"replay ({args.replay} repeats, seeds {args.replay_seed}+k): FLOPs ratio min {lo:.3f}, 5-95% "
+              f"{p5:.3f}-{p95:.3f}, max {hi:.3f}; within 1 std per budget: " + " / ".join(f"{w:.0%}" for w in spread["within_1std"]))
     return 0
 
 
