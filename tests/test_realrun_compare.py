@@ -52,3 +52,14 @@ def test_the_t3_run_is_graded_by_its_truth_from_its_committed_outputs(capsys: py
         "d64-L3-h8", "d64-L4-h8", "d128-L2-h8", "d128-L2-h8"]
     assert all("regret 0.00 std" in line for line in out[:4]), "the truth's best at every budget"
     assert out[-1] == "total FLOPs ratio 0.217"
+
+
+def test_the_t2_run_is_graded_by_its_partial_truth(capsys: pytest.CaptureFixture[str]) -> None:
+    """The run on T2's 100K and 200K (bench/truths/realrun/t2/run.sh): within 1 std at both."""
+    args = ["--truth", str(ROOT / "bench" / "truths" / "t2_partial_100K-200K.csv"), "--results", str(REALRUN / "t2"),
+            "--experiment", "t2real"]
+    assert compare.main(args) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert [line.split(" trials, chose ")[1].split(" ")[0] for line in out[:2]] == ["d64-L2-h4", "d64-L6-h4"]
+    assert "regret 0.05 std" in out[0] and "regret 0.50 std" in out[1]
+    assert out[-1] == "total FLOPs ratio 0.492"
