@@ -95,6 +95,7 @@ from _replay_table import (  # noqa: E402
     load_table,
     noise_ceiling,
     noise_rng,
+    regret,
 )
 
 from archhpo.schema import LADDER_CONFIRM_SEEDS, LADDER_FINALISTS  # noqa: E402
@@ -361,12 +362,6 @@ def strategies(budget: Budget, smaller: Budget | None, below: dict[str, Outcome]
 
 
 # ------------------------------------------------------------------------------ the replay
-def regret(noise: Draw, winner: Arch, std: float) -> float:
-    """The winner's held-out true mean above the best one's, in seed standard deviations."""
-    gap = noise.truth[winner.idx] - noise.best
-    return gap / std if std > 0 else (0.0 if gap == 0 else math.inf)
-
-
 def replay(budgets: list[Budget], repeats: int, seed: int, n_trials: int = 50, topk: int = 5,
            held_out: bool = True) -> dict[str, Any]:
     """Every strategy on every budget, `repeats` studies, each with its own plan seed and noise

@@ -25,7 +25,8 @@ from typing import Any
 from archhpo.search._halving import promotions
 
 __all__ = ["CONFIDENCE", "EVERY_RUNG", "N_BOOT", "TRUST_THRESHOLD", "ArchRuns", "RungTrust", "describe_trust",
-           "distinguishable_pairs", "pairwise_agreement", "pooled_std", "rung_noise", "rung_trust", "seed_noise", "soft_promotions", "spearman", "tie_in"]
+           "distinguishable_pairs", "pairwise_agreement", "pooled_std", "rung_noise", "rung_trust", "seed_noise",
+           "soft_promotions", "spearman", "tie_in"]
 
 # A rung that prunes two trials in three (eta 3) must order distinguishable architectures right at
 # least four times in five, and at the low end of its interval, not just on average: a coin (0.5)
