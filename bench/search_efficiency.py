@@ -368,7 +368,7 @@ def replay(budgets: list[Budget], repeats: int, seed: int, n_trials: int = 50, t
     (`held_out` False: judged by the mean of all seeds, the seed the trials saw included)."""
     regrets: dict[str, list[list[float]]] = {s: [] for s in STRATEGIES}
     same: dict[str, list[list[bool]]] = {s: [] for s in STRATEGIES}  # the design's winner, per budget
-    flops: dict[str, float] = dict.fromkeys(STRATEGIES, 0.0)
+    flops: dict[str, list[float]] = {s: [0.0] * len(budgets) for s in STRATEGIES}  # summed over repeats, per budget
     pruned: list[list[bool]] = []  # archhpo, per repeat and budget: some trial stopped at a trusted rung
     trusts: list[dict[str, Any]] = []  # archhpo, per repeat: the rung trust measured at the smallest budget
     for rep in range(repeats):
@@ -382,7 +382,7 @@ def replay(budgets: list[Budget], repeats: int, seed: int, n_trials: int = 50, t
             below = strategies(budget, budgets[step - 1] if step else None, below, step, noise, n_trials, topk,
                                study_seed)
             for name, out in below.items():
-                flops[name] += out.flops
+                flops[name][step] += out.flops
                 per[name].append(regret(noise, out.winner, budget.seed_std))
                 agree[name].append(out.winner.idx == below["design"].winner.idx)
             cut.append(below["archhpo"].pruned)
@@ -420,12 +420,15 @@ def _finite_mean(values: Iterable[float | None]) -> float | None:
 
 
 def _measures(budgets: list[Budget], regrets: dict[str, list[list[float]]], same: dict[str, list[list[bool]]],
-              flops: dict[str, float]) -> dict[str, Any]:
+              flops: dict[str, list[float]]) -> dict[str, Any]:
     out = {}
     for name in STRATEGIES:
         reps, n = regrets[name], range(len(budgets))
         out[name] = {
-            "flops_ratio": flops[name] / flops["design"],
+            "flops_ratio": sum(flops[name]) / sum(flops["design"]),
+            # per budget: its FLOPs over the design's at that budget (the overall ratio is their mean
+            # weighted by the design's shares, `flops_share_per_budget` below)
+            "flops_ratio_per_budget": [flops[name][i] / flops["design"][i] for i in n],
             "share_within_1std": sum(all(r <= 1 for r in rep) for rep in reps) / len(reps),
             "regret_std": [statistics.fmean(rep[i] for rep in reps) for i in n],
             # per budget: the share of repeats whose winner is within 1 std of the best, and the share
@@ -433,6 +436,7 @@ def _measures(budgets: list[Budget], regrets: dict[str, list[list[float]]], same
             "within_1std_per_budget": [sum(rep[i] <= 1 for rep in reps) / len(reps) for i in n],
             "same_winner_as_design": [sum(rep[i] for rep in same[name]) / len(reps) for i in n],
         }
+    out["design"]["flops_share_per_budget"] = [f / sum(flops["design"]) for f in flops["design"]]
     return out
 
 
@@ -487,7 +491,11 @@ def fidelity_line(result: dict[str, Any]) -> str:
     pairs = f["distinguishable_pairs"]
     on = "" if pairs is None else (f"; measured on {pairs:.1f} distinguishable pairs on average, trusted on fewer "
                                    f"than 3 in {f['trusted_on_fewer_than_3_pairs']:.0%} of repeats")
-    return f"archhpo pruned at a rung (else full length) in: {per}; at {f['budgets'][0]}: {rungs}{on}"
+    spent = " / ".join(f"{r:.2f}" for r in result["archhpo"]["flops_ratio_per_budget"])
+    shares = " / ".join(f"{r:.0%}" for r in result["design"]["flops_share_per_budget"])
+    return (f"archhpo pruned at a rung (else full length) in: {per}; at {f['budgets'][0]}: {rungs}{on}\n"
+            f"archhpo's FLOPs per budget, of the design's there: {spent} (each budget's share of the design's "
+            f"FLOPs: {shares})")
 
 
 def noise_line(budgets: list[Budget], truth_mean: str = "held-out") -> str:

@@ -80,6 +80,21 @@ def test_the_flops_of_halving_are_the_rungs_trained_plus_their_branches(tmp_path
     assert result["topk_one_epoch"]["flops_ratio"] == pytest.approx((18 + 5 * 8) / (18 * 9), abs=1e-12)
 
 
+def test_the_flops_per_budget_weigh_into_the_overall_ratio_by_the_designs_shares(tmp_path: Path) -> None:
+    budgets = se.load_table(_table(tmp_path, {"1M": 1_000_000, "2M": 2_000_000}, 9))
+    result = se.replay(budgets, repeats=2, seed=0)
+    # one FLOP per epoch at both budgets: the design trains the same 18 x 9 epochs at each, half its total
+    assert result["design"]["flops_share_per_budget"] == [0.5, 0.5]
+    assert result["design"]["flops_ratio_per_budget"] == [1.0, 1.0]
+    # halving is the same at both budgets (see the test above): its ratio per budget is its overall ratio
+    halving = (18 * 1.25 + 6 * 2.75 + 2 * 6) / (18 * 9)
+    assert result["halving"]["flops_ratio_per_budget"] == pytest.approx([halving, halving], abs=1e-12)
+    for name, m in result.items():
+        overall = sum(r * w for r, w in zip(m["flops_ratio_per_budget"], result["design"]["flops_share_per_budget"],
+                                            strict=True))
+        assert overall == pytest.approx(m["flops_ratio"], abs=1e-12), name
+
+
 def test_keeping_every_trial_after_one_epoch_chooses_as_the_design_does(tmp_path: Path) -> None:
     budgets = se.load_table(_table(tmp_path, {"1M": 1_000_000}, 6))
     every = se.replay(budgets, repeats=3, seed=1, topk=1000)
