@@ -491,11 +491,15 @@ def fidelity_line(result: dict[str, Any]) -> str:
     pairs = f["distinguishable_pairs"]
     on = "" if pairs is None else (f"; measured on {pairs:.1f} distinguishable pairs on average, trusted on fewer "
                                    f"than 3 in {f['trusted_on_fewer_than_3_pairs']:.0%} of repeats")
+    return f"archhpo pruned at a rung (else full length) in: {per}; at {f['budgets'][0]}: {rungs}{on}"
+
+
+def flops_line(result: dict[str, Any]) -> str:
+    """Where archhpo's FLOPs go: per budget its share of the design's there, and each budget's share
+    of the design's total (the overall ratio is the first weighted by the second)."""
     spent = " / ".join(f"{r:.2f}" for r in result["archhpo"]["flops_ratio_per_budget"])
     shares = " / ".join(f"{r:.0%}" for r in result["design"]["flops_share_per_budget"])
-    return (f"archhpo pruned at a rung (else full length) in: {per}; at {f['budgets'][0]}: {rungs}{on}\n"
-            f"archhpo's FLOPs per budget, of the design's there: {spent} (each budget's share of the design's "
-            f"FLOPs: {shares})")
+    return f"archhpo's FLOPs per budget, of the design's there: {spent} (each budget's share of the design's FLOPs: {shares})"
 
 
 def noise_line(budgets: list[Budget], truth_mean: str = "held-out") -> str:
@@ -560,6 +564,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(markdown(result, budgets))
     print(noise_line(budgets, args.truth_mean))
     print(fidelity_line(result))
+    print(flops_line(result))
     print(ceiling_line(ceiling, all(b.fixed_data for b in budgets)))
     print(verdict(result))
     print(f"# {args.repeats} repeats in {wall:.1f} s")
