@@ -285,7 +285,7 @@ class StudyConfig:
     quick: bool = False
     """small data and few epochs (minutes on a CPU); replaces the family's own training defaults (e.g. signal's batch 32, lr 3e-4) with the quick search space; --epochs etc. still win"""
     compile: bool = False
-    """compile every trial's model with torch.compile (default off: on a CPU it wins for no family, compile time counted (BENCHMARKS.md §9); on GPUs it is not measured here). Compiled and eager runs differ in their last bits and, with dropout, in their masks: a study is all one or the other"""
+    """compile every trial's model with torch.compile (default off: on a CPU it wins for no family, compile time counted (BENCHMARKS.md §9); on an H100 it made lm at 124M-2B 30-66% faster for 23-145 s of compiling (docs/benchmarks.md §13)). Compiled and eager runs differ in their last bits and, with dropout, in their masks: a study is all one or the other"""
     ladder: bool = False
     """with several budgets: search them smallest first and plan each larger one from the smaller ones' winners (learning rate by a fitted exponent of N, their aspect ratios, half the trials a step); unless --pruner, --confirm or --seeds say otherwise it halves at trusted rungs only and confirms each budget's 3 finalists with 1 new seed each, choosing the winner on their means"""
     paired_seeds: int = 0

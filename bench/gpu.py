@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 import gpu_lm  # bench/gpu_lm.py: the lm section (this folder is on sys.path when run as a script)
+import gpu_profile  # bench/gpu_profile.py: the PatchTST profile section
 import torch
 
 from archhpo.models import TensorDataset, get_family
@@ -73,8 +74,8 @@ CONFIGS: dict[str, dict[str, int]] = {  # every one a row of its budget's grid (
 }
 CONFIG_2B = {"d_model": 2048, "n_layers": 48, "n_heads": 16, "d_ff": 8192}  # 2,417,412,097: 2B's largest
 TINY = {"d_model": 32, "n_layers": 2, "n_heads": 4, "d_ff": 64}  # --cpu-smoke only
-SECTIONS = ("throughput", "compile", "2b", "packing", "lm")
-DEFAULT_SECTIONS = SECTIONS[:4]  # lm, the GPT-2-scale table, is asked for by name
+SECTIONS = ("throughput", "compile", "2b", "packing", "lm", "profile")
+DEFAULT_SECTIONS = SECTIONS[:4]  # lm (the GPT-2-scale table) and profile are asked for by name
 PARAMS = {"learning_rate": 3e-4, "epochs": 1, "batch_size": 64, "weight_decay": 1e-4, "warmup_steps": 100}
 NO_GPU = ("bench/gpu.py: no CUDA GPU is visible to PyTorch (torch.cuda.is_available() is False), "
           "so there is nothing to measure here; run it on a machine with an NVIDIA GPU.")
@@ -206,6 +207,16 @@ def section_compile(device: torch.device, args: argparse.Namespace, cache: DataC
                 print(f"  {json.dumps(rows[-1], default=str)}", file=sys.stderr)
     torch._dynamo.reset()
     return rows
+
+
+def _built(name: str, batch: int, device: torch.device, cache: DataCache) -> tuple[Any, ...]:
+    """For the profile section: (model, data_for(steps), train config, loss, FLOPs per sample)."""
+    fam = get_family(FAMILY)
+    data_spec, info = _data_spec()
+    built = build_trial(_spec(CONFIGS[name], batch, data_spec, info), device, data_cache=cache)
+    cfg = dataclasses.replace(built.train_config, epochs=1, eval_every=1, batch_size=batch)
+    return (built.model, lambda steps: tiled(built.data, steps * batch), cfg, fam.loss,
+            built.flops_per_sample or 0.0)
 
 
 def section_2b(device: torch.device, args: argparse.Namespace, cache: DataCache) -> list[dict[str, Any]]:
@@ -343,6 +354,8 @@ def markdown(result: dict[str, Any]) -> str:
         lines.append("")
     if result.get("lm"):
         lines += gpu_lm.markdown(result["lm"], result["lm"][0]["vocab"])
+    if result.get("profile"):
+        lines += gpu_profile.markdown(result["profile"])
     if result.get("packing"):
         lines += ["Packed 2M-deep trials on one GPU (separate processes, batch "
                   f"{result['packing_batch']}):", "",
@@ -383,7 +396,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sections", default=",".join(DEFAULT_SECTIONS),
-                    help=f"comma-separated, of {', '.join(SECTIONS)} (default: all but lm)")
+                    help=f"comma-separated, of {', '.join(SECTIONS)} (default: all but lm and profile)")
     ap.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
     ap.add_argument("--batches", type=int, nargs="+", default=[64, 256])
     ap.add_argument("--packing", type=int, nargs="+", default=[1, 2, 4, 8], help="trials packed on one GPU")
@@ -393,6 +406,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cpu-smoke", "--dry-run", action="store_true",
                     help="check this script on CPU with a tiny model (measures nothing worth reporting)")
     gpu_lm.add_arguments(ap)
+    gpu_profile.add_arguments(ap)
     args = ap.parse_args(argv)
     sections = [s.strip() for s in args.sections.split(",") if s.strip()]
     bad = sorted(set(sections) - set(SECTIONS))
@@ -414,7 +428,9 @@ def main(argv: list[str] | None = None) -> int:
     cache = DataCache(1)
     runners = {"throughput": section_throughput, "compile": section_compile, "2b": section_2b,
                "packing": section_packing,
-               "lm": lambda device, args, cache: gpu_lm.section_lm(device, args, _guarded)}
+               "lm": lambda device, args, cache: gpu_lm.section_lm(device, args, _guarded),
+               "profile": lambda device, args, cache: gpu_profile.section_profile(
+                   device, args, lambda name, batch: _built(name, batch, device, cache), _guarded)}
     t0 = time.perf_counter()
     for name in sections:
         result[name] = runners[name](device, args, cache)

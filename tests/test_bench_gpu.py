@@ -59,4 +59,4 @@ def test_lm_is_asked_for_by_name() -> None:
     res = subprocess.run([sys.executable, str(REPO / "bench" / "gpu.py"), "--help"], capture_output=True,
                          text=True, timeout=120)
     assert res.returncode == 0 and "--dry-run" in res.stdout and "--lm-rows" in res.stdout
-    assert "default: all but lm" in res.stdout
+    assert "default: all but lm and profile" in res.stdout
