@@ -209,8 +209,11 @@ def section_compile(device: torch.device, args: argparse.Namespace, cache: DataC
     return rows
 
 
-def _built(name: str, batch: int, device: torch.device, cache: DataCache) -> tuple[Any, ...]:
-    """For the profile section: (model, data_for(steps), train config, loss, FLOPs per sample)."""
+def _built(name: str, batch: int, device: torch.device, cache: DataCache, args: argparse.Namespace) -> tuple[Any, ...]:
+    """For the profile section: (model, data_for(steps), train config, loss, FLOPs per sample) of a
+    PatchTST config, or of an lm row named ``lm-<row>`` (``lm-124M``)."""
+    if name.startswith("lm-"):
+        return gpu_lm.built(name.removeprefix("lm-"), batch, device, args)
     fam = get_family(FAMILY)
     data_spec, info = _data_spec()
     built = build_trial(_spec(CONFIGS[name], batch, data_spec, info), device, data_cache=cache)
@@ -430,7 +433,7 @@ def main(argv: list[str] | None = None) -> int:
                "packing": section_packing,
                "lm": lambda device, args, cache: gpu_lm.section_lm(device, args, _guarded),
                "profile": lambda device, args, cache: gpu_profile.section_profile(
-                   device, args, lambda name, batch: _built(name, batch, device, cache), _guarded)}
+                   device, args, lambda name, batch: _built(name, batch, device, cache, args), _guarded)}
     t0 = time.perf_counter()
     for name in sections:
         result[name] = runners[name](device, args, cache)

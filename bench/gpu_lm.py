@@ -143,6 +143,20 @@ def measure(row: str, variant: str, device: torch.device, args: argparse.Namespa
     return out
 
 
+def built(row: str, batch: int, device: torch.device, args: argparse.Namespace) -> tuple[Any, ...]:
+    """For bench/gpu_profile.py: (model, data_for(steps), train config, loss, FLOPs per sample) of an
+    lm row, at the micro-batch the memory estimate allows (as ``measure``)."""
+    cfg = config(row, args)
+    torch.manual_seed(0)
+    with torch.device(device):
+        model: torch.nn.Module = get_family("lm").build(cfg)
+    plan = plan_batch(_shape(cfg, batch), device, f"lm {row}", vocab_logits("lm", cfg))
+    tcfg = TrainConfig(epochs=1, batch_size=batch, warmup_steps=10, learning_rate=3e-4, eval_batch_size=1,
+                       micro_batch=plan.micro_batch if plan.accumulation > 1 else None)
+    return (model, lambda steps: windows(steps * batch, cfg, device), tcfg, get_family("lm").loss,
+            float(flops_per_token(cfg) * cfg.seq_len))
+
+
 def section_lm(device: torch.device, args: argparse.Namespace, guarded: Any) -> list[dict[str, Any]]:
     """Every row x variant; each printed as it is measured (a run cut off still says what it had)."""
     rows: list[dict[str, Any]] = []
@@ -201,4 +215,4 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--seq-len", type=int, default=1024, help="lm: context (1024 or 2048)")
 
 
-__all__ = ["VARIANTS", "add_arguments", "markdown", "section_lm"]
+__all__ = ["VARIANTS", "add_arguments", "built", "markdown", "section_lm"]

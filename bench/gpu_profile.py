@@ -1,6 +1,7 @@
-"""The ``profile`` section of bench/gpu.py (issue 33 part 3): why PatchTST at 200M runs at low MFU.
+"""The ``profile`` section of bench/gpu.py (issue 33 part 3): why a trial runs at the MFU it does.
 
-One trainer call (``workers.train``, the path a trial takes) of a few steps runs under
+PatchTST 200M by default (``--profile-config``: another PatchTST config, or an lm row as
+``lm-124M``; ``--profile-compile`` compiles it first, outside what is timed).  One trainer call (``workers.train``, the path a trial takes) of a few steps runs under
 ``torch.profiler`` with CUDA activity.  From its kernel events it reports:
 
 - ``step_mfu``: exact FLOPs over ``TrainResult.train_s`` (the timed steps only), beside the
@@ -112,7 +113,7 @@ def section_profile(device: torch.device, args: Any, build: Callable[..., Any], 
     rows = []
     for batch in args.profile_batches:
         print(f"profile {args.profile_config} batch {batch} ...", file=sys.stderr)
-        rows.append({"config": args.profile_config, "batch": batch,
+        rows.append({"config": args.profile_config + (" compiled" if args.profile_compile else ""), "batch": batch,
                      **guarded(_profile_one, device, args, build, batch)})
         print(f"  {rows[-1]}", file=sys.stderr)
     return rows
@@ -123,6 +124,8 @@ def _profile_one(device: torch.device, args: Any, build: Callable[..., Any], bat
     from archhpo.workers._train import train
 
     model, data_for, cfg, loss, fps = build(args.profile_config, batch)
+    if args.profile_compile:  # the first call below compiles, outside the timed and profiled calls
+        model = torch.compile(model, backend="eager" if device.type == "cpu" else "inductor")
     steps = args.profile_steps
     train(model, data_for(3), loss, cfg)  # warm: cuBLAS set-up, the allocator's growth
     data = data_for(steps)
@@ -139,7 +142,8 @@ def _profile_one(device: torch.device, args: Any, build: Callable[..., Any], bat
     for key, secs in (("step_mfu", result.train_s), ("epoch_mfu", epoch_s)):
         m = mfu(flops, secs, device)
         out[key] = None if m is None else round(m, 4)
-    trace = Path(args.out) / f"trace_{args.profile_config}_b{batch}.json.gz"
+    tag = "_compiled" if args.profile_compile else ""
+    trace = Path(args.out) / f"trace_{args.profile_config}{tag}_b{batch}.json.gz"
     trace.parent.mkdir(parents=True, exist_ok=True)
     run = partial(train, model, data_for(min(steps, 5)), loss, cfg)
     out.update(profile_steps(run, min(steps, 5), device, trace))
@@ -172,7 +176,10 @@ def markdown(rows: list[dict[str, Any]]) -> list[str]:
 
 
 def add_arguments(ap: Any) -> None:
-    ap.add_argument("--profile-config", default="200M", help="profile: a bench/gpu.py config")
+    ap.add_argument("--profile-config", default="200M",
+                    help="profile: a PatchTST config of bench/gpu.py (2M-deep, 2M-wide, 20M, 200M) or an lm row "
+                         "as lm-124M, lm-200M, lm-2B (context --seq-len)")
+    ap.add_argument("--profile-compile", action="store_true", help="profile: torch.compile the model first")
     ap.add_argument("--profile-batches", type=int, nargs="+", default=[256, 64])
     ap.add_argument("--profile-steps", type=int, default=20, help="profile: timed steps (5 of them profiled)")
     ap.add_argument("--profile-trace", action="store_true",

@@ -72,3 +72,16 @@ def test_the_profile_section_runs_end_to_end_on_cpu(tmp_path: Path, keep: bool) 
     assert trace.exists() == keep
     if keep:
         assert "traceEvents" in json.loads(gzip.decompress(trace.read_bytes()))
+
+
+def test_an_lm_row_profiles_compiled(tmp_path: Path) -> None:
+    """The next lease's question: what limits a compiled lm at 124M (docs/benchmarks.md §13)."""
+    res = subprocess.run([sys.executable, str(REPO / "bench" / "gpu.py"), "--sections", "profile", "--dry-run",
+                          "--profile-config", "lm-124M", "--profile-compile", "--profile-batches", "4",
+                          "--profile-steps", "3", "--profile-trace", "--out", str(tmp_path)],
+                         env=_torch_only_env(tmp_path), cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    row = json.loads((tmp_path / "gpu_bench.json").read_text())["profile"][0]
+    assert "error" not in row, row
+    assert row["config"] == "lm-124M compiled" and row["batch"] == 4 and row["steps"] == 3
+    assert (tmp_path / "trace_lm-124M_compiled_b4.json.gz").exists()
