@@ -105,16 +105,23 @@ def _shape(cfg: LMConfig, batch: int) -> TrialShape:
     return TrialShape(param_count(cfg), batch, 1, cfg.seq_len, 1, cfg.d_model, cfg.n_layers, cfg.n_heads, cfg.d_ff)
 
 
-def measure(row: str, variant: str, device: torch.device, args: argparse.Namespace) -> dict[str, Any]:
+def _setup(row: str, batch: int, device: torch.device, args: argparse.Namespace) -> tuple[Any, ...]:
+    """(config, model, batch plan, train config) of an lm row at the largest micro-batch the memory
+    estimate allows (``workers._batch.plan_batch``), accumulating to ``batch``."""
     cfg = config(row, args)
     torch.manual_seed(0)
     with torch.device(device):  # built on the device: a 2B model never sits in host memory
         model: torch.nn.Module = get_family("lm").build(cfg)
+    plan = plan_batch(_shape(cfg, batch), device, f"lm {row}", vocab_logits("lm", cfg))
+    tcfg = TrainConfig(epochs=1, batch_size=batch, warmup_steps=10, learning_rate=3e-4,
+                       eval_batch_size=1, micro_batch=plan.micro_batch if plan.accumulation > 1 else None)
+    return cfg, model, plan, tcfg
+
+
+def measure(row: str, variant: str, device: torch.device, args: argparse.Namespace) -> dict[str, Any]:
+    cfg, model, plan, tcfg = _setup(row, args.lm_batch, device, args)
     if variant == "bf16-weights":
         model = model.to(torch.bfloat16)
-    plan = plan_batch(_shape(cfg, args.lm_batch), device, f"lm {row}", vocab_logits("lm", cfg))
-    tcfg = TrainConfig(epochs=1, batch_size=args.lm_batch, warmup_steps=10, learning_rate=3e-4,
-                       eval_batch_size=1, micro_batch=plan.micro_batch if plan.accumulation > 1 else None)
     run = torch.compile(model, backend="eager" if args.cpu_smoke else "inductor") if variant == "compile" else model
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
@@ -146,13 +153,7 @@ def measure(row: str, variant: str, device: torch.device, args: argparse.Namespa
 def built(row: str, batch: int, device: torch.device, args: argparse.Namespace) -> tuple[Any, ...]:
     """For bench/gpu_profile.py: (model, data_for(steps), train config, loss, FLOPs per sample) of an
     lm row, at the micro-batch the memory estimate allows (as ``measure``)."""
-    cfg = config(row, args)
-    torch.manual_seed(0)
-    with torch.device(device):
-        model: torch.nn.Module = get_family("lm").build(cfg)
-    plan = plan_batch(_shape(cfg, batch), device, f"lm {row}", vocab_logits("lm", cfg))
-    tcfg = TrainConfig(epochs=1, batch_size=batch, warmup_steps=10, learning_rate=3e-4, eval_batch_size=1,
-                       micro_batch=plan.micro_batch if plan.accumulation > 1 else None)
+    cfg, model, _, tcfg = _setup(row, batch, device, args)
     return (model, lambda steps: windows(steps * batch, cfg, device), tcfg, get_family("lm").loss,
             float(flops_per_token(cfg) * cfg.seq_len))
 
