@@ -71,7 +71,10 @@ class PlanUpkeep:
         self.storage = storage or open_storage(storage_url, create=False, timing=self.timing)
         self.study = resilient(lambda: load_study(self.storage, name), "loading the study", self.timing.db_patience_s)
         self.study_id = study_id_of(self.study)
-        self.settings = StudySettings.from_attrs(self.study.user_attrs, name)
+        # Read through resilient too: a connection lost between loading the study and reading its
+        # settings would otherwise kill the worker while it opens its queue.
+        attrs = resilient(lambda: self.study.user_attrs, "reading the study's settings", self.timing.db_patience_s)
+        self.settings = StudySettings.from_attrs(attrs, name)
         self.name = name
         self.rule = make_rule(self.settings)  # the study's stopping rule (search/_rules.py)
         self.rungs = (RungDecisions(self.storage, self.study, self.study_id, self.settings.plan, self.rule)

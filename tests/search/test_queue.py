@@ -247,3 +247,26 @@ def test_the_eta_counts_down_with_the_running_trials(storage_url: str) -> None:
     assert eta_s({"a": PlanStatus(total=3, final=0)}, workers=2) is None, "nothing finished: no estimate"
     assert eta_s({"a": PlanStatus(total=3, final=3)}, workers=2) == 0.0
     assert q.requeue(c, "test") and q.status().running_since == []
+
+
+def test_a_connection_dropped_while_a_worker_opens_its_queue_costs_a_retry(storage_url: str) -> None:
+    """A connection lost between loading the study and reading its settings (the CI flake of
+    test_outages: pg_terminate_backend landing there) is retried, not fatal to the worker."""
+    s = _settings()
+    launch(storage_url, s)
+    storage = open_storage(storage_url, create=False)
+    calls = []
+    real = storage.get_study_user_attrs
+
+    def flaky(study_id: int):  # type: ignore[no-untyped-def]
+        calls.append(study_id)
+        if len(calls) == 1:  # Optuna wraps every SQLAlchemy error of its storage like this
+            try:
+                raise sa.exc.OperationalError("SELECT", {}, Exception("server closed the connection"))
+            except sa.exc.OperationalError as exc:
+                raise optuna.exceptions.StorageInternalError("lost") from exc
+        return real(study_id)
+
+    storage.get_study_user_attrs = flaky  # type: ignore[method-assign]
+    q = TrialQueue(storage_url, s.study_name, storage=storage)
+    assert len(calls) == 2 and q.settings.study_name == s.study_name
