@@ -4,10 +4,11 @@ under the plan lock once every smaller budget's plan is final, and stores its re
 before enqueuing.
 
 What is carried up from the next smaller budget (its COMPLETE trials of phases 1-2):
-- the learning rate of its best architecture's best trial, scaled as N^b: lr * (N / N_small)^b,
-  N the budgets' nominal parameter counts, b fitted on every smaller budget of the ladder or Step
-  Law's prior (search/_lrfit.py), clipped to the study's range; phase 1 samples it within x/÷
-  LR_WIDTH of that value;
+- the learning rate: every smaller budget's trials read at the best architecture's width (muP,
+  lr ∝ 1/d_model), each budget's best rate the vertex of its trials' losses in log rate, and the
+  rate at N read on the line of slope b through them, b fitted on those budgets or Step Law's prior
+  (search/_lrfit.py); each architecture of the larger budget gets that rate moved to its own
+  d_model, clipped to the study's range, and phase 1 samples it within x/÷ LR_WIDTH of that value;
 - weight decay, sampled within x/÷ WD_WIDTH of that trial's; epochs, batch size and warm-up as
   that trial's (fixed);
 - the architecture region: its TOP_K best architectures (by the mean of their trials) span a
@@ -29,12 +30,12 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 from archhpo.budgets import GridRow
-from archhpo.search._lrfit import LrFit, fit_lr_exponent
+from archhpo.search._lrfit import LrFit, at_width, budget_rates, carried_rate, fit_lr_exponent
 from archhpo.search._plan import plan_order, plan_sizes
 from archhpo.search._space import SearchSpace
 from archhpo.search._trust import describe_trust
@@ -90,12 +91,11 @@ def _clip(value: float, lo: float, hi: float) -> float:
     return min(max(value, lo), hi)
 
 
-def carried_params(best: Finished, n_small: int, n_large: int, space: SearchSpace, *,
-                   exponent: float) -> dict[str, Any]:
-    """The training parameters carried from the smaller budget's best trial to the larger budget:
-    its learning rate x (N_large / N_small)^exponent, clipped to the study's range."""
-    lr = _clip(float(best.params["learning_rate"]) * (n_large / n_small) ** exponent, *space.learning_rate)
-    return {"learning_rate": lr, "weight_decay": float(best.params["weight_decay"]),
+def carried_params(best: Finished, lr: float, space: SearchSpace) -> dict[str, Any]:
+    """The training parameters carried to the larger budget: the learning rate `lr` (read on the
+    ladder's line, search/_lrfit.carried_rate) clipped to the study's range, and the smaller
+    budget's best trial's weight decay, epochs, batch size and warm-up."""
+    return {"learning_rate": _clip(lr, *space.learning_rate), "weight_decay": float(best.params["weight_decay"]),
             **{k: int(best.params[k]) for k in ("epochs", "batch_size", "warmup_steps")}}
 
 
@@ -219,47 +219,60 @@ def carry_up(finished: Sequence[Finished], n_small: int, n_large: int, rows: Seq
                 "aspect_range": None, "axes": None, "lr_fit": None, "region_size": len(rows),
                 "grid_size": len(rows), "rule": "nothing carried", "assignments": assignments,
                 "skipped_slots": len(slots) - len(assignments)}
-    fit = fit_lr_exponent([(n, [(float(t.params["learning_rate"]), t.value) for t in done])
-                           for n, done in (below or [(n_small, finished)])], data_grows=data_grows)
-    carried = carried_params(top[0], n_small, n_large, space, exponent=fit.exponent)
+    width = top[0].d_model  # every smaller budget's rates are read at the best architecture's width
+    budgets = [(n, [(at_width(float(t.params["learning_rate"]), t.d_model, width), t.value) for t in done])
+               for n, done in (below or [(n_small, finished)])]
+    fit = fit_lr_exponent(budgets, data_grows=data_grows)
+    rates = budget_rates(budgets)
+    raw = carried_rate(rates, n_large, fit.exponent)
+    carried = carried_params(top[0], raw, space)
     inside, ranges, how = narrowed_region(rows, top)
     narrow = narrowed_space(carried, space)
+
+    def space_of(row: GridRow) -> SearchSpace:  # the carried rate moved to the row's own width
+        return narrowed_space({**carried, "learning_rate": _clip(at_width(raw, width, row.d_model),
+                                                                 *space.learning_rate)}, space)
+
     ratios = [t.d_model / t.n_layers for t in top]
-    assignments = _assign(inside, narrow, slots, seed)
+    assignments = _assign(inside, space_of, slots, seed)
     return {
-        "carried": carried, "from_trial": top[0].number, "space": narrow.as_dict(),
+        "carried": carried, "lr_width": width, "budget_rates": [[n, lr] for n, lr in rates],
+        "from_trial": top[0].number, "space": narrow.as_dict(),
         "aspect_ratios": sorted(ratios), "aspect_range": [min(ratios) / ASPECT_WIDEN, max(ratios) * ASPECT_WIDEN],
         "axes": ranges, "lr_fit": fit.as_dict(), "region_size": len(inside), "grid_size": len(rows),
         "extremes_at": {k: v for k, v in axis_values(top[0].d_model, top[0].n_layers, top[0].n_heads,
                                                      top[0].d_ff).items() if k in ("head_dim", "ff_ratio")},
         "assignments": assignments, "skipped_slots": len(slots) - len(assignments),
-        "rule": _rule(fit, n_large / n_small, how, _clipped(top[0], carried, n_large / n_small, fit, space)),
+        "rule": _rule(fit, len(rates), width, how, _clipped(raw, carried, space)),
     }
 
 
-def _clipped(best: Finished, carried: Mapping[str, Any], ratio: float, fit: LrFit,
-             space: SearchSpace) -> tuple[float, float] | None:
+def _clipped(raw: float, carried: Mapping[str, Any], space: SearchSpace) -> tuple[float, float] | None:
     """The study's learning-rate range when it clipped the carried rate, else None."""
-    scaled = float(best.params["learning_rate"]) * ratio ** fit.exponent
     lo, hi = float(space.learning_rate[0]), float(space.learning_rate[-1])
-    return (lo, hi) if carried["learning_rate"] != scaled else None
+    return (lo, hi) if carried["learning_rate"] != raw else None
 
 
-def _rule(fit: LrFit, ratio: float, how: str, clipped: tuple[float, float] | None = None) -> str:
-    """The record's rule: the learning rate's scaling, the exponent's source (and the study's range
-    when that clipped the carried rate: a fixed --learning-rate keeps it), and the region's."""
+def _rule(fit: LrFit, n_budgets: int, width: int, how: str, clipped: tuple[float, float] | None = None) -> str:
+    """The record's rule: where the learning rate was read (the line's slope and the exponent's
+    source, the reference width; the study's range when that clipped the carried rate: a fixed
+    --learning-rate keeps it), and the region's."""
     clip = f", clipped to the study's range {clipped[0]:.3g}-{clipped[1]:.3g}" if clipped else ""
-    return (f"lr x (N/N_small)^{fit.exponent:.3f} = x {ratio ** fit.exponent:.3f} ({fit.source} exponent{clip}); "
-            f"region: {how}")
+    through = f"{n_budgets} budgets' best rates" if n_budgets != 1 else "1 budget's best rate"
+    return (f"lr on the line N^{fit.exponent:.3f} through {through} ({fit.source} exponent{clip}), at d_model "
+            f"{width}, x {width}/d_model per architecture; region: {how}")
 
 
-def _assign(rows: list[GridRow], space: SearchSpace, slots: Sequence[int], seed: int) -> list[dict[str, Any]]:
+def _assign(rows: list[GridRow], space: SearchSpace | Callable[[GridRow], SearchSpace], slots: Sequence[int],
+            seed: int) -> list[dict[str, Any]]:
     """The first slots' architectures, one slot per row in spread order (extremes first), and
-    training parameters (sampled from `space`); the slots beyond the rows get none: a repeat of an
-    architecture in phase 1 costs a full trial, and confirmation retrains the finalists anyway."""
+    training parameters (sampled from `space`, or from `space(row)`: each row's own learning-rate
+    range); the slots beyond the rows get none: a repeat of an architecture in phase 1 costs a
+    full trial, and confirmation retrains the finalists anyway."""
+    space_of = (lambda _: space) if isinstance(space, SearchSpace) else space
     order = plan_order([GridRow(**{**r.as_dict(), "arch_idx": i}) for i, r in enumerate(rows)], seed)
     rng = random.Random(f"ladder:{seed}")  # drawn in slot order: the assigned slots keep their old draws
-    return [{"slot": slot, "arch_idx": rows[i].arch_idx, "params": space.sample(rng)}
+    return [{"slot": slot, "arch_idx": rows[i].arch_idx, "params": space_of(rows[i]).sample(rng)}
             for slot, i in zip(slots, order, strict=False)]
 
 

@@ -21,6 +21,20 @@ budget's best trial.  The parabola reads every trial, so one lucky trial does no
 and it never extrapolates beyond the rates tried; the best trial is what a ladder carried before.
 A caveat: a ladder budget above the smallest samples its rates around the carried one (x/÷ 2), so
 its best rate leans towards what was carried; the interval rule keeps such a fit honest.
+
+Two more rules say where the carried rate is read (`carried_rate`, `at_width`):
+- The line.  The rate carried to N is read on the line of slope b through every smaller budget's
+  best rate (log lr = mean_i(log lr_i - b log N_i) + b log N), not scaled from the next smaller
+  budget's best trial alone: one lucky seed there (T1's 200K: 1.6e-2, its replicate at the same
+  rate 0.045 worse) would otherwise set the rate of every budget above.  With the fitted b this
+  is the least-squares prediction; with the prior it is the prior's line through the budgets' mean.
+- The width.  A ladder's budgets mix widths (T1's d_model 128 first fits at 400K), and Adam's best
+  rate falls as 1/d_model at a fixed shape (muP, Yang et al., arXiv 2203.03466, Table 3): T1's
+  400K d_model-64 shapes did best near 9e-3, its d_model-128 shape near 3e-3.  So every smaller
+  budget's rates are read at one reference width (the best architecture's d_model) before the fit,
+  and each architecture of the larger budget gets the carried rate moved to its own d_model.  The
+  exponent WIDTH_EXPONENT (1) is muP's prior, not fitted: a ladder's budgets rarely try one shape
+  at several widths and rates.
 """
 
 from __future__ import annotations
@@ -44,6 +58,7 @@ CONFIDENCE = 0.90
 MAX_INTERVAL_WIDTH = 1.0  # wider than a whole unit of exponent says nothing the prior does not
 PLAUSIBLE = (-1.5, 0.5)  # published exponents lie within (-1, 0); an interval outside is a bad fit
 MIN_RATES_FOR_QUADRATIC = 4  # three points fit any parabola exactly: a fourth checks its shape
+WIDTH_EXPONENT = 1.0  # muP for Adam: the hidden layers' best rate ∝ d_model^-1 (a prior, not fitted)
 
 
 @dataclass(frozen=True)
@@ -101,11 +116,32 @@ def best_rate(points: Sequence[tuple[float, float]]) -> float:
     return float(math.exp(vertex))
 
 
+def at_width(lr: float, from_width: int, to_width: int) -> float:
+    """A learning rate found at d_model `from_width`, moved to d_model `to_width` by muP's rule
+    (lr ∝ d_model^-WIDTH_EXPONENT): 1e-2 at 64 is 5e-3 at 128."""
+    return lr * (from_width / to_width) ** WIDTH_EXPONENT
+
+
+def budget_rates(budgets: Sequence[tuple[int, Sequence[tuple[float, float]]]]) -> list[tuple[int, float]]:
+    """Each budget's (nominal N, best rate) from its (learning rate, value) pairs; budgets without
+    a finished trial are skipped."""
+    return [(n, best_rate(points)) for n, points in budgets if points]
+
+
+def carried_rate(rates: Sequence[tuple[int, float]], n_large: int, exponent: float) -> float:
+    """The rate at N = n_large on the line of slope `exponent` (in log lr against log N) through the
+    budgets' (N, best rate): the mean of log lr_i - b log N_i, plus b log n_large."""
+    if not rates:
+        raise ValueError("carried_rate needs at least one budget's best rate")
+    intercept = sum(math.log(lr) - exponent * math.log(n) for n, lr in rates) / len(rates)
+    return math.exp(intercept + exponent * math.log(n_large))
+
+
 def fit_lr_exponent(budgets: Sequence[tuple[int, Sequence[tuple[float, float]]]], *, data_grows: bool) -> LrFit:
     """The exponent b of lr* ∝ N^b from the smaller budgets' (nominal N, [(learning rate, value)])
     (budgets without a finished trial are skipped), by the module's rule: fitted when at least
     MIN_BUDGETS budgets give a narrow, plausible interval, else Step Law's prior."""
-    known = [(n, best_rate(points)) for n, points in budgets if points]
+    known = budget_rates(budgets)
     prior = prior_exponent(data_grows)
     regime = "data growing with N" if data_grows else "fixed data"
     if len({n for n, _ in known}) < 2:

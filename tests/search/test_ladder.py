@@ -22,6 +22,7 @@ from archhpo.report._page import ladder_notes
 from archhpo.schema import LADDER_CONFIRM_SEEDS, LADDER_FINALISTS
 from archhpo.search import TrialQueue, _study, launch, prepare_settings
 from archhpo.search._ladder import (
+    LR_WIDTH,
     Finished,
     _assign,
     axis_ranges,
@@ -36,9 +37,9 @@ from archhpo.search._ladder import (
     region,
     top_architectures,
 )
-from archhpo.search._lrfit import PRIOR_DATA_GROWS, PRIOR_FIXED_DATA, best_rate
+from archhpo.search._lrfit import PRIOR_DATA_GROWS, PRIOR_FIXED_DATA, best_rate, fit_lr_exponent
 from archhpo.search._plan import ladder_plan
-from archhpo.search._space import QUICK_SPACE
+from archhpo.search._space import QUICK_SPACE, SearchSpace
 from archhpo.search._status import PlanStatus
 from archhpo.search._storage import open_storage
 from archhpo.search._trust import describe_trust
@@ -47,7 +48,7 @@ from tests.conftest import TINY_DATA
 
 WORKER = {"host": "test", "device": "cpu"}
 PARAMS = {"learning_rate": 1e-3, "weight_decay": 1e-4, "epochs": 3, "batch_size": 64, "warmup_steps": 20}
-RECORD_KEYS = {"carried", "from_trial", "space", "aspect_ratios", "aspect_range", "axes", "lr_fit", "region_size",
+RECORD_KEYS = {"carried", "lr_width", "budget_rates", "from_trial", "space", "aspect_ratios", "aspect_range", "axes", "lr_fit", "region_size",
                "extremes_at", "grid_size", "assignments", "skipped_slots", "rule", "from", "from_budget", "trust"}
 
 
@@ -60,16 +61,12 @@ def _done(value: float, number: int, d: int, layers: int, heads: int = 0, ff: in
     return Finished(value, number, d, layers, (d, layers, heads, ff), {**PARAMS, **params}, n_heads=heads, d_ff=ff)
 
 
-def test_the_learning_rate_is_carried_as_n_to_the_exponent_and_clipped() -> None:
-    best = _done(2.0, 0, 64, 2)
-    assert carried_params(best, 100_000, 800_000, QUICK_SPACE, exponent=-1 / 3)["learning_rate"] == pytest.approx(
-        5e-4, rel=1e-12)
-    assert carried_params(best, 100_000, 400_000, QUICK_SPACE, exponent=-0.5)["learning_rate"] == pytest.approx(
-        5e-4, rel=1e-12)
-    assert carried_params(best, 800_000, 100_000, QUICK_SPACE, exponent=-0.5)["learning_rate"] == 1e-3, "clipped"
-    low = _done(2.0, 0, 64, 2, learning_rate=1.5e-4)
-    assert carried_params(low, 100_000, 400_000, QUICK_SPACE, exponent=-0.5)["learning_rate"] == 1e-4, "clipped"
-    space = narrowed_space(carried_params(best, 100_000, 800_000, QUICK_SPACE, exponent=-1 / 3), QUICK_SPACE)
+def test_the_carried_rate_is_clipped_to_the_studys_range_and_the_rest_comes_from_the_best_trial() -> None:
+    best = _done(2.0, 0, 64, 2, weight_decay=2e-4)
+    assert carried_params(best, 5e-4, QUICK_SPACE) == {**PARAMS, "learning_rate": 5e-4, "weight_decay": 2e-4}
+    assert carried_params(best, 2e-3, QUICK_SPACE)["learning_rate"] == 1e-3, "clipped"
+    assert carried_params(best, 5e-5, QUICK_SPACE)["learning_rate"] == 1e-4, "clipped"
+    space = narrowed_space(carried_params(_done(2.0, 0, 64, 2), 5e-4, QUICK_SPACE), QUICK_SPACE)
     assert space.learning_rate == pytest.approx((2.5e-4, 1e-3)) and space.epochs == (3,) and space.batch_size == (64,)
     assert space.weight_decay == pytest.approx((1e-4 / 3, 3e-4))
 
@@ -163,13 +160,18 @@ def test_carry_up_assigns_every_slot_inside_the_region_reproducibly() -> None:
     assert sorted((a["slot"], a["arch_idx"]) for a in one["assignments"])[0] == (0, 0), "the extreme first"
     assert sorted(a["arch_idx"] for a in one["assignments"]) == [0, 1, 2] and one["skipped_slots"] == 3
     assert [a["slot"] for a in one["assignments"]] == [0, 1, 2]
-    lo, hi = one["space"]["learning_rate"]
-    assert all(lo <= a["params"]["learning_rate"] <= hi and a["params"]["epochs"] == 3 for a in one["assignments"])
-    # one budget to fit: Step Law's prior at fixed data (the default), or with the data growing with N
+    lo, hi = one["space"]["learning_rate"]  # at the best's width (128); the d_model-64 extreme's rate is clipped
+    widths = {0: 64, 1: 64, 2: 128}
+    assert all(lo * 128 / widths[a["arch_idx"]] <= a["params"]["learning_rate"] <= min(hi * 128 / widths[a["arch_idx"]],
+               1e-3) and a["params"]["epochs"] == 3 for a in one["assignments"])
+    # one budget to fit: Step Law's prior at fixed data (the default), or with the data growing with N; the
+    # d_model-64 trial's 1e-3 reads as 5e-4 at the best's width, and three rates are too few for a vertex
     assert one["carried"]["learning_rate"] == pytest.approx(1e-3 * 2**PRIOR_FIXED_DATA, rel=1e-12)
     grows = carry_up(finished, 100_000, 200_000, rows, QUICK_SPACE, slots=[0], seed=7, data_grows=True)
     assert grows["carried"]["learning_rate"] == pytest.approx(1e-3 * 2**PRIOR_DATA_GROWS, rel=1e-12)
-    assert one["rule"] == "lr x (N/N_small)^-0.713 = x 0.610 (prior exponent); region: every axis"
+    assert one["rule"] == ("lr on the line N^-0.713 through 1 budget's best rate (prior exponent), at d_model 128, "
+                           "x 128/d_model per architecture; region: every axis")
+    assert one["lr_width"] == 128 and one["budget_rates"] == [[100_000, 1e-3]]
     assert set(one) == RECORD_KEYS - {"from", "from_budget", "trust"} and json.loads(json.dumps(one)) == one
 
 
@@ -179,7 +181,7 @@ def test_carry_up_fits_the_exponent_on_every_smaller_budget() -> None:
     out = carry_up(below[-1][1], 100_000, 400_000, rows, QUICK_SPACE, slots=[0], seed=0, below=below)
     assert out["lr_fit"]["source"] == "fitted" and out["lr_fit"]["n_budgets"] == 3
     assert out["carried"]["learning_rate"] == pytest.approx(0.3 * 400_000**-0.5, rel=1e-9)
-    assert out["rule"].startswith("lr x (N/N_small)^-0.500 = x 0.500 (fitted exponent)")
+    assert out["rule"].startswith("lr on the line N^-0.500 through 3 budgets' best rates (fitted exponent), at d_model 64")
     line = describe({**out, "from_budget": "100K"})
     assert "; aspect ratio 14.2–32, depth 2–6: 3 of 3 architectures" in line, "head dim, d_ff ratio unknown"
     assert line.endswith("learning-rate exponent N^-0.500 (fitted on 3 budgets, 90% interval -0.500 to -0.500)")
@@ -337,15 +339,15 @@ def _trials(storage_url: str, name: str) -> list[Any]:
     return list(q.storage.get_all_trials(q.study_id, deepcopy=False))
 
 
-def _finish_ladder_budget(storage_url: str, settings: Any) -> list[tuple[float, float]]:
-    """Plan, train and finish every slot of a ladder budget; its (learning rate, value) pairs."""
+def _finish_ladder_budget(storage_url: str, settings: Any) -> list[tuple[float, float, int]]:
+    """Plan, train and finish every slot of a ladder budget; its (learning rate, value, d_model)."""
     q = TrialQueue(storage_url, settings.study_name)
     assert q.maintain().done is False
     out = []
     while (c := q.claim(WORKER)) is not None:
         value = 1.0 + 0.01 * c.slot
         q.finish(c, TrialState.COMPLETE, value, {})
-        out.append((float(c.params["learning_rate"]), value))
+        out.append((float(c.params["learning_rate"]), value, int(c.arch["d_model"])))
     assert q.maintain().done and len(out) == len(settings.plan)
     return out
 
@@ -356,10 +358,14 @@ def test_the_exponent_reads_every_smaller_budget_and_the_studys_data_regime(stor
     rates = _finish_ladder_budget(storage_url, middle)
     q = TrialQueue(storage_url, large.study_name)
     q.maintain()
-    fit = q.upkeep.study_attr(_study.LADDER_KEY)["lr_fit"]
+    record = q.upkeep.study_attr(_study.LADDER_KEY)
+    fit, width = record["lr_fit"], record["lr_width"]
     assert (fit["exponent"], fit["source"], fit["n_budgets"]) == (PRIOR_DATA_GROWS, "prior", 2), "samples per param"
-    small_rates = [(float(t.params["learning_rate"]), float(t.value)) for t in _trials(storage_url, small.study_name)]
-    slope = math.log(best_rate(rates) / best_rate(small_rates)) / math.log(500_000 / 200_000)
+    # every budget's rates read at the best architecture's width (muP: lr x d_model / width)
+    small_rates = [(float(t.params["learning_rate"]) * int(t.user_attrs["d_model"]) / width, float(t.value))
+                   for t in _trials(storage_url, small.study_name)]
+    middle_rates = [(lr * d / width, value) for lr, value, d in rates]
+    slope = math.log(best_rate(middle_rates) / best_rate(small_rates)) / math.log(500_000 / 200_000)
     assert fit["slope"] == pytest.approx(slope, rel=1e-9) and fit["low"] is None
     assert fit["reason"] == f"2 budgets fit b = {slope:.3f} exactly, with no interval; Step Law with data growing with N"
 
@@ -444,3 +450,50 @@ def test_a_carried_rate_clipped_by_the_study_range_says_so() -> None:
     inside = carry_up([_done(2.0, 0, 64, 3, learning_rate=4 * lo)], 100_000, 200_000, rows, QUICK_SPACE, slots=[0],
                       seed=0)
     assert "clipped" not in inside["rule"] and inside["carried"]["learning_rate"] == pytest.approx(4 * lo * 2**-0.713)
+
+
+WIDE = SearchSpace(learning_rate=(1e-5, 1.0))
+
+
+def test_a_ladder_whose_rates_follow_mups_width_rule_fits_a_flat_exponent() -> None:
+    """Rates that halve as d_model doubles (muP) with N: read at one width they do not move with N
+    (slope exactly 0), where the raw rates would fit -1 and carry the largest budget's rate down."""
+    rows = [_row(i, 256, layers) for i, layers in enumerate((2, 3, 4))]
+    below = [(n, [_done(2.0, 0, d, 2, learning_rate=lr)])
+             for n, d, lr in ((100_000, 64, 1e-2), (200_000, 128, 5e-3), (400_000, 256, 2.5e-3))]
+    out = carry_up(below[-1][1], 400_000, 800_000, rows, WIDE, slots=[0], seed=0, below=below)
+    assert out["lr_fit"]["source"] == "fitted" and out["lr_fit"]["slope"] == pytest.approx(0.0, abs=1e-12)
+    assert out["lr_width"] == 256 and out["carried"]["learning_rate"] == pytest.approx(2.5e-3, rel=1e-12)
+    raw = fit_lr_exponent([(n, [(float(t.params["learning_rate"]), t.value) for t in done]) for n, done in below],
+                          data_grows=True)
+    assert raw.slope == pytest.approx(-1.0, rel=1e-12), "without the width rule"
+
+
+def test_each_architecture_samples_around_the_carried_rate_moved_to_its_own_width() -> None:
+    rows = [_row(0, 64, 2, "x"), _row(1, 128, 2, "x"), _row(2, 256, 2, "x")]  # extremes: all planned
+    out = carry_up([_done(2.0, 0, 128, 2, learning_rate=4e-3)], 100_000, 200_000, rows, WIDE,
+                   slots=[0, 1, 2], seed=1, data_grows=True)
+    carried = 4e-3 * 2**PRIOR_DATA_GROWS
+    assert out["carried"]["learning_rate"] == pytest.approx(carried, rel=1e-12)
+    for a in out["assignments"]:
+        d = rows[a["arch_idx"]].d_model
+        at_own = carried * 128 / d  # muP: x 2 at d_model 64, x 1/2 at 256
+        assert at_own / LR_WIDTH <= a["params"]["learning_rate"] <= at_own * LR_WIDTH, d
+    assert sorted(rows[a["arch_idx"]].d_model for a in out["assignments"]) == [64, 128, 256]
+
+
+def test_the_carried_rate_is_read_on_the_line_through_every_budgets_best_rate() -> None:
+    """Not the next smaller budget's best trial scaled: one lucky rate there moves the line only by
+    its share, and a budget of four or more rates gives its parabola's vertex."""
+    rows = [_row(i, 64, layers) for i, layers in enumerate((2, 3, 4))]
+    sweep = [_done(1.0 + math.log(lr / 3e-4) ** 2, i, 64, 2, learning_rate=lr)
+             for i, lr in enumerate((1e-4, 2e-4, 5e-4, 1e-3))]  # vertex 3e-4; best trial 2e-4
+    lucky = [_done(0.9, 0, 64, 2, learning_rate=1.2e-3)]  # the next smaller budget's best trial
+    below = [(100_000, sweep), (200_000, lucky)]
+    out = carry_up(lucky, 200_000, 400_000, rows, WIDE, slots=[0], seed=0, below=below)
+    b = out["lr_fit"]["exponent"]
+    assert out["lr_fit"]["source"] == "prior" and b == PRIOR_FIXED_DATA
+    assert out["budget_rates"] == [[100_000, pytest.approx(3e-4, rel=1e-9)], [200_000, 1.2e-3]]
+    mean_point = math.exp((math.log(3e-4) - b * math.log(1e5) + math.log(1.2e-3) - b * math.log(2e5)) / 2)
+    assert out["carried"]["learning_rate"] == pytest.approx(mean_point * 400_000**b, rel=1e-9)
+    assert out["carried"]["learning_rate"] < 1.2e-3 * 2**b, "below the lucky trial scaled alone"

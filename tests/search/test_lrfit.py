@@ -8,13 +8,17 @@ from __future__ import annotations
 import json
 import math
 
+import numpy as np
 import pytest
 
 from archhpo.search._lrfit import (
     PRIOR_DATA_GROWS,
     PRIOR_FIXED_DATA,
     LrFit,
+    at_width,
     best_rate,
+    budget_rates,
+    carried_rate,
     fit_lr_exponent,
     prior_exponent,
 )
@@ -103,3 +107,23 @@ def test_a_fit_is_stored_as_json_and_read_back() -> None:
     stored = json.loads(json.dumps(fit.as_dict()))
     assert set(stored) == {"exponent", "low", "high", "n_budgets", "source", "reason", "slope"}
     assert LrFit.from_dict(stored) == fit
+
+
+def test_mups_width_rule_moves_a_rate_as_one_over_d_model() -> None:
+    assert at_width(1e-2, 64, 128) == 5e-3 and at_width(5e-3, 128, 64) == 1e-2 and at_width(3e-3, 96, 96) == 3e-3
+
+
+def test_the_carried_rate_lies_on_the_line_of_the_exponent_through_every_budgets_best_rate() -> None:
+    rates = [(100_000, 4e-3), (400_000, 1e-3)]
+    # slope -0.5 through the two (which lie on slope -1): their mean point is 2e-3 at N = 200K; at 800K,
+    # 2e-3 * 4^-0.5, where the next smaller budget's 1e-3 scaled alone would give 1e-3 * 2^-0.5
+    assert carried_rate(rates, 800_000, -0.5) == pytest.approx(1e-3, rel=1e-12)
+    assert carried_rate(rates[:1], 800_000, -0.5) == pytest.approx(4e-3 * 8**-0.5, rel=1e-12), "one budget: scaled"
+    noisy = [(n, 0.3 * n**-0.5 * w) for n, w in zip(N[:3], (1.02, 0.99, 1.01), strict=True)]
+    fit = fit_lr_exponent([_budget(n, lr) for n, lr in noisy], data_grows=True)
+    slope, intercept = np.polyfit(np.log([n for n, _ in noisy]), np.log([lr for _, lr in noisy]), 1)
+    assert fit.source == "fitted" and budget_rates([_budget(n, lr) for n, lr in noisy]) == noisy
+    assert carried_rate(noisy, N[3], fit.exponent) == pytest.approx(math.exp(intercept + slope * math.log(N[3])),
+                                                                     rel=1e-9), "the least-squares prediction"
+    with pytest.raises(ValueError):
+        carried_rate([], N[0], -0.5)
