@@ -62,3 +62,56 @@ def test_a_budget_still_training_is_refused(tmp_path: Path) -> None:
                     "join studies using (study_id) where study_name = 't1_200K-h2+4+8-t10')")
     with pytest.raises(SystemExit, match="open trials; finish the truth's budget first"):
         sweep.top_architectures(f"sqlite:///{db}", "t1_200K-h2+4+8-t10")
+
+
+TABLE = ROOT / "bench" / "truths" / "t1_lr_400K.csv"
+
+
+def _table_rows() -> list[dict[str, str]]:
+    import csv
+
+    with open(TABLE, newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def test_judge_moves_the_carried_rate_to_each_architectures_width_and_grades_it_against_the_vertex() -> None:
+    rows = _table_rows()
+    bests = {}
+    for rank in ("1", "2", "3"):
+        group = [r for r in rows if r["rank"] == rank]
+        bests[rank] = sweep.best_rate([(float(r["learning_rate"]), float(r["loss"])) for r in group])[0]
+    at_128 = sweep.judge_rows(rows, "400K", 3e-3, 128)
+    assert [v["factor"] for v in at_128] == [max(3e-3 / bests[k], bests[k] / 3e-3) for k in ("1", "2", "3")]
+    assert all(v["within"] for v in at_128) and all(v["carried"] == 3e-3 for v in at_128)
+    at_64 = sweep.judge_rows(rows, "400K", 3e-3, 64)  # muP: 3e-3 at d_model 64 is 1.5e-3 at 128
+    assert [v["carried"] for v in at_64] == [1.5e-3] * 3
+    assert at_64[0]["factor"] == bests["1"] / 1.5e-3 and not at_64[0]["within"], "x1.59 for the vertex 2.38e-3"
+    one_rate = sweep.judge_rows(rows, "400K", 1.2e-2, None)  # a record stored before the width rule
+    assert [v["carried"] for v in one_rate] == [1.2e-2] * 3 and not any(v["within"] for v in one_rate)
+
+
+def test_judge_says_nothing_of_a_rate_beyond_a_bound_of_the_sweep() -> None:
+    rows = [{"budget": "800K", "rank": "1", "d_model": "128", "n_layers": "2", "n_heads": "2", "d_ff": "512",
+             "learning_rate": str(r), "loss": str(-math.log(r))} for r in sweep.RATES]  # still falling at 1.2e-2
+    beyond, inside = sweep.judge_rows(rows, "800K", 2e-2, 128), sweep.judge_rows(rows, "800K", 1e-2, 128)
+    assert beyond[0]["how"] == "bound" and beyond[0]["factor"] is None and not beyond[0]["within"]
+    assert inside[0]["factor"] == 1.2e-2 / 1e-2 and inside[0]["within"]
+
+
+def test_judge_reads_the_carried_rate_and_its_width_from_a_ladder_record(tmp_path: Path,
+                                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    import optuna
+
+    url = f"sqlite:///{tmp_path / 'run.db'}"
+    for name, record in (("w", {"carried": {"learning_rate": 6e-3}, "lr_width": 64}),
+                         ("old", {"carried": {"learning_rate": 6e-3}})):
+        optuna.create_study(study_name=name, storage=url).set_user_attr(sweep.LADDER_KEY, record)
+    argv = ["judge", "--table", str(TABLE), "--budget", "400K", "--ladder", url, "--study"]
+    assert sweep.main([*argv, "w"]) == 0, "6e-3 at d_model 64 is 3e-3 at 128: within at all three"
+    assert "carried 0.006 (at d_model 64, moved per width)" in capsys.readouterr().out
+    assert sweep.main([*argv, "old"]) == 1, "6e-3 at every width: x2.5 from rank 1's vertex"
+    assert "(one rate for every width)" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="either --ladder STORAGE --study NAME or --carried RATE"):
+        sweep.main(["judge", "--table", str(TABLE), "--budget", "400K"])
+    with pytest.raises(SystemExit, match="no rows of budget 800K"):
+        sweep.main(["judge", "--table", str(TABLE), "--budget", "800K", "--carried", "3e-3"])

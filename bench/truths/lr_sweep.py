@@ -15,6 +15,15 @@ the three rates around the lowest loss (a rate at the end of the sweep is report
     python bench/truths/lr_sweep.py top --storage sqlite:////work/truths/t1.db --study t1_400K-h2+4+8-t10
     python bench/truths/lr_sweep.py table --truth sqlite:///...t1.db --sweep sqlite:///...t1lr.db \
         --budget 400K --budget 800K --out bench/truths/t1_lr.csv
+    python bench/truths/lr_sweep.py judge --table bench/truths/t1_lr_400K.csv --budget 400K \
+        --ladder sqlite:///...run.db --study RUN_400K-h2+4+8-t10      # or --carried RATE --width D_MODEL
+
+`judge` grades the rate a `--ladder` run carried to a budget (part 4: within x/÷ TARGET_FACTOR of
+the swept best): the run's stored ladder record gives the carried rate and the width it is read at
+(`lr_width`; a record stored before the width rule has none and carries one rate to every width),
+and each swept architecture is judged at the carried rate moved to its own d_model by the ladder's
+own rule (archhpo.search._lrfit.at_width) against its sweep's best rate.  A best rate at an end of
+the sweep is a bound: the carried rate is judged against it only when it lies beyond it.
 """
 
 from __future__ import annotations
@@ -33,6 +42,8 @@ TRUTH_RATE = 3e-3  # the rate every truth trial used (the lm family's default)
 TOP_K = 3
 ARCH = ("d_model", "n_layers", "n_heads", "d_ff")
 TRUTH_STUDY = "t1_{budget}-h2+4+8-t10"
+TARGET_FACTOR = 1.5  # issue 32 part 4: the carried rate within x/÷1.5 of the swept best
+LADDER_KEY = "archhpo_ladder"  # where a --ladder budget stores what it carried (archhpo.search._study)
 
 
 def _trials(storage: str, study: str) -> list[Any]:
@@ -97,6 +108,59 @@ def sweep_rows(truth: str, sweep: str, budget: str) -> list[dict[str, Any]]:
     return sorted(rows, key=lambda r: (r["rank"], r["learning_rate"]))
 
 
+def judge_rows(rows: Sequence[dict[str, Any]], budget: str, carried: float, width: int | None) -> list[dict[str, Any]]:
+    """Per swept architecture of `budget`: the carried rate at its d_model (moved from `width` by the
+    ladder's width rule; None: one rate for every width), the sweep's best rate, and the factor
+    between them (max of the two ratios; None when the best is a bound the carried rate lies inside
+    of, which says nothing about the distance)."""
+    from archhpo.search._lrfit import at_width
+
+    out = []
+    for (b, rank), group in _groups([r for r in rows if r["budget"] == budget]).items():
+        d_model = int(group[0]["d_model"])
+        rate = carried if width is None else at_width(carried, width, d_model)
+        best, how = best_rate([(float(r["learning_rate"]), float(r["loss"])) for r in group])
+        factor: float | None = max(rate / best, best / rate)
+        lowest, highest = min(float(r["learning_rate"]) for r in group), max(float(r["learning_rate"]) for r in group)
+        if how == "bound" and ((best == lowest and rate < best) or (best == highest and rate > best)):
+            factor = None  # beyond the swept end where the loss still fell: the distance is unknown
+        out.append({"budget": b, "rank": rank, "arch": f"{d_model}x{group[0]['n_layers']} h{group[0]['n_heads']} "
+                    f"ff{group[0]['d_ff']}", "carried": rate, "best": best, "how": how, "factor": factor,
+                    "within": factor is not None and factor <= TARGET_FACTOR})
+    return out
+
+
+def ladder_rate(storage: str, study: str) -> tuple[float, int | None]:
+    """The carried learning rate of a --ladder budget's stored record, and the width it is read at."""
+    import optuna
+
+    record = optuna.load_study(study_name=study, storage=storage).user_attrs.get(LADDER_KEY)
+    if not record or not record.get("carried"):
+        raise SystemExit(f"lr_sweep: {study} has no carried learning rate (not a --ladder budget above the "
+                         "smallest, or not planned yet); name a planned ladder budget's study.")
+    width = record.get("lr_width")
+    return float(record["carried"]["learning_rate"]), None if width is None else int(width)
+
+
+def _judge(args: argparse.Namespace) -> int:
+    if (args.carried is None) == (args.ladder is None):
+        raise SystemExit("lr_sweep judge: give either --ladder STORAGE --study NAME or --carried RATE.")
+    if args.ladder is not None and not args.study:
+        raise SystemExit("lr_sweep judge: --ladder needs --study, the ladder budget's study name.")
+    carried, width = ladder_rate(args.ladder, args.study) if args.ladder else (args.carried, args.width)
+    with open(args.table, newline="") as fh:
+        verdicts = judge_rows(list(csv.DictReader(fh)), args.budget, carried, width)
+    if not verdicts:
+        raise SystemExit(f"lr_sweep judge: {args.table} has no rows of budget {args.budget}; check --budget.")
+    at = f"at d_model {width}, moved per width" if width is not None else "one rate for every width"
+    print(f"{args.budget}: carried {carried:.3g} ({at}); target within x/÷{TARGET_FACTOR:g} of each sweep's best")
+    for v in verdicts:
+        factor = "unknown (beyond a bound)" if v["factor"] is None else f"x{v['factor']:.2f}"
+        print(f"  rank {v['rank']} {v['arch']}: carried {v['carried']:.3g}, best {v['best']:.3g} ({v['how']}): "
+              f"{factor}, {'within' if v['within'] else 'outside'}")
+    return 0 if all(v["within"] for v in verdicts) else 1
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -108,7 +172,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     tab.add_argument("--sweep", required=True)
     tab.add_argument("--budget", action="append", required=True)
     tab.add_argument("--out", type=Path, required=True)
+    jud = sub.add_parser("judge", help="grade a ladder's carried rate against a budget's sweep (exit 1: outside)")
+    jud.add_argument("--table", type=Path, required=True, help="a sweep table written by `table`")
+    jud.add_argument("--budget", required=True)
+    jud.add_argument("--ladder", help="the --ladder run's storage URL (with --study)")
+    jud.add_argument("--study", help="the ladder budget's study in --ladder")
+    jud.add_argument("--carried", type=float, help="a carried rate, instead of a run's record")
+    jud.add_argument("--width", type=int, help="the d_model --carried is read at (default: one rate for every width)")
     args = p.parse_args(argv)
+    if args.cmd == "judge":
+        return _judge(args)
     if args.cmd == "top":
         for arch in top_architectures(args.storage, args.study):
             print(" ".join(str(v) for v in arch))
