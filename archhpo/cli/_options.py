@@ -184,12 +184,13 @@ _TASK_TRAIN_DEFAULT = {TRAIN: None}  # train: taken from --from's best JSON, els
 OPTIONS: tuple[Option, ...] = (
     Option("config", None, str, "experiment file (TOML, or YAML with pyyaml) holding any of this command's "
            "options; flags on the line win", (LAUNCH, RUN), metavar="FILE"),
-    Option("experiment", None, str, field_help("experiment"), (LAUNCH, RUN, WORKER, EXPORT, REPORT),
-           required=(WORKER, EXPORT)),
+    # Not required on worker/export: --study alone names the studies, which store their experiment.
+    Option("experiment", None, str, field_help("experiment"), (LAUNCH, RUN, WORKER, EXPORT, REPORT)),
     Option("budget", None, str, field_help("budget"), (GRID, LAUNCH, RUN, WORKER, EXPORT), repeat=True,
            required=(GRID,)),
     Option("study", None, str, "an exact study name as `launch` printed it; repeat for several "
-           "(instead of --budget and pins)", (WORKER, EXPORT), repeat=True),
+           "(instead of --budget and pins; needs no --experiment: each study stores its own)", (WORKER, EXPORT),
+           repeat=True),
     # The study's options: default and help from their StudyConfig fields (archhpo/config.py).
     study_option("family", str, FAMILY_COMMANDS),
     study_option("trials", int, STUDY_COMMANDS),

@@ -124,34 +124,79 @@ def _all_settings(args: argparse.Namespace) -> list[Any]:
     return out
 
 
-def _addressed_studies(args: argparse.Namespace, storage: Any) -> list[str]:
-    """worker/export: --study names, else {experiment}_{label} for each --budget (with the pins),
-    or the pinned study's label; with none of these, every study of the experiment."""
-    from archhpo.search._storage import resilient
-    from archhpo.search._study import (
-        check_experiment,
-        experiment_studies,
-        load_study,
-        study_label,
-        study_name,
-    )
+def _name_builders(args: argparse.Namespace) -> list[str]:
+    """The flags given that build study names from --experiment (--budget, pins, data ratios)."""
+    keys = ["budget", *ARCH_OPTIONS, "tokens_per_param", "samples_per_param"]
+    return ["--" + k.replace("_", "-") for k in keys if getattr(args, k, None)]
 
-    check_experiment(args.experiment)
+
+def _check_addressing(args: argparse.Namespace) -> None:
+    """worker/export: refuse a line that names no study, before any database is opened.  --study
+    alone suffices (each study stores its experiment); --budget, pins and data ratios only name a
+    study together with --experiment."""
+    from archhpo.config import check_experiment
+
+    if args.experiment is not None:
+        check_experiment(args.experiment)
+        return
+    flags = _name_builders(args)
+    if flags:
+        verb = "names" if len(flags) == 1 else "name"
+        raise ArchhpoError(f"{' and '.join(flags)} {verb} a study only together with --experiment; add "
+                           "--experiment NAME, or give the study's full name with --study NAME as `launch` "
+                           "printed it.")
+    if not args.study:
+        what = "train" if args.command == "worker" else "export"
+        raise ArchhpoError(f"`archhpo {args.command}` needs the studies to {what}: give --study NAME as `launch` "
+                           "printed it, or --experiment NAME (with --budget or pins, or alone for all its studies).")
+
+
+def _experiment_of(storage: Any, name: str) -> str | None:
+    """The experiment `launch` stored in the study (None: not an archhpo study); a study that does
+    not exist is load_study's clear error."""
+    from archhpo.search._study import load_study
+
+    return load_study(storage, name).user_attrs.get("archhpo_experiment")
+
+
+def _addressed_studies(args: argparse.Namespace, storage: Any) -> dict[str, str | None]:
+    """worker/export: each addressed study's name and its experiment.  --study names, else
+    {experiment}_{label} for each --budget (with the pins), or the pinned study's label; with none
+    of these, every study of the experiment.  `_check_addressing` has vetted the line."""
+    from archhpo.search._storage import resilient
+    from archhpo.search._study import experiment_studies, study_label, study_name
+
     names = list(args.study or [])
     pins = _pins(args)
-    if args.budget or pins:
+    if args.experiment and (args.budget or pins):
         names += [study_name(args.experiment, study_label(b, pins) + suffix)
                   for suffix in _ratio_suffixes(args) for b in (args.budget or [None])]
     if names:
-        for n in names:  # a clear error for a study that does not exist; a dropped connection is retried
-            resilient(functools.partial(load_study, storage, n), "loading the study", args.env.db_patience_s)
-        return names
-    names = resilient(lambda: experiment_studies(storage, args.experiment), "listing the studies",
+        # Loading each study also says clearly when one does not exist; a dropped connection is retried.
+        return {n: resilient(functools.partial(_experiment_of, storage, n), "loading the study",
+                             args.env.db_patience_s) for n in names}
+    found = resilient(lambda: experiment_studies(storage, args.experiment), "listing the studies",
                       args.env.db_patience_s)
-    if not names:
+    if not found:
         raise ArchhpoError(f"No archhpo study of experiment {args.experiment!r} in this storage; "
                            "check --experiment and --storage.")
-    return names
+    return dict.fromkeys(found, args.experiment)
+
+
+def _report_experiment(args: argparse.Namespace, studies: dict[str, str | None]) -> str:
+    """export --report: the one experiment whose report is written, read from the studies (and
+    --experiment); refused, before anything is written, when they name none or several."""
+    unknown = [n for n, e in studies.items() if e is None]
+    if unknown:
+        raise ArchhpoError(f"Study {unknown[0]!r} was not created by `archhpo launch`, so it names no experiment "
+                           "to report; leave it out of `export --report`.")
+    found = sorted({e for e in studies.values() if e} | ({args.experiment} if args.experiment else set()))
+    if len(found) > 1:
+        listed = ", ".join(repr(e) for e in found[:-1]) + f" and {found[-1]!r}"
+        given = "--experiment and the studies" if args.experiment and args.study else "the studies"
+        raise ArchhpoError(f"--report writes one experiment's report, but {given} belong to experiments {listed}; "
+                           "run `archhpo export --report` once per experiment.")
+    return found[0]
 
 
 def cmd_launch(args: argparse.Namespace) -> int:
@@ -164,9 +209,10 @@ def cmd_worker(args: argparse.Namespace) -> int:
     from archhpo.search._storage import open_storage, resolve_storage_url
     from archhpo.workers import Worker
 
+    _check_addressing(args)  # before the database is opened
     url = resolve_storage_url(args.storage, args.env)
     _check_outputs(url, checkpoint_dir=args.checkpoint_dir)
-    names = _addressed_studies(args, open_storage(url, create=False, timing=args.env))
+    names = list(_addressed_studies(args, open_storage(url, create=False, timing=args.env)))
     queues = [TrialQueue(url, n, timing=args.env) for n in names]  # $ARCHHPO_HEARTBEAT_S, _GRACE_S, _REAP_S
     # SIGTERM/SIGINT give the running trial back to the queue (same attempt) and exit 128+signal.
     summary = Worker(queues, device=args.device, threads=args.threads, checkpoint_dir=args.checkpoint_dir,
@@ -299,15 +345,18 @@ def cmd_export(args: argparse.Namespace) -> int:
     from archhpo.report._export import export_studies
     from archhpo.search._storage import open_storage, resolve_storage_url
 
+    _check_addressing(args)  # before the database is opened
     url = resolve_storage_url(args.storage, args.env)
     _check_outputs(url, out=args.out)
     storage = open_storage(url, create=False, timing=args.env)
-    names = _addressed_studies(args, storage)
-    for path in export_studies(storage, names, Path(args.out)):
+    studies = _addressed_studies(args, storage)
+    # The report's experiment is settled before the CSV is written: a refused --report writes nothing.
+    experiment = _report_experiment(args, studies) if args.report else None
+    for path in export_studies(storage, list(studies), Path(args.out)):
         print(path)
-    if args.report:
+    if experiment is not None:
         from archhpo.report._page import write_report
 
-        for path in write_report(args.experiment, storage=storage, out=args.out).files:
+        for path in write_report(experiment, storage=storage, out=args.out).files:
             print(path)
     return 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import json
 import os
 import subprocess
 import sys
@@ -89,6 +90,64 @@ def test_export_of_one_budget_keeps_the_other_budgets_rows(sqlite_url: str, tmp_
     with open(out / "experiment_results.csv") as fh:
         budgets = sorted({row["budget"] for row in csv.DictReader(fh)})
     assert budgets == ["200K", "400K"]
+
+
+def _launched(url: str, experiment: str, train: bool = False) -> str:
+    """A one-trial study of `experiment` at 200K (its plan trained to the end when `train`); its name."""
+    s = prepare_settings(experiment, "200K", n_trials=4, data=TINY_DATA, quick=True, pruner="none")
+    launch(url, dataclasses.replace(s, plan=s.plan[:1]))
+    if train:
+        Worker([TrialQueue(url, s.study_name)], device="cpu", threads=1).run()
+    return s.study_name
+
+
+def test_a_worker_finds_a_study_by_its_name_alone(sqlite_url: str, tmp_path: Path) -> None:
+    name = _launched(sqlite_url, "wk", train=True)
+    res = run_cli("worker", "--study", name, "--storage", sqlite_url, "--device", "cpu", "--threads", "1",
+                  "--checkpoint-dir", str(tmp_path / "ck"), cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    summary = json.loads(res.stderr.strip().splitlines()[-1])
+    assert summary["worker"] == "done" and summary["trials"] == [], "the finished plan: nothing left to train"
+
+
+def test_export_reports_the_experiment_its_study_names(sqlite_url: str, tmp_path: Path) -> None:
+    name = _launched(sqlite_url, "rx", train=True)
+    out = tmp_path / "out"
+    res = run_cli("export", "--study", name, "--report", "--storage", sqlite_url, "--out", str(out), cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert (out / "experiment_results.csv").is_file()
+    assert (out / "rx_report.html").is_file(), "the report of the experiment stored in the study"
+    assert str(out / "rx_report.html") in res.stdout.splitlines()
+
+
+@pytest.mark.parametrize("command", ["worker", "export"])
+def test_a_worker_or_export_naming_no_study_is_refused(sqlite_url: str, tmp_path: Path, command: str) -> None:
+    res = run_cli(command, "--storage", sqlite_url, *(["--out", str(tmp_path / "out")] if command == "export" else []),
+                  cwd=tmp_path)
+    # Refused before the database is opened: no study.db, no out folder (tmp_path stays empty).
+    _assert_clean_failure(res, tmp_path, f"`archhpo {command}` needs the studies", "give --study NAME",
+                          "or --experiment NAME")
+
+
+@pytest.mark.parametrize("names", [["--budget", "200K"], ["--study", "x_200K", "--tokens-per-param", "20"]])
+def test_a_budget_or_ratio_without_an_experiment_is_refused(sqlite_url: str, tmp_path: Path,
+                                                            names: list[str]) -> None:
+    res = run_cli("export", *names, "--storage", sqlite_url, "--out", str(tmp_path / "out"), cwd=tmp_path)
+    _assert_clean_failure(res, tmp_path, f"{names[-2]} names a study only together with --experiment",
+                          "add --experiment NAME", "--study NAME")
+
+
+@pytest.mark.parametrize("given", [["--study", "ea_200K"], ["--experiment", "ea"]])
+def test_a_report_of_two_experiments_is_refused(sqlite_url: str, tmp_path: Path, given: list[str]) -> None:
+    _launched(sqlite_url, "ea")
+    other = _launched(sqlite_url, "eb")
+    out = tmp_path / "out"
+    res = run_cli("export", *given, "--study", other, "--report", "--storage", sqlite_url, "--out", str(out),
+                  cwd=tmp_path)
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert res.stderr.strip().splitlines() == [res.stderr.strip()], "one sentence"
+    assert "experiments 'ea' and 'eb'" in res.stderr and "once per experiment" in res.stderr
+    assert not out.exists(), "refused before the CSV is written"
 
 
 def test_quick_says_it_replaces_the_familys_training_defaults(tmp_path: Path) -> None:
