@@ -143,6 +143,38 @@ def paired_difference(a: Mapping[int, float], b: Mapping[int, float], level: flo
     return out
 
 
+def pooled_lead(runs: Mapping[int, Sequence[float]], first: int, second: int,
+                level: float = 0.95) -> dict[str, Any] | None:
+    """The lead of `second`'s mean over `first`'s (lower loss is better), graded by the seed noise
+    pooled over every finalist's runs: each finalist's runs differ by seed alone, so their spread
+    around its own mean estimates one seed std with sum(n_i - 1) degrees of freedom, and the lead's
+    standard error is that std x sqrt(1/n_first + 1/n_second).  Unpaired: it needs no seed shared by
+    the two, so a confirmation of 1 seed a finalist (--ladder's 3 x 1) is graded too, where the
+    paired comparison needs MIN_PAIRS shared seeds.  None without a degree of freedom."""
+    df = sum(len(v) - 1 for v in runs.values())
+    if df < 1 or not runs.get(first) or not runs.get(second):
+        return None
+    ss = sum(sum((x - statistics.fmean(v)) ** 2 for x in v) for v in runs.values())
+    sd = math.sqrt(ss / df)
+    se = sd * math.sqrt(1 / len(runs[first]) + 1 / len(runs[second]))
+    lead = statistics.fmean(runs[second]) - statistics.fmean(runs[first])
+    half = t_quantile(df + 1, level) * se  # t_quantile takes n and uses n - 1 degrees of freedom
+    return {"lead": lead, "pooled_std": sd, "df": df, "n_runs": sum(len(v) for v in runs.values()), "se": se,
+            "ci95": [lead - half, lead + half], "within_noise": lead - half <= 0 <= lead + half}
+
+
+def pooled_statement(pooled: Mapping[str, Any], first: int, second: int) -> str:
+    """One sentence on `pooled_lead`: tied within the pooled noise, or beyond it."""
+    ci = pooled["ci95"]
+    noise = (f"pooled seed std {_fmt(pooled['pooled_std'])} over the finalists' {pooled['n_runs']} runs, "
+             f"{pooled['df']} degrees of freedom; 95% interval [{_fmt(ci[0])}, {_fmt(ci[1])}]")
+    if pooled["within_noise"]:
+        return (f"Rank {first}'s lead of {_fmt(pooled['lead'])} over rank {second} lies within the finalists' "
+                f"pooled seed noise ({noise}): the two are tied.")
+    return (f"Rank {first}'s lead of {_fmt(pooled['lead'])} over rank {second} is beyond the finalists' "
+            f"pooled seed noise ({noise}).")
+
+
 def _fmt(x: float) -> str:
     return f"{x:.3f}" if abs(x) >= 5e-4 or x == 0 else f"{x:.1e}"
 
@@ -371,7 +403,8 @@ def chosen_on_means(architectures: Sequence[Mapping[str, Any]],
     Returns {"chosen_on": CHOSEN_ON_MEAN, "rank", "order" (ranks by mean, best first), "seeds" (the
     shared confirmation seeds), "search_trials" ({rank: the phase-1/2 trials counted}), "n" ({rank:
     runs in its mean}), "means" ({rank: mean}), "reversed" (another than rank 0 won), "trials"
-    ({rank: its best phase-1/2 trial, the one it was ranked and retrained by}), "statement"}."""
+    ({rank: its best phase-1/2 trial, the one it was ranked and retrained by}), "pooled" (`pooled_lead`
+    of the chosen over the next by mean; None without a degree of freedom), "statement"}."""
     by_rank = {a["rank"]: a for a in architectures if a["values"]}
     shared = set.intersection(*(set(a["values"]) for a in by_rank.values())) if by_rank else set()
     if 0 not in by_rank or len(by_rank) < 2 or not shared:
@@ -385,8 +418,10 @@ def chosen_on_means(architectures: Sequence[Mapping[str, Any]],
     chosen = {"chosen_on": CHOSEN_ON_MEAN, "rank": order[0], "order": order, "seeds": [int(s) for s in seeds],
               "search_trials": {str(r): [c["trial"] for c in counted[r]] for r in ranks},
               "n": {str(r): len(runs[r]) for r in ranks}, "means": {str(r): means[r] for r in ranks},
-              "reversed": order[0] != 0, "trials": {str(r): by_rank[r]["selection_trial"] for r in ranks}}
-    return {**chosen, "statement": _choice_statement(chosen, by_rank)}
+              "reversed": order[0] != 0, "trials": {str(r): by_rank[r]["selection_trial"] for r in ranks},
+              "pooled": pooled_lead(runs, order[0], order[1])}
+    noise = " " + pooled_statement(chosen["pooled"], order[0], order[1]) if chosen["pooled"] else ""
+    return {**chosen, "statement": _choice_statement(chosen, by_rank) + noise}
 
 
 def confirmation_summary(
@@ -476,4 +511,4 @@ def paired_summary(
 
 __all__ = ["CHOSEN_ON_MEAN", "CHOSEN_ON_TRIAL", "MIN_PAIRS", "baseline_statement", "baseline_summary", "chosen_on_means",
            "confirmation_summary", "frame_confirmation", "lead_statement", "paired_difference", "paired_summary",
-           "seed_stats"]
+           "pooled_lead", "pooled_statement", "seed_stats"]

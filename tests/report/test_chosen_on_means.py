@@ -215,3 +215,29 @@ def test_ties_go_to_the_better_rank_and_the_choice_is_deterministic() -> None:
     first = chosen_on_means(archs, search)
     assert first is not None and first["order"] == [0, 1] and not first["reversed"]
     assert chosen_on_means(list(reversed(archs)), search) == first
+
+
+def test_a_one_seed_confirmation_is_graded_by_the_finalists_pooled_seed_noise() -> None:
+    """--ladder's 3 x 1: each finalist has its search trial and one confirmation seed, too few shared
+    seeds for the paired interval; the pooled within-finalist spread grades the lead instead."""
+    from scipy import stats
+
+    from archhpo.report._confirm import pooled_lead
+
+    rows = [_row(0, 0, 1, 0.50, **P), _row(1, 1, 1, 0.52, **P)]
+    rows += [_row(0, 10, 3, 0.54, 0, **P), _row(1, 11, 3, 0.55, 0, **P)]
+    out = confirmation_summary(rows)
+    assert out["comparison"]["ci95"] is None and "3 or more complete pairs" in out["statement"]
+    pooled = out["chosen"]["pooled"]
+    # runs 0.50, 0.54 (mean 0.52) and 0.52, 0.55 (mean 0.535): squares 0.0008 + 0.00045 over 2 df
+    sd = (0.00125 / 2) ** 0.5
+    assert pooled["df"] == 2 and pooled["n_runs"] == 4 and pooled["pooled_std"] == pytest.approx(sd, rel=1e-12)
+    assert pooled["lead"] == pytest.approx(0.015, rel=1e-12) and pooled["se"] == pytest.approx(sd, rel=1e-12)
+    half = stats.t.ppf(0.975, 2) * sd
+    assert pooled["ci95"] == pytest.approx([0.015 - half, 0.015 + half], rel=1e-12) and pooled["within_noise"]
+    assert ("Rank 0's lead of 0.015 over rank 1 lies within the finalists' pooled seed noise (pooled seed std "
+            "0.025 over the finalists' 4 runs, 2 degrees of freedom") in out["statement"]
+    assert out["statement"].endswith(": the two are tied.")
+    clear = pooled_lead({0: [0.50, 0.501, 0.499], 1: [0.60, 0.601, 0.599]}, 0, 1)
+    assert clear is not None and not clear["within_noise"] and clear["ci95"][0] > 0
+    assert pooled_lead({0: [0.5], 1: [0.6]}, 0, 1) is None, "one run each: no degree of freedom"
