@@ -35,9 +35,9 @@ from archhpo.schema import (
     LADDER_CONFIRM_SEEDS,
     LADDER_FINALISTS,
     PRUNERS,
-    TRAINING,
     TRAINING_PARAMS,
     check_schedule,
+    check_training_params,
 )
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
@@ -296,6 +296,8 @@ class StudyConfig:
     """architecture dimensions fixed to one value or several (instead of or within a budget)"""
     fixed_params: Mapping[str, float | int] = field(default_factory=dict)
     """training parameters every trial uses (the plan samples only the others)"""
+    param_ranges: Mapping[str, tuple[float, float]] = field(default_factory=dict)
+    """log-scaled training parameters the plan samples within a stated range (--learning-rate LO:HI) instead of the default one"""
     family_options: FamilyOptions | None = None
     """the family's flags (family_options_class); None: all at the family's defaults"""
     given: frozenset[str] = frozenset()
@@ -332,7 +334,7 @@ class StudyConfig:
         if self.paired_seeds and self.confirm.top:
             raise BudgetError("A paired study already trains every configuration with every seed; use "
                               "--paired-seeds or --confirm, not both.")
-        _check_fixed(self.fixed_params)
+        check_training_params(self.fixed_params, self.param_ranges, paired=bool(self.paired_seeds))
         if self.family_options is not None and self.family_options.FAMILY != self.family:
             raise ConfigError(f"The options of the {self.family_options.FAMILY} family cannot configure a "
                               f"{self.family} study; build them for --family {self.family}.")
@@ -353,9 +355,11 @@ class StudyConfig:
             section, _, name = path.rpartition(".")
             (sections[section] if section else top)[name] = value
         pins = {d: values[d] for d in ARCH_KEYS if values.get(d)}
-        fixed = {k: values[k] for k in TRAINING_PARAMS if values.get(k) is not None}
+        stated = {k: values[k] for k in TRAINING_PARAMS if values.get(k) is not None}
+        fixed = {k: v for k, v in stated.items() if not isinstance(v, tuple | list)}  # LO:HI parses as a tuple
+        ranges = {k: tuple(v) for k, v in stated.items() if isinstance(v, tuple | list)}
         built = {name: _SECTIONS[name](**kw) for name, kw in sections.items()}
-        return cls(**top, **built, pins=pins, fixed_params=fixed, family_options=family_options,
+        return cls(**top, **built, pins=pins, fixed_params=fixed, param_ranges=ranges, family_options=family_options,
                    given=frozenset(given))
 
     def per_ratio(self) -> list[StudyConfig]:
@@ -383,16 +387,6 @@ def _normalise_pins(pins: Mapping[str, int | Sequence[int] | None]) -> dict[str,
         if items:
             out[dim] = tuple(sorted(set(items)))
     return out
-
-
-def _check_fixed(params: Mapping[str, Any]) -> None:
-    kinds = {p.name: p.type for p in TRAINING}
-    for name, value in params.items():
-        if name not in kinds:
-            raise ConfigError(f"{_flag(name)} is not a training parameter; fix one of: "
-                              f"{', '.join(_flag(k) for k in TRAINING_PARAMS)}.")
-        if isinstance(value, bool) or not isinstance(value, (int, float) if kinds[name] is float else int):
-            raise ConfigError(f"{_flag(name)} must be {kinds[name].__name__}, got {value!r}.")
 
 
 # ----------------------------------------------------------------------------- defaults and help

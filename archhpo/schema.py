@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, Literal
 
-from archhpo.errors import ArchhpoError
+from archhpo.errors import ArchhpoError, ConfigError
 
 # ----------------------------------------------------------------------------- architecture
 ARCH_KEYS = ("d_model", "n_layers", "n_heads", "d_ff")
@@ -66,6 +66,38 @@ PLAN_PARAMS = (ARCH_INDEX, *TRAINING_PARAMS)
 
 def training_param(name: str) -> TrainingParam:
     return next(p for p in TRAINING if p.name == name)
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def check_training_params(fixed: Mapping[str, Any], ranges: Mapping[str, Any], *, paired: bool) -> None:
+    """The training parameters a study fixes (one value each, of the parameter's type) and those it
+    searches within a stated range (a log-scaled parameter's LO:HI with 0 < LO < HI, not also fixed,
+    not in a paired study, which trains one set of training parameters); ConfigError otherwise."""
+    params = {p.name: p for p in TRAINING}
+    for name, value in fixed.items():
+        if name not in params:
+            raise ConfigError(f"{_flag(name)} is not a training parameter; fix one of: "
+                              f"{', '.join(_flag(k) for k in TRAINING_PARAMS)}.")
+        kind = params[name].type
+        if isinstance(value, bool) or not isinstance(value, (int, float) if kind is float else int):
+            raise ConfigError(f"{_flag(name)} must be {kind.__name__}, got {value!r}.")
+    for name, bounds in ranges.items():
+        flag = _flag(name)
+        if name not in params or params[name].kind != "log":
+            raise ConfigError(f"{flag} takes one value, not a range: only "
+                              f"{', '.join(_flag(p.name) for p in TRAINING if p.kind == 'log')} take LO:HI.")
+        if name in fixed:
+            raise ConfigError(f"{flag} is both fixed and given a range; give one value or LO:HI, not both.")
+        if paired:
+            raise ConfigError(f"A paired study (--paired-seeds) trains one set of training parameters, so {flag} "
+                              "takes one value, not LO:HI; give one value or drop --paired-seeds.")
+        lo, hi = (float(b) for b in bounds) if len(bounds) == 2 else (math.nan, math.nan)
+        if not 0 < lo < hi < math.inf:
+            shown = ":".join(f"{b:g}" for b in bounds)
+            raise ConfigError(f"{flag} {shown}: a range needs 0 < LO < HI (a log-uniform range), e.g. {flag} 1e-3:3e-2.")
 
 
 # ----------------------------------------------------------------------------- data per parameter

@@ -18,6 +18,15 @@ import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from archhpo.report._noise import (
+    MIN_PAIRS,
+    fmt,
+    lead_statement,
+    paired_difference,
+    pooled_lead,
+    pooled_statement,
+    seed_stats,
+)
 from archhpo.schema import ARCH_KEYS, TRAINING_PARAMS, training_param
 
 
@@ -103,103 +112,6 @@ def _rows(trials_or_rows: Iterable[Any], archs: Sequence[Mapping[str, Any]] | No
 
 def _key(r: Mapping[str, Any]) -> str:
     return json.dumps([r["arch"].get(k) for k in ARCH_KEYS] + [r["choices"]], sort_keys=True)
-
-
-def t_quantile(n: int, level: float = 0.95) -> float:
-    """Two-sided Student-t quantile for n paired values (df = n - 1)."""
-    from scipy import stats
-
-    return float(stats.t.ppf(0.5 + level / 2, n - 1))
-
-
-def seed_stats(values: Mapping[int, float]) -> dict[str, Any]:
-    """mean, std (sample, n-1), n and the per-seed values of one configuration."""
-    vals = [values[s] for s in sorted(values)]
-    return {
-        "n": len(vals),
-        "mean": statistics.fmean(vals) if vals else None,
-        "std": statistics.stdev(vals) if len(vals) > 1 else None,
-        "values": {str(s): values[s] for s in sorted(values)},
-    }
-
-
-MIN_PAIRS = 3  # fewer complete pairs give no interval: 2 pairs leave 1 degree of freedom (t = 12.7)
-
-
-def paired_difference(a: Mapping[int, float], b: Mapping[int, float], level: float = 0.95) -> dict[str, Any]:
-    """b - a over the seeds both have: mean, std, standard error, and the t interval from
-    MIN_PAIRS pairs on (None below)."""
-    seeds = sorted(set(a) & set(b))
-    diffs = [b[s] - a[s] for s in seeds]
-    out: dict[str, Any] = {"n_pairs": len(diffs), "seeds": seeds, "differences": diffs,
-                           "mean": statistics.fmean(diffs) if diffs else None, "std": None, "se": None,
-                           "ci95": None}
-    if len(diffs) > 1:
-        sd = statistics.stdev(diffs)
-        out.update(std=sd, se=sd / math.sqrt(len(diffs)))
-    if len(diffs) >= MIN_PAIRS:
-        half = t_quantile(len(diffs), level) * out["se"]
-        out["ci95"] = [out["mean"] - half, out["mean"] + half]
-    return out
-
-
-def pooled_lead(runs: Mapping[int, Sequence[float]], first: int, second: int,
-                level: float = 0.95) -> dict[str, Any] | None:
-    """The lead of `second`'s mean over `first`'s (lower loss is better), graded by the seed noise
-    pooled over every finalist's runs: each finalist's runs differ by seed alone, so their spread
-    around its own mean estimates one seed std with sum(n_i - 1) degrees of freedom, and the lead's
-    standard error is that std x sqrt(1/n_first + 1/n_second).  Unpaired: it needs no seed shared by
-    the two, so a confirmation of 1 seed a finalist (--ladder's 3 x 1) is graded too, where the
-    paired comparison needs MIN_PAIRS shared seeds.  None without a degree of freedom."""
-    df = sum(len(v) - 1 for v in runs.values())
-    if df < 1 or not runs.get(first) or not runs.get(second):
-        return None
-    ss = sum(sum((x - statistics.fmean(v)) ** 2 for x in v) for v in runs.values())
-    sd = math.sqrt(ss / df)
-    se = sd * math.sqrt(1 / len(runs[first]) + 1 / len(runs[second]))
-    lead = statistics.fmean(runs[second]) - statistics.fmean(runs[first])
-    half = t_quantile(df + 1, level) * se  # t_quantile takes n and uses n - 1 degrees of freedom
-    return {"lead": lead, "pooled_std": sd, "df": df, "n_runs": sum(len(v) for v in runs.values()), "se": se,
-            "ci95": [lead - half, lead + half], "within_noise": lead - half <= 0 <= lead + half}
-
-
-def pooled_statement(pooled: Mapping[str, Any], first: int, second: int) -> str:
-    """One sentence on `pooled_lead`: tied within the pooled noise, or beyond it."""
-    ci = pooled["ci95"]
-    noise = (f"pooled seed std {_fmt(pooled['pooled_std'])} over the finalists' {pooled['n_runs']} runs, "
-             f"{pooled['df']} degrees of freedom; 95% interval [{_fmt(ci[0])}, {_fmt(ci[1])}]")
-    if pooled["within_noise"]:
-        return (f"Rank {first}'s lead of {_fmt(pooled['lead'])} over rank {second} lies within the finalists' "
-                f"pooled seed noise ({noise}): the two are tied.")
-    return (f"Rank {first}'s lead of {_fmt(pooled['lead'])} over rank {second} is beyond the finalists' "
-            f"pooled seed noise ({noise}).")
-
-
-def _fmt(x: float) -> str:
-    return f"{x:.3f}" if abs(x) >= 5e-4 or x == 0 else f"{x:.1e}"
-
-
-def lead_statement(lead: Mapping[str, Any], winner: str = "the winner", other: str = "the runner-up") -> str:
-    """One plain sentence about a paired lead (runner-up minus winner, lower loss is better)."""
-    n, mean, ci = lead["n_pairs"], lead["mean"], lead["ci95"]
-    if n == 0 or mean is None:
-        return f"No seed has finished for both {winner} and {other}; nothing to compare yet."
-    if ci is None:
-        pairs = "the one seed both finished" if n == 1 else f"{n} seeds"
-        said = (f"{winner.capitalize()} leads {other} by {_fmt(mean)}" if mean >= 0  # never "leads by -0.05"
-                else f"{other.capitalize()} did better than {winner} by {_fmt(-mean)}")
-        return (f"{said} on {pairs}; {MIN_PAIRS} or more complete pairs are needed to judge seed noise "
-                f"(confirm with --seeds {MIN_PAIRS} or more).")
-    interval = f"paired 95% interval [{_fmt(ci[0])}, {_fmt(ci[1])}] over {n} seeds"
-    if ci[0] <= 0 <= ci[1]:
-        if mean >= 0:
-            return f"{winner.capitalize()}'s lead of {_fmt(mean)} over {other} lies within seed noise ({interval})."
-        return (f"{other.capitalize()} did better on these seeds by {_fmt(-mean)}, within seed noise "
-                f"({interval}): the two cannot be told apart.")
-    if mean > 0:
-        return f"{winner.capitalize()}'s lead of {_fmt(mean)} over {other} is larger than seed noise ({interval})."
-    return (f"{other.capitalize()} beat {winner} by {_fmt(-mean)} beyond seed noise ({interval}): the "
-            "phase-1/2 ranking does not hold up.")
 
 
 def _selection(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -310,15 +222,15 @@ def baseline_statement(rule: str, lead: Mapping[str, Any], same_shape: bool) -> 
     if n == 0 or mean is None:
         return f"No seed has finished for both the searched best and {shape}; nothing to compare yet."
     if ci is None:
-        return (f"The searched best leads {shape} by {_fmt(mean)} on {n} seed(s); {MIN_PAIRS} or more complete "
+        return (f"The searched best leads {shape} by {fmt(mean)} on {n} seed(s); {MIN_PAIRS} or more complete "
                 "pairs are needed to judge seed noise.")
-    interval = f"paired 95% interval [{_fmt(ci[0])}, {_fmt(ci[1])}] over {n} seeds"
+    interval = f"paired 95% interval [{fmt(ci[0])}, {fmt(ci[1])}] over {n} seeds"
     if ci[0] <= 0 <= ci[1]:
-        return (f"{shape.capitalize()} is within seed noise of the searched best (difference {_fmt(mean)}, "
+        return (f"{shape.capitalize()} is within seed noise of the searched best (difference {fmt(mean)}, "
                 f"{interval}): the rule is good enough at this budget.")
     if mean > 0:
-        return f"The search beats {shape} by {_fmt(mean)} ({interval})."
-    return f"{shape.capitalize()} beat the searched best by {_fmt(-mean)} ({interval}): the search missed it."
+        return f"The search beats {shape} by {fmt(mean)} ({interval})."
+    return f"{shape.capitalize()} beat the searched best by {fmt(-mean)} ({interval}): the search missed it."
 
 
 def baseline_summary(rows: list[dict[str, Any]], best: Mapping[str, Any] | None) -> list[dict[str, Any]]:
@@ -364,10 +276,10 @@ def _choice_statement(chosen: Mapping[str, Any], by_rank: Mapping[int, Mapping[s
           f"same parameters ({_runs_text(chosen)})")
     if not chosen["reversed"]:
         return (f"The winner is chosen on {on}: the phase-1/2 best (rank 0) keeps its place, "
-                f"{_fmt(means[str(rank)])} against rank {runner}'s {_fmt(means[str(runner)])}.")
+                f"{fmt(means[str(rank)])} against rank {runner}'s {fmt(means[str(runner)])}.")
     trial = by_rank[rank]["selection_trial"]
     return (f"The winner is chosen on {on}: rank {rank} (best phase-1/2 trial {trial}) has the lower mean, "
-            f"{_fmt(means[str(rank)])} against rank 0's {_fmt(means['0'])}, reversing the phase-1/2 order.")
+            f"{fmt(means[str(rank)])} against rank 0's {fmt(means['0'])}, reversing the phase-1/2 order.")
 
 
 def _same_training(arch: Mapping[str, Any], runs: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
@@ -112,6 +113,12 @@ class SearchSpace:
             "warmup_steps": self.warmup_steps[len(self.warmup_steps) // 2],
         }
 
+
+    def within(self, ranges: Mapping[str, tuple[float, float]]) -> SearchSpace:
+        """This space with the given log-scaled parameters sampled within stated ranges (LO, HI)
+        instead of its own (StudyConfig checked them: 0 < LO < HI)."""
+        stated: dict[str, Any] = {k: (float(lo), float(hi)) for k, (lo, hi) in ranges.items()}
+        return replace(self, **stated)
 
     def fixed(self, values: dict[str, Any]) -> SearchSpace:
         """This space with the given training parameters fixed (a one-point range or set), so the

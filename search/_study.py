@@ -175,7 +175,7 @@ def prepare_settings(
     options = _study_options(config, scalars, ladder_below, rules, data_budget)
     spec, info = _data_and_info(fam, config.data.spec, options, scalars, choices)
     rows = _rows(fam, info, choices, pins, label, value, config.tolerance)
-    space, study_params = _space(fam, config.quick, fixed_params, config.paired_seeds)
+    space, study_params = _space(fam, config.quick, fixed_params, config.paired_seeds, config.param_ranges)
     plan = _study_plan(rows, config, space, study_params, len(ladder_below), rules)
     return StudySettings(
         experiment=config.experiment, budget=label, budget_value=value or 0, family=config.family,
@@ -192,7 +192,7 @@ _KEYWORD_OPTIONS = {"n_trials": "trials", "confirm_seeds": "seeds", "compile_mod
 def keyword_config(
     experiment: str, *, family_options: Mapping[str, Any] | None = None,
     pins: Mapping[str, Any] | None = None, fixed_params: Mapping[str, Any] | None = None,
-    tokens_per_param: float | None = None, samples_per_param: float | None = None, **options: Any,
+    param_ranges: Mapping[str, tuple[float, float]] | None = None, tokens_per_param: float | None = None, samples_per_param: float | None = None, **options: Any,
 ) -> StudyConfig:
     """The StudyConfig of prepare_settings' keyword form (n_trials=, confirm_seeds=, compile_models=,
     a single tokens_per_param / samples_per_param; every other keyword is an option's name)."""
@@ -206,7 +206,8 @@ def keyword_config(
     family = None
     if family_options:
         family = family_options_of(config.family, get_family(config.family).flags, family_options)
-    return replace(config, pins=dict(pins or {}), fixed_params=dict(fixed_params or {}), family_options=family)
+    return replace(config, pins=dict(pins or {}), fixed_params=dict(fixed_params or {}),
+                   param_ranges=dict(param_ranges or {}), family_options=family)
 
 
 def _study_plan(rows: list[GridRow], config: StudyConfig, space: SearchSpace, study_params: dict[str, Any] | None,
@@ -288,9 +289,11 @@ def _data_and_info(
 
 def _space(
     fam: Family, quick: bool, fixed_params: dict[str, Any], paired_seeds: int,
+    ranges: Mapping[str, tuple[float, float]] | None = None,
 ) -> tuple[SearchSpace, dict[str, Any] | None]:
-    """The study's search space, and for a paired study the one set of training parameters."""
-    space = (QUICK_SPACE if quick else FULL_SPACE).fixed(fixed_params)
+    """The study's search space (stated ranges replacing the default ones, fixed parameters one
+    point), and for a paired study the one set of training parameters."""
+    space = (QUICK_SPACE if quick else FULL_SPACE).within(ranges or {}).fixed(fixed_params)
     if not paired_seeds:
         return space, None
     # one set of training parameters for every configuration and seed

@@ -28,7 +28,7 @@ from typing import Any
 from archhpo.config import Environment, field_default, field_help
 from archhpo.errors import ArchhpoError
 from archhpo.models import Family
-from archhpo.schema import ARCH_HELP, ARCH_KEYS, PRUNERS, SCHEDULES, TRAINING_PARAMS
+from archhpo.schema import ARCH_HELP, ARCH_KEYS, PRUNERS, SCHEDULES, TRAINING, TRAINING_PARAMS
 
 GRID, PARAMS, LAUNCH, WORKER, RUN, EXPORT, DASHBOARD, TRAIN, REPORT = (
     "grid", "params", "launch", "worker", "run", "export", "dashboard", "train", "report",
@@ -54,6 +54,18 @@ def maybe_list(kind: Callable[[str], Any]) -> Callable[[str], Any]:
     return parse
 
 
+def value_or_range(kind: Callable[[str], Any]) -> Callable[[str], Any]:
+    """A log-scaled training parameter on launch/run: one value fixes it, LO:HI (a tuple) has the plan
+    sample it log-uniformly within [LO, HI] instead of the default range."""
+
+    def parse(text: str) -> Any:
+        lo, sep, hi = str(text).partition(":")
+        return (kind(lo), kind(hi)) if sep else kind(text)
+
+    parse.__name__ = f"{getattr(kind, '__name__', 'value')} or LO:HI range"
+    return parse
+
+
 @dataclass(frozen=True)
 class Option:
     name: str  # the experiment-file key; the flag is --name-with-dashes unless `flag` says otherwise
@@ -67,6 +79,7 @@ class Option:
     repeat: bool = False  # may be given several times (--budget 2M --budget 20M)
     required: tuple[str, ...] = ()  # commands on which argparse itself requires it
     list_commands: tuple[str, ...] = ()  # commands on which a comma-separated list is accepted
+    range_commands: tuple[str, ...] = ()  # commands on which LO:HI is accepted (value_or_range)
     flag: str | None = None
     dest: str | None = None
     env: str | None = None  # an environment variable that replaces the default when set
@@ -93,6 +106,8 @@ class Option:
         return self.default
 
     def parser_type(self, command: str) -> Callable[[str], Any] | None:
+        if self.type is not None and command in self.range_commands:
+            return value_or_range(self.type)
         if self.type is None or command not in self.list_commands:
             return self.type
         return integers if self.type is int and self.name in ARCH_OPTIONS else maybe_list(self.type)
@@ -221,9 +236,11 @@ OPTIONS: tuple[Option, ...] = (
         "the budget's rows with these values, as a study pinning them within the budget plans them",
         (GRID, PARAMS, TRAIN, *_PINNING), stored=True, required=(PARAMS,), list_commands=(GRID, *_PINNING))
       for name in ARCH_OPTIONS),
-    *(Option(name, None, kind, f"{name} of training; launch/run: every trial uses it (the plan samples "
-             "only the other training parameters)", (TRAIN, *STUDY_COMMANDS), stored=True)
-      for name, kind in zip(TRAINING_OPTIONS, (float, int, int, float, int), strict=True)),
+    *(Option(name, None, p.type, f"{name} of training; launch/run: every trial uses it (the plan samples "
+             "only the other training parameters)" + (", or LO:HI: the plan samples it log-uniformly within "
+             f"[LO, HI] instead of {p.full[0]:g}:{p.full[-1]:g}" if p.kind == "log" else ""),
+             (TRAIN, *STUDY_COMMANDS), stored=True, range_commands=STUDY_COMMANDS if p.kind == "log" else ())
+      for name, p in zip(TRAINING_OPTIONS, TRAINING, strict=True)),
     Option("storage", None, str, "database URL (default $ARCHHPO_STORAGE, else sqlite:///archhpo.db)",
            (*STUDY_COMMANDS, WORKER, EXPORT, DASHBOARD, REPORT)),
     Option("device", "auto", str, "auto, cpu or cuda", (WORKER, RUN, TRAIN)),

@@ -100,6 +100,15 @@ def test_every_field_has_its_docstring() -> None:
                                                                             {})), "options of the signal family"),
     (lambda: family_options_of("lm", get_family("lm").flags, {"encoder": "sum"}), "--encoder is not a flag of the lm"),
     (lambda: family_options_of("lm", get_family("lm").flags, {"seq_len": "16"}), "--seq-len of the lm family must be"),
+    (lambda: StudyConfig("e", param_ranges={"epochs": (2, 4)}), "--epochs takes one value, not a range: only "
+                                                                 "--learning-rate, --weight-decay take LO:HI."),
+    (lambda: StudyConfig("e", param_ranges={"learning_rate": (3e-2, 1e-3)}),
+     "--learning-rate 0.03:0.001: a range needs 0 < LO < HI (a log-uniform range), e.g. --learning-rate 1e-3:3e-2."),
+    (lambda: StudyConfig("e", param_ranges={"weight_decay": (0.0, 1e-3)}), "--weight-decay 0:0.001: a range needs"),
+    (lambda: StudyConfig("e", param_ranges={"learning_rate": (1e-3, 3e-2)}, fixed_params={"learning_rate": 3e-3}),
+     "--learning-rate is both fixed and given a range; give one value or LO:HI, not both."),
+    (lambda: StudyConfig("e", paired_seeds=3, param_ranges={"learning_rate": (1e-3, 3e-2)}),
+     "A paired study (--paired-seeds) trains one set of training parameters, so --learning-rate takes one value"),
 ])
 def test_each_check_raises_its_sentence(build: Any, sentence: str) -> None:
     with pytest.raises(ArchhpoError) as exc:
@@ -212,3 +221,40 @@ def test_a_ladder_confirms_its_finalists_unless_confirm_or_seeds_is_stated() -> 
         StudyConfig.from_options({**budgets, "confirm": 0}, given=["ladder", "budget", "confirm", "seeds"])
     assert f"confirms each budget's {LADDER_FINALISTS} finalists with {LADDER_CONFIRM_SEEDS} new seed" in (
         field_help("ladder")), "the help says what the constants are"
+
+
+def test_a_learning_rate_range_replaces_the_default_one_on_the_line_and_in_a_file(tmp_path: Path,
+                                                                                  sqlite_url: str) -> None:
+    """--learning-rate LO:HI: the plan samples it log-uniformly within [LO, HI] (the default
+    1e-4:1e-3 lies below the lm family's own 3e-3); one value still fixes it."""
+    config = StudyConfig.from_options({"experiment": "r", "learning_rate": (1e-3, 3e-2), "weight_decay": 1e-4})
+    assert config.param_ranges == {"learning_rate": (1e-3, 3e-2)} and config.fixed_params == {"weight_decay": 1e-4}
+    line = ["launch", "--experiment", "rl", "--family", "patchtst", "--budget", "200K", "--trials", "6", "--quick",
+            "--data", TINY_DATA, "--storage", sqlite_url, "--learning-rate", "1e-3:3e-2"]
+    assert main(line) == 0
+    study = optuna.load_study(study_name="rl_200K", storage=sqlite_url)
+    assert study.user_attrs["archhpo_space"]["learning_rate"] == [1e-3, 3e-2]
+    rates = [float(t.system_attrs["fixed_params"]["learning_rate"]) for t in study.trials]
+    assert len(rates) == 6 and all(1e-3 <= r <= 3e-2 for r in rates) and max(rates) > 1e-3 * 3
+    cfg = tmp_path / "range.toml"
+    cfg.write_text(f'experiment = "rf"\nbudget = ["200K"]\nfamily = "patchtst"\ntrials = 6\nquick = true\n'
+                   f'data = "{TINY_DATA}"\nstorage = "{sqlite_url}"\nlearning-rate = "1e-3:3e-2"\n')
+    assert main(["launch", "--config", str(cfg)]) == 0
+    again = optuna.load_study(study_name="rf_200K", storage=sqlite_url)
+    assert [t.system_attrs["fixed_params"]["learning_rate"] for t in again.trials] == pytest.approx(rates), \
+        "the same plan seed and range draw the same rates"
+
+
+def test_a_range_refused_on_the_line_writes_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    db = tmp_path / "none.db"
+    line = ["launch", "--experiment", "bad", "--family", "patchtst", "--budget", "200K", "--quick", "--data",
+            TINY_DATA, "--storage", f"sqlite:///{db}"]
+    assert main([*line, "--learning-rate", "3e-2:1e-3"]) == 2  # the config's check: one sentence
+    assert "a range needs 0 < LO < HI" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:  # argparse's own: the flag's type
+        main([*line, "--epochs", "2:4"])
+    assert exc.value.code == 2 and "argument --epochs: invalid int value: '2:4'" in capsys.readouterr().err
+    assert not db.exists()
+    with pytest.raises(SystemExit):  # `train` runs one configuration: no range there
+        main(["train", "--family", "patchtst", "--learning-rate", "1e-3:3e-2"])
+    assert "invalid float value: '1e-3:3e-2'" in capsys.readouterr().err
