@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 
@@ -49,6 +49,19 @@ def paired_difference(a: Mapping[int, float], b: Mapping[int, float], level: flo
     return out
 
 
+def pooled_std(groups: Iterable[Sequence[float]]) -> tuple[float, int] | None:
+    """The seed std pooled over groups of runs that differ by seed alone (each group one
+    configuration): sqrt(sum of squares about each group's mean / sum(n_i - 1)), and its degrees of
+    freedom; None when no group has two runs.  The one estimate of seed noise the report uses: a
+    budget's noise (report/_summary.py `budget_noise`) and a confirmation's lead (`pooled_lead`)."""
+    repeated = [list(g) for g in groups if len(g) >= 2]
+    df = sum(len(g) - 1 for g in repeated)
+    if not df:
+        return None
+    ss = sum(sum((x - statistics.fmean(g)) ** 2 for x in g) for g in repeated)
+    return math.sqrt(ss / df), df
+
+
 def pooled_lead(runs: Mapping[int, Sequence[float]], first: int, second: int,
                 level: float = 0.95) -> dict[str, Any] | None:
     """The lead of `second`'s mean over `first`'s (lower loss is better), graded by the seed noise
@@ -57,11 +70,10 @@ def pooled_lead(runs: Mapping[int, Sequence[float]], first: int, second: int,
     standard error is that std x sqrt(1/n_first + 1/n_second).  Unpaired: it needs no seed shared by
     the two, so a confirmation of 1 seed a finalist (--ladder's 3 x 1) is graded too, where the
     paired comparison needs MIN_PAIRS shared seeds.  None without a degree of freedom."""
-    df = sum(len(v) - 1 for v in runs.values())
-    if df < 1 or not runs.get(first) or not runs.get(second):
+    pooled = pooled_std(runs.values())
+    if pooled is None or not runs.get(first) or not runs.get(second):
         return None
-    ss = sum(sum((x - statistics.fmean(v)) ** 2 for x in v) for v in runs.values())
-    sd = math.sqrt(ss / df)
+    sd, df = pooled
     se = sd * math.sqrt(1 / len(runs[first]) + 1 / len(runs[second]))
     lead = statistics.fmean(runs[second]) - statistics.fmean(runs[first])
     half = t_quantile(df + 1, level) * se  # t_quantile takes n and uses n - 1 degrees of freedom

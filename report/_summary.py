@@ -78,14 +78,16 @@ def budget_noise(group: pd.DataFrame) -> tuple[float | None, str]:
     loss over every configuration (architecture, choices and training parameters) that ran more
     than once: seeds, confirmation retrains, repeated phase-1 runs.  (None, "") when none did."""
     from archhpo.report._frame import TRAINING_COLUMNS
+    from archhpo.report._noise import pooled_std
 
     ok = group[(group["state"] == "COMPLETE") & group["val_loss"].notna()]
     runs = ok.groupby([*ARCH, "choice", *TRAINING_COLUMNS], dropna=False)
-    n, var = runs["val_loss"].count(), runs["val_loss"].var(ddof=1)
+    n = runs["val_loss"].count()
     rep = n >= 2
-    if not rep.any():
+    found = pooled_std([float(v) for v in values] for _, values in runs["val_loss"])
+    if found is None:
         return None, ""
-    pooled = math.sqrt(float(((n[rep] - 1) * var[rep]).sum() / (n[rep] - 1).sum()))
+    pooled = found[0]
     seeded = bool((runs["seed"].nunique() > 1)[rep].any())
     kind = "seed spread" if seeded else "spread of repeated runs"
     n_conf = int(rep.sum())

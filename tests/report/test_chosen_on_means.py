@@ -241,3 +241,12 @@ def test_a_one_seed_confirmation_is_graded_by_the_finalists_pooled_seed_noise() 
     clear = pooled_lead({0: [0.50, 0.501, 0.499], 1: [0.60, 0.601, 0.599]}, 0, 1)
     assert clear is not None and not clear["within_noise"] and clear["ci95"][0] > 0
     assert pooled_lead({0: [0.5], 1: [0.6]}, 0, 1) is None, "one run each: no degree of freedom"
+
+
+def test_one_pooled_seed_std_serves_the_budgets_noise_and_the_confirmations_lead() -> None:
+    from archhpo.report._noise import pooled_std
+
+    groups = [[0.50, 0.54], [0.52, 0.55, 0.58], [0.7]]  # a single run adds no degree of freedom
+    sd, df = pooled_std(groups)  # type: ignore[misc]
+    assert df == 3 and sd == pytest.approx(((0.02**2 * 2) + (0.03**2 * 2)) ** 0.5 / 3**0.5, rel=1e-12)
+    assert pooled_std([[0.5], [0.6]]) is None and pooled_std([]) is None
