@@ -220,7 +220,7 @@ def carry_up(finished: Sequence[Finished], n_small: int, n_large: int, rows: Seq
                 "grid_size": len(rows), "rule": "nothing carried", "assignments": assignments,
                 "skipped_slots": len(slots) - len(assignments)}
     width = top[0].d_model  # every smaller budget's rates are read at the best architecture's width
-    budgets = [(n, [(at_width(float(t.params["learning_rate"]), t.d_model, width), t.value) for t in done])
+    budgets = [(n, [(at_width(float(t.params["learning_rate"]), t.d_model, width), t.value, t.arch_key) for t in done])
                for n, done in (below or [(n_small, finished)])]
     fit = fit_lr_exponent(budgets, data_grows=data_grows)
     rates = budget_rates(budgets)

@@ -17,7 +17,11 @@ interval lies inside PLAUSIBLE (-1.5, 0.5); otherwise the prior, and the reason 
 Each budget's best learning rate (`best_rate`): with at least MIN_RATES_FOR_QUADRATIC (4) distinct
 learning rates, the vertex of a least-squares parabola of value against log lr, used when the
 parabola is convex and its vertex lies within the rates tried; else the learning rate of the
-budget's best trial.  The parabola reads every trial, so one lucky trial does not set the rate,
+budget's best trial.  Where the trials name their architecture and some architecture ran at two or
+more rates, the parabola gets an intercept per architecture (one shared curvature and slope in
+log lr): a better architecture that happened to be sampled at higher rates would otherwise read as
+a higher best rate.  An architecture tried at one rate only fixes its own intercept and says
+nothing about the rate.  The parabola reads every trial, so one lucky trial does not set the rate,
 and it never extrapolates beyond the rates tried; the best trial is what a ladder carried before.
 A caveat: a ladder budget above the smallest samples its rates around the carried one (x/÷ 2), so
 its best rate leans towards what was carried; the interval rule keeps such a fit honest.
@@ -40,7 +44,7 @@ Two more rules say where the carried rate is read (`carried_rate`, `at_width`):
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -98,16 +102,19 @@ def prior_exponent(data_grows: bool) -> float:
     return PRIOR_DATA_GROWS if data_grows else PRIOR_FIXED_DATA
 
 
-def best_rate(points: Sequence[tuple[float, float]]) -> float:
-    """A budget's best learning rate from its finished trials' (learning rate, value) pairs (lower
-    value is better): the convex parabola's vertex within the rates tried, else the best trial's."""
+def best_rate(points: Sequence[tuple[float, float] | tuple[float, float, Hashable]]) -> float:
+    """A budget's best learning rate from its finished trials' (learning rate, value) pairs, or
+    (learning rate, value, architecture) triples (lower value is better): the convex parabola's
+    vertex within the rates tried (with an intercept per architecture where one is identified),
+    else the best trial's."""
     if not points:
         raise ValueError("best_rate needs at least one finished trial")
     best = min(points, key=lambda p: p[1])[0]
     x = np.log(np.array([p[0] for p in points], dtype=float))
     if len(np.unique(x)) < MIN_RATES_FOR_QUADRATIC:
         return float(best)
-    c2, c1, _ = np.polyfit(x, np.array([p[1] for p in points], dtype=float), 2)
+    y = np.array([p[1] for p in points], dtype=float)
+    c2, c1 = _curve(x, y, [p[2] if len(p) > 2 else None for p in points])
     if c2 <= 0:  # concave or flat: no minimum to read
         return float(best)
     vertex = -c1 / (2 * c2)
@@ -116,15 +123,29 @@ def best_rate(points: Sequence[tuple[float, float]]) -> float:
     return float(math.exp(vertex))
 
 
+def _curve(x: np.ndarray, y: np.ndarray, groups: Sequence[Hashable | None]) -> tuple[float, float]:
+    """The curvature and slope of y against x: one intercept per group where the groups identify
+    them (some group at two or more x, and more points than coefficients, so the shape is
+    checked), else one shared intercept (np.polyfit's parabola)."""
+    labels = sorted({g for g in groups if g is not None}, key=repr)
+    if None not in groups and len(labels) > 1:
+        design = np.column_stack([x**2, x] + [np.array([g == label for g in groups], dtype=float) for label in labels])
+        if len(y) > design.shape[1] and np.linalg.matrix_rank(design) == design.shape[1]:
+            coef = np.linalg.lstsq(design, y, rcond=None)[0]
+            return float(coef[0]), float(coef[1])
+    c2, c1, _ = np.polyfit(x, y, 2)
+    return float(c2), float(c1)
+
+
 def at_width(lr: float, from_width: int, to_width: int) -> float:
     """A learning rate found at d_model `from_width`, moved to d_model `to_width` by muP's rule
     (lr ∝ d_model^-WIDTH_EXPONENT): 1e-2 at 64 is 5e-3 at 128."""
     return lr * (from_width / to_width) ** WIDTH_EXPONENT
 
 
-def budget_rates(budgets: Sequence[tuple[int, Sequence[tuple[float, float]]]]) -> list[tuple[int, float]]:
-    """Each budget's (nominal N, best rate) from its (learning rate, value) pairs; budgets without
-    a finished trial are skipped."""
+def budget_rates(budgets: Sequence[tuple[int, Sequence[Any]]]) -> list[tuple[int, float]]:
+    """Each budget's (nominal N, best rate) from its (learning rate, value[, architecture]) points
+    (`best_rate`); budgets without a finished trial are skipped."""
     return [(n, best_rate(points)) for n, points in budgets if points]
 
 
@@ -137,9 +158,9 @@ def carried_rate(rates: Sequence[tuple[int, float]], n_large: int, exponent: flo
     return math.exp(intercept + exponent * math.log(n_large))
 
 
-def fit_lr_exponent(budgets: Sequence[tuple[int, Sequence[tuple[float, float]]]], *, data_grows: bool) -> LrFit:
-    """The exponent b of lr* ∝ N^b from the smaller budgets' (nominal N, [(learning rate, value)])
-    (budgets without a finished trial are skipped), by the module's rule: fitted when at least
+def fit_lr_exponent(budgets: Sequence[tuple[int, Sequence[Any]]], *, data_grows: bool) -> LrFit:
+    """The exponent b of lr* ∝ N^b from the smaller budgets' (nominal N, [(learning rate, value[,
+    architecture])]) (budgets without a finished trial are skipped), by the module's rule: fitted when at least
     MIN_BUDGETS budgets give a narrow, plausible interval, else Step Law's prior."""
     known = budget_rates(budgets)
     prior = prior_exponent(data_grows)

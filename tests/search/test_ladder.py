@@ -263,8 +263,9 @@ def test_a_larger_budget_waits_then_is_planned_from_the_smaller_once(storage_url
     assert all(r is not None for r in ladder["axes"].values()), "n_heads and d_ff are read off the trials"
     fit = ladder["lr_fit"]
     assert (fit["exponent"], fit["source"], fit["n_budgets"]) == (PRIOR_FIXED_DATA, "prior", 1), "whole epochs"
-    first = next(t for t in _trials(storage_url, small.study_name) if t.number == 0)
-    expected = min(max(first.params["learning_rate"] * 2.5**PRIOR_FIXED_DATA, 1e-4), 1e-3)
+    # the small budget's best rate: its trials read at the best's width, an intercept per architecture
+    points = _rate_points(storage_url, small.study_name, ladder["lr_width"])
+    expected = min(max(best_rate(points) * 2.5**PRIOR_FIXED_DATA, 1e-4), 1e-3)
     assert ladder["carried"]["learning_rate"] == pytest.approx(expected, rel=1e-12)
     trials = q.storage.get_all_trials(q.study_id, deepcopy=False)
     assert sorted(t.user_attrs["plan_slot"] for t in trials) == list(range(len(large.plan))), "each slot once"
@@ -339,33 +340,36 @@ def _trials(storage_url: str, name: str) -> list[Any]:
     return list(q.storage.get_all_trials(q.study_id, deepcopy=False))
 
 
-def _finish_ladder_budget(storage_url: str, settings: Any) -> list[tuple[float, float, int]]:
-    """Plan, train and finish every slot of a ladder budget; its (learning rate, value, d_model)."""
+def _rate_points(storage_url: str, name: str, width: int) -> list[tuple[float, float, tuple[int]]]:
+    """A budget's COMPLETE trials as the ladder reads their rates: (lr at `width` by muP's rule,
+    value, architecture)."""
+    return [(float(t.params["learning_rate"]) * int(t.user_attrs["d_model"]) / width, float(t.value),
+             (int(t.params["arch_idx"]),)) for t in _trials(storage_url, name) if t.state == TrialState.COMPLETE]
+
+
+def _finish_ladder_budget(storage_url: str, settings: Any) -> None:
+    """Plan, train and finish every slot of a ladder budget."""
     q = TrialQueue(storage_url, settings.study_name)
     assert q.maintain().done is False
-    out = []
+    finished = 0
     while (c := q.claim(WORKER)) is not None:
-        value = 1.0 + 0.01 * c.slot
-        q.finish(c, TrialState.COMPLETE, value, {})
-        out.append((float(c.params["learning_rate"]), value, int(c.arch["d_model"])))
-    assert q.maintain().done and len(out) == len(settings.plan)
-    return out
+        q.finish(c, TrialState.COMPLETE, 1.0 + 0.01 * c.slot, {})
+        finished += 1
+    assert q.maintain().done and finished == len(settings.plan)
 
 
 def test_the_exponent_reads_every_smaller_budget_and_the_studys_data_regime(storage_url: str) -> None:
     small, middle, large = _ladder(storage_url, ("200K", "500K", "1M"), samples_per_param=20)
     _finish_small(storage_url, small)
-    rates = _finish_ladder_budget(storage_url, middle)
+    _finish_ladder_budget(storage_url, middle)
     q = TrialQueue(storage_url, large.study_name)
     q.maintain()
     record = q.upkeep.study_attr(_study.LADDER_KEY)
     fit, width = record["lr_fit"], record["lr_width"]
     assert (fit["exponent"], fit["source"], fit["n_budgets"]) == (PRIOR_DATA_GROWS, "prior", 2), "samples per param"
     # every budget's rates read at the best architecture's width (muP: lr x d_model / width)
-    small_rates = [(float(t.params["learning_rate"]) * int(t.user_attrs["d_model"]) / width, float(t.value))
-                   for t in _trials(storage_url, small.study_name)]
-    middle_rates = [(lr * d / width, value) for lr, value, d in rates]
-    slope = math.log(best_rate(middle_rates) / best_rate(small_rates)) / math.log(500_000 / 200_000)
+    slope = math.log(best_rate(_rate_points(storage_url, middle.study_name, width))
+                     / best_rate(_rate_points(storage_url, small.study_name, width))) / math.log(500_000 / 200_000)
     assert fit["slope"] == pytest.approx(slope, rel=1e-9) and fit["low"] is None
     assert fit["reason"] == f"2 budgets fit b = {slope:.3f} exactly, with no interval; Step Law with data growing with N"
 

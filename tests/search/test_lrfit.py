@@ -127,3 +127,19 @@ def test_the_carried_rate_lies_on_the_line_of_the_exponent_through_every_budgets
                                                                      rel=1e-9), "the least-squares prediction"
     with pytest.raises(ValueError):
         carried_rate([], N[0], -0.5)
+
+
+def test_an_intercept_per_architecture_keeps_a_better_architecture_from_moving_the_vertex() -> None:
+    """Architecture A is 0.5 better than B at every rate and was sampled at the higher rates: one
+    shared parabola reads A's advantage as the rate's and puts the vertex too high; an intercept
+    per architecture recovers the true 3e-4 exactly."""
+    def loss(lr: float, arch: str) -> float:
+        return 1.0 + math.log(lr / 3e-4) ** 2 - (0.5 if arch == "A" else 0.0)
+
+    points = [(lr, loss(lr, a), a) for lr, a in ((1e-4, "B"), (2e-4, "B"), (3e-4, "B"), (4e-4, "A"), (6e-4, "A"),
+                                                  (1e-3, "A"))]
+    assert best_rate(points) == pytest.approx(3e-4, rel=1e-9)
+    pooled = best_rate([(lr, value) for lr, value, _ in points])
+    assert pooled > 3.3e-4, "without the architectures the better one drags the vertex up"
+    once = [(lr, loss(lr, a), a) for lr, a in ((1e-4, "B"), (2e-4, "C"), (4e-4, "A"), (1e-3, "D"))]
+    assert best_rate(once) == best_rate([(lr, v) for lr, v, _ in once]), "one rate each: no intercept is identified"
