@@ -8,6 +8,12 @@ times the samples it trains, calibrated on the finished trials (their flops_full
 finished trials trained (flops_spent) over their wall time (duration_s) is the measured
 throughput of one worker. The running trials count as done at that throughput for the time they
 have run (each up to its own cost), so a long trial finishing moves nothing but the measurement.
+
+The throughput is measured per budget: on a CPU it grows with the model (T1's truths, per niced
+worker: 5 GFLOP/s at 100K, 16 at 200K, 41 at 400K and 800K), so one rate over every finished trial,
+mostly small ones early in a ladder, put a ladder's last budget at several times its real time.
+Each slot is priced at its own budget's measured throughput, else at the largest smaller budget's
+(a lower bound on a larger model's: the ETA errs long), else at the rate over every finished trial.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ class SlotWork:
     spent: float = 0.0  # FLOPs its earlier claims trained (a trial held at a rung, a resumed one)
     running_since: dt.datetime | None = None  # when its current claim began (RUNNING)
     done: bool = False
+    size: float = 0.0  # its study's budget (nominal parameters): which measured throughput prices it
 
 
 @dataclass
@@ -41,31 +48,47 @@ class Work:
     slots: list[SlotWork] = field(default_factory=list)
     flops: float = 0.0  # FLOPs the finished trials trained ...
     seconds: float = 0.0  # ... in this much worker wall time
+    by_size: dict[float, list[float]] = field(default_factory=dict)  # the same per budget: [flops, seconds]
 
     @property
     def rate(self) -> float | None:
-        """FLOPs per second of one worker; None before a finished trial recorded both."""
+        """FLOPs per second of one worker over every finished trial; None before one recorded both."""
         return self.flops / self.seconds if self.flops > 0 and self.seconds > 0 else None
+
+    def measure(self, size: float, flops: float, seconds: float) -> None:
+        """Count a finished trial of a budget of `size` parameters."""
+        self.flops += flops
+        self.seconds += seconds
+        totals = self.by_size.setdefault(size, [0.0, 0.0])
+        totals[0] += flops
+        totals[1] += seconds
+
+    def rate_at(self, size: float) -> float | None:
+        """The throughput a slot of a budget of `size` is priced at: that budget's, else the largest
+        smaller measured budget's, else the rate over every finished trial."""
+        measured = {s: f / sec for s, (f, sec) in self.by_size.items() if f > 0 and sec > 0}
+        below = [s for s in measured if s <= size]
+        return measured[max(below)] if below else self.rate
 
 
 def flops_eta(work: Work, workers: int, now: dt.datetime) -> float | None:
     """Seconds left: the FLOPs still to train over the measured throughput of `workers` workers
     (no more of them than slots left), and never less than the longest slot left takes one worker.
     None until a finished trial measured the throughput, or while a slot's cost is unknown."""
-    rate = work.rate
     left = [s for s in work.slots if not s.done]
     if not left:
         return 0.0
-    if rate is None or any(s.cost is None for s in left):
+    if work.rate is None or any(s.cost is None for s in left):
         return None
-    remaining = []
+    remaining = []  # seconds of one worker per slot, each at its own budget's throughput
     for s in left:
+        rate = work.rate_at(s.size) or work.rate
         todo = max(0.0, float(s.cost or 0.0) - s.spent)
         if s.running_since is not None:  # what it trained since its claim, at the measured rate
             todo -= min(todo, max(0.0, (now - s.running_since).total_seconds()) * rate)
-        remaining.append(todo)
+        remaining.append(todo / rate)
     parallel = max(1, min(workers, len(left)))
-    return max(sum(remaining) / (rate * parallel), max(remaining) / rate)
+    return max(sum(remaining) / parallel, max(remaining))
 
 
 # ----------------------------------------------------------------------------- reading a study
@@ -141,11 +164,11 @@ def study_work(settings: Any, trials: list[Any], work: Work, never: Set[int] = f
     """Add one study's slots and measurements to `work` (`trials`: Optuna's FrozenTrials; `never`:
     the slots no trial will ever come to, done without cost)."""
     finished = [t for t in trials if _state(t) in _FINISHED]
+    size = float(getattr(settings, "budget_value", 0) or 0)
     for t in finished:
         spent, seconds = t.user_attrs.get(Attr.FLOPS_SPENT), t.user_attrs.get(Attr.DURATION_S)
         if spent and seconds:
-            work.flops += float(spent)
-            work.seconds += float(seconds)
+            work.measure(size, float(spent), float(seconds))
     calibration = _Calibration(finished, _data_budget(settings), _budget_samples(settings))
     by_slot: dict[int, list[Any]] = {}
     for t in sorted(trials, key=lambda t: t.number):
@@ -167,5 +190,5 @@ def study_work(settings: Any, trials: list[Any], work: Work, never: Set[int] = f
         work.slots.append(SlotWork(
             float(known) if known else calibration.cost(fps, slot_epochs),
             spent=float(live[-1].user_attrs.get(Attr.FLOPS_SPENT) or 0) if live else 0.0,
-            running_since=running.datetime_start if running is not None else None,
+            running_since=running.datetime_start if running is not None else None, size=size,
         ))

@@ -208,3 +208,18 @@ def test_run_off_a_terminal_prints_plain_lines(sqlite_url: str, tmp_path: Path) 
     text = res.stdout + res.stderr
     assert "pid=" in text and "a worker line" in text, "Ray copied the worker's line"
     assert "trials 2/2 done" in res.stderr and "\x1b" not in text
+
+
+def test_each_budget_is_priced_at_its_own_or_the_largest_smaller_budgets_throughput() -> None:
+    """On a CPU a larger model trains more FLOPs a second (T1's truths: 5 GFLOP/s at 100K, 41 at
+    400K): a ladder's last budget priced at the rate over every finished trial, mostly small ones,
+    would take several times too long."""
+    work = Work()
+    work.measure(100_000, 10 * GFLOP, 2.0)  # 5 GFLOP/s, twice as much wall time as ...
+    work.measure(400_000, 40 * GFLOP, 1.0)  # ... 40 GFLOP/s
+    assert work.rate == pytest.approx(50 / 3 * GFLOP) and work.rate_at(400_000) == pytest.approx(40 * GFLOP)
+    assert work.rate_at(800_000) == pytest.approx(40 * GFLOP), "the largest smaller budget's"
+    assert work.rate_at(50_000) == work.rate, "below every measured budget: the rate over all"
+    work.slots = [SlotWork(400 * GFLOP, size=800_000), SlotWork(50 * GFLOP, size=100_000)]
+    assert flops_eta(work, 1, T0) == pytest.approx(400 / 40 + 50 / 5)
+    assert flops_eta(work, 2, T0) == pytest.approx(10.0), "the longest slot: one worker cannot split it"
