@@ -133,3 +133,14 @@ def test_import_archhpo_is_cheap_and_imports_no_ray() -> None:
             "archhpo.get_family, archhpo.Worker, archhpo.train; print('ray' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
     assert out.stdout.split() == ["False", "False", "False"]
+
+
+def test_a_run_refused_on_its_options_imports_neither_torch_nor_ray() -> None:
+    """`archhpo run --threads 0` is refused by cluster/_options.py before run_workers' torch (and Ray)
+    are imported (the package `archhpo.cluster` loads them on first use)."""
+    code = ("import sys\nfrom archhpo.cli import main\ntry:\n    rc = main(['run', '--threads', '0'])\n"
+            "except SystemExit as exc:\n    rc = exc.code\nprint(rc, 'torch' in sys.modules, 'ray' in sys.modules)\n"
+            "import archhpo.cluster as c\nc.run_workers\nprint('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
+    assert out.stdout.split() == ["2", "False", "False", "True"]
+    assert "--threads must be at least 1, got 0." in out.stderr

@@ -225,7 +225,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from archhpo.cluster._run import RunOptions, check_run_options
+    from archhpo.cluster._options import RunOptions, check_run_options  # light: torch and Ray come later
     from archhpo.search._storage import resolve_storage_url
 
     gpus = args.gpus_per_trial  # checked before anything is written
