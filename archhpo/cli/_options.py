@@ -384,7 +384,11 @@ def _convert(o: Option, key: str, value: Any, path: str, command: str) -> Any:
         if o.repeat:
             return [o.type(t) if o.type else t for t in texts]
         kind = o.parser_type(command)
-        if isinstance(value, list) and command not in o.list_commands:
+        if isinstance(value, list) and len(value) == 2 and command in o.range_commands:
+            texts = [":".join(texts)]  # learning-rate = [1e-3, 3e-2]: the range LO:HI
+        elif isinstance(value, list) and command not in o.list_commands:
+            if command in o.range_commands:
+                raise ArchhpoError(f"{where} takes one value or a range [LO, HI], not a list of {len(value)}.")
             if o.type in (str, int, float):
                 raise ArchhpoError(f"{where} takes one value, not a list.")
             texts = [",".join(texts)]  # a family type that parses lists itself (cat_cardinalities)

@@ -243,6 +243,12 @@ def test_a_learning_rate_range_replaces_the_default_one_on_the_line_and_in_a_fil
     again = optuna.load_study(study_name="rf_200K", storage=sqlite_url)
     assert [t.system_attrs["fixed_params"]["learning_rate"] for t in again.trials] == pytest.approx(rates), \
         "the same plan seed and range draw the same rates"
+    cfg.write_text(cfg.read_text().replace('"rf"', '"rg"').replace('"1e-3:3e-2"', "[1e-3, 3e-2]"))
+    assert main(["launch", "--config", str(cfg)]) == 0, "a TOML list of two is the range too"
+    listed = optuna.load_study(study_name="rg_200K", storage=sqlite_url)
+    assert [t.system_attrs["fixed_params"]["learning_rate"] for t in listed.trials] == pytest.approx(rates)
+    cfg.write_text(cfg.read_text().replace('"rg"', '"rh"').replace("[1e-3, 3e-2]", "[1e-3, 3e-3, 3e-2]"))
+    assert main(["launch", "--config", str(cfg)]) == 2, "three: neither a value nor a range"
 
 
 def test_a_range_refused_on_the_line_writes_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
