@@ -29,12 +29,13 @@ its best rate leans towards what was carried; the interval rule keeps such a fit
 Two more rules say where the carried rate is read (`carried_rate`, `at_width`):
 - The line.  The rate carried to N is read on the line of slope b through every smaller budget's
   best rate (log lr = mean_i(log lr_i - b log N_i) + b log N), not scaled from the next smaller
-  budget's best trial alone: one lucky seed there (T1's 200K: 1.6e-2, its replicate at the same
-  rate 0.045 worse) would otherwise set the rate of every budget above.  With the fitted b this
+  budget's best trial alone: one lucky seed there (a learning-rate-searched run on T1's 200K: 1.6e-2,
+  its replicate at the same rate 0.045 worse) would otherwise set the rate of every budget above.  With the fitted b this
   is the least-squares prediction; with the prior it is the prior's line through the budgets' mean.
 - The width.  A ladder's budgets mix widths (T1's d_model 128 first fits at 400K), and Adam's best
-  rate falls as 1/d_model at a fixed shape (muP, Yang et al., arXiv 2203.03466, Table 3): T1's
-  400K d_model-64 shapes did best near 9e-3, its d_model-128 shape near 3e-3.  So every smaller
+  rate falls as 1/d_model at a fixed shape (muP, Yang et al., arXiv 2203.03466, Table 3): on T1's
+  400K the d_model-64 shapes of that run did better at 8.9e-3 than at 3e-3, while the sweep puts the
+  d_model-128 shapes' best at 2.4e-3-3.8e-3 (bench/truths/t1_lr_400K.csv).  So every smaller
   budget's rates are read at one reference width (the best architecture's d_model) before the fit,
   and each architecture of the larger budget gets the carried rate moved to its own d_model.  The
   exponent WIDTH_EXPONENT (1) is muP's prior, not fitted: a ladder's budgets rarely try one shape
