@@ -267,6 +267,12 @@ def test_a_larger_budget_waits_then_is_planned_from_the_smaller_once(storage_url
     points = _rate_points(storage_url, small.study_name, ladder["lr_width"])
     expected = min(max(best_rate(points) * 2.5**PRIOR_FIXED_DATA, 1e-4), 1e-3)
     assert ladder["carried"]["learning_rate"] == pytest.approx(expected, rel=1e-12)
+    widths = {a["arch_idx"]: large.archs[a["arch_idx"]]["d_model"] for a in ladder["assignments"]}
+    assert len(set(widths.values())) > 1, "the region spans widths: the width rule is exercised"
+    for a in ladder["assignments"]:  # each samples around the carried rate moved to its own d_model
+        own = min(max(expected * ladder["lr_width"] / widths[a["arch_idx"]], 1e-4), 1e-3)
+        lo, hi = max(own / LR_WIDTH, 1e-4), min(own * LR_WIDTH, 1e-3)
+        assert lo * (1 - 1e-12) <= a["params"]["learning_rate"] <= hi * (1 + 1e-12)
     trials = q.storage.get_all_trials(q.study_id, deepcopy=False)
     assert sorted(t.user_attrs["plan_slot"] for t in trials) == list(range(len(large.plan))), "each slot once"
     claim = q.claim(WORKER)
