@@ -39,6 +39,11 @@ from archhpo.search._space import FULL_SPACE, QUICK_SPACE, SearchSpace
 from archhpo.search._storage import open_storage, plan_lock, plan_slots_of
 
 SCHEMA_VERSION = 1
+def settings_attr(field: str) -> str:
+    """The study user attribute holding StudySettings' `field` (`to_attrs`): archhpo_{field}."""
+    return f"archhpo_{field}"
+
+
 LADDER_KEY = "archhpo_ladder"  # a ladder budget's carried values and phase-1 assignments (search/_ladder.py)
 
 
@@ -97,11 +102,12 @@ class StudySettings:
         """The study's user attributes: every field under archhpo_*, the options and the plan in their
         stored (JSON) form; the one place they are serialised (`from_attrs` reads them back)."""
         stored = {**self.__dict__, "options": self.options.as_dict(), "plan": [e.as_dict() for e in self.plan]}
-        return {f"archhpo_{k}": v for k, v in stored.items()}
+        return {settings_attr(k): v for k, v in stored.items()}
 
     @classmethod
     def from_attrs(cls, attrs: dict[str, Any], name: str) -> StudySettings:
-        fields = {k[len("archhpo_"):]: v for k, v in attrs.items() if k.startswith("archhpo_")}
+        prefix = settings_attr("")
+        fields = {k[len(prefix):]: v for k, v in attrs.items() if k.startswith(prefix)}
         if "plan" not in fields:
             raise StudyError(
                 f"Study {name!r} was not created by `archhpo launch` (it has no plan); "
@@ -318,7 +324,7 @@ def launch(storage_url: str, settings: StudySettings, storage: RDBStorage | None
         if study.direction != optuna.study.StudyDirection.MINIMIZE:
             raise StudyError(f"Study {name!r} exists but maximises; use another --experiment name.")
         attrs = study.user_attrs
-        created = "archhpo_plan" not in attrs
+        created = settings_attr("plan") not in attrs
         if created:
             for key, value in settings.to_attrs().items():
                 study.set_user_attr(key, value)
@@ -404,8 +410,8 @@ def experiment_studies(storage: RDBStorage, experiment: str) -> list[str]:
     # get_all_studies, not get_all_study_summaries: the summaries load every trial of every study.
     for summary in storage.get_all_studies():
         attrs = summary.user_attrs
-        if attrs.get("archhpo_experiment") == experiment and "archhpo_plan" in attrs:
-            found.append((attrs.get("archhpo_budget_value", 0), summary.study_name))
+        if attrs.get(settings_attr("experiment")) == experiment and settings_attr("plan") in attrs:
+            found.append((attrs.get(settings_attr("budget_value"), 0), summary.study_name))
     return [name for _, name in sorted(found)]
 
 

@@ -154,9 +154,9 @@ def _check_addressing(args: argparse.Namespace) -> None:
 def _experiment_of(storage: Any, name: str) -> str | None:
     """The experiment `launch` stored in the study (None: not an archhpo study); a study that does
     not exist is load_study's clear error."""
-    from archhpo.search._study import load_study
+    from archhpo.search._study import load_study, settings_attr
 
-    return load_study(storage, name).user_attrs.get("archhpo_experiment")
+    return load_study(storage, name).user_attrs.get(settings_attr("experiment"))
 
 
 def _addressed_studies(args: argparse.Namespace, storage: Any) -> dict[str, str | None]:
