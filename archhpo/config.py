@@ -34,6 +34,7 @@ from archhpo.schema import (
     DEFAULT_MIN_FRACTION,
     LADDER_CONFIRM_SEEDS,
     LADDER_FINALISTS,
+    LADDER_SEQUENTIAL,
     PRUNERS,
     TRAINING_PARAMS,
     check_schedule,
@@ -113,6 +114,8 @@ class Confirm:
     """once phases 1-2 are final, retrain the K best architectures with --seeds new seeds each (phase 3); 0 = off"""
     seeds: int = 3
     """seeds per confirmed architecture (with --confirm)"""
+    sequential: bool = False
+    """with --confirm 3 or more: retrain the 2 best first, and each later finalist only when its search runs lie within the pooled seed noise of those two's leader (a finalist behind it beyond noise is not retrained); --ladder's default confirmation does this"""
     baselines: bool = False
     """with --confirm: also train the shapes common rules pick from the grid (Kaplan's d_model/n_layers ~ 100, MobileLLM's deep-and-thin ~ 19, the grid's median) with the confirmation seeds and the best's training parameters; the report gives each one's paired difference from the best"""
 
@@ -239,7 +242,7 @@ OPTION_FIELDS: dict[str, str] = {
     "quick": "quick", "compile": "compile", "ladder": "ladder", "paired_seeds": "paired_seeds",
     "tokens_per_param": "data.tokens_per_param", "samples_per_param": "data.samples_per_param",
     "data_seed": "data.seed", "confirm": "confirm.top", "seeds": "confirm.seeds",
-    "baselines": "confirm.baselines",
+    "baselines": "confirm.baselines", "sequential_confirm": "confirm.sequential",
 }
 _SECTIONS: dict[str, type] = {"data": Data, "pruning": Pruning, "schedule": Schedule, "confirm": Confirm}
 
@@ -249,6 +252,8 @@ _COMPANIONS: tuple[tuple[str, str, Callable[[StudyConfig], bool]], ...] = (
               "(paired seeds for every configuration: --paired-seeds S).", lambda c: bool(c.confirm.top)),
     ("cooldown", "--cooldown counts only with --schedule wsd (cosine has no cooldown); add --schedule wsd or "
                  "drop --cooldown.", lambda c: c.schedule.name == "wsd"),
+    ("sequential_confirm", "--sequential-confirm decides the finalists after the 2 best, so it needs --confirm 3 "
+                           "or more; raise --confirm or drop --sequential-confirm.", lambda c: c.confirm.top >= 3),
     ("eta", "--eta counts only with --pruner halving; add --pruner halving or drop --eta.",
      lambda c: c.pruning.rule == "halving"),
     ("min_fraction", "--min-fraction counts only with --pruner halving; add --pruner halving or drop "
@@ -287,7 +292,7 @@ class StudyConfig:
     compile: bool = False
     """compile every trial's model with torch.compile (default off: on a CPU it wins for no family, compile time counted (BENCHMARKS.md §9); on an H100 it made lm at 124M-2B 30-66% faster for 23-145 s of compiling (docs/benchmarks.md §13)). Compiled and eager runs differ in their last bits and, with dropout, in their masks: a study is all one or the other"""
     ladder: bool = False
-    """with several budgets: search them smallest first and plan each larger one from the smaller ones' winners (learning rate by a fitted exponent of N, their aspect ratios, half the trials a step); unless --pruner, --confirm or --seeds say otherwise it halves at trusted rungs only and confirms each budget's 3 finalists with 1 new seed each, choosing the winner on their means"""
+    """with several budgets: search them smallest first and plan each larger one from the smaller ones' winners (learning rate by a fitted exponent of N, their aspect ratios, half the trials a step); unless --pruner, --confirm or --seeds say otherwise it halves at trusted rungs only and confirms each budget's 3 finalists with 1 new seed each (the third only where its search run is within seed noise of the first two's leader: --sequential-confirm), choosing the winner on their means"""
     paired_seeds: int = 0
     """train every planned configuration with seeds 0..S-1 (seed s fixes data, split and initialisation, the same for every configuration); 0 = off"""
     confirm: Confirm = field(default_factory=Confirm)
@@ -318,7 +323,8 @@ class StudyConfig:
             # a stated --seeds wins; a paired ladder is refused with its own sentence (search/_study.py).
             seeds = self.confirm.seeds
             seeds = LADDER_CONFIRM_SEEDS if "seeds" not in self.given and seeds == Confirm.seeds else seeds
-            object.__setattr__(self, "confirm", dataclasses.replace(self.confirm, top=LADDER_FINALISTS, seeds=seeds))
+            object.__setattr__(self, "confirm", dataclasses.replace(self.confirm, top=LADDER_FINALISTS, seeds=seeds,
+                                                                    sequential=LADDER_SEQUENTIAL))
         self.confirm.check_baselines()
         for name, sentence, on in _COMPANIONS:
             if name in self.given and not on(self):

@@ -242,6 +242,7 @@ __all__ = [
     "DEFAULT_INTERVALS",
     "DEFAULT_MIN_FRACTION",
     "LADDER_CONFIRM_SEEDS",
+    "LADDER_SEQUENTIAL",
     "LADDER_FINALISTS",
     "DataBudget",
     "PRUNERS",
@@ -281,6 +282,10 @@ DEFAULT_MIN_FRACTION = "1/9"
 # single-run ranking that picks the two, where a second seed of each only sharpens a choice among them.
 LADDER_FINALISTS = 3
 LADDER_CONFIRM_SEEDS = 1
+# ... in two waves (search/_confirmation.py): the third finalist retrained only where its search run is
+# within the first two's pooled seed noise of their leader.  On the replays (docs/searching.md) this cut
+# the confirmation's FLOPs at every table and left every share within 1 std unchanged at the evaluation seed.
+LADDER_SEQUENTIAL = True
 
 
 
@@ -352,6 +357,8 @@ class StoredOptions:
     """the architectures phase 3 confirms; 0: no confirmation phase"""
     confirm_seeds: int = 0
     """the seeds of each confirmed architecture"""
+    confirm_sequential: bool = False
+    """confirm the first wave (the top 2) first and each later finalist only where it is within seed noise (search/_confirmation.py)"""
     schedule: str | None = None
     """the learning-rate schedule when it is not cosine (wsd), else None"""
     cooldown: float | None = None

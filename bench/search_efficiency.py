@@ -98,7 +98,8 @@ from _replay_table import (  # noqa: E402
     regret,
 )
 
-from archhpo.schema import LADDER_CONFIRM_SEEDS, LADDER_FINALISTS  # noqa: E402
+from archhpo.schema import LADDER_CONFIRM_SEEDS, LADDER_FINALISTS, LADDER_SEQUENTIAL  # noqa: E402
+from archhpo.search._confirmation import FIRST_WAVE, decide  # noqa: E402
 
 __all__ = ["Arch", "Budget", "TableError", "draw", "extremes", "load_table", "main", "noise_ceiling", "noise_rng", "replay"]
 
@@ -107,8 +108,9 @@ TARGET = {"share_within_1std": 0.9, "flops_ratio": 0.25}
 MEASURES = ("flops_ratio", "share_within_1std", "regret_std")  # the JSON's `strategies`: exactly these per name
 TUNING_SEED, EVALUATION_SEED = 0, 20261126  # plan seeds: archhpo tuned at the first, its targets reported at the second
 # archhpo's confirmation at every budget, the --ladder default (archhpo.schema): the FINALISTS best
-# architectures each retrained with CONFIRM_SEEDS new seeds.
-FINALISTS, CONFIRM_SEEDS = LADDER_FINALISTS, LADDER_CONFIRM_SEEDS
+# architectures each retrained with CONFIRM_SEEDS new seeds, in two waves (SEQUENTIAL: the FIRST_WAVE best,
+# then each later one only where it is within their pooled seed noise, search/_confirmation.py).
+FINALISTS, CONFIRM_SEEDS, SEQUENTIAL = LADDER_FINALISTS, LADDER_CONFIRM_SEEDS, LADDER_SEQUENTIAL
 # carry_up reads the training parameters off the smaller budget's best trial; a truth has one set of
 # them (a paired study), so these stand in for it and no strategy's choice depends on them.
 FIXED_PARAMS = {"learning_rate": 3e-3, "weight_decay": 1e-4, "epochs": 9, "batch_size": 16, "warmup_steps": 50}
@@ -298,8 +300,10 @@ def confirmed(budget: Budget, planned: Sequence[Trial], finished: list[Trial], n
               cost: Callable[[Trial], float] = scored_cost) -> tuple[float, Arch, list[Trial]]:
     """archhpo's confirmation (the --ladder default, archhpo.schema): each finalist retrained with
     CONFIRM_SEEDS new seeds, the draw's next runs of it (after every planned trial's, pruned ones
-    included), each a replicate (full length, its rungs scored in passing), and the winner chosen by
-    the report's `chosen_on_means`: the lowest mean over the confirmation seeds every finalist
+    included), each a replicate (full length, its rungs scored in passing); with SEQUENTIAL the
+    FIRST_WAVE best first, and each later finalist only where the upkeep's `decide` confirms it on
+    the first wave's runs (search/_confirmation.py); the winner chosen by the report's
+    `chosen_on_means` among the retrained: the lowest mean over the confirmation seeds every finalist
     finished plus the finalist's full-length search runs trained with its confirmation's parameters
     (a truth has one set, FIXED_PARAMS, so here every one of them; one finalist: itself).  Returns
     their FLOPs, the winner and the full-length trials, confirmation runs included (what carries up
@@ -308,16 +312,27 @@ def confirmed(budget: Budget, planned: Sequence[Trial], finished: list[Trial], n
 
     ranked = finalists(finished)
     used = Counter(t.arch.idx for t in planned)
+    searched = _by_arch(finished)  # the full-length phase-1/2 runs; pruned trials have no final loss
     extra: list[Trial] = []
-    for i in ranked:
+
+    def retrain(i: int) -> None:
         for k in range(CONFIRM_SEEDS):
             extra.append(Trial(len(planned) + len(extra), budget.archs[i], noise.run(budget.archs[i], used[i] + k)))
+
+    wave = FIRST_WAVE if SEQUENTIAL else len(ranked)
+    for i in ranked[:wave]:
+        retrain(i)
+    first = {r: [t.run["loss"] for t in [*_by_arch(extra).get(i, []), *searched.get(i, [])]]
+             for r, i in enumerate(ranked[:wave])}
+    for r, i in enumerate(ranked[wave:], wave):
+        if decide(first, r, [t.run["loss"] for t in searched.get(i, [])])["confirm"]:
+            retrain(i)
     values = {i: {str(k): t.run["loss"] for k, t in enumerate(ts)} for i, ts in _by_arch(extra).items()}
-    searched = _by_arch(finished)  # the full-length phase-1/2 runs; pruned trials have no final loss
+    ranks = [(r, i) for r, i in enumerate(ranked) if i in values]
     search = {r: [{"trial": t.slot, "value": t.run["loss"], "params": FIXED_PARAMS} for t in searched[i]]
-              for r, i in enumerate(ranked)}
+              for r, i in ranks}
     chosen = chosen_on_means([{"rank": r, "values": values[i], "selection_trial": r, "params": FIXED_PARAMS}
-                              for r, i in enumerate(ranked)], search)
+                              for r, i in ranks], search)
     winner = ranked[chosen["rank"] if chosen else 0]
     return sum(cost(t) for t in extra), budget.archs[winner], [*finished, *extra]
 

@@ -23,11 +23,11 @@ from archhpo.report._noise import (
     fmt,
     lead_statement,
     paired_difference,
-    pooled_lead,
     pooled_statement,
     seed_stats,
 )
 from archhpo.schema import ARCH_KEYS, TRAINING_PARAMS, training_param
+from archhpo.search._noise import pooled_lead
 
 
 def _num(v: Any) -> float | None:
@@ -336,19 +336,34 @@ def chosen_on_means(architectures: Sequence[Mapping[str, Any]],
     return {**chosen, "statement": _choice_statement(chosen, by_rank) + noise}
 
 
+def decision_statement(rank: Mapping[str, Any]) -> str:
+    """One sentence on a sequential confirmation's decision about a later rank (search/_confirmation.py):
+    confirmed within the first wave's pooled seed noise, or not retrained beyond it."""
+    d, r = rank["decision"], rank["rank"]
+    if d["lead"] is None:
+        return f"Rank {r} was confirmed: no seed noise was measured on ranks 0-1 to judge it by."
+    ci = d["ci95"]
+    noise = (f"the first wave's pooled seed std {fmt(d['pooled_std'])}, {d['df']} degrees of freedom; 95% interval "
+             f"[{fmt(ci[0])}, {fmt(ci[1])}]")
+    behind = f"its search runs' mean {fmt(d['candidate_mean'])} trails rank {d['leader']}'s mean {fmt(d['leader_mean'])}"
+    if d["confirm"]:
+        return f"Rank {r} was confirmed: {behind} by {fmt(d['lead'])}, within {noise}."
+    return (f"Rank {r} was not retrained: {behind} by {fmt(d['lead'])}, beyond {noise}; one more run could not "
+            "make it the leader's equal.")
+
+
 def confirmation_summary(
-    trials_or_rows: Iterable[Any], archs: Sequence[Mapping[str, Any]] | None = None
+    trials_or_rows: Iterable[Any], archs: Sequence[Mapping[str, Any]] | None = None,
+    ranks: Sequence[Mapping[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """Summarise the confirmation phase (phase 3) of ONE study (one budget).
 
     trials_or_rows: Optuna FrozenTrials of the study (pass `archs` = StudySettings.archs to take
     the architecture from the study, else it is read from the trials' user attributes), or result
-    rows as `experiment_results.csv` holds them (dicts with d_model, n_layers, n_heads, d_ff,
-    param_count, choices, phase, seed, state, val_loss, trial; optional rank, fail_reason and the
-    training parameters, without which `chosen_on_means` counts the confirmation runs alone).
-    Only COMPLETE trials give values; the others are named in "unfinished".  A confirmed
-    architecture's rank is its "rank" attribute when the rows carry it, else its position by best
-    phase-1/2 value (how plan upkeep ranked it).
+    rows as `experiment_results.csv` holds them (d_model ... d_ff, param_count, choices, phase,
+    seed, state, val_loss, trial; optional rank, fail_reason, training parameters).  Only COMPLETE
+    trials give values; the others are in "unfinished".  A rank is the rows' "rank", else the
+    position by best phase-1/2 value; `ranks`: the study's stored assignment (phase3).
 
     Returns {"n_architectures", "seeds", "architectures": [{"rank", "architecture", "choices",
     "selection_value", "selection_trial", "params" (the training parameters of its confirmation runs,
@@ -358,7 +373,8 @@ def confirmation_summary(
     pairs), "within_noise"} or None, "unfinished": [{"rank", "seed", "trial", "state", "reason"}],
     "statement", "baselines": `baseline_summary` (empty without --baselines) against the budget's
     answer, "chosen": `chosen_on_means` (None where the best trial stays the answer), its means
-    over each finalist's confirmation runs and its phase-1/2 trials trained as they were}.
+    over each finalist's confirmation runs and its phase-1/2 trials trained as they were,
+    "decisions": a sequential confirmation's later ranks with their "decision", each in the statement}.
     """
     everything = _all_rows(trials_or_rows, archs)
     rows = [r for r in everything if r["baseline"] is None]  # the rules' shapes are summarised apart
@@ -375,13 +391,13 @@ def confirmation_summary(
     comparison, statement = _comparison(by_rank, seeds, names)
     unfinished = _unfinished(rows, archs_out)
     winner = by_rank[chosen["rank"]] if chosen else by_rank.get(0)  # the baselines face the budget's answer
+    decisions = [dict(r) for r in ranks or () if r.get("decision")]
     return {
-        "n_architectures": len(archs_out),
-        "seeds": seeds,
-        "architectures": archs_out,
-        "comparison": comparison,
-        "unfinished": unfinished,
-        "statement": statement + (" " + chosen["statement"] if chosen else "") + _unfinished_text(unfinished),
+        "n_architectures": len(archs_out), "seeds": seeds, "architectures": archs_out,
+        "comparison": comparison, "unfinished": unfinished,
+        "statement": statement + (" " + chosen["statement"] if chosen else "")
+        + "".join(" " + decision_statement(r) for r in decisions) + _unfinished_text(unfinished),
+        "decisions": decisions,
         "baselines": baseline_summary(everything, winner),
         "chosen": chosen,
     }
@@ -398,7 +414,7 @@ def frame_confirmation(frame: Any) -> dict[str, dict[str, Any]]:
         if not (group["phase"] == 3).any():
             continue
         rows = group[cols].assign(rank=group["confirm_rank"]).to_dict("records")
-        out[str(budget)] = confirmation_summary(rows)
+        out[str(budget)] = confirmation_summary(rows, ranks=(frame.attrs.get("confirm_ranks") or {}).get(str(budget)))
     return out
 
 
@@ -422,5 +438,5 @@ def paired_summary(
 
 
 __all__ = ["CHOSEN_ON_MEAN", "CHOSEN_ON_TRIAL", "MIN_PAIRS", "baseline_statement", "baseline_summary", "chosen_on_means",
-           "confirmation_summary", "frame_confirmation", "lead_statement", "paired_difference", "paired_summary",
+           "confirmation_summary", "decision_statement", "frame_confirmation", "lead_statement", "paired_difference", "paired_summary",
            "pooled_lead", "pooled_statement", "seed_stats"]

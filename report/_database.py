@@ -213,9 +213,12 @@ def frame_from_storage(storage: Any, experiment: str, budgets: Sequence[str] | N
     studies: dict[str, str] = {}
     order: dict[str, list[Any]] = {}
     infos = []
+    ranks: dict[str, list[dict[str, Any]]] = {}  # each budget's stored confirmation assignment (its decisions)
     for study_id, name in found:
         settings = StudySettings.from_attrs(load_study(storage, name).user_attrs, name)
         studies[settings.budget] = name
+        if settings.phase3:
+            ranks[settings.budget] = settings.phase3
         infos.append(settings.info)
         for k, vals in _choice_order(settings.archs, settings.options).items():
             order.setdefault(k, [])
@@ -223,7 +226,7 @@ def frame_from_storage(storage: Any, experiment: str, budgets: Sequence[str] | N
         rows += _study_rows(storage, study_id, settings, curves)
     frame = pd.DataFrame(rows) if rows else pd.DataFrame(columns=list(FRAME_COLUMNS))
     frame.attrs.update({"experiment": experiment, "studies": studies, "choice_order": order,
-                        "curves": curves, "truth": known_truth(infos)})
+                        "curves": curves, "truth": known_truth(infos), "confirm_ranks": ranks})
     finished = {r["budget"] for r in rows}
     frame.attrs["empty_budgets"] = [b for b in studies if b not in finished]  # nothing finished there yet
     return _finish(frame, experiment, "storage")

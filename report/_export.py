@@ -118,7 +118,7 @@ def _answer(complete: list[FrozenTrial], confirmation: dict[str, Any] | None) ->
 def best_summary(study: optuna.Study, settings: StudySettings) -> dict[str, Any]:
     trials = study.get_trials(deepcopy=False)
     complete = [t for t in trials if t.state == TrialState.COMPLETE and t.value is not None]
-    confirmation = confirmation_summary(trials, settings.archs) if any(e.phase == 3 for e in settings.plan) else None
+    confirmation = confirmation_summary(trials, settings.archs, settings.phase3) if any(e.phase == 3 for e in settings.plan) else None
     best = _answer(complete, confirmation)
     arch = settings.archs[int(best.params["arch_idx"])] if best else None
     summary: dict[str, Any] = {

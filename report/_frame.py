@@ -40,8 +40,10 @@ trial_id            Optuna's database id of the trial (database only; for `load_
 ``frame.attrs`` holds ``experiment``, ``source`` (``"storage"`` or ``"csv"``), ``studies``
 (budget label -> study name, database only), ``truth`` (the data's known entropy rate and loss
 floor, when every study's data has one, database only: see `archhpo.report._truth`), ``data_kinds``
-(the studies' data kinds, database only: the loss's unit, `archhpo.report._units`) and ``choice_order`` (choice name -> values in the
-order they were listed at launch, else first appearance).
+(the studies' data kinds, database only: the loss's unit, `archhpo.report._units`), ``confirm_ranks``
+(budget label -> the study's stored confirmation assignment, with a sequential confirmation's
+decisions, database only) and ``choice_order`` (choice name -> values in the order they were listed
+at launch, else first appearance).
 """
 
 from __future__ import annotations

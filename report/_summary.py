@@ -78,7 +78,7 @@ def budget_noise(group: pd.DataFrame) -> tuple[float | None, str]:
     loss over every configuration (architecture, choices and training parameters) that ran more
     than once: seeds, confirmation retrains, repeated phase-1 runs.  (None, "") when none did."""
     from archhpo.report._frame import TRAINING_COLUMNS
-    from archhpo.report._noise import pooled_std
+    from archhpo.search._noise import pooled_std
 
     ok = group[(group["state"] == "COMPLETE") & group["val_loss"].notna()]
     runs = ok.groupby([*ARCH, "choice", *TRAINING_COLUMNS], dropna=False)

@@ -18,6 +18,7 @@ from optuna.trial import TrialState
 
 from archhpo.schema import Attr
 from archhpo.search._optuna_private import models as m
+from archhpo.search._storage import read_scope
 
 if TYPE_CHECKING:
     from archhpo.search._plan import PlanEntry
@@ -44,6 +45,7 @@ class PlanStatus:
     phase2_created: bool = False
     phase12_final: bool = False  # every phase-1 and phase-2 slot is final (confirmation may start)
     phase3_pending: bool = False  # confirmation slots still to be assigned or enqueued
+    second_wave_due: bool = False  # a sequential confirmation's first wave is final: decide the later ranks
     # Slots final without a trial (_never_filled): confirmation ranks beyond the architectures that
     # finished, and a ladder budget's phase-1 slots beyond its region's size.
     skipped: int = 0
@@ -280,3 +282,46 @@ class _LightCache:
         if outcome is not None and Attr.DURATION_S in outcome.user_attrs:
             self.duration_sum += float(outcome.user_attrs[Attr.DURATION_S])
             self.duration_n += 1
+
+    def refresh(self, storage: Any, study_id: int) -> _Trials:
+        """State, value and the bookkeeping attrs of every trial: the upkeep runs often, and
+        Optuna's get_all_trials would load every param and attribute.
+
+        Bounded by the live part of the study, not its size: a finished trial (COMPLETE, PRUNED,
+        FAIL) never changes again, so each is read once and kept; every call reads only the
+        WAITING and RUNNING trials, trials newer than any seen, and those that were live last
+        time and have finished since.  A full re-read every FULL_RELOAD_S is the safety net.
+        """
+        c = self
+        if time.monotonic() - c.loaded_at > _LightCache.FULL_RELOAD_S:
+            c.reset()
+        live_states = (TrialState.RUNNING, TrialState.WAITING)
+        T = m.TrialModel
+        with read_scope(storage) as s:
+            def read(cond: Any) -> tuple[list[Any], dict[int, float], dict[int, dict[str, Any]]]:
+                return _read_light(s, study_id, cond)
+
+            # Two queries, not one with OR: each then uses an index on SQLite too (live: archhpo's
+            # (study_id, state, trial_id); newer: a trial_id range), instead of a scan of the study.
+            rows, values, attrs = read(T.state.in_(live_states))
+            newer = read(T.trial_id > c.max_seen)
+            rows += newer[0]
+            values.update(newer[1])
+            attrs.update(newer[2])
+            gone = sorted(c.live - {tid for tid, _, state, _ in rows if state in live_states})
+            for i in range(0, len(gone), 500):  # finished since the last call
+                more = read(T.trial_id.in_(gone[i:i + 500]))
+                rows += more[0]
+                values.update(more[1])
+                attrs.update(more[2])
+        live = []
+        for tid, num, state, started in {r[0]: r for r in rows}.values():  # a live trial may also be "newer"
+            light = _LightTrial(tid, num, state, values.get(tid), attrs.get(tid, {}), started)
+            if state in live_states:
+                live.append(light)
+            elif tid not in c.final:
+                c.add_final(light)
+            c.max_seen = max(c.max_seen, tid)
+        c.live, c.live_trials = {t.trial_id for t in live}, live
+        c.last = _Trials(c.final, live)  # a view, not a copy of 100,000 finished trials per call
+        return c.last

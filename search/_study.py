@@ -260,6 +260,8 @@ def _study_options(config: StudyConfig, scalars: Mapping[str, Any], ladder_below
         options["paired_seeds"] = config.paired_seeds
     if config.confirm.top:
         options.update(confirm=config.confirm.top, confirm_seeds=config.confirm.seeds)
+        if config.confirm.sequential:
+            options["confirm_sequential"] = True
     schedule, cooldown = config.schedule.name, config.schedule.cooldown
     options.update(schedule_options(schedule, cooldown))
     options.update(make_rule(config).study_options())  # the stopping rule's (search/_rules.py)

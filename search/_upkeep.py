@@ -11,7 +11,6 @@ from __future__ import annotations
 import datetime as dt
 import math
 import threading
-import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -23,6 +22,7 @@ from archhpo.budgets import GridRow
 from archhpo.config import Environment
 from archhpo.schema import TRAINING_PARAMS, Attr
 from archhpo.search._baselines import baseline_assignments
+from archhpo.search._confirmation import decide_waiting, listed, mark_waves, trained, waiting
 from archhpo.search._ladder import Finished, carry_up
 from archhpo.search._optuna_private import models as m
 from archhpo.search._optuna_private import study_id_of
@@ -40,7 +40,6 @@ from archhpo.search._status import (
     _LightTrial,
     _never_filled,
     _open_slots,
-    _read_light,
     _Trials,
 )
 from archhpo.search._storage import (
@@ -127,9 +126,9 @@ class PlanUpkeep:
             params = best_phase1_params(self.storage, self.settings, trials)
             self.study.set_user_attr("archhpo_phase2_params", params)
             enqueue_missing(self.study, self.settings, phase=2, params=params)
-        confirm = status.phase12_final and status.phase3_pending
+        confirm = status.phase12_final and (status.phase3_pending or status.second_wave_due)
         if confirm:
-            self._create_phase3(trials)
+            self._create_phase3(trials, decide=status.second_wave_due)
         if retry or (phase1_final and needs_phase2) or confirm:
             status, _, _ = self._status(self._light_trials())
         return status
@@ -226,7 +225,7 @@ class PlanUpkeep:
         phase-1 slots beyond its region, confirmation ranks that did not finish; the progress
         display counts them as done, not as work left."""
         ranks = self._phase3()
-        assigned = {int(r["rank"]) for r in ranks} if ranks is not None else None
+        assigned = listed(ranks) if ranks is not None else None
         ladder = self._assigned_slots()
         return {e.slot for e in self.settings.plan if _never_filled(e, assigned, ladder)}
 
@@ -243,7 +242,12 @@ class PlanUpkeep:
 
     # ------------------------------------------------------------------ confirmation (phase 3)
     def _phase3(self, fresh: bool = False) -> list[dict[str, Any]] | None:
-        """The confirmation assignment (StudySettings.phase3), read from the study once it exists."""
+        """The confirmation assignment (StudySettings.phase3), read from the study once it exists, and
+        again while a sequential confirmation's later ranks wait for their decision (made by any
+        worker's upkeep)."""
+        if self._phase3_cache is not None and waiting(self._phase3_cache):
+            self._phase3_cache = None
+            fresh = True
         if self._phase3_cache is None and any(e.phase == 3 for e in self.settings.plan):
             if fresh or self.settings.phase3 is None:
                 self._phase3_cache = self.study_attr(PHASE3_KEY)
@@ -251,18 +255,27 @@ class PlanUpkeep:
                 self._phase3_cache = self.settings.phase3
         return self._phase3_cache
 
-    def _create_phase3(self, trials: Sequence[_LightTrial]) -> None:
+    def _create_phase3(self, trials: Sequence[_LightTrial], decide: bool = False) -> None:
         """Rank the architectures of phases 1-2 and enqueue their confirmation slots (under the
-        plan lock; idempotent: an assignment once stored is reused, filled slots are skipped)."""
+        plan lock; idempotent: an assignment once stored is reused, filled slots are skipped).
+        A sequential confirmation (search/_confirmation.py) stores its later ranks as waiting and,
+        once the first wave is final (`decide`), their decisions, each before anything is enqueued."""
         ranks = self._phase3(fresh=True)
         if ranks is None:
             ranks = rank_architectures(self.storage, self.study_id, self.settings, trials)
             if ranks:  # the rules' shapes, trained like the searched best (search/_baselines.py)
                 ranks += baseline_assignments(self.settings.plan, self.settings.archs, ranks[0],
                                               self.settings.budget_value)
+            if self.settings.options.confirm_sequential:
+                ranks = mark_waves(ranks)
             self.study.set_user_attr(PHASE3_KEY, ranks)
-            self._phase3_cache = ranks
-        enqueue_missing(self.study, self.settings, phase=3, ranks=ranks)
+        elif decide and waiting(ranks):
+            done = self.storage.get_all_trials(self.study_id, deepcopy=False, states=(TrialState.COMPLETE,))
+            ranks = decide_waiting(ranks, done)
+            self.study.set_user_attr(PHASE3_KEY, ranks)
+        self._phase3_cache = ranks
+        go = trained(ranks)
+        enqueue_missing(self.study, self.settings, phase=3, ranks=[r for r in ranks if int(r["rank"]) in go])
 
     # ------------------------------------------------------------------------- the status
     def status(self) -> PlanStatus:
@@ -271,47 +284,8 @@ class PlanUpkeep:
             return self._status(self._light_trials())[0]
 
     def _light_trials(self) -> _Trials:
-        """State, value and the bookkeeping attrs of every trial: the upkeep runs often, and
-        Optuna's get_all_trials would load every param and attribute.
-
-        Bounded by the live part of the study, not its size: a finished trial (COMPLETE, PRUNED,
-        FAIL) never changes again, so each is read once and kept; every call reads only the
-        WAITING and RUNNING trials, trials newer than any seen, and those that were live last
-        time and have finished since.  A full re-read every FULL_RELOAD_S is the safety net.
-        """
-        c = self._light
-        if time.monotonic() - c.loaded_at > _LightCache.FULL_RELOAD_S:
-            c.reset()
-        live_states = (TrialState.RUNNING, TrialState.WAITING)
-        T = m.TrialModel
-        with read_scope(self.storage) as s:
-            def read(cond: Any) -> tuple[list[Any], dict[int, float], dict[int, dict[str, Any]]]:
-                return _read_light(s, self.study_id, cond)
-
-            # Two queries, not one with OR: each then uses an index on SQLite too (live: archhpo's
-            # (study_id, state, trial_id); newer: a trial_id range), instead of a scan of the study.
-            rows, values, attrs = read(T.state.in_(live_states))
-            newer = read(T.trial_id > c.max_seen)
-            rows += newer[0]
-            values.update(newer[1])
-            attrs.update(newer[2])
-            gone = sorted(c.live - {tid for tid, _, state, _ in rows if state in live_states})
-            for i in range(0, len(gone), 500):  # finished since the last call
-                more = read(T.trial_id.in_(gone[i:i + 500]))
-                rows += more[0]
-                values.update(more[1])
-                attrs.update(more[2])
-        live = []
-        for tid, num, state, started in {r[0]: r for r in rows}.values():  # a live trial may also be "newer"
-            light = _LightTrial(tid, num, state, values.get(tid), attrs.get(tid, {}), started)
-            if state in live_states:
-                live.append(light)
-            elif tid not in c.final:
-                c.add_final(light)
-            c.max_seen = max(c.max_seen, tid)
-        c.live, c.live_trials = {t.trial_id for t in live}, live
-        c.last = _Trials(c.final, live)  # a view, not a copy of 100,000 finished trials per call
-        return c.last
+        """State, value and the bookkeeping attrs of every trial, read lightly (_LightCache.refresh)."""
+        return self._light.refresh(self.storage, self.study_id)
 
     def _status(self, trials: Sequence[_LightTrial]) -> tuple[PlanStatus, list[_LightTrial], bool]:
         """Plan progress, the failed trials to retry, and whether phase 1 is final.
@@ -327,7 +301,9 @@ class PlanUpkeep:
         st.phase2_created = any(s in by_slot or s in c.settled for s in c.phase2_slots)
         has_phase3 = 3 in c.phases
         ranks = self._phase3() if has_phase3 else None
-        assigned = {int(r["rank"]) for r in ranks} if ranks is not None else set()
+        assigned = listed(ranks) if ranks is not None else set()
+        go, wait = (trained(ranks), waiting(ranks)) if ranks is not None else (set(), [])
+        first_wave_open = False
         ladder = self._assigned_slots()
         st.phase12_final = True
         st.phase3_pending = has_phase3 and ranks is None
@@ -348,11 +324,15 @@ class PlanUpkeep:
                 phase1_final = False
             if entry.phase in (1, 2) and not final:
                 st.phase12_final = False
-            if entry.phase == 3 and not ts and ranks is not None and int(entry.rank or 0) in assigned:
+            if entry.phase == 3 and not ts and int(entry.rank or 0) in go:
                 st.phase3_pending = True  # assigned but not enqueued (upkeep stopped in between)
+            first_wave_open |= entry.phase == 3 and not final and int(entry.rank or 0) in go
+        st.second_wave_due = bool(wait) and not first_wave_open
         _finish_status(st, c, trials, durations, settled_durations)
         if has_phase3 and ranks is None:
             st.details["phase3"] = "waiting for phases 1 and 2"
+        elif wait:
+            st.details["phase3"] = f"rank(s) {', '.join(map(str, wait))} wait for ranks 0-1's confirmation"
         return st, retry, phase1_final
 
 

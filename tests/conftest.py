@@ -204,3 +204,25 @@ def throwaway_pg() -> Iterator[ThrowawayPostgres]:
         if pg is not None:
             pg.stop("immediate")
         shutil.rmtree(root, ignore_errors=True)
+
+
+def _maintain_at_once(url: str, name: str, barrier) -> None:  # type: ignore[no-untyped-def]
+    from archhpo.search import TrialQueue
+
+    q = TrialQueue(url, name)
+    barrier.wait()
+    q.maintain()
+
+
+def race_upkeeps(url: str, name: str, n: int = 6) -> None:
+    """n processes (spawned: no shared state) open the study's queue and run its upkeep at once."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    barrier = ctx.Barrier(n)
+    procs = [ctx.Process(target=_maintain_at_once, args=(url, name, barrier)) for _ in range(n)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+        assert p.exitcode == 0

@@ -86,6 +86,8 @@ def test_every_field_has_its_docstring() -> None:
     (lambda: StudyConfig("e", given=frozenset({"seeds"})), "--seeds S counts only with --confirm K"),
     (lambda: StudyConfig("e", given=frozenset({"cooldown"})), "--cooldown counts only with --schedule wsd"),
     (lambda: StudyConfig("e", given=frozenset({"eta"})), "--eta counts only with --pruner halving"),
+    (lambda: StudyConfig("e", confirm=Confirm(2, sequential=True), given=frozenset({"confirm", "sequential_confirm"})),
+     "--sequential-confirm decides the finalists after the 2 best, so it needs --confirm 3 or more"),
     (lambda: StudyConfig("e", given=frozenset({"min_fraction"})), "--min-fraction counts only with --pruner"),
     (lambda: Pruning("greedy"), "Unknown pruner 'greedy'; choose one of: median, halving, none."),
     (lambda: Schedule("wsd", 1.0), "Unknown schedule 'wsd' or cooldown 1.0 outside [0, 1)"),
@@ -213,6 +215,11 @@ def test_a_ladder_confirms_its_finalists_unless_confirm_or_seeds_is_stated() -> 
     assert (seeds.confirm.top, seeds.confirm.seeds) == (LADDER_FINALISTS, 5), "--seeds stated wins"
     three = StudyConfig.from_options({**budgets, "confirm": 3}, given=["ladder", "budget", "confirm"])
     assert (three.confirm.top, three.confirm.seeds) == (3, 3), "--confirm stated: --seeds keeps its default"
+    assert ladder.confirm.sequential and seeds.confirm.sequential, "the default confirmation goes in two waves"
+    assert not three.confirm.sequential, "--confirm stated: every finalist at once unless --sequential-confirm"
+    both = StudyConfig.from_options({**budgets, "confirm": 4, "sequential_confirm": True},
+                                    given=["ladder", "budget", "confirm", "sequential_confirm"])
+    assert (both.confirm.top, both.confirm.sequential) == (4, True)
     assert StudyConfig.from_options({**budgets, "ladder": False}).confirm == Confirm(), "off the ladder: none"
     assert dataclasses.replace(off, seed=1).confirm == Confirm(), "a stated --confirm 0 survives a copy"
     paired = StudyConfig.from_options({**budgets, "paired_seeds": 2}, given=["ladder", "budget", "paired_seeds"])

@@ -244,7 +244,7 @@ def test_a_one_seed_confirmation_is_graded_by_the_finalists_pooled_seed_noise() 
 
 
 def test_one_pooled_seed_std_serves_the_budgets_noise_and_the_confirmations_lead() -> None:
-    from archhpo.report._noise import pooled_std
+    from archhpo.search._noise import pooled_std
 
     groups = [[0.50, 0.54], [0.52, 0.55, 0.58], [0.7]]  # a single run adds no degree of freedom
     sd, df = pooled_std(groups)  # type: ignore[misc]

@@ -445,6 +445,7 @@ def test_a_ladder_launched_plans_its_finalists_confirmation_at_every_budget(
     for s in (small, large):
         assert sum(e.phase == 3 for e in s.plan) == phase3
         assert (s.options.confirm or 0) == (LADDER_FINALISTS if phase3 else 0)
+        assert s.options.confirm_sequential == bool(phase3), "the default confirmation goes in two waves"
     confirmation = [(e.rank, e.seed) for e in large.plan if e.phase == 3]
     seeds = phase3 // LADDER_FINALISTS
     assert confirmation == [(r, s) for s in range(seeds) for r in range(LADDER_FINALISTS)], "every finalist, each seed"

@@ -3,7 +3,6 @@ phase 2 created once under a race, requeue on interrupt, lost trials reaped and 
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import threading
 from pathlib import Path
 
@@ -14,7 +13,7 @@ from optuna.trial import TrialState
 
 from archhpo.errors import StudyError
 from archhpo.search import TrialQueue, launch, open_storage, prepare_settings
-from tests.conftest import TINY_DATA
+from tests.conftest import TINY_DATA, race_upkeeps
 
 WORKER = {"host": "test", "device": "cpu"}
 
@@ -101,23 +100,10 @@ def _finish_phase1(q: TrialQueue) -> None:
         q.finish(c, TrialState.COMPLETE, value, {"duration_s": 0.1, "train_loss": value})
 
 
-def _maintain(url: str, name: str, barrier) -> None:  # type: ignore[no-untyped-def]
-    q = TrialQueue(url, name)
-    barrier.wait()
-    q.maintain()
-
-
 def test_phase2_is_created_once_when_workers_race(storage_url: str) -> None:
     q = _launch(storage_url, n_trials=12)
     _finish_phase1(q)
-    ctx = mp.get_context("spawn")
-    barrier = ctx.Barrier(6)
-    procs = [ctx.Process(target=_maintain, args=(storage_url, q.name, barrier)) for _ in range(6)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(120)
-        assert p.exitcode == 0
+    race_upkeeps(storage_url, q.name)
     slots = [t.user_attrs["plan_slot"] for t in _trials(q)]
     assert sorted(slots) == list(range(len(q.settings.plan))), "each planned slot exists exactly once"
     best = min((t for t in _trials(q) if t.user_attrs["phase"] == 1), key=lambda t: t.value)
