@@ -172,20 +172,22 @@ def _experiment_studies(storage: Any, experiment: str) -> list[tuple[int, str]]:
     import sqlalchemy as sa
 
     from archhpo.search._optuna_private import models as m
+    from archhpo.search._study import settings_attr
 
     attr = m.StudyUserAttributeModel
+    exp_key, value_key, plan_key = (settings_attr(f) for f in ("experiment", "budget_value", "plan"))
     with storage.engine.connect() as conn:
         found = conn.execute(
             sa.select(m.StudyModel.study_id, m.StudyModel.study_name, attr.key, attr.value_json)
             .join(attr, attr.study_id == m.StudyModel.study_id)
-            .where(attr.key.in_(("archhpo_experiment", "archhpo_budget_value")))
+            .where(attr.key.in_((exp_key, value_key)))
         ).all()
-        planned = {sid for (sid,) in conn.execute(sa.select(attr.study_id).where(attr.key == "archhpo_plan"))}
+        planned = {sid for (sid,) in conn.execute(sa.select(attr.study_id).where(attr.key == plan_key))}
     info: dict[int, dict[str, Any]] = {}
     for sid, name, key, text in found:
         info.setdefault(sid, {"name": name})[key] = json.loads(text)
-    mine = [(d.get("archhpo_budget_value") or 0, d["name"], sid) for sid, d in info.items()
-            if d.get("archhpo_experiment") == experiment and sid in planned]
+    mine = [(d.get(value_key) or 0, d["name"], sid) for sid, d in info.items()
+            if d.get(exp_key) == experiment and sid in planned]
     return [(sid, name) for _, name, sid in sorted(mine)]
 
 

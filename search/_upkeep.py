@@ -50,11 +50,11 @@ from archhpo.search._storage import (
     resilient,
     session_scope,
 )
-from archhpo.search._study import LADDER_KEY, StudySettings, enqueue_missing, load_study
+from archhpo.search._study import LADDER_KEY, StudySettings, enqueue_missing, load_study, settings_attr
 from archhpo.search._tables import db_now, end_trials, study_attr
 from archhpo.search._trust import ArchRuns, rung_trust
 
-PHASE3_KEY = "archhpo_phase3"  # the confirmation assignment (StudySettings.phase3), once ranked
+PHASE3_KEY = settings_attr("phase3")  # the confirmation assignment (StudySettings.phase3), once ranked
 # What a retry keeps besides plan_slot and phase: the plan entry's seed, rank and baseline rule, and the rungs
 # it passed (it resumes from the dead attempt's checkpoint towards the same next rung).
 _CARRIED_KEYS = (Attr.SEED, Attr.RANK, Attr.BASELINE, Attr.RUNG, Attr.RUNG_SCORES, Attr.BRANCH_EPOCHS)
@@ -124,7 +124,7 @@ class PlanUpkeep:
         needs_phase2 = bool(self._light.phase2_slots) and not status.phase2_created  # (set by _status)
         if phase1_final and needs_phase2:
             params = best_phase1_params(self.storage, self.settings, trials)
-            self.study.set_user_attr("archhpo_phase2_params", params)
+            self.study.set_user_attr(settings_attr("phase2_params"), params)
             enqueue_missing(self.study, self.settings, phase=2, params=params)
         confirm = status.phase12_final and (status.phase3_pending or status.second_wave_due)
         if confirm:

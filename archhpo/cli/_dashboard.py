@@ -79,10 +79,11 @@ def prepare_studies(storage: RDBStorage) -> int:
     from archhpo.report._notes import importance_note
     from archhpo.report._units import METRIC
     from archhpo.search._optuna_private import dashboard_note_body
+    from archhpo.search._study import settings_attr
 
     n = 0
     for frozen in storage.get_all_studies():
-        if "archhpo_plan" not in frozen.user_attrs:
+        if settings_attr("plan") not in frozen.user_attrs:
             continue  # not an archhpo study: leave it as its owner made it
         study = optuna.load_study(study_name=frozen.study_name, storage=storage)
         with warnings.catch_warnings():
