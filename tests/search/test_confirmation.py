@@ -5,9 +5,12 @@ stored before a kill is enqueued by the next upkeep; a study without the option 
 
 from __future__ import annotations
 
+import html
+import json
 import math
 import statistics
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,7 +18,7 @@ from optuna.trial import TrialState
 from scipy import stats
 
 from archhpo.report import confirmation_summary
-from archhpo.report._confirm import frame_confirmation
+from archhpo.report._confirm import decision_statement, frame_confirmation
 from archhpo.report._database import frame_from_storage
 from archhpo.search import TrialQueue, launch, prepare_settings
 from archhpo.search._confirmation import decide, listed, mark_waves, trained, waiting
@@ -180,3 +183,37 @@ def _run_until_phase3(q: TrialQueue, value: Callable[[Any], float]) -> list[int]
         v = value(c)
         q.finish(c, TrialState.COMPLETE, v, {"duration_s": 0.1, "train_loss": v})
     return phases
+
+
+def test_two_waves_end_to_end_with_a_real_worker(tmp_path: Path) -> None:
+    """launch --confirm 3 --seeds 1 --sequential-confirm → one real worker trains the plan to its end
+    (waiting for no one: it decides the third rank itself) → the stored decision is `decide` on the
+    trained runs, the third is trained exactly when it says so, and the export and report say it."""
+    import torch
+
+    from archhpo.cli import main
+    from archhpo.search._confirmation import decide_waiting
+    from archhpo.workers import Worker
+
+    torch.set_num_threads(1)
+    url, out = f"sqlite:///{tmp_path / 's.db'}", tmp_path / "res"
+    assert main(["launch", "--experiment", "s", "--budget", "200K", "--trials", "4", "--quick", "--epochs", "2",
+                 "--data", TINY_DATA, "--pruner", "none", "--confirm", "3", "--seeds", "1", "--sequential-confirm",
+                 "--storage", url]) == 0
+    q = TrialQueue(url, "s_200K")
+    assert q.settings.options.confirm_sequential
+    summary = Worker([q], device="cpu", threads=1).run()
+    ranks = q.upkeep.study_attr(PHASE3_KEY)
+    decision = ranks[2]["decision"]
+    assert summary.failed == 0 and summary.complete == 4 + 2 + int(decision["confirm"])
+    assert q.maintain().done
+    done = q.storage.get_all_trials(q.study_id, states=(TrialState.COMPLETE,))
+    undecided = [{k: v for k, v in r.items() if k != "decision"} for r in ranks]
+    assert decide_waiting(undecided, [t for t in done if t.user_attrs.get("rank") != 2]) == ranks
+    assert sorted(t.user_attrs["rank"] for t in _phase3(q)) == [0, 1, 2][:2 + int(decision["confirm"])]
+    assert main(["export", "--experiment", "s", "--storage", url, "--out", str(out)]) == 0
+    best = json.loads((out / "s_200K_best.json").read_text())["confirmation"]
+    assert best["decisions"] == json.loads(json.dumps([ranks[2]]))
+    assert decision_statement(ranks[2]) in best["statement"]
+    assert main(["report", "--experiment", "s", "--storage", url, "--out", str(out)]) == 0
+    assert html.escape(decision_statement(ranks[2])) in (out / "s_report.html").read_text()
