@@ -36,10 +36,15 @@ def test_a_results_folder_without_the_run_is_one_sentence(tmp_path: Path) -> Non
 
 
 def test_the_replay_spread_places_the_run_among_the_strategys_repeats(capsys: pytest.CaptureFixture[str]) -> None:
-    assert compare.main(["--replay", "3"]) == 0
+    assert compare.main(["--replay", "3"]) == 0  # the run's studies store no two-wave confirmation: replayed at once
     last = capsys.readouterr().out.splitlines()[-1]
-    assert last == ("replay (3 repeats, seeds 20261126+k): FLOPs ratio min 0.725, 5-95% 0.725-0.727, max 0.727; "
-                    "within 1 std per budget: 100% / 100%")
+    assert last == ("replay (3 repeats, seeds 20261126+k, confirming every finalist at once): FLOPs ratio min 0.725, "
+                    "5-95% 0.725-0.727, max 0.727; within 1 std per budget: 100% / 100%")
+    assert compare.main(["--replay", "3", "--confirmation", "waves"]) == 0  # today's --ladder default: cheaper
+    last = capsys.readouterr().out.splitlines()[-1]
+    assert last == ("replay (3 repeats, seeds 20261126+k, confirming in two waves): FLOPs ratio min 0.662, "
+                    "5-95% 0.662-0.664, max 0.664; within 1 std per budget: 100% / 100%")
+    assert compare.se.SEQUENTIAL, "the replay's default is restored after a run's own mode"
 
 
 def test_the_t3_run_is_graded_by_its_truth_from_its_committed_outputs(capsys: pytest.CaptureFixture[str]) -> None:

@@ -6,6 +6,9 @@ It reads what the run wrote to --out (the results CSV and the best JSON per budg
     python bench/truths/realrun/compare.py                     # T1's 100K and 200K (t1real, the first run)
     python bench/truths/realrun/compare.py --truth bench/truths/t3.csv \\
         --results bench/truths/realrun/t3 --experiment t3real --replay 50  # T3's whole ladder, and its replay's spread
+
+The replay confirms as the run did (`--confirmation run`: its studies' stored options), so a run
+launched before the two-wave confirmation is placed among replays of its own plan.
 """
 
 from __future__ import annotations
@@ -50,15 +53,26 @@ def grade(b: Budget, results: Path, experiment: str, seed: int, trials: int) -> 
     return line, spent, design
 
 
-def replay_spread(budgets: list[Budget], repeats: int, seed: int) -> dict[str, Any]:
-    """The `archhpo` strategy replayed on the same budgets, one study per repeat: the spread of its
-    FLOPs ratio over repeats (min, 5th and 95th percentiles, max) and per budget the share of repeats
-    within 1 std, to place the real run in."""
+def run_confirms_in_waves(results: Path, experiment: str, budgets: list[Budget]) -> bool:
+    """Whether the run confirmed in two waves (its studies' stored options, in each best JSON):
+    runs launched before `--sequential-confirm` existed confirmed every finalist at once."""
+    return all(json.loads((results / f"{experiment}_{b.name}_best.json").read_text())["options"]
+               .get("confirm_sequential", False) for b in budgets)
+
+
+def replay_spread(budgets: list[Budget], repeats: int, seed: int, sequential: bool = se.SEQUENTIAL) -> dict[str, Any]:
+    """The `archhpo` strategy replayed on the same budgets, one study per repeat, confirming in two
+    waves or all at once (`sequential`): the spread of its FLOPs ratio over repeats (min, 5th and 95th
+    percentiles, max) and per budget the share of repeats within 1 std, to place the real run in."""
     ratios, within = [], []
-    for k in range(repeats):  # each its own plan seed and noise (search_efficiency.replay, one repeat)
-        one = se.replay(budgets, 1, seed + k)["archhpo"]
-        ratios.append(one["flops_ratio"])
-        within.append(one["within_1std_per_budget"])
+    default, se.SEQUENTIAL = se.SEQUENTIAL, sequential
+    try:
+        for k in range(repeats):  # each its own plan seed and noise (search_efficiency.replay, one repeat)
+            one = se.replay(budgets, 1, seed + k)["archhpo"]
+            ratios.append(one["flops_ratio"])
+            within.append(one["within_1std_per_budget"])
+    finally:
+        se.SEQUENTIAL = default
     ratios.sort()
     pick = lambda q: ratios[min(len(ratios) - 1, round(q * (len(ratios) - 1)))]  # noqa: E731
     return {"flops_ratio": [ratios[0], pick(0.05), pick(0.95), ratios[-1]],
@@ -75,6 +89,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--replay", type=int, default=0, metavar="N",
                     help="also replay the archhpo strategy N times on the same budgets (plan seeds from --replay-seed)")
     ap.add_argument("--replay-seed", type=int, default=se.EVALUATION_SEED)
+    ap.add_argument("--confirmation", choices=("run", "waves", "at-once"), default="run",
+                    help="the replay's confirmation: as the run's studies stored it (default), in two waves "
+                         "(today's --ladder default) or every finalist at once")
     args = ap.parse_args(argv)
     budgets = [b for b in load_table(args.truth)
                if (args.results / f"{args.experiment}_{b.name}_best.json").exists()]
@@ -89,9 +106,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         total_design += design
     print(f"total FLOPs ratio {total_real / total_design:.3f}")
     if args.replay:
-        spread = replay_spread(budgets, args.replay, args.replay_seed)
+        waves = (run_confirms_in_waves(args.results, args.experiment, budgets) if args.confirmation == "run"
+                 else args.confirmation == "waves")
+        spread = replay_spread(budgets, args.replay, args.replay_seed, waves)
         lo, p5, p95, hi = spread["flops_ratio"]
-        print(f"replay ({args.replay} repeats, seeds {args.replay_seed}+k): FLOPs ratio min {lo:.3f}, 5-95% "
+        mode = "in two waves" if waves else "every finalist at once"
+        print(f"replay ({args.replay} repeats, seeds {args.replay_seed}+k, confirming {mode}): FLOPs ratio min {lo:.3f}, 5-95% "
               f"{p5:.3f}-{p95:.3f}, max {hi:.3f}; within 1 std per budget: " + " / ".join(f"{w:.0%}" for w in spread["within_1std"]))
     return 0
 
