@@ -6,7 +6,7 @@
 #
 #   bench/truths/realrun/t1lr/run.sh start    # in the background (resumes a stopped run: finished trials stay)
 #   bench/truths/realrun/t1lr/run.sh stop     # SIGTERM (the running trial is saved between two steps), then save
-#   bench/truths/realrun/t1lr/run.sh save     # copy the live database here (t1lrreal.db)
+#   bench/truths/realrun/t1lr/run.sh save     # copy the live database (t1lrreal.db) and checkpoints (ck/) here
 #
 # Once its 800K is planned, `lr_sweep.py judge --table ... --budget 800K --ladder
 # sqlite:///bench/truths/realrun/t1lr/t1lrreal.db --study t1lrreal_800K-h2+4+8-t10` grades the carried
@@ -20,12 +20,18 @@ export RAY_USAGE_STATS_ENABLED=0
 save() {
   [[ -f $WORK/t1lrreal.db ]] || { echo "no $WORK/t1lrreal.db to save" >&2; return 1; }
   sqlite3 -cmd ".timeout 60000" "$WORK/t1lrreal.db" ".backup '$HERE/t1lrreal.db.tmp'" && mv "$HERE/t1lrreal.db.tmp" "$HERE/t1lrreal.db"
+  # the interrupted trial's checkpoint too: an 800K trial is hours of a worker, resumed from it on a new machine
+  rm -rf "$HERE/ck.tmp" && if [[ -d $WORK/ck ]]; then cp -r "$WORK/ck" "$HERE/ck.tmp"; else mkdir -p "$HERE/ck.tmp"; fi
+  rm -rf "$HERE/ck" && mv "$HERE/ck.tmp" "$HERE/ck"
   echo "$(date -u +%FT%TZ) saved t1lrreal" >&2
 }
 
 run() {
   mkdir -p "$WORK"
-  [[ -s $WORK/t1lrreal.db || ! -f $HERE/t1lrreal.db ]] || cp "$HERE/t1lrreal.db" "$WORK/t1lrreal.db"
+  if [[ ! -s $WORK/t1lrreal.db && -f $HERE/t1lrreal.db ]]; then  # a new machine: the committed copy
+    cp "$HERE/t1lrreal.db" "$WORK/t1lrreal.db"
+    rm -rf "$WORK/ck" && if [[ -d $HERE/ck ]]; then cp -r "$HERE/ck" "$WORK/ck"; fi
+  fi
   exec nice -n 10 .venv/bin/archhpo run --ladder --experiment t1lrreal --family lm --data synthetic --seq-len 128 \
     --tokens-per-param 10 --data-seed 0 --seed 7 --tolerance 0.15 --n-heads 2,4,8 --schedule wsd --cooldown 0.2 \
     --learning-rate 1e-3:3e-2 --weight-decay 1e-4 --batch-size 16 --warmup-steps 50 --epochs 9 \
