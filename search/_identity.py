@@ -16,6 +16,12 @@ _IDENTITY = ("family", "tolerance", "data", "options", "n_trials", "pruner", "bu
              "space")
 
 
+# Options a newer archhpo stores by default where an older one stored nothing, with that default: a
+# study launched before keeps its own behaviour (every worker reads the stored settings), so the
+# same command that launched it relaunches (resumes) it.  (--ladder's two-wave confirmation.)
+_ADDED_BY_DEFAULT = {"confirm_sequential": True}
+
+
 def _short(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
@@ -31,6 +37,8 @@ def _differences(stored: StudySettings, new: StudySettings) -> list[str]:
             continue
         if isinstance(old, dict) and isinstance(now, dict):
             for k in sorted(set(old) | set(now), key=str):
+                if key == "options" and k not in old and k in _ADDED_BY_DEFAULT and now[k] == _ADDED_BY_DEFAULT[k]:
+                    continue
                 if old.get(k) != now.get(k):
                     out.append(f"{key}.{k}: stored {_short(old.get(k))}, now {_short(now.get(k))}")
         else:

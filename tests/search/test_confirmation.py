@@ -217,3 +217,21 @@ def test_two_waves_end_to_end_with_a_real_worker(tmp_path: Path) -> None:
     assert decision_statement(ranks[2]) in best["statement"]
     assert main(["report", "--experiment", "s", "--storage", url, "--out", str(out)]) == 0
     assert html.escape(decision_statement(ranks[2])) in (out / "s_report.html").read_text()
+
+
+def test_a_study_launched_before_the_two_waves_resumes_with_the_same_command(storage_url: str) -> None:
+    """A --ladder study stored without `confirm_sequential` (launched before it existed) relaunches
+    under today's default and keeps confirming at once; a study stored with it is not relaunched
+    without it."""
+    from archhpo.errors import StudyError
+
+    old = _launch(storage_url, sequential=False)
+    _launch(storage_url, sequential=True)  # today's default on the old command: no refusal
+    assert "confirm_sequential" not in TrialQueue(storage_url, old.name).settings.options.as_dict()
+    s = prepare_settings("new", "500K", family="patchtst", n_trials=12, data=TINY_DATA, quick=True, seed=0,
+                         confirm=3, confirm_seeds=1, sequential_confirm=True)
+    launch(storage_url, s)
+    off = prepare_settings("new", "500K", family="patchtst", n_trials=12, data=TINY_DATA, quick=True, seed=0,
+                           confirm=3, confirm_seeds=1)
+    with pytest.raises(StudyError, match=r"options.confirm_sequential: stored True, now None"):
+        launch(storage_url, off)
