@@ -78,11 +78,15 @@ def _launch(url: str, sequential: bool = True) -> TrialQueue:
     return TrialQueue(url, s.study_name)
 
 
-def _run(q: TrialQueue, value: Callable[[Any], float]) -> list[int]:
-    """Claim and finish every claimable trial with value(claim); the phases run, in order."""
+def _run(q: TrialQueue, value: Callable[[Any], float], until_phase3: bool = False) -> list[int]:
+    """Claim and finish every claimable trial with value(claim); the phases run, in order.
+    until_phase3: stop at the first confirmation claim, handed back unfinished."""
     phases = []
     while (c := q.claim(WORKER)) is not None:
         phases.append(c.phase)
+        if until_phase3 and c.phase == 3:
+            q.requeue(c)
+            break
         v = value(c)
         q.finish(c, TrialState.COMPLETE, v, {"duration_s": 0.1, "train_loss": v})
     return phases
@@ -131,7 +135,7 @@ def test_a_rank_behind_beyond_the_noise_is_never_trained_and_the_report_says_why
 def test_a_rank_within_the_noise_is_decided_and_enqueued_once_however_many_upkeeps_race(storage_url: str) -> None:
     q = _launch(storage_url)
     value = _valuer(q, {0: 0.5, 1: -0.5, 2: 0.0})
-    while 3 not in _run_until_phase3(q, value):
+    while 3 not in _run(q, value, until_phase3=True):
         q.maintain()
     status = q.maintain()
     assert "wait for ranks 0-1's confirmation" in status.details["phase3"] and not status.done
@@ -149,7 +153,7 @@ def test_a_decision_stored_before_a_kill_is_enqueued_by_the_next_upkeep(storage_
 
     q = _launch(storage_url)
     value = _valuer(q, {0: 0.5, 1: -0.5, 2: 0.0})
-    while 3 not in _run_until_phase3(q, value):
+    while 3 not in _run(q, value, until_phase3=True):
         q.maintain()
     _run(q, value)  # the first wave is final; no upkeep has decided yet
     ranks = q.upkeep.study_attr(PHASE3_KEY)
@@ -165,24 +169,11 @@ def test_a_decision_stored_before_a_kill_is_enqueued_by_the_next_upkeep(storage_
 def test_without_the_option_every_finalist_is_confirmed_at_once(storage_url: str) -> None:
     q = _launch(storage_url, sequential=False)
     value = _valuer(q, {0: 2e-4, 1: -2e-4, 2: 0.0})
-    while 3 not in _run_until_phase3(q, value):
+    while 3 not in _run(q, value, until_phase3=True):
         q.maintain()
     ranks = q.upkeep.study_attr(PHASE3_KEY)
     assert all("wave" not in r for r in ranks) and "confirm_sequential" not in q.settings.options.as_dict()
     assert sorted(t.user_attrs["rank"] for t in _phase3(q)) == [0, 1, 2], "all three enqueued together"
-
-
-def _run_until_phase3(q: TrialQueue, value: Callable[[Any], float]) -> list[int]:
-    """Claim and finish trials of phases 1-2; stop at the first confirmation claim (handed back)."""
-    phases = []
-    while (c := q.claim(WORKER)) is not None:
-        phases.append(c.phase)
-        if c.phase == 3:
-            q.requeue(c)
-            break
-        v = value(c)
-        q.finish(c, TrialState.COMPLETE, v, {"duration_s": 0.1, "train_loss": v})
-    return phases
 
 
 def test_two_waves_end_to_end_with_a_real_worker(tmp_path: Path) -> None:
