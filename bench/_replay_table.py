@@ -229,3 +229,34 @@ def noise_ceiling(budgets: list[Budget], repeats: int, seed: int, held_out: bool
             hits += ok
         out[f"every_arch_x{k}"] = hits / repeats
     return out
+
+
+TRUTH_SEEDS = (3, 5, 10, None)  # truth sizes truth_ceiling is reported for (None: an exact truth)
+
+
+def truth_ceiling(budgets: list[Budget], truth_seeds: int | None, runs: int, repeats: int = 20000,
+                  seed: int = 0) -> float:
+    """What a truth of `truth_seeds` seeds per architecture can show, in a parametric model: the
+    share of repeats in which choosing the lowest mean of `runs` fresh runs of every grid architecture
+    is within 1 seed std of the best at every budget, judged as the replay judges (the chosen
+    architecture's truth minus the lowest truth), each truth the mean of `truth_seeds` - 1 other
+    runs (leave-one-seed-out) or, None, the exact mean.  The model: an architecture's runs are
+    normal around the table's mean of it, with the budget's pooled seed std, independent of each
+    other (a real study's: the replay's draws reuse the table's seeds, so there a second run is one
+    of the seeds its truth averages).  The table's means stand in for the true ones, so near-ties
+    look slightly more separated than they are, and the shares err high.  It answers how many seeds a
+    truth needs before a share target can be shown met at all: with ties within noise, no search,
+    however much it spends, is graded within 1 std more often than this."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    ok = np.ones(repeats, dtype=bool)
+    for b in budgets:
+        sd, mus = b.seed_std, np.array([a.mean for a in b.archs.values()])
+        chosen = (mus + sd * rng.standard_normal((repeats, len(mus), runs)).mean(axis=2)).argmin(axis=1)
+        if truth_seeds is None:
+            truth = np.broadcast_to(mus, (repeats, len(mus)))
+        else:
+            truth = mus + sd * rng.standard_normal((repeats, len(mus), max(truth_seeds - 1, 1))).mean(axis=2)
+        ok &= truth[np.arange(repeats), chosen] - truth.min(axis=1) <= sd
+    return float(ok.mean())

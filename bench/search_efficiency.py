@@ -85,6 +85,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout, fo
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/_replay_table.py, however this is loaded
 
 from _replay_table import (  # noqa: E402
+    TRUTH_SEEDS,
     Arch,
     Budget,
     Draw,
@@ -96,12 +97,14 @@ from _replay_table import (  # noqa: E402
     noise_ceiling,
     noise_rng,
     regret,
+    truth_ceiling,
 )
 
 from archhpo.schema import LADDER_CONFIRM_SEEDS, LADDER_FINALISTS, LADDER_SEQUENTIAL  # noqa: E402
 from archhpo.search._confirmation import FIRST_WAVE, decide  # noqa: E402
 
-__all__ = ["Arch", "Budget", "TableError", "draw", "extremes", "load_table", "main", "noise_ceiling", "noise_rng", "replay"]
+__all__ = ["Arch", "Budget", "TableError", "draw", "extremes", "load_table", "main", "noise_ceiling", "noise_rng", "replay",
+           "truth_ceiling"]
 
 STRATEGIES = ("design", "median", "topk_one_epoch", "halving", "halving_ladder", "ladder", "archhpo")
 TARGET = {"share_within_1std": 0.9, "flops_ratio": 0.25}
@@ -297,10 +300,11 @@ def finalists(finished: Sequence[Trial]) -> list[int]:
 
 
 def confirmed(budget: Budget, planned: Sequence[Trial], finished: list[Trial], noise: Draw,
-              cost: Callable[[Trial], float] = scored_cost) -> tuple[float, Arch, list[Trial]]:
+              cost: Callable[[Trial], float] = scored_cost, sequential: bool = SEQUENTIAL) -> tuple[float, Arch, list[Trial]]:
     """archhpo's confirmation (the --ladder default, archhpo.schema): each finalist retrained with
     CONFIRM_SEEDS new seeds, the draw's next runs of it (after every planned trial's, pruned ones
-    included), each a replicate (full length, its rungs scored in passing); with SEQUENTIAL the
+    included), each a replicate (full length, its rungs scored in passing); `sequential` (the default's
+    SEQUENTIAL, or a run's own stored option): the
     FIRST_WAVE best first, and each later finalist only where the upkeep's `decide` confirms it on
     the first wave's runs (search/_confirmation.py); the winner chosen by the report's
     `chosen_on_means` among the retrained: the lowest mean over the confirmation seeds every finalist
@@ -319,7 +323,7 @@ def confirmed(budget: Budget, planned: Sequence[Trial], finished: list[Trial], n
         for k in range(CONFIRM_SEEDS):
             extra.append(Trial(len(planned) + len(extra), budget.archs[i], noise.run(budget.archs[i], used[i] + k)))
 
-    wave = FIRST_WAVE if SEQUENTIAL else len(ranked)
+    wave = FIRST_WAVE if sequential else len(ranked)
     for i in ranked[:wave]:
         retrain(i)
     first = {r: [t.run["loss"] for t in [*_by_arch(extra).get(i, []), *searched.get(i, [])]]
@@ -338,7 +342,7 @@ def confirmed(budget: Budget, planned: Sequence[Trial], finished: list[Trial], n
 
 
 def archhpo(budget: Budget, smaller: Budget | None, below: Outcome | None, step: int, noise: Draw,
-            design: list[Trial], n_trials: int, seed: int) -> Outcome:
+            design: list[Trial], n_trials: int, seed: int, sequential: bool = SEQUENTIAL) -> Outcome:
     """The default `archhpo run --ladder` at one budget (module docstring): the smallest budget's
     design trained to full length measures the rung trust; a larger budget's ladder plan is halved at
     the trusted rungs only; the finalists are confirmed at every budget."""
@@ -354,18 +358,18 @@ def archhpo(budget: Budget, smaller: Budget | None, below: Outcome | None, step:
         else:  # no rung trusted: full length, no rung scored (`RungTrust.scores_in_passing`)
             cost = full_cost
             flops, finished = sum(full_cost(t) for t in planned), list(planned)
-    extra, winner, done = confirmed(budget, planned, finished, noise, cost)
+    extra, winner, done = confirmed(budget, planned, finished, noise, cost, sequential)
     trust = trust if trust is not None else measured_trust(done, seed)  # the smallest budget, once it is done
     return Outcome(flops + extra, winner, done, trust, len(finished) < len(planned))
 
 
 def strategies(budget: Budget, smaller: Budget | None, below: dict[str, Outcome], step: int, noise: Draw,
-               n_trials: int, topk: int, seed: int) -> dict[str, Outcome]:
+               n_trials: int, topk: int, seed: int, sequential: bool = SEQUENTIAL) -> dict[str, Outcome]:
     """Every strategy at one budget of one repeat; `below` holds the smaller budget's outcomes."""
     design = trials_of(budget, design_plan(budget, n_trials, seed), noise)
     out = {"design": full(design), "median": median(design), "topk_one_epoch": topk_one_epoch(design, topk),
            "halving": halving(design, budget.eta)}
-    out["archhpo"] = archhpo(budget, smaller, below.get("archhpo"), step, noise, design, n_trials, seed)
+    out["archhpo"] = archhpo(budget, smaller, below.get("archhpo"), step, noise, design, n_trials, seed, sequential)
     if smaller is None:  # the smallest budget of a ladder is planned as the design
         out["halving_ladder"], out["ladder"] = out["halving"], out["design"]
         return out
@@ -378,9 +382,11 @@ def strategies(budget: Budget, smaller: Budget | None, below: dict[str, Outcome]
 
 # ------------------------------------------------------------------------------ the replay
 def replay(budgets: list[Budget], repeats: int, seed: int, n_trials: int = 50, topk: int = 5,
-           held_out: bool = True) -> dict[str, Any]:
+           held_out: bool = True, sequential: bool = SEQUENTIAL) -> dict[str, Any]:
     """Every strategy on every budget, `repeats` studies, each with its own plan seed and noise
-    (`held_out` False: judged by the mean of all seeds, the seed the trials saw included)."""
+    (`held_out` False: judged by the mean of all seeds, the seed the trials saw included); archhpo
+    confirms in two waves or, `sequential` False, every finalist at once (a run launched before the
+    waves: bench/truths/realrun/compare.py)."""
     regrets: dict[str, list[list[float]]] = {s: [] for s in STRATEGIES}
     same: dict[str, list[list[bool]]] = {s: [] for s in STRATEGIES}  # the design's winner, per budget
     flops: dict[str, list[float]] = {s: [0.0] * len(budgets) for s in STRATEGIES}  # summed over repeats, per budget
@@ -395,7 +401,7 @@ def replay(budgets: list[Budget], repeats: int, seed: int, n_trials: int = 50, t
         for step, budget in enumerate(budgets):
             noise = draw(budget, rep, noise_rng(seed, rep, budget), held_out)
             below = strategies(budget, budgets[step - 1] if step else None, below, step, noise, n_trials, topk,
-                               study_seed)
+                               study_seed, sequential)
             for name, out in below.items():
                 flops[name][step] += out.flops
                 per[name].append(regret(noise, out.winner, budget.seed_std))
@@ -538,12 +544,35 @@ def ceiling_line(ceiling: dict[str, float], fixed_data: bool = True) -> str:
             f"every budget; twice, on the mean: {twice:.0%}{below}")
 
 
+CEILING_RUNS = 3  # truth_ceiling's search: every architecture on 3 runs, more than any strategy here gives most
+
+
+def truth_ceilings(budgets: list[Budget], seed: int) -> dict[str, float]:
+    """`truth_ceiling` per truth size of TRUTH_SEEDS ("exact" for None), choosing on CEILING_RUNS runs."""
+    return {str(s or "exact"): truth_ceiling(budgets, s, CEILING_RUNS, seed=seed) for s in TRUTH_SEEDS}
+
+
+def truth_ceiling_line(ceilings: dict[str, float]) -> str:
+    """What a truth of each size can show, in one line, and the smallest that could show the share target."""
+    shares = ", ".join(f"{k} seeds {v:.0%}" if k != "exact" else f"an exact truth {v:.0%}" for k, v in ceilings.items())
+    goal = TARGET["share_within_1std"]
+    enough = next((k for k, v in ceilings.items() if v >= goal), None)
+    most = max(int(k) for k in ceilings if k != "exact")
+    needs = ("more than any truth can give: near-ties within noise remain even in the exact limit" if enough is None
+             else f"more than {most} seeds per architecture (only the exact limit reaches it)" if enough == "exact"
+             else f"a truth of {enough} seeds per architecture")
+    return (f"what a truth can show (parametric: the table's means and seed std, independent runs; every "
+            f"architecture chosen on {CEILING_RUNS} runs): {shares} within 1 std at every budget; showing the "
+            f"{goal:.0%} target needs {needs}")
+
+
 def json_doc(args: argparse.Namespace, budgets: list[Budget], result: dict[str, Any], wall: float,
-             ceiling: dict[str, float]) -> dict[str, Any]:
+             ceiling: dict[str, float], ceilings: dict[str, float] | None = None) -> dict[str, Any]:
     """The JSON interface: `strategies` maps each name to exactly MEASURES; the per-budget shares,
     archhpo's fidelity record, the noise ceiling and what the replay assumed sit beside it."""
     return {
         "noise_ceiling": ceiling,
+        "truth_ceiling": {"runs": CEILING_RUNS, **(ceilings or {})},
         "strategies": {n: {k: m[k] for k in MEASURES} for n, m in result.items()},
         "per_budget": {n: {k: v for k, v in m.items() if k not in (*MEASURES, "fidelity")} for n, m in result.items()},
         "archhpo_fidelity": result["archhpo"]["fidelity"],
@@ -575,16 +604,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     budgets = load_table(args.truth)
     result = replay(budgets, args.repeats, args.seed, args.trials, args.topk, args.truth_mean == "held-out")
     ceiling = noise_ceiling(budgets, args.repeats, args.seed, args.truth_mean == "held-out")
+    ceilings = truth_ceilings(budgets, args.seed)
     wall = time.perf_counter() - start
     print(markdown(result, budgets))
     print(noise_line(budgets, args.truth_mean))
     print(fidelity_line(result))
     print(flops_line(result))
     print(ceiling_line(ceiling, all(b.fixed_data for b in budgets)))
+    print(truth_ceiling_line(ceilings))
     print(verdict(result))
     print(f"# {args.repeats} repeats in {wall:.1f} s")
     if args.json:
-        args.json.write_text(json.dumps(json_doc(args, budgets, result, wall, ceiling), indent=2) + "\n")
+        args.json.write_text(json.dumps(json_doc(args, budgets, result, wall, ceiling, ceilings), indent=2) + "\n")
     return 0
 
 

@@ -50,6 +50,15 @@ def _best(status: PlanStatus) -> str:
     return "-" if status.best_value is None else f"{status.best_value:.4f}"
 
 
+def waits_for(status: PlanStatus) -> str:
+    """Why a budget that is not done has nothing to train (no trial running or queued), in words
+    (PlanStatus.details: a ladder budget before its smaller ones, a confirmation's second wave before
+    its first); "" while it has work, or no reason was recorded."""
+    if status.done or status.running or status.waiting:
+        return ""
+    return "; ".join(str(v) for v in status.details.values())
+
+
 def progress_line(statuses: dict[str, PlanStatus], workers: int, elapsed: float,
                   eta: float | None | str = "trials") -> str:
     """One plain line; `eta` in seconds (None: not known yet), or "trials" for eta_s's estimate."""
@@ -57,9 +66,11 @@ def progress_line(statuses: dict[str, PlanStatus], workers: int, elapsed: float,
     seconds = eta_s(statuses, workers) if eta == "trials" else eta
     best = "  ".join(f"{n}={_best(s)}" for n, s in statuses.items() if s.best_value is not None) or "-"
     held = f", {c['held']} held at a rung" if c["held"] else ""
+    waits = "  ".join(f"{n}: {w}" for n, s in statuses.items() if (w := waits_for(s)))
     return (
         f"[{_fmt_eta(elapsed)}] trials {c['final']}/{c['total']} done, {c['running']} running, {c['failed']} failed"
         f"{held} | best {best} | ETA {_fmt_eta(seconds if isinstance(seconds, float | int) else None)}"
+        + (f" | waiting: {waits}" if waits else "")
     )
 
 
@@ -230,4 +241,5 @@ class _Bar:
 
 def _study_detail(s: PlanStatus) -> str:
     held = f", {s.held} held at a rung" if s.held else ""
-    return f"{s.running} running{held}, {s.failed} failed  best {_best(s)}"
+    waits = f"  ({w})" if (w := waits_for(s)) else ""
+    return f"{s.running} running{held}, {s.failed} failed  best {_best(s)}{waits}"

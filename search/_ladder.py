@@ -214,7 +214,7 @@ def carry_up(finished: Sequence[Finished], n_small: int, n_large: int, rows: Seq
     data_grows: the study trains on a fixed data per parameter (the prior's regime)."""
     top = top_architectures(finished)
     if not top:  # every trial of the smaller budget failed: nothing to carry, the design's space and grid
-        assignments = _assign(list(rows), space, slots, seed)
+        assignments = _assign(list(rows), lambda _: space, slots, seed)
         return {"carried": None, "from_trial": None, "space": space.as_dict(), "aspect_ratios": [],
                 "aspect_range": None, "axes": None, "lr_fit": None, "region_size": len(rows),
                 "grid_size": len(rows), "rule": "nothing carried", "assignments": assignments,
@@ -263,13 +263,12 @@ def _rule(fit: LrFit, n_budgets: int, width: int, how: str, clipped: tuple[float
             f"{width}, x {width}/d_model per architecture; region: {how}")
 
 
-def _assign(rows: list[GridRow], space: SearchSpace | Callable[[GridRow], SearchSpace], slots: Sequence[int],
+def _assign(rows: list[GridRow], space_of: Callable[[GridRow], SearchSpace], slots: Sequence[int],
             seed: int) -> list[dict[str, Any]]:
     """The first slots' architectures, one slot per row in spread order (extremes first), and
-    training parameters (sampled from `space`, or from `space(row)`: each row's own learning-rate
-    range); the slots beyond the rows get none: a repeat of an architecture in phase 1 costs a
-    full trial, and confirmation retrains the finalists anyway."""
-    space_of = (lambda _: space) if isinstance(space, SearchSpace) else space
+    training parameters sampled from `space_of(row)` (each row's own learning-rate range); the slots
+    beyond the rows get none: a repeat of an architecture in phase 1 costs a full trial, and
+    confirmation retrains the finalists anyway."""
     order = plan_order([GridRow(**{**r.as_dict(), "arch_idx": i}) for i, r in enumerate(rows)], seed)
     rng = random.Random(f"ladder:{seed}")  # drawn in slot order: the assigned slots keep their old draws
     return [{"slot": slot, "arch_idx": rows[i].arch_idx, "params": space_of(rows[i]).sample(rng)}

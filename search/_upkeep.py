@@ -329,11 +329,19 @@ class PlanUpkeep:
             first_wave_open |= entry.phase == 3 and not final and int(entry.rank or 0) in go
         st.second_wave_due = bool(wait) and not first_wave_open
         _finish_status(st, c, trials, durations, settled_durations)
-        if has_phase3 and ranks is None:
+        self._why_waiting(st, has_phase3 and ranks is None, wait, ladder)
+        return st, retry, phase1_final
+
+    def _why_waiting(self, st: PlanStatus, no_ranks: bool, wait: list[int], ladder: set[int] | None) -> None:
+        """What the plan waits for, in words (PlanStatus.details; the progress display shows it while
+        a budget has nothing to train)."""
+        below = self.settings.options.ladder_below
+        if below and ladder is None:
+            st.details["phase1"] = f"waiting for {below[-1]} (the ladder plans this budget from the smaller ones)"
+        if no_ranks:
             st.details["phase3"] = "waiting for phases 1 and 2"
         elif wait:
             st.details["phase3"] = f"rank(s) {', '.join(map(str, wait))} wait for ranks 0-1's confirmation"
-        return st, retry, phase1_final
 
 
 def _arch_runs(upkeep: PlanUpkeep, below: int) -> list[ArchRuns]:

@@ -113,6 +113,7 @@ def test_the_command_writes_the_json_interface(tmp_path: Path, capsys: pytest.Ca
     assert doc["archhpo_fidelity"]["budgets"] == ["1M", "2M"] and doc["archhpo_fidelity"]["pruned_at_rung"][0] == 0.0
     assert doc["command"].startswith(f"python bench/search_efficiency.py --truth {path} --repeats 2 --seed 3")
     assert set(doc["noise_ceiling"]) == {"every_arch_x1", "every_arch_x2"}
+    assert doc["truth_ceiling"] == {"runs": 3, **se.truth_ceilings(se.load_table(path), 3)}
     out = capsys.readouterr().out
     assert "target" in out and "targets (archhpo): share_within_1std" in out
 
@@ -217,6 +218,35 @@ def test_the_noise_ceiling_rises_with_runs_and_marks_a_target_above_it(tmp_path:
     assert "below the 90% target" not in se.ceiling_line(ceiling)
     assert "seeds the truth averages" in se.ceiling_line({"every_arch_x1": 0.5, "every_arch_x2": 0.84})
     assert "one run per architecture" in se.ceiling_line({"every_arch_x1": 0.66, "every_arch_x2": 0.66}, False)
+
+
+def test_what_a_truth_of_each_size_can_show_matches_the_normal_arithmetic(tmp_path: Path) -> None:
+    """Two architectures tied (means 2, seed std 1): against the exact truth every choice is within
+    1 std; against a 3-seed truth (two other runs each) the truths differ by N(0, 1), so the choice is
+    within 1 std with probability Phi(1), and at two such budgets Phi(1)^2.  Ten stds apart: always."""
+    phi1 = 0.5 * (1 + math.erf(1 / math.sqrt(2)))
+    tied = [(64, 2, 100_000, [1.0, 2.0, 3.0]), (64, 3, 100_000, [1.0, 2.0, 3.0])]
+    one = se.load_table(_write(tmp_path, _arch_rows("100K", 100_000, tied, data_seed="0")))
+    assert one[0].seed_std == 1.0
+    assert se.truth_ceiling(one, None, 3) == 1.0
+    assert se.truth_ceiling(one, 3, 3) == pytest.approx(phi1, abs=0.012)  # 20,000 repeats: 4.5 standard errors
+    two = se.load_table(_write(tmp_path, [*_arch_rows("100K", 100_000, tied, data_seed="0"),
+                                          *_arch_rows("200K", 200_000, tied, data_seed="0")]))
+    assert se.truth_ceiling(two, 3, 1) == pytest.approx(phi1**2, abs=0.012)
+    apart = [(64, 2, 100_000, [1.0, 2.0, 3.0]), (64, 3, 100_000, [11.0, 12.0, 13.0])]
+    far = se.load_table(_write(tmp_path, _arch_rows("100K", 100_000, apart, data_seed="0")))
+    assert se.truth_ceiling(far, 3, 1) == 1.0 and se.truth_ceiling(far, 5, 1) == 1.0
+    assert se.truth_ceilings(one, 0) == {k: se.truth_ceiling(one, s, se.CEILING_RUNS)
+                                         for k, s in zip(("3", "5", "10", "exact"), se.TRUTH_SEEDS, strict=True)}
+
+
+def test_the_truth_size_line_names_the_smallest_truth_that_could_show_the_target() -> None:
+    line = se.truth_ceiling_line({"3": 0.5, "5": 0.92, "10": 0.95, "exact": 0.99})
+    assert "3 seeds 50%, 5 seeds 92%, 10 seeds 95%, an exact truth 99%" in line
+    assert line.endswith("needs a truth of 5 seeds per architecture")
+    assert se.truth_ceiling_line({"3": 0.5, "5": 0.6, "10": 0.8, "exact": 0.95}).endswith(
+        "needs more than 10 seeds per architecture (only the exact limit reaches it)")
+    assert "remain even in the exact limit" in se.truth_ceiling_line({"3": 0.5, "5": 0.6, "10": 0.7, "exact": 0.8})
 
 
 @pytest.mark.parametrize(("rungs", "epochs", "eta"), [("1;3;9", 9, 3), ("1;2;4;8", 8, 2), ("3;9", 9, 3), ("1;9", 9, 9)])

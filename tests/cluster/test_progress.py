@@ -168,6 +168,39 @@ def test_off_a_terminal_one_plain_line_every_10_to_30_s() -> None:
     assert all("\x1b" not in line and "\r" not in line for line in lines)
 
 
+def test_a_budget_with_nothing_to_train_says_what_it_waits_for() -> None:
+    """A ladder budget before its smaller one, or a confirmation's second wave before its first,
+    has no trial running or queued: the line says why instead of looking stuck; a budget with work
+    running does not repeat its plan's notes."""
+    from archhpo.cluster._progress import progress_line
+
+    statuses = {
+        "lad_200K": PlanStatus(total=6, final=4, running=1, details={"phase3": "waiting for phases 1 and 2"}),
+        "lad_500K": PlanStatus(total=5, details={"phase1": "waiting for lad_200K (the ladder plans this budget "
+                                                           "from the smaller ones)"}),
+        "lad_1M": PlanStatus(total=5, final=5, details={"phase3": "rank(s) 2 wait for ranks 0-1's confirmation"}),
+    }
+    line = progress_line(statuses, 1, 0.0, None)
+    assert line.endswith("| waiting: lad_500K: waiting for lad_200K (the ladder plans this budget from the smaller ones)")
+    statuses["lad_200K"].running = 0
+    assert "lad_200K: waiting for phases 1 and 2  lad_500K: " in progress_line(statuses, 1, 0.0, None)
+    statuses = {"lad_200K": PlanStatus(total=6, final=4, running=1), "lad_500K": PlanStatus(total=5)}
+    assert "waiting:" not in progress_line(statuses, 1, 0.0, None), "no reason recorded: nothing added"
+
+
+def test_the_bar_shows_what_an_idle_budget_waits_for() -> None:
+    from rich.console import Console
+
+    console = Console(file=io.StringIO(), force_terminal=True, width=200, record=True, color_system=None)
+    shown = RunProgress(io.StringIO(), {}, 1, read_work=lambda: _work(True), clock=FakeClock(), console=console)
+    statuses = {"lad_200K": PlanStatus(total=6, final=4, running=1, details={"phase3": "waiting for phases 1 and 2"}),
+                "lad_500K": PlanStatus(total=5, details={"phase1": "waiting for lad_200K"})}
+    shown.close(statuses)
+    last = {line.split()[0]: line for line in console.export_text().splitlines() if line.strip()}
+    assert "best -  (waiting for lad_200K)" in last["lad_500K"]
+    assert "waiting" not in last["lad_200K"], "a budget with a trial running shows its counts only"
+
+
 def test_ray_prints_worker_lines_without_colour_codes_off_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
     from ray._private.worker import print_worker_logs
 

@@ -194,14 +194,14 @@ def test_carry_up_fits_the_exponent_on_every_smaller_budget() -> None:
 def test_each_region_architecture_is_assigned_once_in_spread_order_and_the_other_slots_skipped() -> None:
     rows = [_row(i, d, layers, "x" if i in (1, 3) else "") for i, (d, layers) in
             enumerate([(64, 2), (64, 8), (128, 4), (512, 1), (256, 4)])]
-    got = _assign(rows, QUICK_SPACE, list(range(10, 18)), seed=3)
+    got = _assign(rows, lambda _: QUICK_SPACE, list(range(10, 18)), seed=3)
     # plan_order's spread order, extremes (1, 3) first; slots 15-17 have no architecture
     assert [(a["slot"], a["arch_idx"]) for a in got] == [(10, 1), (11, 3), (12, 4), (13, 0), (14, 2)]
-    fewer = _assign(rows, QUICK_SPACE, list(range(10, 13)), seed=3)
+    fewer = _assign(rows, lambda _: QUICK_SPACE, list(range(10, 13)), seed=3)
     assert fewer == got[:3], "fewer slots than rows: the same first slots, training parameters included"
-    two = _assign([rows[i] for i in (4, 2)], QUICK_SPACE, [0, 1, 2], seed=3)
+    two = _assign([rows[i] for i in (4, 2)], lambda _: QUICK_SPACE, [0, 1, 2], seed=3)
     assert [(a["slot"], a["arch_idx"]) for a in two] == [(0, 4), (1, 2)], "a region's own arch_idx, once each"
-    assert [(a["slot"], a["arch_idx"]) for a in _assign([rows[2]], QUICK_SPACE, [5, 6], seed=0)] == [(5, 2)]
+    assert [(a["slot"], a["arch_idx"]) for a in _assign([rows[2]], lambda _: QUICK_SPACE, [5, 6], seed=0)] == [(5, 2)]
 
 
 def test_a_ladder_record_stored_before_every_axis_is_still_described() -> None:
@@ -248,7 +248,9 @@ def _finish_small(storage_url: str, small: Any) -> None:
 def test_a_larger_budget_waits_then_is_planned_from_the_smaller_once(storage_url: str) -> None:
     small, large = _ladder(storage_url)
     q = TrialQueue(storage_url, large.study_name)
-    assert q.maintain().done is False and q.claim(WORKER) is None
+    before = q.maintain()
+    assert before.done is False and q.claim(WORKER) is None
+    assert before.details["phase1"] == f"waiting for {small.study_name} (the ladder plans this budget from the smaller ones)"
     _finish_small(storage_url, small)
     queues = [TrialQueue(storage_url, large.study_name) for _ in range(4)]
     barrier = threading.Barrier(4)
@@ -275,6 +277,7 @@ def test_a_larger_budget_waits_then_is_planned_from_the_smaller_once(storage_url
         assert lo * (1 - 1e-12) <= a["params"]["learning_rate"] <= hi * (1 + 1e-12)
     trials = q.storage.get_all_trials(q.study_id, deepcopy=False)
     assert sorted(t.user_attrs["plan_slot"] for t in trials) == list(range(len(large.plan))), "each slot once"
+    assert "phase1" not in q.maintain().details, "planned: no longer waiting"
     claim = q.claim(WORKER)
     assert claim is not None and claim.params["epochs"] == ladder["carried"]["epochs"]
     notes = ladder_notes(q.storage, {"500K": large.study_name, "200K": small.study_name})

@@ -65,14 +65,10 @@ def replay_spread(budgets: list[Budget], repeats: int, seed: int, sequential: bo
     waves or all at once (`sequential`): the spread of its FLOPs ratio over repeats (min, 5th and 95th
     percentiles, max) and per budget the share of repeats within 1 std, to place the real run in."""
     ratios, within = [], []
-    default, se.SEQUENTIAL = se.SEQUENTIAL, sequential
-    try:
-        for k in range(repeats):  # each its own plan seed and noise (search_efficiency.replay, one repeat)
-            one = se.replay(budgets, 1, seed + k)["archhpo"]
-            ratios.append(one["flops_ratio"])
-            within.append(one["within_1std_per_budget"])
-    finally:
-        se.SEQUENTIAL = default
+    for k in range(repeats):  # each its own plan seed and noise (search_efficiency.replay, one repeat)
+        one = se.replay(budgets, 1, seed + k, sequential=sequential)["archhpo"]
+        ratios.append(one["flops_ratio"])
+        within.append(one["within_1std_per_budget"])
     ratios.sort()
     pick = lambda q: ratios[min(len(ratios) - 1, round(q * (len(ratios) - 1)))]  # noqa: E731
     return {"flops_ratio": [ratios[0], pick(0.05), pick(0.95), ratios[-1]],
