@@ -10,18 +10,29 @@ only when its interval is narrow and plausible; otherwise the prior is Step Law'
 N^(-0.713 + 0.307) = N^-0.406 when the data grows with N (a fixed tokens- or samples-per-parameter)
 and N^-0.713 at fixed data (whole epochs over the same data set at every budget).
 
-The rule (`fit_lr_exponent`): the fitted slope b is used when there are at least MIN_BUDGETS (3)
-budgets, its t-based CONFIDENCE (90%) interval is at most MAX_INTERVAL_WIDTH (1.0) wide, and the
-interval lies inside PLAUSIBLE (-1.5, 0.5); otherwise the prior, and the reason says why.
+The rule (`fit_lr_exponent`): the fitted slope b is used when at least MIN_BUDGETS (3) budgets
+*located* their best rate (below), its t-based CONFIDENCE (90%) interval over those budgets is at
+most MAX_INTERVAL_WIDTH (1.0) wide, and the interval lies inside PLAUSIBLE (-1.5, 0.5); otherwise the
+prior, and the reason says why.  A budget that did not locate its best rate still places the line
+the carried rate is read on (below), but not its slope: its best rate is one trial's, where the
+architecture's effect and the rate's are not told apart, so a slope through such budgets measures
+which architectures were sampled at which rates.  (T1's learning-rate run fitted N^+0.064, 90%
+interval 0.013 to 0.114, through a located 100K and a 200K and 400K whose best rates were a better
+architecture's sampled rate; decided 2026-11-28, before T1's 800K sweep could judge its result.)
 
-Each budget's best learning rate (`best_rate`): with at least MIN_RATES_FOR_QUADRATIC (4) distinct
+Each budget's best learning rate (`locate_rate`): with at least MIN_RATES_FOR_QUADRATIC (4) distinct
 learning rates, the vertex of a least-squares parabola of value against log lr, used when the
 parabola is convex and its vertex lies within the rates tried; else the learning rate of the
 budget's best trial.  Where the trials name their architecture and some architecture ran at two or
 more rates, the parabola gets an intercept per architecture (one shared curvature and slope in
 log lr): a better architecture that happened to be sampled at higher rates would otherwise read as
 a higher best rate.  An architecture tried at one rate only fixes its own intercept and says
-nothing about the rate.  The parabola reads every trial, so one lucky trial does not set the rate,
+nothing about the rate.  The rate is *located* when the vertex was read and the rate's effect is
+told apart from the architectures' (the trials name one architecture or none, or the intercepts per
+architecture were identified).  A ladder budget above the smallest trains each architecture at one
+rate (its confirmation repeats that rate), so it never locates: in a --ladder study the exponent is
+fitted only where the budgets searched as the design (the smallest) are three or more, and
+otherwise is the prior, with the slope through every budget recorded beside it.  The parabola reads every trial, so one lucky trial does not set the rate,
 and it never extrapolates beyond the rates tried; the best trial is what a ladder carried before.
 A caveat: a ladder budget above the smallest samples its rates around the carried one (x/÷ 2), so
 its best rate leans towards what was carried; the interval rule keeps such a fit honest.
@@ -71,8 +82,10 @@ class LrFit:
     """The exponent a ladder carries its learning rate with, and where it came from.
 
     exponent: the one used; low, high: the fitted slope's interval (None without one: fewer than
-    MIN_BUDGETS budgets); slope: the fitted slope (None with fewer than 2 budgets), recorded
-    even when the prior was used; source: "fitted" or "prior"; reason: why, in words."""
+    MIN_BUDGETS budgets that located their best rate); n_budgets: the budgets with a best rate, or,
+    once an interval was fitted, those that located it (the interval's); slope: the fitted slope
+    (None with fewer than 2 budgets; over every budget's best rate where too few located theirs),
+    recorded even when the prior was used; source: "fitted" or "prior"; reason: why, in words."""
 
     exponent: float
     low: float | None
@@ -103,39 +116,54 @@ def prior_exponent(data_grows: bool) -> float:
     return PRIOR_DATA_GROWS if data_grows else PRIOR_FIXED_DATA
 
 
-def best_rate(points: Sequence[tuple[float, float] | tuple[float, float, Hashable]]) -> float:
+@dataclass(frozen=True)
+class BestRate:
+    """A budget's best learning rate; located: a convex parabola's vertex within the rates tried, the
+    rate's effect told apart from the architectures' (else the best trial's rate)."""
+
+    rate: float
+    located: bool
+
+
+def locate_rate(points: Sequence[tuple[float, float] | tuple[float, float, Hashable]]) -> BestRate:
     """A budget's best learning rate from its finished trials' (learning rate, value) pairs, or
     (learning rate, value, architecture) triples (lower value is better): the convex parabola's
     vertex within the rates tried (with an intercept per architecture where one is identified),
-    else the best trial's."""
+    else the best trial's; located as the module docstring says."""
     if not points:
         raise ValueError("best_rate needs at least one finished trial")
-    best = min(points, key=lambda p: p[1])[0]
+    best = BestRate(float(min(points, key=lambda p: p[1])[0]), located=False)
     x = np.log(np.array([p[0] for p in points], dtype=float))
     if len(np.unique(x)) < MIN_RATES_FOR_QUADRATIC:
-        return float(best)
+        return best
     y = np.array([p[1] for p in points], dtype=float)
-    c2, c1 = _curve(x, y, [p[2] if len(p) > 2 else None for p in points])
+    c2, c1, separated = _curve(x, y, [p[2] if len(p) > 2 else None for p in points])
     if c2 <= 0:  # concave or flat: no minimum to read
-        return float(best)
+        return best
     vertex = -c1 / (2 * c2)
     if not x.min() <= vertex <= x.max():  # outside the rates tried: an extrapolation
-        return float(best)
-    return float(math.exp(vertex))
+        return best
+    return BestRate(float(math.exp(vertex)), located=separated)
 
 
-def _curve(x: np.ndarray, y: np.ndarray, groups: Sequence[Hashable | None]) -> tuple[float, float]:
-    """The curvature and slope of y against x: one intercept per group where the groups identify
-    them (some group at two or more x, and more points than coefficients, so the shape is
-    checked), else one shared intercept (np.polyfit's parabola)."""
+def best_rate(points: Sequence[tuple[float, float] | tuple[float, float, Hashable]]) -> float:
+    """`locate_rate`'s rate."""
+    return locate_rate(points).rate
+
+
+def _curve(x: np.ndarray, y: np.ndarray, groups: Sequence[Hashable | None]) -> tuple[float, float, bool]:
+    """The curvature and slope of y against x, and whether the rate's effect is told apart from the
+    groups': one intercept per group where the groups identify them (some group at two or more x,
+    and more points than coefficients, so the shape is checked), else one shared intercept
+    (np.polyfit's parabola), which tells them apart only when the points name one group or none."""
     labels = sorted({g for g in groups if g is not None}, key=repr)
     if None not in groups and len(labels) > 1:
         design = np.column_stack([x**2, x] + [np.array([g == label for g in groups], dtype=float) for label in labels])
         if len(y) > design.shape[1] and np.linalg.matrix_rank(design) == design.shape[1]:
             coef = np.linalg.lstsq(design, y, rcond=None)[0]
-            return float(coef[0]), float(coef[1])
+            return float(coef[0]), float(coef[1]), True
     c2, c1, _ = np.polyfit(x, y, 2)
-    return float(c2), float(c1)
+    return float(c2), float(c1), len(labels) <= 1 and (None in groups) == (not labels)
 
 
 def at_width(lr: float, from_width: int, to_width: int) -> float:
@@ -162,23 +190,30 @@ def carried_rate(rates: Sequence[tuple[int, float]], n_large: int, exponent: flo
 def fit_lr_exponent(budgets: Sequence[tuple[int, Sequence[Any]]], *, data_grows: bool) -> LrFit:
     """The exponent b of lr* ∝ N^b from the smaller budgets' (nominal N, [(learning rate, value[,
     architecture])]) (budgets without a finished trial are skipped), by the module's rule: fitted when at least
-    MIN_BUDGETS budgets give a narrow, plausible interval, else Step Law's prior."""
-    known = budget_rates(budgets)
+    MIN_BUDGETS budgets that located their best rate give a narrow, plausible interval, else Step Law's prior."""
+    estimates = [(n, locate_rate(points)) for n, points in budgets if points]
+    known = [(n, e.rate) for n, e in estimates]
     prior = prior_exponent(data_grows)
     regime = "data growing with N" if data_grows else "fixed data"
     if len({n for n, _ in known}) < 2:
         return LrFit(prior, None, None, len(known), "prior",
                      f"{len(known)} budget{'s' * (len(known) != 1)} to fit, Step Law with {regime}")
-    x = np.log(np.array([n for n, _ in known], dtype=float))
-    y = np.log(np.array([lr for _, lr in known], dtype=float))
-    slope, _ = np.polyfit(x, y, 1)
-    slope = float(slope)
+    slope = _slope(known)
     if len(known) < MIN_BUDGETS:
         return LrFit(prior, None, None, len(known), "prior",
                      f"2 budgets fit b = {slope:.3f} exactly, with no interval; Step Law with {regime}",
                      slope=slope)
+    located = [(n, e.rate) for n, e in estimates if e.located]
+    if len({n for n, _ in located}) < MIN_BUDGETS:
+        return LrFit(prior, None, None, len(known), "prior",
+                     f"{len(located)} of {len(known)} budgets located their best rate (elsewhere it is the best "
+                     f"trial's, the architecture's effect not told apart from the rate's), too few to fit b = "
+                     f"{slope:.3f}; Step Law with {regime}", slope=slope)
+    x = np.log(np.array([n for n, _ in located], dtype=float))
+    y = np.log(np.array([lr for _, lr in located], dtype=float))
+    slope = _slope(located)
     low, high = _slope_interval(x, y, slope)
-    fit = LrFit(slope, low, high, len(known), "fitted", f"{CONFIDENCE:.0%} interval {low:.3f} to {high:.3f}",
+    fit = LrFit(slope, low, high, len(located), "fitted", f"{CONFIDENCE:.0%} interval {low:.3f} to {high:.3f}",
                 slope=slope)
     if high - low > MAX_INTERVAL_WIDTH:
         why = f"the fitted {CONFIDENCE:.0%} interval {low:.3f} to {high:.3f} is wider than {MAX_INTERVAL_WIDTH:g}"
@@ -186,7 +221,13 @@ def fit_lr_exponent(budgets: Sequence[tuple[int, Sequence[Any]]], *, data_grows:
         why = f"the fitted interval {low:.3f} to {high:.3f} leaves the plausible {PLAUSIBLE[0]:g} to {PLAUSIBLE[1]:g}"
     else:
         return fit
-    return LrFit(prior, low, high, len(known), "prior", f"{why}; Step Law with {regime}", slope=slope)
+    return LrFit(prior, low, high, len(located), "prior", f"{why}; Step Law with {regime}", slope=slope)
+
+
+def _slope(rates: Sequence[tuple[int, float]]) -> float:
+    """The least-squares slope of log lr against log N."""
+    slope, _ = np.polyfit(np.log([float(n) for n, _ in rates]), np.log([lr for _, lr in rates]), 1)
+    return float(slope)
 
 
 def _slope_interval(x: np.ndarray, y: np.ndarray, slope: float) -> tuple[float, float]:

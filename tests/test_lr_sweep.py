@@ -115,3 +115,26 @@ def test_judge_reads_the_carried_rate_and_its_width_from_a_ladder_record(tmp_pat
         sweep.main(["judge", "--table", str(TABLE), "--budget", "400K"])
     with pytest.raises(SystemExit, match="no rows of budget 800K"):
         sweep.main(["judge", "--table", str(TABLE), "--budget", "800K", "--carried", "3e-3"])
+
+
+def test_today_recomputes_a_runs_carried_rate_from_its_smaller_budgets(tmp_path: Path,
+                                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """The committed T1 learning-rate run: its 400K was planned by a rule today's keeps (the prior on 2
+    budgets), so the recomputed rate is the stored one; its 800K stored N^+0.064 fitted through two
+    budgets whose best rates were one trial's, which today's rule does not fit on."""
+    db = tmp_path / "run.db"
+    shutil.copy(ROOT / "bench" / "truths" / "realrun" / "t1lr" / "t1lrreal.db", db)
+    url = f"sqlite:///{db}"
+    stored, width = sweep.ladder_rate(url, "t1lrreal_400K-h2+4+8-t10")
+    assert sweep.todays_rate(url, "t1lrreal_400K-h2+4+8-t10")[:2] == (pytest.approx(stored, rel=1e-9), width)
+    assert sweep.ladder_rate(url, "t1lrreal_800K-h2+4+8-t10") == (pytest.approx(4.9078e-3, rel=1e-4), 128)
+    rate, width, exponent = sweep.todays_rate(url, "t1lrreal_800K-h2+4+8-t10")
+    assert (round(rate, 7), width) == (2.5598e-3, 128) and exponent.startswith("N^-0.406 (prior: 1 of 3 budgets located")
+    argv = ["judge", "--table", str(TABLE), "--budget", "400K", "--ladder", url, "--study", "t1lrreal_400K-h2+4+8-t10"]
+    assert sweep.main([*argv, "--today"]) == sweep.main(argv), "the same verdict where the rule did not change"
+    assert "today's rule, from t1lrreal_400K-h2+4+8-t10's smaller budgets: N^-0.406 (prior: 2 budgets fit" in (
+        capsys.readouterr().out)
+    with pytest.raises(SystemExit, match="--today recomputes a --ladder run's rate"):
+        sweep.main(["judge", "--table", str(TABLE), "--budget", "400K", "--carried", "3e-3", "--today"])
+    with pytest.raises(SystemExit, match="is not a --ladder budget above the smallest"):
+        sweep.todays_rate(url, "t1lrreal_100K-h2+4+8-t10")

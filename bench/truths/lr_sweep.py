@@ -17,13 +17,16 @@ the three rates around the lowest loss (a rate at the end of the sweep is report
         --budget 400K --budget 800K --out bench/truths/t1_lr.csv
     python bench/truths/lr_sweep.py judge --table bench/truths/t1_lr_400K.csv --budget 400K \
         --ladder sqlite:///...run.db --study RUN_400K-h2+4+8-t10      # or --carried RATE --width D_MODEL
+    python bench/truths/lr_sweep.py judge ... --ladder sqlite:///...run.db --study RUN_800K-h2+4+8-t10 --today
 
 `judge` grades the rate a `--ladder` run carried to a budget (part 4: within x/÷ TARGET_FACTOR of
 the swept best): the run's stored ladder record gives the carried rate and the width it is read at
 (`lr_width`; a record stored before the width rule has none and carries one rate to every width),
 and each swept architecture is judged at the carried rate moved to its own d_model by the ladder's
 own rule (archhpo.search._lrfit.at_width) against its sweep's best rate.  A best rate at an end of
-the sweep is a bound: the carried rate is judged against it only when it lies beyond it.
+the sweep is a bound: the carried rate is judged against it only when it lies beyond it.  With
+`--today` the rate judged is the one this checkout's rule carries from the run's own smaller
+budgets (`todays_rate`), for a run planned before the rule changed.
 """
 
 from __future__ import annotations
@@ -142,12 +145,34 @@ def ladder_rate(storage: str, study: str) -> tuple[float, int | None]:
     return float(record["carried"]["learning_rate"]), None if width is None else int(width)
 
 
+def todays_rate(storage: str, study: str) -> tuple[float, int, str]:
+    """The learning rate this checkout's ladder rule would carry to a --ladder budget from the same
+    run's smaller budgets (their finished trials as stored; nothing is written), the width it is read
+    at and the rule's exponent in words: a run's stored rate is the rule of the day it was planned."""
+    from archhpo.search._lrfit import LrFit
+    from archhpo.search._upkeep import PlanUpkeep
+
+    upkeep = PlanUpkeep(storage, study)
+    if not upkeep.settings.options.ladder_below:
+        raise SystemExit(f"lr_sweep: {study} is not a --ladder budget above the smallest; name one.")
+    out = upkeep._carry_from([PlanUpkeep(storage, n, storage=upkeep.storage) for n in upkeep.settings.options.ladder_below])
+    if not out.get("carried"):
+        raise SystemExit(f"lr_sweep: {study}'s smaller budgets have no finished trial to carry a rate from.")
+    return float(out["carried"]["learning_rate"]), int(out["lr_width"]), LrFit.from_dict(out["lr_fit"]).describe()
+
+
 def _judge(args: argparse.Namespace) -> int:
     if (args.carried is None) == (args.ladder is None):
         raise SystemExit("lr_sweep judge: give either --ladder STORAGE --study NAME or --carried RATE.")
     if args.ladder is not None and not args.study:
         raise SystemExit("lr_sweep judge: --ladder needs --study, the ladder budget's study name.")
-    carried, width = ladder_rate(args.ladder, args.study) if args.ladder else (args.carried, args.width)
+    if args.today and args.ladder is None:
+        raise SystemExit("lr_sweep judge: --today recomputes a --ladder run's rate; give --ladder and --study.")
+    if args.today:
+        carried, width, exponent = todays_rate(args.ladder, args.study)
+        print(f"today's rule, from {args.study}'s smaller budgets: {exponent}")
+    else:
+        carried, width = ladder_rate(args.ladder, args.study) if args.ladder else (args.carried, args.width)
     with open(args.table, newline="") as fh:
         verdicts = judge_rows(list(csv.DictReader(fh)), args.budget, carried, width)
     if not verdicts:
@@ -179,6 +204,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     jud.add_argument("--study", help="the ladder budget's study in --ladder")
     jud.add_argument("--carried", type=float, help="a carried rate, instead of a run's record")
     jud.add_argument("--width", type=int, help="the d_model --carried is read at (default: one rate for every width)")
+    jud.add_argument("--today", action="store_true", help="with --ladder: judge the rate this checkout's rule "
+                     "carries from the run's smaller budgets, not the one the run stored")
     args = p.parse_args(argv)
     if args.cmd == "judge":
         return _judge(args)

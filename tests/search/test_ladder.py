@@ -61,6 +61,12 @@ def _done(value: float, number: int, d: int, layers: int, heads: int = 0, ff: in
     return Finished(value, number, d, layers, (d, layers, heads, ff), {**PARAMS, **params}, n_heads=heads, d_ff=ff)
 
 
+def _located(lr: float, d: int = 64, layers: int = 3) -> list[Finished]:
+    """One architecture trained at 4 rates around `lr`, on a parabola in log lr with its vertex at
+    `lr`: a budget that located its best rate (search/_lrfit.locate_rate)."""
+    return [_done(2.0 + math.log(f) ** 2, k, d, layers, learning_rate=lr * f) for k, f in enumerate((0.25, 0.5, 2, 4))]
+
+
 def test_the_carried_rate_is_clipped_to_the_studys_range_and_the_rest_comes_from_the_best_trial() -> None:
     best = _done(2.0, 0, 64, 2, weight_decay=2e-4)
     assert carried_params(best, 5e-4, QUICK_SPACE) == {**PARAMS, "learning_rate": 5e-4, "weight_decay": 2e-4}
@@ -177,7 +183,7 @@ def test_carry_up_assigns_every_slot_inside_the_region_reproducibly() -> None:
 
 def test_carry_up_fits_the_exponent_on_every_smaller_budget() -> None:
     rows = [_row(i, 64, layers) for i, layers in enumerate((2, 3, 4))]
-    below = [(n, [_done(2.0, 0, 64, 3, learning_rate=0.3 * n**-0.5)]) for n in (25_000, 50_000, 100_000)]
+    below = [(n, _located(0.3 * n**-0.5)) for n in (25_000, 50_000, 100_000)]
     out = carry_up(below[-1][1], 100_000, 400_000, rows, QUICK_SPACE, slots=[0], seed=0, below=below)
     assert out["lr_fit"]["source"] == "fitted" and out["lr_fit"]["n_budgets"] == 3
     assert out["carried"]["learning_rate"] == pytest.approx(0.3 * 400_000**-0.5, rel=1e-9)
@@ -473,8 +479,7 @@ def test_a_ladder_whose_rates_follow_mups_width_rule_fits_a_flat_exponent() -> N
     """Rates that halve as d_model doubles (muP) with N: read at one width they do not move with N
     (slope exactly 0), where the raw rates would fit -1 and carry the largest budget's rate down."""
     rows = [_row(i, 256, layers) for i, layers in enumerate((2, 3, 4))]
-    below = [(n, [_done(2.0, 0, d, 2, learning_rate=lr)])
-             for n, d, lr in ((100_000, 64, 1e-2), (200_000, 128, 5e-3), (400_000, 256, 2.5e-3))]
+    below = [(n, _located(lr, d, 2)) for n, d, lr in ((100_000, 64, 1e-2), (200_000, 128, 5e-3), (400_000, 256, 2.5e-3))]
     out = carry_up(below[-1][1], 400_000, 800_000, rows, WIDE, slots=[0], seed=0, below=below)
     assert out["lr_fit"]["source"] == "fitted" and out["lr_fit"]["slope"] == pytest.approx(0.0, abs=1e-12)
     assert out["lr_width"] == 256 and out["carried"]["learning_rate"] == pytest.approx(2.5e-3, rel=1e-12)
