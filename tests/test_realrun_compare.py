@@ -67,3 +67,13 @@ def test_the_t2_run_is_graded_by_its_partial_truth(capsys: pytest.CaptureFixture
     assert [line.split(" trials, chose ")[1].split(" ")[0] for line in out[:3]] == ["d64-L2-h4", "d64-L6-h4", "d128-L2-h8"]
     assert "regret 0.05 std" in out[0] and "regret 0.50 std" in out[1] and "regret 0.00 std" in out[2]
     assert out[-1] == "total FLOPs ratio 0.362"
+
+
+def test_the_replay_plans_with_the_runs_own_trials() -> None:
+    """A run launched with --trials 12 (T1's learning-rate run) is placed among replays of a 12-trial
+    plan: the design it is compared with, and the replay's, are that plan's, not the default 50's."""
+    budgets = compare.load_table(compare.HERE.parent / "t1_partial_100K-400K.csv")
+    twelve = compare.replay_spread(budgets, 2, 5, True, trials=12)
+    ratios = sorted(compare.se.replay(budgets, 1, 5 + k, 12, sequential=True)["archhpo"]["flops_ratio"] for k in (0, 1))
+    assert twelve["flops_ratio"] == [ratios[0], ratios[0], ratios[1], ratios[1]]
+    assert compare.replay_spread(budgets, 2, 5, True)["flops_ratio"] != twelve["flops_ratio"], "50 plans a larger design"

@@ -60,13 +60,14 @@ def run_confirms_in_waves(results: Path, experiment: str, budgets: list[Budget])
                .get("confirm_sequential", False) for b in budgets)
 
 
-def replay_spread(budgets: list[Budget], repeats: int, seed: int, sequential: bool = se.SEQUENTIAL) -> dict[str, Any]:
-    """The `archhpo` strategy replayed on the same budgets, one study per repeat, confirming in two
-    waves or all at once (`sequential`): the spread of its FLOPs ratio over repeats (min, 5th and 95th
+def replay_spread(budgets: list[Budget], repeats: int, seed: int, sequential: bool = se.SEQUENTIAL,
+                  trials: int = 50) -> dict[str, Any]:
+    """The `archhpo` strategy replayed on the same budgets with the run's --trials, one study per
+    repeat, confirming in two waves or all at once (`sequential`): the spread of its FLOPs ratio over repeats (min, 5th and 95th
     percentiles, max) and per budget the share of repeats within 1 std, to place the real run in."""
     ratios, within = [], []
     for k in range(repeats):  # each its own plan seed and noise (search_efficiency.replay, one repeat)
-        one = se.replay(budgets, 1, seed + k, sequential=sequential)["archhpo"]
+        one = se.replay(budgets, 1, seed + k, trials, sequential=sequential)["archhpo"]
         ratios.append(one["flops_ratio"])
         within.append(one["within_1std_per_budget"])
     ratios.sort()
@@ -104,7 +105,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.replay:
         waves = (run_confirms_in_waves(args.results, args.experiment, budgets) if args.confirmation == "run"
                  else args.confirmation == "waves")
-        spread = replay_spread(budgets, args.replay, args.replay_seed, waves)
+        spread = replay_spread(budgets, args.replay, args.replay_seed, waves, args.trials)
         lo, p5, p95, hi = spread["flops_ratio"]
         mode = "in two waves" if waves else "every finalist at once"
         print(f"replay ({args.replay} repeats, seeds {args.replay_seed}+k, confirming {mode}): FLOPs ratio min {lo:.3f}, 5-95% "
