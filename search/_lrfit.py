@@ -30,9 +30,10 @@ a higher best rate.  An architecture tried at one rate only fixes its own interc
 nothing about the rate.  The rate is *located* when the vertex was read and the rate's effect is
 told apart from the architectures' (the trials name one architecture or none, or the intercepts per
 architecture were identified).  A ladder budget above the smallest trains each architecture at one
-rate (its confirmation repeats that rate), so it never locates: in a --ladder study the exponent is
-fitted only where the budgets searched as the design (the smallest) are three or more, and
-otherwise is the prior, with the slope through every budget recorded beside it.  The parabola reads every trial, so one lucky trial does not set the rate,
+rate (its confirmation repeats that rate), so it never locates: in a --ladder study only the
+smallest budget (searched as the design) locates its rate, and the exponent is the prior, with the
+slope through every budget recorded beside it.  Fitting it would take one architecture trained at 4
+or more rates at each budget.  The parabola reads every trial, so one lucky trial does not set the rate,
 and it never extrapolates beyond the rates tried; the best trial is what a ladder carried before.
 A caveat: a ladder budget above the smallest samples its rates around the carried one (x/÷ 2), so
 its best rate leans towards what was carried; the interval rule keeps such a fit honest.
