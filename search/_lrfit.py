@@ -83,7 +83,7 @@ class LrFit:
     """The exponent a ladder carries its learning rate with, and where it came from.
 
     exponent: the one used; low, high: the fitted slope's interval (None without one: fewer than
-    MIN_BUDGETS budgets that located their best rate); n_budgets: the budgets with a best rate, or,
+    MIN_BUDGETS budgets; over every budget's best rate where too few located theirs); n_budgets: the budgets with a best rate, or,
     once an interval was fitted, those that located it (the interval's); slope: the fitted slope
     (None with fewer than 2 budgets; over every budget's best rate where too few located theirs),
     recorded even when the prior was used; source: "fitted" or "prior"; reason: why, in words."""
@@ -206,14 +206,14 @@ def fit_lr_exponent(budgets: Sequence[tuple[int, Sequence[Any]]], *, data_grows:
                      slope=slope)
     located = [(n, e.rate) for n, e in estimates if e.located]
     if len({n for n, _ in located}) < MIN_BUDGETS:
-        return LrFit(prior, None, None, len(known), "prior",
+        low, high = _slope_interval(known, slope)
+        return LrFit(prior, low, high, len(known), "prior",
                      f"{len(located)} of {len(known)} budgets located their best rate (elsewhere it is the best "
-                     f"trial's, the architecture's effect not told apart from the rate's), too few to fit b = "
-                     f"{slope:.3f}; Step Law with {regime}", slope=slope)
-    x = np.log(np.array([n for n, _ in located], dtype=float))
-    y = np.log(np.array([lr for _, lr in located], dtype=float))
+                     f"trial's, the architecture's effect not told apart from the rate's), so b = {slope:.3f} "
+                     f"({CONFIDENCE:.0%} interval {low:.3f} to {high:.3f}) through them is not used; "
+                     f"Step Law with {regime}", slope=slope)
     slope = _slope(located)
-    low, high = _slope_interval(x, y, slope)
+    low, high = _slope_interval(located, slope)
     fit = LrFit(slope, low, high, len(located), "fitted", f"{CONFIDENCE:.0%} interval {low:.3f} to {high:.3f}",
                 slope=slope)
     if high - low > MAX_INTERVAL_WIDTH:
@@ -231,8 +231,11 @@ def _slope(rates: Sequence[tuple[int, float]]) -> float:
     return float(slope)
 
 
-def _slope_interval(x: np.ndarray, y: np.ndarray, slope: float) -> tuple[float, float]:
-    """The t-based CONFIDENCE interval of a least-squares slope (n - 2 degrees of freedom)."""
+def _slope_interval(rates: Sequence[tuple[int, float]], slope: float) -> tuple[float, float]:
+    """The t-based CONFIDENCE interval of the least-squares slope of log lr against log N (n - 2
+    degrees of freedom)."""
+    x = np.log(np.array([n for n, _ in rates], dtype=float))
+    y = np.log(np.array([lr for _, lr in rates], dtype=float))
     n = len(x)
     residual = y - (slope * x + (y.mean() - slope * x.mean()))
     sxx = float(((x - x.mean()) ** 2).sum())

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 import numpy as np
 import pytest
+from scipy import stats
 
 from archhpo.search._lrfit import (
     PRIOR_DATA_GROWS,
@@ -81,11 +82,16 @@ def test_budgets_that_did_not_locate_their_best_rate_place_the_line_but_do_not_f
     slope = float(np.polyfit(np.log([n for n, _ in rates]), np.log([lr for _, lr in rates]), 1)[0])
     budgets = [_budget(*rates[0]), _best_trial(*rates[1]), _best_trial(*rates[2])]
     fit = fit_lr_exponent(budgets, data_grows=True)
-    assert (fit.source, fit.exponent, fit.low, fit.high, fit.n_budgets) == ("prior", PRIOR_DATA_GROWS, None, None, 3)
+    assert (fit.source, fit.exponent, fit.n_budgets) == ("prior", PRIOR_DATA_GROWS, 3)
     assert fit.slope == pytest.approx(slope, rel=1e-6) and 0.06 < slope < 0.07
+    x, y = np.log([n for n, _ in rates]), np.log([lr for _, lr in rates])
+    residual = y - np.polyval(np.polyfit(x, y, 1), x)
+    half = stats.t.ppf(0.95, 1) * math.sqrt(float((residual**2).sum()) / ((x - x.mean()) ** 2).sum())
+    assert (fit.low, fit.high) == (pytest.approx(slope - half, rel=1e-6), pytest.approx(slope + half, rel=1e-6))
+    assert 0.0 < fit.low < fit.high < 0.12, "narrow: the interval rule alone would have used it (the run did)"
     assert fit.reason == (f"1 of 3 budgets located their best rate (elsewhere it is the best trial's, the "
-                          f"architecture's effect not told apart from the rate's), too few to fit b = {slope:.3f}; "
-                          "Step Law with data growing with N")
+                          f"architecture's effect not told apart from the rate's), so b = {slope:.3f} (90% interval "
+                          f"{fit.low:.3f} to {fit.high:.3f}) through them is not used; Step Law with data growing with N")
     assert _flat(budget_rates(budgets)) == pytest.approx(_flat(rates)), "every budget's best rate still places the line"
     located = fit_lr_exponent([_budget(n, lr) for n, lr in rates], data_grows=True)
     assert located.source == "fitted" and located.exponent == pytest.approx(slope, rel=1e-6), "the same rates, located"
