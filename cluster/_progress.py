@@ -51,12 +51,13 @@ def _best(status: PlanStatus) -> str:
 
 
 def waits_for(status: PlanStatus) -> str:
-    """Why a budget that is not done has nothing to train (no trial running or queued), in words
-    (PlanStatus.details: a ladder budget before its smaller ones, a confirmation's second wave before
-    its first); "" while it has work, or no reason was recorded."""
-    if status.done or status.running or status.waiting:
+    """Why a budget that is not done has nothing to train (no trial running or queued), in words:
+    the earliest phase's note of PlanStatus.details (a ladder budget before its smaller ones, a
+    confirmation's second wave before its first; a later phase's wait follows from it); "" while it
+    has work, or no reason was recorded."""
+    if status.done or status.running or status.waiting or not status.details:
         return ""
-    return "; ".join(str(v) for v in status.details.values())
+    return str(min(status.details.items())[1])  # "phase1" < "phase2" < "phase3"
 
 
 def progress_line(statuses: dict[str, PlanStatus], workers: int, elapsed: float,

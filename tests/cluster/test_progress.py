@@ -176,11 +176,13 @@ def test_a_budget_with_nothing_to_train_says_what_it_waits_for() -> None:
 
     statuses = {
         "lad_200K": PlanStatus(total=6, final=4, running=1, details={"phase3": "waiting for phases 1 and 2"}),
-        "lad_500K": PlanStatus(total=5, details={"phase1": "waiting for lad_200K (the ladder plans this budget "
+        "lad_500K": PlanStatus(total=5, details={"phase3": "waiting for phases 1 and 2",
+                                                 "phase1": "waiting for lad_200K (the ladder plans this budget "
                                                            "from the smaller ones)"}),
         "lad_1M": PlanStatus(total=5, final=5, details={"phase3": "rank(s) 2 wait for ranks 0-1's confirmation"}),
     }
     line = progress_line(statuses, 1, 0.0, None)
+    # the earliest phase's wait only: its confirmation waiting for phase 1 follows from it
     assert line.endswith("| waiting: lad_500K: waiting for lad_200K (the ladder plans this budget from the smaller ones)")
     statuses["lad_200K"].running = 0
     assert "lad_200K: waiting for phases 1 and 2  lad_500K: " in progress_line(statuses, 1, 0.0, None)
