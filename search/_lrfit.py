@@ -36,7 +36,8 @@ slope through every budget recorded beside it.  Fitting it would take one archit
 or more rates at each budget.  The parabola reads every trial, so one lucky trial does not set the rate,
 and it never extrapolates beyond the rates tried; the best trial is what a ladder carried before.
 A caveat: a ladder budget above the smallest samples its rates around the carried one (x/÷ 2), so
-its best rate leans towards what was carried; the interval rule keeps such a fit honest.
+its best trial's rate leans towards what was carried; such a budget does not locate its rate, so it
+places the line but never fits its slope.
 
 Two more rules say where the carried rate is read (`carried_rate`, `at_width`):
 - The line.  The rate carried to N is read on the line of slope b through every smaller budget's
@@ -82,11 +83,12 @@ WIDTH_EXPONENT = 1.0  # muP for Adam: the hidden layers' best rate ∝ d_model^-
 class LrFit:
     """The exponent a ladder carries its learning rate with, and where it came from.
 
-    exponent: the one used; low, high: the fitted slope's interval (None without one: fewer than
-    MIN_BUDGETS budgets; over every budget's best rate where too few located theirs); n_budgets: the budgets with a best rate, or,
-    once an interval was fitted, those that located it (the interval's); slope: the fitted slope
-    (None with fewer than 2 budgets; over every budget's best rate where too few located theirs),
-    recorded even when the prior was used; source: "fitted" or "prior"; reason: why, in words."""
+    exponent: the one used; low, high: the slope's interval (None with fewer than MIN_BUDGETS
+    budgets; over every budget's best rate where too few located theirs); n_budgets: the budgets
+    with a best rate, or, once an interval over the located ones was fitted, those; slope: the
+    fitted slope (None with fewer than 2 budgets; over every budget's best rate where too few
+    located theirs), recorded even when the prior was used; source: "fitted" or "prior"; reason:
+    why, in words."""
 
     exponent: float
     low: float | None

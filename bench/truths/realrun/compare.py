@@ -63,8 +63,9 @@ def run_confirms_in_waves(results: Path, experiment: str, budgets: list[Budget])
 def replay_spread(budgets: list[Budget], repeats: int, seed: int, sequential: bool = se.SEQUENTIAL,
                   trials: int = 50) -> dict[str, Any]:
     """The `archhpo` strategy replayed on the same budgets with the run's --trials, one study per
-    repeat, confirming in two waves or all at once (`sequential`): the spread of its FLOPs ratio over repeats (min, 5th and 95th
-    percentiles, max) and per budget the share of repeats within 1 std, to place the real run in."""
+    repeat, confirming in two waves or all at once (`sequential`): the spread of its FLOPs ratio
+    over repeats (min, 5th and 95th percentiles, max) and per budget the share of repeats within
+    1 std, to place the real run in."""
     ratios, within = [], []
     for k in range(repeats):  # each its own plan seed and noise (search_efficiency.replay, one repeat)
         one = se.replay(budgets, 1, seed + k, trials, sequential=sequential)["archhpo"]
