@@ -50,16 +50,6 @@ def _best(status: PlanStatus) -> str:
     return "-" if status.best_value is None else f"{status.best_value:.4f}"
 
 
-def waits_for(status: PlanStatus) -> str:
-    """Why a budget that is not done has nothing to train (no trial running or queued), in words:
-    the earliest phase's note of PlanStatus.details (a ladder budget before its smaller ones, a
-    confirmation's second wave before its first; a later phase's wait follows from it); "" while it
-    has work, or no reason was recorded."""
-    if status.done or status.running or status.waiting or not status.details:
-        return ""
-    return str(min(status.details.items())[1])  # "phase1" < "phase2" < "phase3"
-
-
 def progress_line(statuses: dict[str, PlanStatus], workers: int, elapsed: float,
                   eta: float | None | str = "trials") -> str:
     """One plain line; `eta` in seconds (None: not known yet), or "trials" for eta_s's estimate."""
@@ -67,7 +57,7 @@ def progress_line(statuses: dict[str, PlanStatus], workers: int, elapsed: float,
     seconds = eta_s(statuses, workers) if eta == "trials" else eta
     best = "  ".join(f"{n}={_best(s)}" for n, s in statuses.items() if s.best_value is not None) or "-"
     held = f", {c['held']} held at a rung" if c["held"] else ""
-    waits = "  ".join(f"{n}: {w}" for n, s in statuses.items() if (w := waits_for(s)))
+    waits = "  ".join(f"{n}: {w}" for n, s in statuses.items() if (w := s.waits_for))
     return (
         f"[{_fmt_eta(elapsed)}] trials {c['final']}/{c['total']} done, {c['running']} running, {c['failed']} failed"
         f"{held} | best {best} | ETA {_fmt_eta(seconds if isinstance(seconds, float | int) else None)}"
@@ -242,5 +232,5 @@ class _Bar:
 
 def _study_detail(s: PlanStatus) -> str:
     held = f", {s.held} held at a rung" if s.held else ""
-    waits = f"  ({w})" if (w := waits_for(s)) else ""
+    waits = f"  ({w})" if (w := s.waits_for) else ""
     return f"{s.running} running{held}, {s.failed} failed  best {_best(s)}{waits}"

@@ -59,6 +59,16 @@ class PlanStatus:
     def done(self) -> bool:
         return self.final >= self.total
 
+    @property
+    def waits_for(self) -> str:
+        """Why a budget that is not done has nothing to train (no trial running or queued), in words:
+        the earliest phase's note of `details` (a ladder budget before its smaller ones, a
+        confirmation's second wave before its first; a later phase's wait follows from it); "" while
+        it has work, or no reason was recorded.  The progress display and an idle worker say it."""
+        if self.done or self.running or self.waiting or not self.details:
+            return ""
+        return str(min(self.details.items())[1])  # "phase1" < "phase2" < "phase3"
+
 
 _STATUS_KEYS = (Attr.PLAN_SLOT, Attr.PHASE, Attr.ATTEMPT, Attr.RETRY_OF, Attr.FAIL_REASON, Attr.DURATION_S,
                 Attr.OOM_SHARED, Attr.WHOLE_GPU, Attr.RUNG, Attr.RUNG_SCORES, Attr.RUNG_HOLD)

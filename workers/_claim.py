@@ -8,6 +8,7 @@ import logging
 import threading
 import time
 import traceback
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -212,3 +213,43 @@ def _record_spent(run: _TrialRun, built: BuiltTrial, samples: int) -> None:
     """This claim's FLOPs: its training and its cooldown branches (the queue adds earlier claims')."""
     if built.flops_per_sample is not None:
         run.attrs[Attr.FLOPS_SPENT] = int(built.flops_per_sample) * (int(samples) + run.branch_samples)
+
+
+def only_whole_gpu_work(status: Any) -> bool:
+    """Whether a study's only work left is a retry that needs a whole GPU (a shared-GPU OOM): a worker
+    sharing its GPU then leaves the study, freeing its share for the worker that will run it."""
+    whole = int(getattr(status, "whole_gpu_waiting", 0) or 0)
+    if whole and status.waiting == whole and status.running == 0:
+        log.info("only whole-GPU retries are left in %s; leaving them to a worker with a GPU of its own",
+                 getattr(status, "name", "the study"))
+        return True
+    return False
+
+
+def idle_note(statuses: Mapping[str, Any]) -> str:
+    """Why a worker finds nothing to claim in studies that are not done, from their plan statuses
+    (search/_status.PlanStatus): each idle budget's `waits_for` (a ladder budget before its smaller
+    ones, a confirmation's later wave), else the trials other workers run or that wait at a rung."""
+    waits = [f"{name}: {w}" for name, st in statuses.items() if (w := getattr(st, "waits_for", ""))]
+    running = sum(int(getattr(st, "running", 0) or 0) for st in statuses.values())
+    held = sum(int(getattr(st, "held", 0) or 0) for st in statuses.values())
+    busy = [f"{running} trial(s) running on other workers" if running else "",
+            f"{held} held at a rung until its decision" if held else ""]
+    return "; ".join([*waits, *(b for b in busy if b)]) or "nothing to claim yet"
+
+
+class IdleNotes:
+    """What an idle worker says: `idle_note` when it changes, not every poll; after a claim the next
+    wait is said again, even for the same reason."""
+
+    def __init__(self, say: Callable[[str], None]) -> None:
+        self.say, self.last = say, ""
+
+    def waiting(self, statuses: Mapping[str, Any]) -> None:
+        note = idle_note(statuses)
+        if note != self.last:
+            self.last = note
+            self.say(note)
+
+    def claimed(self) -> None:
+        self.last = ""

@@ -25,7 +25,7 @@ import os
 import signal
 import socket
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,6 +41,7 @@ from archhpo.workers._batch import eval_batch, plan_batch, use_plan, vocab_logit
 from archhpo.workers._build import BuiltTrial, DataCache, build_trial
 from archhpo.workers._checkpoints import Checkpoints, _atomic_save
 from archhpo.workers._claim import (
+    IdleNotes,
     QueueLike,
     _Heartbeat,
     _record_spent,
@@ -49,6 +50,7 @@ from archhpo.workers._claim import (
     _TrialRun,
     claim_spec,
     classify_failure,
+    only_whole_gpu_work,
     throughput,
 )
 from archhpo.workers._memory import (
@@ -87,8 +89,10 @@ class Worker:
         checkpoint_dir: str | Path | None = None,
         checkpoint_every: int = 1,
         handle_signals: bool = False,
+        on_idle: Callable[[str], None] | None = None,
     ) -> None:
         self.queues = list(queues)
+        self.idle = IdleNotes(on_idle or (lambda note: log.info("idle: %s", note)))  # a standalone worker prints them
         self.device = resolve_device(device)
         if threads:
             torch.set_num_threads(threads)
@@ -166,6 +170,7 @@ class Worker:
                 claim, queue = self._next(pending)
                 if claim is None:
                     break
+                self.idle.claimed()
                 self._run_trial(queue, claim, summary)
         summary.signal = self.signal_received
         summary.unhealthy = self.unhealthy
@@ -178,31 +183,21 @@ class Worker:
                 claim = q.claim(self.attrs)
                 if claim is not None:
                     return claim, q
+            statuses: dict[str, Any] = {}
             for q in list(pending):
-                status = q.maintain(blocking=False)
+                status = statuses[q.name] = q.maintain(blocking=False)
                 if status.done:
                     self.checkpoints.remove_study(q)
-                if status.done or self._only_whole_gpu_work(status):
+                if status.done or (self.shares_gpu and only_whole_gpu_work(status)):
                     pending.remove(q)
                 else:
                     claim = q.claim(self.attrs)
                     if claim is not None:
                         return claim, q
             if pending:
+                self.idle.waiting({q.name: statuses[q.name] for q in pending})
                 self.stop_event.wait(2.0)
         return None, None
-
-    def _only_whole_gpu_work(self, status: Any) -> bool:
-        """A worker sharing its GPU leaves a study whose only work left is a retry that needs a
-        whole GPU (a shared-GPU OOM), freeing its share for the worker that will run it."""
-        whole = int(getattr(status, "whole_gpu_waiting", 0) or 0)
-        if not (self.shares_gpu and whole):
-            return False
-        if status.waiting == whole and status.running == 0:
-            log.info("only whole-GPU retries are left in %s; leaving them to a worker with a GPU of its own",
-                     getattr(status, "name", "the study"))
-            return True
-        return False
 
     # ------------------------------------------------------------------------ one trial
     def _run_trial(self, queue: QueueLike, claim: Any, summary: WorkerSummary) -> None:
@@ -388,3 +383,4 @@ def _mfus(out: dict[str, Any], built: BuiltTrial, samples: int, wall_s: float, d
     if whole is not None:
         mfus[Attr.TRIAL_MFU] = float(f"{whole:.3g}")
     return mfus
+

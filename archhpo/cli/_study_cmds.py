@@ -216,7 +216,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
     queues = [TrialQueue(url, n, timing=args.env) for n in names]  # $ARCHHPO_HEARTBEAT_S, _GRACE_S, _REAP_S
     # SIGTERM/SIGINT give the running trial back to the queue (same attempt) and exit 128+signal.
     summary = Worker(queues, device=args.device, threads=args.threads, checkpoint_dir=args.checkpoint_dir,
-                     checkpoint_every=args.checkpoint_every, handle_signals=True).run()
+                     checkpoint_every=args.checkpoint_every, handle_signals=True,
+                     on_idle=lambda note: print(f"worker idle: {note}", file=sys.stderr, flush=True)).run()
     state = "unhealthy" if summary.unhealthy else "stopped" if summary.signal else "done"
     print(json.dumps({"worker": state, **summary.__dict__}), file=sys.stderr)
     if summary.unhealthy:  # its trial is back in the queue; a supervisor starts a fresh process

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import threading
 
 import pytest
 import torch
@@ -24,6 +25,7 @@ from archhpo.workers import (
     estimate_training_bytes,
     train,
 )
+from archhpo.workers._claim import idle_note
 from archhpo.workers._train import lr_lambda
 from tests.conftest import TINY_DATA
 
@@ -142,3 +144,34 @@ def test_on_eval_can_stop_training_early() -> None:
 def test_train_config_rejects_nonsense() -> None:
     with pytest.raises(Exception, match="positive"):
         TrainConfig(epochs=0)
+
+
+def test_an_idle_worker_says_once_what_each_budget_waits_for(sqlite_url: str) -> None:
+    """A worker on a ladder's larger budget alone has nothing to claim until the smaller is done: it
+    says so once (not every 2 s poll), and the reason is the plan's own."""
+    from archhpo.cli import main
+
+    assert main(["launch", "--experiment", "idle", "--ladder", "--quick", "--budget", "200K", "--budget", "500K",
+                 "--trials", "8", "--data", TINY_DATA, "--storage", sqlite_url]) == 0
+    notes: list[str] = []
+    worker: Worker
+
+    def on_idle(note: str) -> None:
+        notes.append(note)
+        if len(notes) == 1:  # stop at the poll after next: a second, unchanged note would be a repeat
+            threading.Timer(5.0, worker.stop_event.set).start()
+
+    worker = Worker([TrialQueue(sqlite_url, "idle_500K")], device="cpu", on_idle=on_idle)
+    summary = worker.run()
+    assert summary.trials == []
+    assert notes == ["idle_500K: waiting for idle_200K (the ladder plans this budget from the smaller ones)"]
+
+
+def test_the_idle_note_names_what_runs_elsewhere_or_waits_at_a_rung() -> None:
+    from archhpo.search._status import PlanStatus
+
+    busy = {"a_1M": PlanStatus(total=4, running=2), "a_2M": PlanStatus(total=4, waiting=1, held=1, details={"phase3": "x"})}
+    assert idle_note(busy) == "2 trial(s) running on other workers; 1 held at a rung until its decision"
+    waiting = {"a_1M": PlanStatus(total=4, details={"phase1": "waiting for a_500K", "phase3": "later"})}
+    assert idle_note(waiting) == "a_1M: waiting for a_500K"
+    assert idle_note({"a_1M": PlanStatus(total=4)}) == "nothing to claim yet"
