@@ -8,8 +8,8 @@ or written.  `search.prepare_settings` plans one budget of a `StudyConfig`; the 
 it from the parsed flags with `StudyConfig.from_options`.
 
 A family's own flags (``--encoder``, ``--vocab-size``) become a frozen dataclass of their own
-(`family_options_class`), typed from the family's ``flags``.  `Environment` holds the ARCHHPO_*
-environment variables, read once.
+(`family_options_class`), typed from the family's ``flags``.  The ARCHHPO_* environment variables
+are archhpo.environment's `Environment`.
 
 This module is on the ground floor: it imports only the standard library, archhpo.schema and
 archhpo.errors, so every layer may read it.
@@ -20,8 +20,8 @@ from __future__ import annotations
 import ast
 import dataclasses
 import functools
-import os
 import re
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
@@ -108,7 +108,8 @@ class Pruning:
 
 @dataclass(frozen=True)
 class Confirm:
-    """Phase 3: the best architectures retrained with fresh seeds, and the rule-picked baselines."""
+    """Phase 3: the best architectures retrained with fresh seeds, the rule-picked baselines and the
+    learning-rate probe."""
 
     top: int = 0
     """once phases 1-2 are final, retrain the K best architectures with --seeds new seeds each (phase 3); 0 = off"""
@@ -116,6 +117,8 @@ class Confirm:
     """seeds per confirmed architecture (with --confirm)"""
     sequential: bool = False
     """with --confirm 3 or more: retrain the 2 best first, and each later finalist only when its search runs lie within the pooled seed noise of those two's leader (a finalist behind it beyond noise is not retrained); --ladder's default confirmation does this"""
+    lr_probe: bool = False
+    """with --ladder: retrain each budget's best architecture below the largest at its learning rate x1/4, x1/2 and x2 (one run each, beside its confirmation), so that every budget locates its best rate and the ladder fits the rate's exponent in N on its own budgets instead of carrying Step Law's prior; the runs count in no architecture's mean"""
     baselines: bool = False
     """with --confirm: also train the shapes common rules pick from the grid (Kaplan's d_model/n_layers ~ 100, MobileLLM's deep-and-thin ~ 19, the grid's median) with the confirmation seeds and the best's training parameters; the report gives each one's paired difference from the best"""
 
@@ -126,12 +129,15 @@ class Confirm:
         if self.top and self.seeds < 1:
             raise BudgetError(f"--seeds must be at least 1 with --confirm, got {self.seeds}.")
 
-    def check_baselines(self) -> None:
-        """--baselines needs the confirmation phase: checked by the study's config once --ladder has set
-        its default (a ladder confirms unless --confirm 0 is stated)."""
+    def check_extras(self, ladder: bool) -> None:
+        """--baselines and --lr-probe need the confirmation phase, --lr-probe a ladder: checked by the
+        study's config once --ladder has set its default (a ladder confirms unless --confirm 0 is stated)."""
         if self.baselines and not self.top:
             raise StudyError("--baselines compares rule-picked shapes with the searched best seed by seed, so "
                              "it needs the confirmation phase: add --confirm 1 (or more) and --seeds 3 (or more).")
+        if self.lr_probe and not (ladder and self.top):
+            raise StudyError("--lr-probe retrains each ladder budget's best at other learning rates beside its "
+                             "confirmation, so it needs --ladder and the confirmation phase (not --confirm 0).")
 
 
 @dataclass(frozen=True)
@@ -242,7 +248,7 @@ OPTION_FIELDS: dict[str, str] = {
     "quick": "quick", "compile": "compile", "ladder": "ladder", "paired_seeds": "paired_seeds",
     "tokens_per_param": "data.tokens_per_param", "samples_per_param": "data.samples_per_param",
     "data_seed": "data.seed", "confirm": "confirm.top", "seeds": "confirm.seeds",
-    "baselines": "confirm.baselines", "sequential_confirm": "confirm.sequential",
+    "baselines": "confirm.baselines", "sequential_confirm": "confirm.sequential", "lr_probe": "confirm.lr_probe",
 }
 _SECTIONS: dict[str, type] = {"data": Data, "pruning": Pruning, "schedule": Schedule, "confirm": Confirm}
 
@@ -292,7 +298,7 @@ class StudyConfig:
     compile: bool = False
     """compile every trial's model with torch.compile (default off: on a CPU it wins for no family, compile time counted (BENCHMARKS.md §9); on an H100 it made lm at 124M-2B 30-66% faster for 23-145 s of compiling (docs/benchmarks.md §13)). Compiled and eager runs differ in their last bits and, with dropout, in their masks: a study is all one or the other"""
     ladder: bool = False
-    """with several budgets: search them smallest first and plan each larger one from the smaller ones' winners (learning rate along N^b: Step Law's prior, or b fitted where 3 budgets located their best rate; their aspect ratios; half the trials a step); unless --pruner, --confirm or --seeds say otherwise it halves at trusted rungs only and confirms each budget's 3 finalists with 1 new seed each (the third only where its search run is within seed noise of the first two's leader: --sequential-confirm), choosing the winner on their means"""
+    """with several budgets: search them smallest first and plan each larger one from the smaller ones' winners (learning rate along N^b: Step Law's prior, or b fitted where 3 budgets located their best rate, as --lr-probe makes them; their aspect ratios; half the trials a step); unless --pruner, --confirm or --seeds say otherwise it halves at trusted rungs only and confirms each budget's 3 finalists with 1 new seed each (the third only where its search run is within seed noise of the first two's leader: --sequential-confirm), choosing the winner on their means"""
     paired_seeds: int = 0
     """train every planned configuration with seeds 0..S-1 (seed s fixes data, split and initialisation, the same for every configuration); 0 = off"""
     confirm: Confirm = field(default_factory=Confirm)
@@ -325,7 +331,7 @@ class StudyConfig:
             seeds = LADDER_CONFIRM_SEEDS if "seeds" not in self.given and seeds == Confirm.seeds else seeds
             object.__setattr__(self, "confirm", dataclasses.replace(self.confirm, top=LADDER_FINALISTS, seeds=seeds,
                                                                     sequential=LADDER_SEQUENTIAL))
-        self.confirm.check_baselines()
+        self.confirm.check_extras(self.ladder)
         for name, sentence, on in _COMPANIONS:
             if name in self.given and not on(self):
                 raise StudyError(sentence)
@@ -411,9 +417,9 @@ def field_default(option: str) -> Any:
 
 
 @functools.cache
-def _docstrings() -> dict[tuple[str, str], str]:
-    """(class, field) -> the string literal right after the field in this file."""
-    tree = ast.parse(Path(__file__).read_text(encoding="utf-8"))
+def _docstrings(path: str = __file__) -> dict[tuple[str, str], str]:
+    """(class, field) -> the string literal right after the field in the module at `path` (this one's)."""
+    tree = ast.parse(Path(path).read_text(encoding="utf-8"))
     out: dict[tuple[str, str], str] = {}
     for node in tree.body:
         if not isinstance(node, ast.ClassDef):
@@ -428,7 +434,7 @@ def _docstrings() -> dict[tuple[str, str], str]:
 
 def field_doc(cls: type, name: str) -> str:
     """The documentation of field `name` of `cls` (the string after it); '' when it has none."""
-    return _docstrings().get((cls.__name__, name), "")
+    return _docstrings(sys.modules[cls.__module__].__file__ or __file__).get((cls.__name__, name), "")
 
 
 def field_help(option: str) -> str:
@@ -437,62 +443,7 @@ def field_help(option: str) -> str:
     return field_doc(owner, f.name)
 
 
-# ----------------------------------------------------------------------------- environment
-@dataclass(frozen=True)
-class Environment:
-    """The ARCHHPO_* environment variables, read in this one place: the entry points (the command
-    line's `main`; a Ray worker task, in its own process) `read` them once and pass the object down
-    (``open_storage(url, timing=env)``, ``TrialQueue(url, name, timing=env)``,
-    ``RunOptions(stop_wait_s=env.stop_wait_s)``).  ``Environment()``, what a library caller that
-    passes nothing gets, holds the defaults; `read` leaves an unset or empty variable at its default."""
-
-    storage: str | None = None
-    """ARCHHPO_STORAGE: the database URL when --storage is not given"""
-    checkpoint_dir: str | None = None
-    """ARCHHPO_CHECKPOINT_DIR: the checkpoint folder when --checkpoint-dir is not given"""
-    stop_wait_s: float = 20.0
-    """ARCHHPO_STOP_WAIT_S: how long `run` waits for stopped workers to give their trials back (20 s fits the 30 s a scheduler gives before SIGKILL)"""
-    heartbeat_s: int = 15
-    """ARCHHPO_HEARTBEAT_S: seconds between a running trial's heartbeats"""
-    grace_s: int = 90
-    """ARCHHPO_GRACE_S: a trial without a heartbeat for this long is reaped (90 s outlasts a ~30 s database restart)"""
-    db_patience_s: float = 600.0
-    """ARCHHPO_DB_PATIENCE_S: how long a worker retries an unreachable database"""
-    reap_s: float = 30.0
-    """ARCHHPO_REAP_S: seconds between a queue's sweeps for abandoned trials"""
-
-    VARIABLES: ClassVar[dict[str, str]] = {
-        "storage": "ARCHHPO_STORAGE", "checkpoint_dir": "ARCHHPO_CHECKPOINT_DIR",
-        "stop_wait_s": "ARCHHPO_STOP_WAIT_S", "heartbeat_s": "ARCHHPO_HEARTBEAT_S", "grace_s": "ARCHHPO_GRACE_S",
-        "db_patience_s": "ARCHHPO_DB_PATIENCE_S", "reap_s": "ARCHHPO_REAP_S",
-    }
-
-    def __post_init__(self) -> None:
-        """A timing variable's text becomes its field's type (seconds), or a ConfigError."""
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if isinstance(value, str) and isinstance(f.default, int | float):
-                kind = type(f.default)
-                try:
-                    object.__setattr__(self, f.name, kind(value))
-                except ValueError:
-                    what = "a whole number" if kind is int else "a number"
-                    raise ConfigError(f"${self.VARIABLES[f.name]} {value!r} must be {what} of seconds.") from None
-
-    @classmethod
-    def read(cls, environ: Mapping[str, str] | None = None) -> Environment:
-        env = os.environ if environ is None else environ
-        given: dict[str, Any] = {name: env[var] for name, var in cls.VARIABLES.items() if env.get(var)}
-        return cls(**given)  # the timing variables' text becomes seconds in __post_init__
-
-    def value(self, variable: str) -> str | None:
-        """The value of one variable by its name (ARCHHPO_CHECKPOINT_DIR)."""
-        name = next((n for n, v in self.VARIABLES.items() if v == variable), None)
-        if name is None:
-            raise KeyError(variable)
-        return getattr(self, name)
-
 __all__ = [
-    "OPTION_FIELDS", "Confirm", "Data", "Environment", "FamilyOptions", "Pruning", "Schedule", "StudyConfig",
+    "OPTION_FIELDS", "Confirm", "Data", "FamilyOptions", "Pruning", "Schedule", "StudyConfig",
     "check_experiment", "family_options_class", "family_options_of", "field_default", "field_doc", "field_help",
 ]

@@ -174,6 +174,7 @@ class Attr:
     SEED = "seed"  # the training seed (paired studies and confirmations)
     RANK = "rank"  # a confirmation trial: the rank of the architecture it retrains
     BASELINE = "baseline"  # a confirmation trial of --baselines: the rule whose shape it trains
+    LR_PROBE = "lr_probe"  # a phase-3 trial of --lr-probe: the factor its learning rate is the best's times
     ATTEMPT = "attempt"  # 1, then 2 for the retry of a trial whose worker vanished
     RETRY_OF = "retry_of"  # the number of the trial a retry repeats
     DURATION_S = "duration_s"  # wall time over all the claims that trained it (from their checkpoints)
@@ -244,6 +245,7 @@ __all__ = [
     "LADDER_CONFIRM_SEEDS",
     "LADDER_SEQUENTIAL",
     "LADDER_FINALISTS",
+    "LR_PROBE_FACTORS",
     "DataBudget",
     "PRUNERS",
     "TrainingPlan",
@@ -286,6 +288,12 @@ LADDER_CONFIRM_SEEDS = 1
 # within the first two's pooled seed noise of their leader.  On the replays (docs/searching.md) this cut
 # the confirmation's FLOPs at every table and left every share within 1 std unchanged at the evaluation seed.
 LADDER_SEQUENTIAL = True
+# --lr-probe's rates (search/_lrfit.py): the best architecture of each ladder budget below the largest
+# retrained at its rate times each factor, one run each, so that with its own run(s) at the rate itself
+# it has MIN_RATES_FOR_QUADRATIC (4) rates and the budget *locates* its best rate.  Lopsided towards low
+# rates: a run at 4x can diverge, and a failed run gives the parabola no point, where one at 1/4 cannot
+# (on T1's 400K sweep, bench/truths/t1_lr_400K.csv, against 3e-3: x1/4 cost 0.05-0.08, x2 0.005-0.04).
+LR_PROBE_FACTORS = (0.25, 0.5, 2.0)
 
 
 
@@ -369,6 +377,8 @@ class StoredOptions:
     """a ladder budget's smaller studies ({"below": [names]}, smallest first: `ladder_below`)"""
     baselines: tuple[str, ...] = ()
     """the rule-picked baselines phase 3 trains (search/_baselines.py's names)"""
+    lr_probe: tuple[float, ...] = ()
+    """--lr-probe on a ladder budget below the largest: the factors of its best's learning rate phase 3 also trains at"""
     compile: bool = False
     """every trial's model is compiled with torch.compile"""
     data_budget: Mapping[str, Any] | None = None
@@ -385,6 +395,7 @@ class StoredOptions:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "baselines", tuple(self.baselines))
+        object.__setattr__(self, "lr_probe", tuple(self.lr_probe))
         if not self.keys:
             named = [f.name for f in fields(self) if f.name not in (*self._ALWAYS, "family", "keys")
                      and getattr(self, f.name) != f.default]

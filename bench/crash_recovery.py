@@ -20,7 +20,7 @@ from pathlib import Path
 
 import optuna
 
-from archhpo.config import Environment
+from archhpo.environment import Environment
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -100,7 +100,7 @@ from _replay_table import (  # noqa: E402
     truth_ceiling,
 )
 
-from archhpo.schema import LADDER_CONFIRM_SEEDS, LADDER_FINALISTS, LADDER_SEQUENTIAL  # noqa: E402
+from archhpo.schema import LADDER_CONFIRM_SEEDS, LADDER_FINALISTS, LADDER_SEQUENTIAL, LR_PROBE_FACTORS  # noqa: E402
 from archhpo.search._confirmation import FIRST_WAVE, decide  # noqa: E402
 
 __all__ = ["Arch", "Budget", "TableError", "draw", "extremes", "load_table", "main", "noise_ceiling", "noise_rng", "replay",
@@ -177,6 +177,7 @@ class Outcome:
     finished: list[Trial]  # the trials trained to full length (what a ladder carries up)
     trust: dict[str, Any] | None = None  # archhpo: the rung trust measured at the smallest budget
     pruned: bool = False  # archhpo: some trial of this budget was stopped at a trusted rung
+    probe_flops: float = 0.0  # archhpo: what --lr-probe would add here (rank 0 retrained at each factor)
 
 
 def _best(done: list[Trial]) -> Arch:
@@ -360,7 +361,11 @@ def archhpo(budget: Budget, smaller: Budget | None, below: Outcome | None, step:
             flops, finished = sum(full_cost(t) for t in planned), list(planned)
     extra, winner, done = confirmed(budget, planned, finished, noise, cost, sequential)
     trust = trust if trust is not None else measured_trust(done, seed)  # the smallest budget, once it is done
-    return Outcome(flops + extra, winner, done, trust, len(finished) < len(planned))
+    # --lr-probe (not the default): rank 0 retrained once per factor, at full length like its confirmation;
+    # only its cost is replayed (a truth trains one learning rate, so it has no outcome for another)
+    rank0 = finalists(finished)[:1]
+    probe = len(LR_PROBE_FACTORS) * cost(next(t for t in finished if t.arch.idx == rank0[0])) if rank0 else 0.0
+    return Outcome(flops + extra, winner, done, trust, len(finished) < len(planned), probe)
 
 
 def strategies(budget: Budget, smaller: Budget | None, below: dict[str, Outcome], step: int, noise: Draw,
@@ -392,6 +397,7 @@ def replay(budgets: list[Budget], repeats: int, seed: int, n_trials: int = 50, t
     flops: dict[str, list[float]] = {s: [0.0] * len(budgets) for s in STRATEGIES}  # summed over repeats, per budget
     pruned: list[list[bool]] = []  # archhpo, per repeat and budget: some trial stopped at a trusted rung
     trusts: list[dict[str, Any]] = []  # archhpo, per repeat: the rung trust measured at the smallest budget
+    probe = 0.0  # archhpo with --lr-probe: its probes' FLOPs at every budget below the largest, summed over repeats
     for rep in range(repeats):
         study_seed = random.Random(f"{seed}:{rep}").randrange(2**31)  # one study: one seed for every budget
         below: dict[str, Outcome] = {}
@@ -407,6 +413,7 @@ def replay(budgets: list[Budget], repeats: int, seed: int, n_trials: int = 50, t
                 per[name].append(regret(noise, out.winner, budget.seed_std))
                 agree[name].append(out.winner.idx == below["design"].winner.idx)
             cut.append(below["archhpo"].pruned)
+            probe += below["archhpo"].probe_flops if step < len(budgets) - 1 else 0.0
         pruned.append(cut)
         trusts.append(below["archhpo"].trust or {})
         for name in STRATEGIES:
@@ -414,6 +421,7 @@ def replay(budgets: list[Budget], repeats: int, seed: int, n_trials: int = 50, t
             same[name].append(agree[name])
     result = _measures(budgets, regrets, same, flops)
     result["archhpo"]["fidelity"] = fidelity(budgets, pruned, trusts)
+    result["archhpo"]["lr_probe_flops_ratio"] = (sum(flops["archhpo"]) + probe) / sum(flops["design"])
     return result
 
 
@@ -520,7 +528,9 @@ def flops_line(result: dict[str, Any]) -> str:
     of the design's total (the overall ratio is the first weighted by the second)."""
     spent = " / ".join(f"{r:.2f}" for r in result["archhpo"]["flops_ratio_per_budget"])
     shares = " / ".join(f"{r:.0%}" for r in result["design"]["flops_share_per_budget"])
-    return f"archhpo's FLOPs per budget, of the design's there: {spent} (each budget's share of the design's FLOPs: {shares})"
+    probe = result["archhpo"]["lr_probe_flops_ratio"]
+    return (f"archhpo's FLOPs per budget, of the design's there: {spent} (each budget's share of the design's FLOPs: "
+            f"{shares}); with --lr-probe {probe:.3f} of the design's")
 
 
 def noise_line(budgets: list[Budget], truth_mean: str = "held-out") -> str:

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from archhpo.config import Environment
+from archhpo.environment import Environment
 from archhpo.errors import ArchhpoError
 from archhpo.search._storage import is_sqlite
 

@@ -27,7 +27,7 @@ from archhpo.cluster._pool import MAX_REPLACEMENTS, _Pool
 from archhpo.cluster._progress import _fmt_eta, eta_s, plain_ray_logs, progress_line
 from archhpo.cluster._ray_private import loopback_only, token_auth_without_advice
 from archhpo.cluster._tasks import gpu_task, start_by_share, task_options, worker_task
-from archhpo.config import Environment
+from archhpo.environment import Environment
 from archhpo.errors import OutputError
 from archhpo.search._queue import PlanStatus, TrialQueue
 from archhpo.search._storage import mask_url, open_storage

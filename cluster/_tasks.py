@@ -7,7 +7,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from archhpo.config import Environment
+from archhpo.environment import Environment
 from archhpo.schema import Attr
 from archhpo.search._queue import TrialQueue
 

@@ -20,11 +20,11 @@ NUMERIC_EXTRA = (
     "train_loss", "best_epoch", "duration_s", "flops_per_sample", "train_flops", "samples_per_s",
     "baseline_val_loss", "mfu", "peak_memory_gib", "rung", "flops_spent", "flops_full",
     "train_tokens", "train_samples", "tokens_per_param", "samples_per_param", "data_passes",
-    *SPEED_COLUMNS,
+    *SPEED_COLUMNS, "lr_probe",
 )
 FRAME_COLUMNS = (
     "experiment", "study", "budget", "budget_value", "trial", "state", "phase", "plan_slot", "seed",
-    "confirm_rank", "baseline", "family", "arch_idx", *ARCH_COLUMNS, "extreme", "choices", "choice",
+    "confirm_rank", "baseline", "lr_probe", "family", "arch_idx", *ARCH_COLUMNS, "extreme", "choices", "choice",
     *TRAINING_COLUMNS, "val_loss", "train_loss", "best_epoch", "duration_s", "timestamp",
     "flops_per_sample", "train_flops", "samples_per_s", "baseline_val_loss", "val_curve",
     "depth_to_width", "fail_reason", "host", "device", "mfu", "peak_memory_gib", "gpu_name",

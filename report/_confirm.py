@@ -69,6 +69,7 @@ def _row_from_trial(t: Any, archs: Sequence[Mapping[str, Any]] | None) -> dict[s
         trial=t.number, state=t.state.name, phase=ua.get("phase"), seed=ua.get("seed"), rank=ua.get("rank"),
         val_loss=t.value, choices=arch.get("choices", ua.get("choices", {})),
         best_epoch=ua.get("best_epoch"), fail_reason=ua.get("fail_reason"), baseline=ua.get("baseline"),
+        lr_probe=ua.get("lr_probe"),
     )
     return row
 
@@ -100,7 +101,7 @@ def _all_rows(trials_or_rows: Iterable[Any], archs: Sequence[Mapping[str, Any]] 
             "choices": _choices(row.get("choices")), "best_epoch": _int(row.get("best_epoch")),
             "reason": reason if isinstance(reason, str) and reason else None,
             "baseline": rule if isinstance(rule := row.get("baseline"), str) and rule else None,
-            "params": _training(row),
+            "lr_probe": _num(row.get("lr_probe")), "params": _training(row),
         })
     return out
 
@@ -377,7 +378,8 @@ def confirmation_summary(
     "decisions": a sequential confirmation's later ranks with their "decision", each in the statement}.
     """
     everything = _all_rows(trials_or_rows, archs)
-    rows = [r for r in everything if r["baseline"] is None]  # the rules' shapes are summarised apart
+    # the rules' shapes are summarised apart; a learning-rate probe confirms no architecture (its rate is another)
+    rows = [r for r in everything if r["baseline"] is None and r["lr_probe"] is None]
     done = [r for r in rows if r["state"] == "COMPLETE" and r["value"] is not None]
     selection = _selection(done)
     confirm = [r for r in done if r["phase"] == 3 and r["seed"] is not None]
@@ -409,7 +411,7 @@ def frame_confirmation(frame: Any) -> dict[str, dict[str, Any]]:
     if not (frame["phase"] == 3).any():
         return out
     cols = [*ARCH_KEYS, "param_count", "trial", "state", "phase", "seed", "val_loss", "choices", "best_epoch",
-            "fail_reason", "baseline", *(k for k in TRAINING_PARAMS if k in frame)]
+            "fail_reason", "baseline", "lr_probe", *(k for k in TRAINING_PARAMS if k in frame)]
     for budget, group in frame.groupby("budget", sort=False):
         if not (group["phase"] == 3).any():
             continue

@@ -149,7 +149,7 @@ def _study_rows(storage: Any, study_id: int, settings: Any, curves: bool = True)
             "budget_value": settings.budget_value, "trial": t["number"], "state": state,
             "phase": ua.get("phase"), "plan_slot": slot, "seed": ua.get("seed"),
             "confirm_rank": ranks.get(int(slot), ua.get("rank")) if slot is not None else ua.get("rank"),
-            "baseline": ua.get("baseline"),
+            "baseline": ua.get("baseline"), "lr_probe": ua.get("lr_probe"),
             "family": settings.family, "arch_idx": idx,
             **{k: arch.get(k, ua.get(k)) for k in ARCH_COLUMNS},
             "extreme": arch.get("extreme", ""), "choices": dict(choices),

@@ -15,6 +15,7 @@ seed                the trial's seed (paired seeds, confirmation); NaN for ordin
 confirm_rank        for phase-3 trials read from a database: rank of the confirmed
                     architecture (0 = the budget's best); NaN otherwise
 baseline            for --baselines trials: the rule whose shape it trains (kaplan, ...); None otherwise
+lr_probe            for --lr-probe trials: the factor of the best's learning rate it trains at; NaN otherwise
 family              model family
 arch_idx, d_model, n_layers, n_heads, d_ff, param_count (exact), extreme (grid extreme tags)
 choices, choice     categorical choices as a dict (``{"encoder": "sum"}``) and as a label

@@ -34,7 +34,7 @@ from archhpo.cli._options import (
     family_options,
     options_for,
 )
-from archhpo.config import Environment
+from archhpo.environment import Environment
 from archhpo.models import family_names, get_family
 
 COMMANDS = (GRID, PARAMS, LAUNCH, WORKER, RUN, EXPORT, DASHBOARD, TRAIN, REPORT)

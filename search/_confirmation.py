@@ -31,8 +31,13 @@ WAVE_KEY, DECISION_KEY = "wave", "decision"
 
 def mark_waves(ranks: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The ranks with every finalist beyond the first wave marked as waiting for its decision
-    (baselines are trained like the best and belong to the first wave)."""
-    return [{**r, WAVE_KEY: 2} if int(r["rank"]) >= FIRST_WAVE and not r.get("baseline") else r for r in ranks]
+    (baselines and learning-rate probes are trained like the best and belong to the first wave)."""
+    return [{**r, WAVE_KEY: 2} if int(r["rank"]) >= FIRST_WAVE and not _extra(r) else r for r in ranks]
+
+
+def _extra(rank: Mapping[str, Any]) -> bool:
+    """A phase-3 assignment that confirms no rank of its own: a baseline's shape or a learning-rate probe."""
+    return bool(rank.get("baseline")) or rank.get("lr_probe") is not None
 
 
 def waiting(ranks: Iterable[Mapping[str, Any]]) -> list[int]:
@@ -93,9 +98,9 @@ def decide_waiting(ranks: Sequence[Mapping[str, Any]], done: Iterable[Any]) -> l
     def confirmation_runs(rank: int) -> list[float]:
         return [float(t.value) for t in sorted(done, key=lambda t: t.number)
                 if t.user_attrs.get(Attr.PHASE) == 3 and t.user_attrs.get(Attr.RANK) == rank
-                and not t.user_attrs.get(Attr.BASELINE)]
+                and not t.user_attrs.get(Attr.BASELINE) and t.user_attrs.get(Attr.LR_PROBE) is None]
 
-    first = [r for r in ranks if r.get(WAVE_KEY) != 2 and not r.get("baseline")]
+    first = [r for r in ranks if r.get(WAVE_KEY) != 2 and not _extra(r)]
     runs = {int(r["rank"]): confirmation_runs(int(r["rank"])) + search_runs(r) for r in first}
     due = set(waiting(ranks))
     return [{**r, DECISION_KEY: decide(runs, int(r["rank"]), search_runs(r))} if int(r["rank"]) in due else dict(r)

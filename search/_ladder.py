@@ -75,7 +75,8 @@ def ladder_trials(n_trials: int, step: int, n_extremes: int, *, n_archs: int | N
 @dataclass(frozen=True)
 class Finished:
     """A finished trial of a smaller budget, as the ladder reads it (n_heads, d_ff: 0 when
-    unknown, and that axis is not narrowed)."""
+    unknown, and that axis is not narrowed; lr_probe: a --lr-probe run, read for the learning rate
+    only, since its rate is not the one its architecture was ranked at)."""
 
     value: float
     number: int
@@ -85,6 +86,7 @@ class Finished:
     params: Mapping[str, Any]
     n_heads: int = 0
     d_ff: int = 0
+    lr_probe: bool = False
 
 
 def _clip(value: float, lo: float, hi: float) -> float:
@@ -211,8 +213,9 @@ def carry_up(finished: Sequence[Finished], n_small: int, n_large: int, rows: Seq
 
     below: every smaller budget of the ladder as (nominal N, its finished trials), which the
     learning-rate exponent is fitted on (search/_lrfit.py; () reads the next smaller alone);
-    data_grows: the study trains on a fixed data per parameter (the prior's regime)."""
-    top = top_architectures(finished)
+    data_grows: the study trains on a fixed data per parameter (the prior's regime).  --lr-probe's runs
+    count for the learning rate only."""
+    top = top_architectures([t for t in finished if not t.lr_probe])
     if not top:  # every trial of the smaller budget failed: nothing to carry, the design's space and grid
         assignments = _assign(list(rows), lambda _: space, slots, seed)
         return {"carried": None, "from_trial": None, "space": space.as_dict(), "aspect_ratios": [],

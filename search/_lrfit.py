@@ -32,8 +32,9 @@ told apart from the architectures' (the trials name one architecture or none, or
 architecture were identified).  A ladder budget above the smallest trains each architecture at one
 rate (its confirmation repeats that rate), so it never locates: in a --ladder study only the
 smallest budget (searched as the design) locates its rate, and the exponent is the prior, with the
-slope through every budget recorded beside it.  Fitting it would take one architecture trained at 4
-or more rates at each budget.  The parabola reads every trial, so one lucky trial does not set the rate,
+slope through every budget recorded beside it, unless --lr-probe: it retrains each budget's best
+architecture at its rate times schema.LR_PROBE_FACTORS (`probe_assignments`), so that architecture
+has 4 rates, its intercept is identified and the budget locates its rate.  The parabola reads every trial, so one lucky trial does not set the rate,
 and it never extrapolates beyond the rates tried; the best trial is what a ladder carried before.
 A caveat: a ladder budget above the smallest samples its rates around the carried one (x/÷ 2), so
 its best trial's rate leans towards what was carried; such a budget does not locate its rate, so it
@@ -60,10 +61,13 @@ from __future__ import annotations
 import math
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from scipy import stats
+
+if TYPE_CHECKING:
+    from archhpo.search._plan import PlanEntry
 
 # Step Law (arXiv 2503.04715): eta_opt = 1.79 N^-0.713 D^0.307, fitted on 3,700 LLM trainings.
 STEP_LAW_N = -0.713
@@ -244,3 +248,14 @@ def _slope_interval(rates: Sequence[tuple[int, float]], slope: float) -> tuple[f
     se = math.sqrt(float((residual**2).sum()) / (n - 2) / sxx)
     half = float(stats.t.ppf(0.5 + CONFIDENCE / 2, n - 2)) * se
     return slope - half, slope + half
+
+
+def probe_assignments(plan: Sequence[PlanEntry], best: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The phase-3 assignments of the plan's --lr-probe ranks: the rank-0 architecture (`best`, its
+    assignment) with its training parameters, the learning rate times each entry's factor.  The
+    probe is not clipped to the study's range: it brackets the rate the budget trained at, wherever
+    that lies."""
+    probes = sorted({(int(e.rank or 0), float(e.lr_probe)) for e in plan if e.lr_probe is not None})
+    return [{"rank": rank, "lr_probe": factor, "arch_idx": int(best["arch_idx"]),
+             "params": {**best["params"], "learning_rate": float(best["params"]["learning_rate"]) * factor}}
+            for rank, factor in probes]

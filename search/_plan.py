@@ -18,7 +18,10 @@ Confirmation (``--confirm K --seeds S``): K x S phase-3 entries ({"rank": k, "se
 architecture and training parameters are filled in by plan upkeep once phases 1 and 2 are final:
 rank k is the k-th best architecture by its best phase-1/2 value, trained with the parameters of
 that best trial.  With ``--baselines`` each seed also has one phase-3 entry per rule of
-search/_baselines.py ({"rank": K + j, "baseline": rule}), trained with the rank-0 parameters.
+search/_baselines.py ({"rank": K + j, "baseline": rule}), trained with the rank-0 parameters.  With
+``--lr-probe`` (a ladder budget below the largest) one phase-3 entry per factor of
+schema.LR_PROBE_FACTORS follows ({"rank": K + B + j, "lr_probe": factor}, seed 0): the rank-0
+architecture and parameters with the learning rate times the factor (search/_lrfit.py reads them).
 """
 
 from __future__ import annotations
@@ -47,6 +50,12 @@ class PlanEntry:
     seed: int | None = None  # paired seed or confirmation seed; None for ordinary trials
     rank: int | None = None  # phase 3: 0 = the best architecture of phases 1-2
     baseline: str | None = None  # phase 3 with --baselines: the rule whose shape this slot trains
+    lr_probe: float | None = None  # phase 3 with --lr-probe: the factor of rank 0's learning rate it trains at
+
+    @property
+    def extra(self) -> bool:
+        """A phase-3 entry that confirms no rank of its own: a baseline's shape or a learning-rate probe."""
+        return self.baseline is not None or self.lr_probe is not None
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> PlanEntry:
@@ -56,7 +65,7 @@ class PlanEntry:
     def as_dict(self) -> dict[str, Any]:
         """The stored form (a study's plan is a list of these, so old studies load)."""
         d = asdict(self)
-        for key in ("rank", "baseline"):  # absent when unset, so older plans keep their identity
+        for key in ("rank", "baseline", "lr_probe"):  # absent when unset, so older plans keep their identity
             if d[key] is None:
                 del d[key]
         return d
@@ -147,8 +156,10 @@ def make_plan(
     confirm: int = 0,
     confirm_seeds: int = 0,
     baselines: Sequence[str] = (),
+    lr_probe: Sequence[float] = (),
 ) -> list[PlanEntry]:
-    """The study's plan.  ``study_params`` are the training parameters of a paired study."""
+    """The study's plan.  ``study_params`` are the training parameters of a paired study; ``lr_probe``
+    the factors of --lr-probe's entries (none on the ladder's largest budget)."""
     order = plan_order(rows, seed)
     n_extremes = sum(1 for r in rows if r.extreme)
     entries: list[PlanEntry] = []
@@ -168,24 +179,29 @@ def make_plan(
             entries.append(PlanEntry(len(entries), 1, arch_idx, space.sample(rng)))
     for arch_idx in order[n1 : n1 + n2]:
         entries.append(PlanEntry(len(entries), 2, arch_idx, None))
-    return _with_confirmation(entries, confirm, confirm_seeds, n1 + n2, baselines)
+    return _with_confirmation(entries, confirm, confirm_seeds, n1 + n2, baselines, lr_probe)
 
 
 def _with_confirmation(entries: list[PlanEntry], confirm: int, confirm_seeds: int, n_archs: int,
-                       baselines: Sequence[str] = ()) -> list[PlanEntry]:
+                       baselines: Sequence[str] = (), lr_probe: Sequence[float] = ()) -> list[PlanEntry]:
     """`entries` and the confirmation's K x S phase-3 entries, then each seed's baseline entries,
-    seed-major (an early stop still has pairs)."""
+    seed-major (an early stop still has pairs), then one entry per learning-rate probe factor."""
     ranks = min(confirm, n_archs)  # never more ranks than the plan has architectures
-    for s in range(confirm_seeds if confirm > 0 else 0):
+    n_seeds = confirm_seeds if confirm > 0 else 0
+    for s in range(n_seeds):
         for k in range(ranks):
             entries.append(PlanEntry(len(entries), 3, None, None, seed=s, rank=k))
         for j, rule in enumerate(baselines):
             entries.append(PlanEntry(len(entries), 3, None, None, seed=s, rank=ranks + j, baseline=rule))
+    for j, factor in enumerate(lr_probe if n_seeds else ()):  # seed 0: paired with rank 0's first confirmation run
+        entries.append(PlanEntry(len(entries), 3, None, None, seed=0, rank=ranks + len(baselines) + j,
+                                 lr_probe=float(factor)))
     return entries
 
 
-def ladder_plan(n_slots: int, confirm: int = 0, confirm_seeds: int = 0, baselines: Sequence[str] = ()) -> list[PlanEntry]:
+def ladder_plan(n_slots: int, confirm: int = 0, confirm_seeds: int = 0, baselines: Sequence[str] = (),
+                lr_probe: Sequence[float] = ()) -> list[PlanEntry]:
     """A ladder budget's plan (search/_ladder.py): `n_slots` phase-1 entries whose architecture and
     training parameters are filled by plan upkeep once the smaller budgets are final; no phase 2."""
     entries = [PlanEntry(slot, 1, None, None) for slot in range(n_slots)]
-    return _with_confirmation(entries, confirm, confirm_seeds, n_slots, baselines)
+    return _with_confirmation(entries, confirm, confirm_seeds, n_slots, baselines, lr_probe)

@@ -28,7 +28,7 @@ from optuna.distributions import distribution_to_json
 from optuna.storages import RDBStorage
 from optuna.trial import TrialState
 
-from archhpo.config import Environment
+from archhpo.environment import Environment
 from archhpo.errors import TrialLost
 from archhpo.schema import ARCH_RECORD, Attr, TrainingPlan, gpu_share
 from archhpo.search._optuna_private import models as m

@@ -22,7 +22,7 @@ def rank_architectures(storage: RDBStorage, study_id: int, settings: StudySettin
                        trials: Sequence[_LightTrial]) -> list[dict[str, Any]]:
     """Rank k = the k-th best architecture by its best COMPLETE phase-1/2 value (ties: the
     earlier trial); it is confirmed with the training parameters of that best trial."""
-    n_ranks = 1 + max(int(e.rank or 0) for e in settings.plan if e.phase == 3 and not e.baseline)
+    n_ranks = 1 + max(int(e.rank or 0) for e in settings.plan if e.phase == 3 and not e.extra)
     done = {
         t.trial_id: t for t in trials
         if t.state == TrialState.COMPLETE and t.value is not None and math.isfinite(t.value)

@@ -22,7 +22,7 @@ import sqlalchemy
 from optuna.storages import RDBStorage
 from sqlalchemy import orm
 
-from archhpo.config import Environment
+from archhpo.environment import Environment
 from archhpo.errors import StorageError
 from archhpo.search._optuna_private import ALEMBIC_TABLE, TESTED_SCHEMA_VERSIONS, TRIALS_TABLE
 

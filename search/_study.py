@@ -21,6 +21,7 @@ from archhpo.errors import ArchhpoError, StorageError, StudyError
 from archhpo.models import Family, get_family
 from archhpo.schema import (
     DEFAULT_INTERVALS,
+    LR_PROBE_FACTORS,
     OBJECTIVE,
     TRAINING_PARAMS,
     Attr,
@@ -178,11 +179,12 @@ def prepare_settings(
         label = f"{label}-{data_budget.label}"
         fixed_params = {"epochs": DEFAULT_INTERVALS, **fixed_params}
     scalars, choices = _split_choices(config.family_values())
-    options = _study_options(config, scalars, ladder_below, rules, data_budget)
+    probe = _lr_probe(config, value)
+    options = _study_options(config, scalars, ladder_below, rules, data_budget, probe)
     spec, info = _data_and_info(fam, config.data.spec, options, scalars, choices)
     rows = _rows(fam, info, choices, pins, label, value, config.tolerance)
     space, study_params = _space(fam, config.quick, fixed_params, config.paired_seeds, config.param_ranges)
-    plan = _study_plan(rows, config, space, study_params, len(ladder_below), rules)
+    plan = _study_plan(rows, config, space, study_params, len(ladder_below), rules, probe)
     return StudySettings(
         experiment=config.experiment, budget=label, budget_value=value or 0, family=config.family,
         tolerance=config.tolerance, data=spec, options=StoredOptions.from_dict(options), info=info,
@@ -216,18 +218,28 @@ def keyword_config(
                    param_ranges=dict(param_ranges or {}), family_options=family)
 
 
+def _lr_probe(config: StudyConfig, budget: int | None) -> tuple[float, ...]:
+    """--lr-probe's factors for this budget: on every budget of the ladder below its largest (nothing
+    above the largest reads its rate)."""
+    if not config.confirm.lr_probe or budget is None:
+        return ()
+    return LR_PROBE_FACTORS if budget < max(parse_budget(b) for b in config.budgets) else ()
+
+
 def _study_plan(rows: list[GridRow], config: StudyConfig, space: SearchSpace, study_params: dict[str, Any] | None,
-                ladder_step: int, baselines: Sequence[str]) -> list[PlanEntry]:
+                ladder_step: int, baselines: Sequence[str], lr_probe: Sequence[float] = ()) -> list[PlanEntry]:
     """The design's plan, or a ladder budget's (`ladder_step` > 0: filled once the smaller are final)."""
     confirm, seeds = config.confirm.top, config.confirm.seeds
     if not ladder_step:
         return make_plan(rows, config.trials, space, config.seed, paired_seeds=config.paired_seeds,
-                         study_params=study_params, confirm=confirm, confirm_seeds=seeds, baselines=baselines)
+                         study_params=study_params, confirm=confirm, confirm_seeds=seeds, baselines=baselines,
+                         lr_probe=lr_probe)
     if config.paired_seeds:
         raise StudyError("--ladder plans larger budgets from the smaller ones' winners; a paired study "
                          "trains every configuration anyway: drop --ladder or --paired-seeds.")
     n_ext = sum(1 for r in rows if r.extreme)
-    return ladder_plan(ladder_trials(config.trials, ladder_step, n_ext, n_archs=len(rows)), confirm, seeds, baselines)
+    return ladder_plan(ladder_trials(config.trials, ladder_step, n_ext, n_archs=len(rows)), confirm, seeds, baselines,
+                       lr_probe)
 
 
 def _data_budget(fam: Family, tokens: float | None, samples: float | None, budget: int | None) -> DataBudget | None:
@@ -250,7 +262,8 @@ def _data_budget(fam: Family, tokens: float | None, samples: float | None, budge
 
 
 def _study_options(config: StudyConfig, scalars: Mapping[str, Any], ladder_below: Sequence[str],
-                   baselines: Sequence[str], data_budget: DataBudget | None) -> dict[str, Any]:
+                   baselines: Sequence[str], data_budget: DataBudget | None,
+                   lr_probe: Sequence[float] = ()) -> dict[str, Any]:
     """The options stored in the study (and given to every trial): the task's, the family's scalars,
     and those shaping how trials are trained and stopped; only those set are stored, so a study that
     uses none of them keeps its identity."""
@@ -269,6 +282,8 @@ def _study_options(config: StudyConfig, scalars: Mapping[str, Any], ladder_below
         options["ladder"] = {"below": list(ladder_below)}
     if baselines:
         options["baselines"] = list(baselines)
+    if lr_probe:  # stored, so that a relaunch with or without --lr-probe is refused, not silently planned as before
+        options["lr_probe"] = list(lr_probe)
     if config.compile:
         options["compile"] = True
     if data_budget is not None:
@@ -394,6 +409,8 @@ def enqueue_missing(
             attrs["rank"] = entry.rank
         if entry.baseline is not None:
             attrs["baseline"] = entry.baseline
+        if entry.lr_probe is not None:
+            attrs[Attr.LR_PROBE] = entry.lr_probe
         study.enqueue_trial({"arch_idx": arch_idx, **training}, user_attrs=attrs)
         n += 1
     return n

@@ -19,11 +19,12 @@ from optuna.storages import RDBStorage
 from optuna.trial import TrialState
 
 from archhpo.budgets import GridRow
-from archhpo.config import Environment
+from archhpo.environment import Environment
 from archhpo.schema import TRAINING_PARAMS, Attr
 from archhpo.search._baselines import baseline_assignments
 from archhpo.search._confirmation import decide_waiting, listed, mark_waves, trained, waiting
 from archhpo.search._ladder import Finished, carry_up
+from archhpo.search._lrfit import probe_assignments
 from archhpo.search._optuna_private import models as m
 from archhpo.search._optuna_private import study_id_of
 from archhpo.search._ranking import best_phase1_params, rank_architectures
@@ -55,9 +56,9 @@ from archhpo.search._tables import db_now, end_trials, study_attr
 from archhpo.search._trust import ArchRuns, rung_trust
 
 PHASE3_KEY = settings_attr("phase3")  # the confirmation assignment (StudySettings.phase3), once ranked
-# What a retry keeps besides plan_slot and phase: the plan entry's seed, rank and baseline rule, and the rungs
+# What a retry keeps besides plan_slot and phase: the plan entry's seed, rank, baseline rule and probe, and the rungs
 # it passed (it resumes from the dead attempt's checkpoint towards the same next rung).
-_CARRIED_KEYS = (Attr.SEED, Attr.RANK, Attr.BASELINE, Attr.RUNG, Attr.RUNG_SCORES, Attr.BRANCH_EPOCHS)
+_CARRIED_KEYS = (Attr.SEED, Attr.RANK, Attr.BASELINE, Attr.LR_PROBE, Attr.RUNG, Attr.RUNG_SCORES, Attr.BRANCH_EPOCHS)
 
 
 class PlanUpkeep:
@@ -263,9 +264,11 @@ class PlanUpkeep:
         ranks = self._phase3(fresh=True)
         if ranks is None:
             ranks = rank_architectures(self.storage, self.study_id, self.settings, trials)
-            if ranks:  # the rules' shapes, trained like the searched best (search/_baselines.py)
+            if ranks:  # the rules' shapes, trained like the searched best (search/_baselines.py), and
+                # the best at other learning rates (--lr-probe, search/_lrfit.py)
                 ranks += baseline_assignments(self.settings.plan, self.settings.archs, ranks[0],
                                               self.settings.budget_value)
+                ranks += probe_assignments(self.settings.plan, ranks[0])
             if self.settings.options.confirm_sequential:
                 ranks = mark_waves(ranks)
             self.study.set_user_attr(PHASE3_KEY, ranks)
@@ -352,6 +355,8 @@ def _arch_runs(upkeep: PlanUpkeep, below: int) -> list[ArchRuns]:
         scores = [float(v) for v in t.user_attrs.get(Attr.RUNG_SCORES) or []][:below]
         if t.value is None or not math.isfinite(t.value) or len(scores) < below:
             continue  # a trial from before its rungs were recorded says nothing about them
+        if t.user_attrs.get(Attr.LR_PROBE) is not None:
+            continue  # trained at another rate than its architecture's: not its architecture's evidence
         rungs, finals = runs.setdefault(int(t.params["arch_idx"]), ([], []))
         rungs.append(scores)
         finals.append(float(t.value))
@@ -360,12 +365,14 @@ def _arch_runs(upkeep: PlanUpkeep, below: int) -> list[ArchRuns]:
 
 def _finished(upkeep: PlanUpkeep) -> list[Finished]:
     """A budget's COMPLETE trials with a finite value (confirmation included: the top is ranked
-    on means, and a confirmed architecture's seeds are the best evidence of it)."""
+    on means, and a confirmed architecture's seeds are the best evidence of it; --lr-probe's runs
+    marked, read for the learning rate only)."""
     done = upkeep.storage.get_all_trials(upkeep.study_id, deepcopy=False, states=(TrialState.COMPLETE,))
     return [
         Finished(float(t.value), t.number, int(t.user_attrs["d_model"]), int(t.user_attrs["n_layers"]),
                  (int(t.params["arch_idx"]),), {k: t.params[k] for k in TRAINING_PARAMS},
-                 n_heads=int(t.user_attrs.get("n_heads", 0)), d_ff=int(t.user_attrs.get("d_ff", 0)))
+                 n_heads=int(t.user_attrs.get("n_heads", 0)), d_ff=int(t.user_attrs.get("d_ff", 0)),
+                 lr_probe=t.user_attrs.get(Attr.LR_PROBE) is not None)
         for t in done
         if t.value is not None and math.isfinite(t.value) and t.user_attrs.get(Attr.PHASE) in (1, 2, 3)
     ]

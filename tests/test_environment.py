@@ -1,4 +1,4 @@
-"""The ARCHHPO_* environment variables (issue 30): read in one module (archhpo/config.py's
+"""The ARCHHPO_* environment variables (issue 30): read in one module (archhpo/environment.py's
 `Environment`), once per process by the entry points, and passed down to the queue, the storage
 and `run`'s options; a library caller that passes nothing gets the defaults."""
 
@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from archhpo.cli._main import main
-from archhpo.config import Environment
+from archhpo.environment import Environment
 from archhpo.errors import ArchhpoError, ConfigError
 from archhpo.search import TrialQueue
 from tests.conftest import REPO, TINY_DATA
@@ -43,7 +43,7 @@ def _readers(path: Path) -> bool:
 def test_the_variables_are_read_in_one_module() -> None:
     files = _package_files()
     assert len(files) > 50 and REPO / "search" / "_queue.py" in files
-    assert [str(p.relative_to(REPO)) for p in files if _readers(p)] == ["archhpo/config.py"]
+    assert [str(p.relative_to(REPO)) for p in files if _readers(p)] == ["archhpo/environment.py"]
 
 
 def test_a_library_caller_gets_the_defaults_from_one_place() -> None:

@@ -95,6 +95,17 @@ def test_the_flops_per_budget_weigh_into_the_overall_ratio_by_the_designs_shares
         assert overall == pytest.approx(m["flops_ratio"], abs=1e-12), name
 
 
+def test_lr_probe_adds_rank_0_retrained_at_each_factor_below_the_largest_budget(tmp_path: Path) -> None:
+    budgets = se.load_table(_table(tmp_path, {"1M": 1_000_000, "2M": 2_000_000}, 9))
+    result = se.replay(budgets, repeats=2, seed=0)["archhpo"]
+    # at 1M (the smallest: every rung scored in passing) each probe costs 9 epochs + branches 0.25 + 0.75;
+    # none at 2M, the largest; the design trains 18 x 9 epochs at each budget
+    probe = len(se.LR_PROBE_FACTORS) * (9 + 0.25 + 0.75)
+    assert result["lr_probe_flops_ratio"] - result["flops_ratio"] == pytest.approx(probe / (2 * 18 * 9), abs=1e-12)
+    one = se.replay(se.load_table(_table(tmp_path, {"1M": 1_000_000}, 9)), repeats=2, seed=0)["archhpo"]
+    assert one["lr_probe_flops_ratio"] == one["flops_ratio"], "a single budget is the largest: no probe"
+
+
 def test_keeping_every_trial_after_one_epoch_chooses_as_the_design_does(tmp_path: Path) -> None:
     budgets = se.load_table(_table(tmp_path, {"1M": 1_000_000}, 6))
     every = se.replay(budgets, repeats=3, seed=1, topk=1000)

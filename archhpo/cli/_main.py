@@ -46,7 +46,7 @@ from archhpo.cli._options import (
 from archhpo.cli._study_cmds import EXIT_UNHEALTHY as EXIT_UNHEALTHY
 from archhpo.cli._study_cmds import _check_outputs, cmd_export, cmd_launch, cmd_run, cmd_worker
 from archhpo.cli._study_cmds import _stop_like_ctrl_c as _stop_like_ctrl_c
-from archhpo.config import Environment
+from archhpo.environment import Environment
 from archhpo.errors import ArchhpoError
 from archhpo.models import Family, family_names, get_family
 

@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from archhpo.config import Environment, field_default, field_help
+from archhpo.config import field_default, field_help
+from archhpo.environment import Environment
 from archhpo.errors import ArchhpoError
 from archhpo.models import Family
 from archhpo.schema import ARCH_HELP, ARCH_KEYS, PRUNERS, SCHEDULES, TRAINING, TRAINING_PARAMS
@@ -232,6 +233,7 @@ OPTIONS: tuple[Option, ...] = (
     study_option("seeds", int, STUDY_COMMANDS, metavar="S"),
     study_option("baselines", None, STUDY_COMMANDS, switch=True),
     study_option("sequential_confirm", None, STUDY_COMMANDS, switch=True),
+    study_option("lr_probe", None, STUDY_COMMANDS, switch=True),
     *(Option(name, None, int, f"{name} of the architecture ({ARCH_HELP[name]}); launch/run/worker/export: "
         "pin it (a comma-separated list pins several values) instead of or within a budget; grid: list only "
         "the budget's rows with these values, as a study pinning them within the budget plans them",

@@ -19,7 +19,6 @@ from archhpo.config import (
     OPTION_FIELDS,
     Confirm,
     Data,
-    Environment,
     Pruning,
     Schedule,
     StudyConfig,
@@ -29,6 +28,7 @@ from archhpo.config import (
     field_doc,
     field_help,
 )
+from archhpo.environment import Environment
 from archhpo.errors import ArchhpoError, ConfigError
 from archhpo.models import get_family
 from archhpo.schema import LADDER_CONFIRM_SEEDS, LADDER_FINALISTS

@@ -16,11 +16,12 @@ from typing import Any
 import pytest
 from optuna.trial import TrialState
 
-from archhpo.budgets import GridRow
+from archhpo.budgets import GridRow, parse_budget
 from archhpo.cli import main
+from archhpo.report._confirm import confirmation_summary
 from archhpo.report._page import ladder_notes
-from archhpo.schema import LADDER_CONFIRM_SEEDS, LADDER_FINALISTS
-from archhpo.search import TrialQueue, _study, launch, prepare_settings
+from archhpo.schema import LADDER_CONFIRM_SEEDS, LADDER_FINALISTS, LR_PROBE_FACTORS
+from archhpo.search import TrialQueue, _study, _upkeep, launch, prepare_settings
 from archhpo.search._ladder import (
     LR_WIDTH,
     Finished,
@@ -42,6 +43,7 @@ from archhpo.search._plan import ladder_plan
 from archhpo.search._space import QUICK_SPACE, SearchSpace
 from archhpo.search._status import PlanStatus
 from archhpo.search._storage import open_storage
+from archhpo.search._study import keyword_config
 from archhpo.search._trust import describe_trust
 from archhpo.search._upkeep import PlanUpkeep
 from tests.conftest import TINY_DATA
@@ -516,3 +518,110 @@ def test_the_carried_rate_is_read_on_the_line_through_every_budgets_best_rate() 
     mean_point = math.exp((math.log(3e-4) - b * math.log(1e5) + math.log(1.2e-3) - b * math.log(2e5)) / 2)
     assert out["carried"]["learning_rate"] == pytest.approx(mean_point * 400_000**b, rel=1e-9)
     assert out["carried"]["learning_rate"] < 1.2e-3 * 2**b, "below the lucky trial scaled alone"
+
+
+# --lr-probe: every budget below the largest retrains its best at other rates, so it locates its rate.
+# The simulated loss: every architecture on one parabola in log(lr x d_model) (muP's invariant), its
+# vertex at PROBE_C * N^PROBE_B, offset per architecture; noise-free, so each vertex and the slope are exact.
+PROBE_B, PROBE_C = -0.3, 1.5
+
+
+def _probe_value(claim: Any, n: int) -> float:
+    lr_d = float(claim.params["learning_rate"]) * int(claim.arch["d_model"])
+    return 1.0 + 0.01 * int(claim.params["arch_idx"]) + 0.1 * math.log(lr_d / (PROBE_C * n**PROBE_B)) ** 2
+
+
+def _train_on_the_parabola(storage_url: str, settings: Any) -> list[Any]:
+    q = TrialQueue(storage_url, settings.study_name)
+    while not (status := q.maintain()).done:
+        c = q.claim(WORKER)
+        assert c is not None, f"the plan is not done and nothing waits: {status}"
+        q.finish(c, TrialState.COMPLETE, _probe_value(c, settings.budget_value), {})
+    return _trials(storage_url, settings.study_name)
+
+
+def test_lr_probe_makes_every_budget_locate_its_rate_and_the_ladder_fits_the_exponent(storage_url: str) -> None:
+    budgets = ("200K", "500K", "1M", "2M")
+    config = keyword_config("lp", budget=list(budgets), ladder=True, lr_probe=True, n_trials=8, data=TINY_DATA,
+                            quick=True, seed=0, pruner="none", samples_per_param=20)
+    chain: list[Any] = []
+    for b in budgets:
+        chain.append(prepare_settings(config, b, ladder_below=[s.study_name for s in chain]))
+        launch(storage_url, chain[-1])
+    probes = [[e.lr_probe for e in s.plan if e.lr_probe is not None] for s in chain]
+    assert probes == [list(LR_PROBE_FACTORS)] * 3 + [[]], "every budget but the largest probes"
+    for settings in chain[:-1]:
+        trials = _train_on_the_parabola(storage_url, settings)
+        ranks = TrialQueue(storage_url, settings.study_name).upkeep.study_attr(_upkeep.PHASE3_KEY)
+        best = next(r for r in ranks if r["rank"] == 0)
+        probed = {float(t.user_attrs["lr_probe"]): t for t in trials if "lr_probe" in t.user_attrs}
+        assert sorted(probed) == sorted(LR_PROBE_FACTORS)
+        for factor, t in probed.items():  # rank 0's architecture and parameters, its rate times the factor
+            assert t.params["arch_idx"] == best["arch_idx"] and t.user_attrs["seed"] == 0
+            assert t.params["learning_rate"] == pytest.approx(best["params"]["learning_rate"] * factor, rel=1e-12)
+            assert {k: t.params[k] for k in PARAMS if k != "learning_rate"} == {
+                k: best["params"][k] for k in PARAMS if k != "learning_rate"}
+    q = TrialQueue(storage_url, chain[-1].study_name)
+    q.maintain()
+    record = q.upkeep.study_attr(_study.LADDER_KEY)
+    fit, width = record["lr_fit"], record["lr_width"]
+    assert (fit["source"], fit["n_budgets"]) == ("fitted", 3), fit["reason"]
+    assert fit["exponent"] == pytest.approx(PROBE_B, abs=1e-6) and fit["high"] - fit["low"] < 1e-6
+    # every budget's located rate is its vertex, read at the reference width
+    assert [lr for _, lr in record["budget_rates"]] == pytest.approx(
+        [PROBE_C * parse_budget(b) ** PROBE_B / width for b in budgets[:-1]], rel=1e-6)
+    expected = PROBE_C * 2_000_000**PROBE_B / width
+    assert record["carried"]["learning_rate"] == pytest.approx(min(max(expected, 1e-4), 1e-3), rel=1e-6)
+
+
+def test_lr_probe_runs_count_in_no_architectures_ranking_mean_or_rung_trust(storage_url: str) -> None:
+    config = keyword_config("lq", budget=["200K", "500K"], ladder=True, lr_probe=True, n_trials=8, data=TINY_DATA,
+                            quick=True, seed=0, pruner="none", samples_per_param=20)
+    small = prepare_settings(config, "200K")
+    launch(storage_url, small)
+    trials = [t for t in _train_on_the_parabola(storage_url, small) if t.state == TrialState.COMPLETE]
+    probes = [t for t in trials if "lr_probe" in t.user_attrs]
+    assert len(probes) == len(LR_PROBE_FACTORS)
+    upkeep = TrialQueue(storage_url, small.study_name).upkeep
+    assert sorted(f.number for f in _upkeep._finished(upkeep) if f.lr_probe) == sorted(t.number for t in probes)
+    runs = _upkeep._arch_runs(upkeep, 0)
+    assert sum(len(r.finals) for r in runs) == len(trials) - len(probes), "the rung trust reads no probe"
+    # the report's confirmation: the confirmed ranks with their own runs; the probes (ranks 3-5, rank 0's shape) are none
+    summary = confirmation_summary(_trials(storage_url, small.study_name), archs=small.archs)
+    confirmed = [t for t in trials if t.user_attrs.get("phase") == 3 and "lr_probe" not in t.user_attrs]
+    assert {a["rank"] for a in summary["architectures"]} == {t.user_attrs["rank"] for t in confirmed} <= {0, 1, 2}
+    for a in summary["architectures"]:  # each rank's values are its confirmation runs' (probes run at seed 0 too)
+        assert sorted(a["values"].values()) == sorted(t.value for t in confirmed if t.user_attrs["rank"] == a["rank"])
+
+
+def test_carry_up_ranks_architectures_without_their_probe_runs() -> None:
+    rows = [_row(i, 64, layers) for i, layers in enumerate((2, 3, 4))]
+    a, b = _done(1.0, 0, 64, 2), _done(1.05, 1, 64, 3)
+    bad_rates = [dataclasses.replace(_done(v, 2 + k, 64, 2, learning_rate=1e-3 * f), lr_probe=True)
+                 for k, (v, f) in enumerate(((1.5, 0.25), (1.6, 0.5), (1.4, 2.0)))]
+    assert top_architectures([a, b, *bad_rates])[0] is b, "counted, the probes' rates would sink a's mean"
+    out = carry_up([a, b, *bad_rates], 200_000, 500_000, rows, QUICK_SPACE, [0, 1, 2], 0)
+    assert out["from_trial"] == a.number
+
+
+def test_relaunching_a_ladder_with_lr_probe_changed_is_refused_and_writes_nothing(
+        sqlite_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    common = ["launch", "--experiment", "rp", "--ladder", "--quick", "--budget", "200K", "--budget", "500K",
+              "--trials", "8", "--data", TINY_DATA, "--storage", sqlite_url]
+    assert main(common) == 0
+    before = _trials(sqlite_url, "rp_200K")
+    capsys.readouterr()
+    assert main([*common, "--lr-probe"]) == 2
+    err = capsys.readouterr().err
+    assert "options.lr_probe: stored None, now [0.25, 0.5, 2.0]" in err, err
+    assert len(_trials(sqlite_url, "rp_200K")) == len(before)
+    assert not TrialQueue(sqlite_url, "rp_500K").settings.options.lr_probe, "the largest budget never probes"
+
+
+def test_lr_probe_without_a_ladder_or_its_confirmation_is_one_sentence(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    db = tmp_path / "s.db"
+    for flags in (["--budget", "200K"], ["--ladder", "--budget", "200K", "--budget", "500K", "--confirm", "0"]):
+        assert main(["launch", "--experiment", "x", "--quick", "--lr-probe", *flags, "--storage", f"sqlite:///{db}"]) == 2
+        assert "--lr-probe retrains each ladder budget's best at other learning rates" in capsys.readouterr().err
+    assert not db.exists()

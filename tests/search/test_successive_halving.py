@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from optuna.trial import TrialState
 
 from archhpo.cli import main
-from archhpo.config import Environment
+from archhpo.environment import Environment
 from archhpo.errors import StudyError
 from archhpo.report import export_studies
 from archhpo.report._export import flops_summary
