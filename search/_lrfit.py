@@ -66,6 +66,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from scipy import stats
 
+from archhpo.budgets import budget_label
+
 if TYPE_CHECKING:
     from archhpo.search._plan import PlanEntry
 
@@ -126,10 +128,12 @@ def prior_exponent(data_grows: bool) -> float:
 @dataclass(frozen=True)
 class BestRate:
     """A budget's best learning rate; located: a convex parabola's vertex within the rates tried, the
-    rate's effect told apart from the architectures' (else the best trial's rate)."""
+    rate's effect told apart from the architectures' (else the best trial's rate, and `why` says
+    what was missing, in words a user can act on)."""
 
     rate: float
     located: bool
+    why: str = ""
 
 
 def locate_rate(points: Sequence[tuple[float, float] | tuple[float, float, Hashable]]) -> BestRate:
@@ -139,18 +143,22 @@ def locate_rate(points: Sequence[tuple[float, float] | tuple[float, float, Hasha
     else the best trial's; located as the module docstring says."""
     if not points:
         raise ValueError("best_rate needs at least one finished trial")
-    best = BestRate(float(min(points, key=lambda p: p[1])[0]), located=False)
+    rate = float(min(points, key=lambda p: p[1])[0])
     x = np.log(np.array([p[0] for p in points], dtype=float))
     if len(np.unique(x)) < MIN_RATES_FOR_QUADRATIC:
-        return best
+        return BestRate(rate, False, f"{len(np.unique(x))} rate(s) tried, a parabola needs {MIN_RATES_FOR_QUADRATIC}")
     y = np.array([p[1] for p in points], dtype=float)
     c2, c1, separated = _curve(x, y, [p[2] if len(p) > 2 else None for p in points])
     if c2 <= 0:  # concave or flat: no minimum to read
-        return best
+        return BestRate(rate, False, "the losses do not curve up around a best rate")
     vertex = -c1 / (2 * c2)
     if not x.min() <= vertex <= x.max():  # outside the rates tried: an extrapolation
-        return best
-    return BestRate(float(math.exp(vertex)), located=separated)
+        side = "above the highest" if vertex > x.max() else "below the lowest"
+        return BestRate(rate, False, f"the best lies {side} rate tried")
+    if not separated:
+        return BestRate(float(math.exp(vertex)), False, "each architecture ran at one rate, so the rate's effect "
+                                                        "is not told apart from the architectures'")
+    return BestRate(float(math.exp(vertex)), located=True)
 
 
 def best_rate(points: Sequence[tuple[float, float] | tuple[float, float, Hashable]]) -> float:
@@ -213,9 +221,9 @@ def fit_lr_exponent(budgets: Sequence[tuple[int, Sequence[Any]]], *, data_grows:
     located = [(n, e.rate) for n, e in estimates if e.located]
     if len({n for n, _ in located}) < MIN_BUDGETS:
         low, high = _slope_interval(known, slope)
+        whys = "; ".join(f"{budget_label(n)}: {e.why}" for n, e in estimates if not e.located)
         return LrFit(prior, low, high, len(known), "prior",
-                     f"{len(located)} of {len(known)} budgets located their best rate (elsewhere it is the best "
-                     f"trial's, the architecture's effect not told apart from the rate's), so b = {slope:.3f} "
+                     f"{len(located)} of {len(known)} budgets located their best rate ({whys}), so b = {slope:.3f} "
                      f"({CONFIDENCE:.0%} interval {low:.3f} to {high:.3f}) through them is not used; "
                      f"Step Law with {regime}", slope=slope)
     slope = _slope(located)

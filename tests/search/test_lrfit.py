@@ -89,8 +89,8 @@ def test_budgets_that_did_not_locate_their_best_rate_place_the_line_but_do_not_f
     half = stats.t.ppf(0.95, 1) * math.sqrt(float((residual**2).sum()) / ((x - x.mean()) ** 2).sum())
     assert (fit.low, fit.high) == (pytest.approx(slope - half, rel=1e-6), pytest.approx(slope + half, rel=1e-6))
     assert 0.0 < fit.low < fit.high < 0.12, "narrow: the interval rule alone would have used it (the run did)"
-    assert fit.reason == (f"1 of 3 budgets located their best rate (elsewhere it is the best trial's, the "
-                          f"architecture's effect not told apart from the rate's), so b = {slope:.3f} (90% interval "
+    assert fit.reason == (f"1 of 3 budgets located their best rate (200K: 2 rate(s) tried, a parabola needs 4; "
+                          f"400K: 2 rate(s) tried, a parabola needs 4), so b = {slope:.3f} (90% interval "
                           f"{fit.low:.3f} to {fit.high:.3f}) through them is not used; Step Law with data growing with N")
     assert _flat(budget_rates(budgets)) == pytest.approx(_flat(rates)), "every budget's best rate still places the line"
     located = fit_lr_exponent([_budget(n, lr) for n, lr in rates], data_grows=True)
@@ -111,10 +111,17 @@ def test_a_rate_is_located_only_where_the_architectures_effect_is_told_apart() -
     both = [(lr, loss(lr, a), a) for lr in rates for a in "AB"]
     assert locate_rate(both).located and locate_rate(both).rate == pytest.approx(3e-4, rel=1e-9), "intercepts"
     once = [(lr, loss(lr, a), a) for lr, a in zip(rates, "BCAD", strict=True)]
-    assert not locate_rate(once).located, "one rate per architecture: a shared parabola mixes them"
-    assert not locate_rate([(lr, loss(lr, "B")) for lr in rates[:3]]).located, "three rates: the best trial's"
+    assert locate_rate(once).why == ("each architecture ran at one rate, so the rate's effect is not told apart "
+                                     "from the architectures'"), "a shared parabola mixes them"
+    assert not locate_rate(once).located
+    assert locate_rate([(lr, loss(lr, "B")) for lr in rates[:3]]) == BestRate(
+        2e-4, False, "3 rate(s) tried, a parabola needs 4"), "three rates: the best trial's"
     outside = [(lr, 1.0 + math.log(lr / 3e-3) ** 2) for lr in rates]
-    assert locate_rate(outside) == BestRate(1e-3, False), "a vertex beyond the rates tried"
+    assert locate_rate(outside) == BestRate(1e-3, False, "the best lies above the highest rate tried")
+    below = [(lr, 1.0 + math.log(lr / 3e-5) ** 2) for lr in rates]
+    assert locate_rate(below) == BestRate(1e-4, False, "the best lies below the lowest rate tried")
+    concave = [(lr, 1.0 - math.log(lr / 3e-4) ** 2) for lr in rates]
+    assert locate_rate(concave).why == "the losses do not curve up around a best rate"
 
 
 def test_a_wide_interval_falls_back_to_the_prior_and_says_so() -> None:
