@@ -20,6 +20,7 @@ from archhpo.report._decisions import decision_accuracy, decision_rows
 from archhpo.report._frame import best_and_runner_up
 from archhpo.report._law import law_text, nd_text
 from archhpo.report._notes import _arch_text, gap_text
+from archhpo.report._probe import probe_notes
 from archhpo.report._summary import _count, _f, _fmt, _i
 from archhpo.report._truth import below_floor, truth_text
 from archhpo.report._units import METRIC, short_unit, value_text
@@ -148,9 +149,7 @@ def _answer_section(frame: pd.DataFrame, summary: pd.DataFrame, fit: dict[str, A
                   "a pair of shapes agrees when the same one has the lower mean loss at both (DataDecide's "
                   "measure). High agreement is the evidence for planning larger budgets from smaller ones "
                   "(--ladder); 50% is chance.</p>"]
-    if frame.attrs.get("ladder"):
-        parts += ["<h3>Ladder: what each budget carried up</h3>",
-                  _table(["budget", "carried up"], [[b, text] for b, text in frame.attrs["ladder"].items()])]
+    parts += _ladder_section(frame)
     if data_text(frame):
         parts += ["<h3>Data: tokens per parameter and passes</h3>",
                   _table(["budget", "data per parameter", "D (trained to full length)", "passes over the data"],
@@ -158,6 +157,18 @@ def _answer_section(frame: pd.DataFrame, summary: pd.DataFrame, fit: dict[str, A
     if compute_text(frame):
         parts += [f"<p class='compute'>{html.escape(_sentence(str(compute_text(frame))))}.</p>",
                   _table(["budget", "FLOPs spent", "FLOPs of the full plan", "share"], compute_rows(frame), {1, 2, 3})]
+    return parts
+
+
+def _ladder_section(frame: pd.DataFrame) -> list[str]:
+    """What each ladder budget carried up, and what each one's learning-rate probe found (--lr-probe)."""
+    parts = []
+    if frame.attrs.get("ladder"):
+        parts += ["<h3>Ladder: what each budget carried up</h3>",
+                  _table(["budget", "carried up"], [[b, text] for b, text in frame.attrs["ladder"].items()])]
+    if probes := probe_notes(frame):
+        parts += ["<h3>Learning-rate probe: the best architecture at other rates</h3>",
+                  _table(["budget", "mean loss per factor of its rate"], [[b, text] for b, text in probes.items()])]
     return parts
 
 
