@@ -138,3 +138,20 @@ def test_today_recomputes_a_runs_carried_rate_from_its_smaller_budgets(tmp_path:
         sweep.main(["judge", "--table", str(TABLE), "--budget", "400K", "--carried", "3e-3", "--today"])
     with pytest.raises(SystemExit, match="is not a --ladder budget above the smallest"):
         sweep.todays_rate(url, "t1lrreal_100K-h2+4+8-t10")
+
+
+@pytest.mark.postgres
+def test_today_reads_a_run_on_postgresql_as_on_sqlite(tmp_path: Path, pg_url: str) -> None:
+    """The committed T1 learning-rate run copied study by study into PostgreSQL: today's rule carries
+    the same rate, at the same width, for the same reason (the storage is only read)."""
+    import optuna
+
+    db = tmp_path / "run.db"
+    shutil.copy(ROOT / "bench" / "truths" / "realrun" / "t1lr" / "t1lrreal.db", db)
+    url = f"sqlite:///{db}"
+    for name in optuna.get_all_study_names(url):
+        optuna.copy_study(from_study_name=name, from_storage=url, to_storage=pg_url)
+    study = "t1lrreal_800K-h2+4+8-t10"
+    on_sqlite = sweep.todays_rate(url, study)
+    assert sweep.todays_rate(pg_url, study) == (pytest.approx(on_sqlite[0], rel=1e-12), *on_sqlite[1:])
+    assert round(on_sqlite[0], 7) == 2.5598e-3
