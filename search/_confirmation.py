@@ -24,6 +24,7 @@ from typing import Any
 
 from archhpo.schema import Attr
 from archhpo.search._noise import pooled_lead
+from archhpo.search._plan import is_extra
 
 FIRST_WAVE = 2  # the finalists always confirmed: the two the single-run ranking could swap
 WAVE_KEY, DECISION_KEY = "wave", "decision"
@@ -36,8 +37,7 @@ def mark_waves(ranks: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _extra(rank: Mapping[str, Any]) -> bool:
-    """A phase-3 assignment that confirms no rank of its own: a baseline's shape or a learning-rate probe."""
-    return bool(rank.get("baseline")) or rank.get("lr_probe") is not None
+    return is_extra(rank.get("baseline"), rank.get("lr_probe"))
 
 
 def waiting(ranks: Iterable[Mapping[str, Any]]) -> list[int]:

@@ -41,6 +41,12 @@ from archhpo.search._space import SearchSpace
 PHASE1_SHARE = 0.4  # of the trials, in architectures (each run twice): 50 trials → 20 archs
 
 
+def is_extra(baseline: str | None, lr_probe: float | None) -> bool:
+    """A phase-3 slot (a PlanEntry, or its stored assignment) that confirms no rank of its own: a
+    baseline's shape or a learning-rate probe."""
+    return bool(baseline) or lr_probe is not None
+
+
 @dataclass(frozen=True)
 class PlanEntry:
     slot: int
@@ -54,8 +60,7 @@ class PlanEntry:
 
     @property
     def extra(self) -> bool:
-        """A phase-3 entry that confirms no rank of its own: a baseline's shape or a learning-rate probe."""
-        return self.baseline is not None or self.lr_probe is not None
+        return is_extra(self.baseline, self.lr_probe)
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> PlanEntry:
