@@ -34,8 +34,10 @@ rate (its confirmation repeats that rate), so it never locates: in a --ladder st
 smallest budget (searched as the design) locates its rate, and the exponent is the prior, with the
 slope through every budget recorded beside it, unless --lr-probe: it retrains each budget's best
 architecture at its rate times schema.LR_PROBE_FACTORS (`probe_assignments`), so that architecture
-has 4 rates, its intercept is identified and the budget locates its rate.  The parabola reads every trial, so one lucky trial does not set the rate,
-and it never extrapolates beyond the rates tried; the best trial is what a ladder carried before.
+has 4 rates, its intercept is identified and the budget locates its rate.  The parabola reads every
+trial, so one lucky trial does not set the rate, and it never extrapolates beyond the rates tried;
+the best trial is what a ladder carried before.  Where a budget does not locate, `BestRate.why` says
+what was missing, and the prior's reason names each such budget's.
 A caveat: a ladder budget above the smallest samples its rates around the carried one (x/÷ 2), so
 its best trial's rate leans towards what was carried; such a budget does not locate its rate, so it
 places the line but never fits its slope.
