@@ -98,7 +98,7 @@ def decide_waiting(ranks: Sequence[Mapping[str, Any]], done: Iterable[Any]) -> l
     def confirmation_runs(rank: int) -> list[float]:
         return [float(t.value) for t in sorted(done, key=lambda t: t.number)
                 if t.user_attrs.get(Attr.PHASE) == 3 and t.user_attrs.get(Attr.RANK) == rank
-                and not t.user_attrs.get(Attr.BASELINE) and t.user_attrs.get(Attr.LR_PROBE) is None]
+                and not t.user_attrs.get(Attr.BASELINE)]
 
     first = [r for r in ranks if r.get(WAVE_KEY) != 2 and not _extra(r)]
     runs = {int(r["rank"]): confirmation_runs(int(r["rank"])) + search_runs(r) for r in first}
