@@ -198,6 +198,10 @@ class Attr:
     FLOPS_FULL = "flops_full"
     FLOPS_PER_SAMPLE = "flops_per_sample"
     MEMORY_ESTIMATE_GIB = "memory_estimate_gib"  # the fit check's estimate of the trial's peak
+    # The running claim's starting point: FLOPs of the training its checkpoint held (0: it started
+    # over, e.g. on a machine without the earlier claim's checkpoint); None until the worker says.
+    # FLOPS_SPENT counts lost work too, so the ETA reads a running trial's progress from this.
+    FLOPS_FROM = "flops_from"
     RESUMED_FROM_EPOCH = "resumed_from_epoch"  # a retry or a promoted trial went on from this epoch
     RESUMED_FROM_STEP = "resumed_from_step"  # ... and this many steps into the next (a stopped trial)
     PRUNED_AT_EPOCH = "pruned_at_epoch"

@@ -8,6 +8,9 @@ times the samples it trains, calibrated on the finished trials (their flops_full
 finished trials trained (flops_spent) over their wall time (duration_s) is the measured
 throughput of one worker. The running trials count as done at that throughput for the time they
 have run (each up to its own cost), so a long trial finishing moves nothing but the measurement.
+A running trial starts from what its claim's checkpoint holds (Attr.FLOPS_FROM; 0 when it starts
+over, on a machine without the earlier claim's checkpoint), not from what its claims trained: a
+trial restarted from nothing once put a 2-hour run's ETA at 28 minutes.
 
 The throughput is measured per budget: on a CPU it grows with the model (T1's truths, per niced
 worker: 5 GFLOP/s at 100K, 16 at 200K, 41 at 400K and 800K), so one rate over every finished trial,
@@ -35,7 +38,9 @@ class SlotWork:
     """One plan slot as the ETA sees it."""
 
     cost: float | None  # FLOPs to train it to full length once; None: not known (no measurement yet)
-    spent: float = 0.0  # FLOPs its earlier claims trained (a trial held at a rung, a resumed one)
+    # FLOPs of training it holds: a running claim's starting point (its checkpoint's; 0 when it
+    # started over), else what its earlier claims trained (a trial held at a rung, a requeued one)
+    spent: float = 0.0
     running_since: dt.datetime | None = None  # when its current claim began (RUNNING)
     done: bool = False
     size: float = 0.0  # its study's budget (nominal parameters): which measured throughput prices it
@@ -188,7 +193,16 @@ def study_work(settings: Any, trials: list[Any], work: Work, never: Set[int] = f
         known = live[-1].user_attrs.get(Attr.FLOPS_FULL) if live else None
         running = next((t for t in live if _state(t) == "RUNNING"), None)
         work.slots.append(SlotWork(
-            float(known) if known else calibration.cost(fps, slot_epochs),
-            spent=float(live[-1].user_attrs.get(Attr.FLOPS_SPENT) or 0) if live else 0.0,
+            float(known) if known else calibration.cost(fps, slot_epochs), spent=_held(live, running),
             running_since=running.datetime_start if running is not None else None, size=size,
         ))
+
+
+def _held(live: list[Any], running: Any) -> float:
+    """The training a live slot holds: where its running claim started (Attr.FLOPS_FROM, which the
+    worker writes once it has looked for a checkpoint), else what its claims trained (FLOPS_SPENT:
+    a held or requeued trial, or a claim that has not said yet)."""
+    start = running.user_attrs.get(Attr.FLOPS_FROM) if running is not None else None
+    if start is not None:
+        return float(start)
+    return float(live[-1].user_attrs.get(Attr.FLOPS_SPENT) or 0) if live else 0.0

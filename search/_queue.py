@@ -163,6 +163,7 @@ class TrialQueue:
         set_attrs(s, trial.trial_id, {
             **{k: v for k, v in choices.items() if k not in shown}, "choices": choices,
             **shown, **worker_attrs, "state_note": "running", CLAIM_TOKEN_KEY: token,
+            Attr.FLOPS_FROM: None,  # an earlier claim's starting point is not this one's (started())
         })
         touch_heartbeat(s, trial.trial_id, first=True)
         claim = Claim(
@@ -209,6 +210,19 @@ class TrialQueue:
 
         # Short patience: the next beat retries anyway.
         return resilient(once, "heartbeat", self.timing.heartbeat_s)
+
+    def started(self, claim: Claim, flops_from: int) -> bool:
+        """Record where this claim's training starts (Attr.FLOPS_FROM: the FLOPs its checkpoint
+        holds, 0 when it starts over), what the ETA reads as the running trial's progress; False,
+        nothing written, when the trial is no longer ours."""
+        def once() -> bool:
+            with session_scope(self.storage) as s:
+                if not self._owned(s, claim):
+                    return False
+                set_attrs(s, claim.trial_id, {Attr.FLOPS_FROM: int(flops_from)})
+            return True
+
+        return resilient(once, "started", self.timing.db_patience_s)
 
     def report(self, claim: Claim, step: int, value: float) -> bool:
         """Record the validation loss of an epoch; True when the stopping rule says stop.

@@ -32,6 +32,7 @@ class QueueLike(Protocol):
     def claim(self, worker_attrs: dict[str, Any]) -> Any: ...
     def maintain(self, blocking: bool = True) -> Any: ...
     def heartbeat(self, claim: Any) -> bool | None: ...  # False: the trial is no longer ours
+    def started(self, claim: Any, flops_from: int) -> bool: ...  # the claim's starting point, for the ETA
     def report(self, claim: Any, step: int, value: float) -> bool: ...  # may raise TrialLost
     def finish(self, claim: Any, state: TrialState, value: float | None, attrs: dict[str, Any]) -> bool: ...
     def requeue(self, claim: Any, note: str = ..., attrs: dict[str, Any] | None = ...) -> bool: ...
@@ -156,6 +157,26 @@ def throughput(built: BuiltTrial, samples: int, seconds: float, path: int, devic
 
 
 # ------------------------------------------------------------------ resuming and the rule's scores
+def _starting(run: _TrialRun, built: BuiltTrial, resume: dict[str, Any] | None) -> None:
+    """Before a claim trains: go on from its checkpoint (`resume`, None: none was found) and tell
+    the queue where its training starts (Attr.FLOPS_FROM), so the ETA counts the work a lost or
+    missing checkpoint takes again (FLOPS_SPENT keeps counting what the earlier claims trained)."""
+    if resume is not None:
+        _resumed(run, resume)
+    if built.flops_per_sample is not None:
+        run.queue.started(run.claim, int(built.flops_per_sample) * _resumed_samples(built, resume))
+
+
+def _resumed_samples(built: BuiltTrial, resume: dict[str, Any] | None) -> int:
+    """The training samples a checkpoint holds: its whole epochs and the steps into the next (a
+    trial stopped between two steps); 0 without one."""
+    if resume is None:
+        return 0
+    steps = int((resume.get("partial") or {}).get("steps", 0))
+    within = min(built.epoch_samples, steps * int(built.train_config.batch_size))
+    return int(resume["epoch"]) * built.epoch_samples + within
+
+
 def _resumed(run: _TrialRun, resume: dict[str, Any]) -> None:
     """A claim going on from a checkpoint: where from, the earlier claims' time, their curve."""
     run.attrs[Attr.RESUMED_FROM_EPOCH] = int(resume["epoch"])

@@ -45,8 +45,8 @@ from archhpo.workers._claim import (
     QueueLike,
     _Heartbeat,
     _record_spent,
-    _resumed,
     _Scorer,
+    _starting,
     _TrialRun,
     claim_spec,
     classify_failure,
@@ -264,8 +264,7 @@ class Worker:
         queue, claim = run.queue, run.claim
         ckpt = self._checkpoint_path(queue, claim)
         resume = self._load_resume(queue, claim)
-        if resume is not None:
-            _resumed(run, resume)
+        _starting(run, built, resume)
         scorer = _Scorer(run, built, resume)
         plan = scorer.plan
 

@@ -134,6 +134,26 @@ def test_a_study_slots_cost_their_shape_flops_times_the_calibrated_samples() -> 
     assert sum(s.cost or 0 for s in skipped.slots if not s.done) == 20 * 100 * 2
 
 
+def test_a_running_trial_is_as_far_as_its_claim_started_not_as_its_earlier_claims_trained() -> None:
+    """A trial requeued after 3000 FLOPs of training is claimed again: resumed from a checkpoint
+    holding 1000 (the rest was lost with the stop) or started over (0, on a machine without it). The
+    ETA counts from there; before the worker has said (flops_from None), from what was spent."""
+    settings = SimpleNamespace(archs=[{"flops_per_sample": 10}], phase2_params=None, options={},
+                               plan=[{"slot": 0, "arch_idx": 0, "params": {"epochs": 4}}])
+    held: dict[int | None, float] = {}
+    for start in (1000, 0, None):
+        running = _trial(0, "RUNNING", 0, {"arch_idx": 0, "epochs": 4}, flops_full=4000, flops_spent=3000,
+                         flops_from=start)
+        work = Work()
+        study_work(settings, [running], work)
+        held[start] = work.slots[0].spent
+    assert held == {1000: 1000.0, 0: 0.0, None: 3000.0}
+    waiting = _trial(0, "WAITING", 0, {"arch_idx": 0, "epochs": 4}, flops_full=4000, flops_spent=3000, flops_from=0)
+    work = Work()
+    study_work(settings, [waiting], work)
+    assert work.slots[0].spent == 3000.0, "a held trial holds what it trained (its checkpoint at the rung)"
+
+
 def test_a_study_with_a_data_budget_is_costed_before_any_of_its_trials_finished() -> None:
     """A ladder budget just planned has no finished trial to calibrate on; under --tokens-per-param
     every trial trains the budget's tokens over the window, so its slots cost flops/sample x that."""

@@ -99,13 +99,8 @@ def _queue_with_one_trial(url: str) -> TrialQueue:
     return TrialQueue(url, s.study_name)
 
 
-def test_a_trial_stopped_mid_epoch_resumes_there_and_counts_whole(sqlite_url: str, tmp_path: Path,
-                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    """Through the worker and the queue: stopped inside epoch 14, six epochs past the nearest
-    validation, given back, and finished by another worker; the trial's value is the one `train
-    --from` gets training it uninterrupted."""
-    q = _queue_with_one_trial(sqlite_url)
-    ck = tmp_path / "ck"
+def _stopped_in_epoch_14(q: TrialQueue, ck: Path, monkeypatch: pytest.MonkeyPatch) -> int:
+    """A worker stops the queue's trial inside epoch 14 and gives it back; what its claim spent."""
     real = loop._TrialRun.should_stop
     asked = [0]
 
@@ -119,11 +114,22 @@ def test_a_trial_stopped_mid_epoch_resumes_there_and_counts_whole(sqlite_url: st
     first = Worker([q], device="cpu", threads=1, checkpoint_dir=ck).run()
     monkeypatch.setattr(loop._TrialRun, "should_stop", real)
     assert (first.requeued, first.complete) == (1, 0)
+    (trial,) = q.storage.get_all_trials(q.study_id)
+    assert trial.user_attrs["flops_from"] == 0, "the first claim started from nothing"
+    return int(trial.user_attrs["flops_spent"])
+
+
+def test_a_trial_stopped_mid_epoch_resumes_there_and_counts_whole(sqlite_url: str, tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Through the worker and the queue: stopped inside epoch 14, six epochs past the nearest
+    validation, given back, and finished by another worker; the trial's value is the one `train
+    --from` gets training it uninterrupted."""
+    q = _queue_with_one_trial(sqlite_url)
+    ck = tmp_path / "ck"
+    spent_by_the_stopped_claim = _stopped_in_epoch_14(q, ck, monkeypatch)
     (path,) = ck.rglob("*.pt")
     saved = torch.load(path, weights_only=False)
     assert saved["epoch"] == 13 and saved["partial"]["steps"] == 1, "stopped after epoch 13 and one step of 14"
-    (trial,) = q.storage.get_all_trials(q.study_id)
-    spent_by_the_stopped_claim = trial.user_attrs["flops_spent"]
 
     assert Worker([q], device="cpu", threads=1, checkpoint_dir=ck).run().complete == 1
     (trial,) = q.storage.get_all_trials(q.study_id)
@@ -131,6 +137,7 @@ def test_a_trial_stopped_mid_epoch_resumes_there_and_counts_whole(sqlite_url: st
     fps, n_train = attrs["flops_per_sample"], 68
     assert spent_by_the_stopped_claim == fps * (13 * n_train + 32), "recorded with the requeue"
     assert (attrs["resumed_from_epoch"], attrs["resumed_from_step"]) == (13, 1)
+    assert attrs["flops_from"] == spent_by_the_stopped_claim, "the second claim started where the first stopped"
     assert attrs["train_flops"] == fps * 21 * n_train, "the model's training, counted once"
     assert attrs["flops_spent"] == attrs["train_flops"], "no step repeated, every claim counted"
     assert attrs["duration_s"] > saved["elapsed_s"] > 0, "both claims' time"
@@ -140,3 +147,17 @@ def test_a_trial_stopped_mid_epoch_resumes_there_and_counts_whole(sqlite_url: st
         assert cli_main(["train", "--from", str(tmp_path / "stop_150K_best.json"), "--device", "cpu",
                          "--threads", "1"]) == 0
     assert json.loads(out.getvalue().strip().splitlines()[-1])["val_loss"] == trial.value
+
+
+def test_a_claim_without_the_checkpoint_starts_over_and_says_so(sqlite_url: str, tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """The trial goes on on a machine without the first claim's checkpoint: it trains from epoch 1,
+    records that it started from nothing (flops_from 0, what the ETA reads as its progress), and
+    its flops_spent counts both claims' work, the lost part included."""
+    q = _queue_with_one_trial(sqlite_url)
+    spent_by_the_stopped_claim = _stopped_in_epoch_14(q, tmp_path / "ck", monkeypatch)
+    assert Worker([q], device="cpu", threads=1, checkpoint_dir=tmp_path / "elsewhere").run().complete == 1
+    (trial,) = q.storage.get_all_trials(q.study_id)
+    attrs = trial.user_attrs
+    assert "resumed_from_epoch" not in attrs and attrs["flops_from"] == 0
+    assert attrs["flops_spent"] == spent_by_the_stopped_claim + attrs["train_flops"]
