@@ -153,20 +153,23 @@ def test_a_paused_worker_is_fenced_out_and_never_touches_the_retry(storage_url: 
 
 def test_heartbeat_report_finish_and_requeue_are_fenced(storage_url: str) -> None:
     """The queue side: once a trial is reaped (or claimed again by someone else), its old claim
-    writes nothing: heartbeat says False, report raises TrialLost, finish and requeue say False."""
+    writes nothing: heartbeat says False, report raises TrialLost, finish, requeue and started say
+    False; a new claim forgets the old one's starting point (flops_from) until it says its own."""
     import sqlalchemy as sa
 
     s = prepare_settings("fq", "200K", n_trials=4, data="synthetic:steps=700", quick=True, pruner="none")
     launch(storage_url, s)
     q = TrialQueue(storage_url, s.study_name)
     c = q.claim({"host": "a"})
-    assert q.heartbeat(c) is True
+    assert q.heartbeat(c) is True and q.started(c, 1234) is True
     q.report(c, 1, 0.5)
     # Someone else's claim of the same trial (requeued by the driver, claimed again): ours is stale.
     assert q.requeue(dataclasses.replace(c, token=None), "run stopped")
     again = q.claim({"host": "b"})
     assert again.trial_id == c.trial_id and again.token != c.token
-    assert q.heartbeat(c) is False
+    assert q.storage.get_trial(c.trial_id).user_attrs["flops_from"] is None, "not the new claim's start"
+    assert q.heartbeat(c) is False and q.started(c, 99) is False
+    assert q.started(again, 0) is True
     with pytest.raises(TrialLost):
         q.report(c, 2, 0.1)
     assert not q.finish(c, TrialState.COMPLETE, 0.1, {"x": 1})
@@ -180,6 +183,6 @@ def test_heartbeat_report_finish_and_requeue_are_fenced(storage_url: str) -> Non
     assert q.heartbeat(again) is False
     with pytest.raises(TrialLost):
         q.report(again, 3, 0.2)
-    assert not q.finish(again, TrialState.COMPLETE, 0.1, {})
+    assert not q.finish(again, TrialState.COMPLETE, 0.1, {}) and not q.started(again, 5)
     t = q.storage.get_trial(again.trial_id)
-    assert t.intermediate_values == {1: 0.5, 2: 0.4} and "x" not in t.user_attrs
+    assert t.intermediate_values == {1: 0.5, 2: 0.4} and "x" not in t.user_attrs and t.user_attrs["flops_from"] == 0
