@@ -17,6 +17,9 @@ worker: 5 GFLOP/s at 100K, 16 at 200K, 41 at 400K and 800K), so one rate over ev
 mostly small ones early in a ladder, put a ladder's last budget at several times its real time.
 Each slot is priced at its own budget's measured throughput, else at the largest smaller budget's
 (a lower bound on a larger model's: the ETA errs long), else at the rate over every finished trial.
+A budget none of whose trials has finished is sized at the samples per epoch the run's other
+budgets measured (they train the same data); before, the demo showed `--:--` until its last budget
+finished a trial, 20 of its 24 trials in.
 """
 
 from __future__ import annotations
@@ -44,6 +47,10 @@ class SlotWork:
     running_since: dt.datetime | None = None  # when its current claim began (RUNNING)
     done: bool = False
     size: float = 0.0  # its study's budget (nominal parameters): which measured throughput prices it
+    # A slot its own study cannot price yet (no trial of it finished): its shape's FLOPs per sample
+    # and its epochs, priced at the samples per epoch the run's other studies measured (`Work.price`).
+    per_sample: float | None = None
+    epochs: float | None = None
 
 
 @dataclass
@@ -54,6 +61,9 @@ class Work:
     flops: float = 0.0  # FLOPs the finished trials trained ...
     seconds: float = 0.0  # ... in this much worker wall time
     by_size: dict[float, list[float]] = field(default_factory=dict)  # the same per budget: [flops, seconds]
+    # Samples per epoch of every finished trial of the studies without a data budget: a run's budgets
+    # train the same data, so an epoch is as many samples in each (what prices an unpriced slot).
+    epoch_samples: list[float] = field(default_factory=list)
 
     @property
     def rate(self) -> float | None:
@@ -67,6 +77,16 @@ class Work:
         totals = self.by_size.setdefault(size, [0.0, 0.0])
         totals[0] += flops
         totals[1] += seconds
+
+    def price(self) -> None:
+        """Price the slots their own studies could not (a budget none of whose trials has finished)
+        at the median samples per epoch of the run's finished trials; before any finished, none."""
+        if not self.epoch_samples:
+            return
+        samples = statistics.median(self.epoch_samples)
+        for s in self.slots:
+            if s.cost is None and s.per_sample and s.epochs:
+                s.cost = s.per_sample * samples * s.epochs
 
     def rate_at(self, size: float) -> float | None:
         """The throughput a slot of a budget of `size` is priced at: that budget's, else the largest
@@ -83,6 +103,7 @@ def flops_eta(work: Work, workers: int, now: dt.datetime) -> float | None:
     left = [s for s in work.slots if not s.done]
     if not left:
         return 0.0
+    work.price()
     if work.rate is None or any(s.cost is None for s in left):
         return None
     remaining = []  # seconds of one worker per slot, each at its own budget's throughput
@@ -138,13 +159,13 @@ class _Calibration:
 
     def __init__(self, trials: Iterable[Any], per_trial: bool, prior: float | None = None) -> None:
         self.per_trial = per_trial
-        samples = []
+        self.measured: list[float] = []
         for t in trials:
             full, per_sample = t.user_attrs.get(Attr.FLOPS_FULL), t.user_attrs.get(Attr.FLOPS_PER_SAMPLE)
             epochs = 1 if per_trial else _params(t).get("epochs")
             if full and per_sample and epochs:
-                samples.append(float(full) / float(per_sample) / float(epochs))
-        self.samples = statistics.median(samples) if samples else (prior if per_trial else None)
+                self.measured.append(float(full) / float(per_sample) / float(epochs))
+        self.samples = statistics.median(self.measured) if self.measured else (prior if per_trial else None)
 
     def cost(self, flops_per_sample: float | None, epochs: float | None) -> float | None:
         if self.samples is None or not flops_per_sample or (not self.per_trial and not epochs):
@@ -175,6 +196,8 @@ def study_work(settings: Any, trials: list[Any], work: Work, never: Set[int] = f
         if spent and seconds:
             work.measure(size, float(spent), float(seconds))
     calibration = _Calibration(finished, _data_budget(settings), _budget_samples(settings))
+    if not calibration.per_trial:
+        work.epoch_samples += calibration.measured
     by_slot: dict[int, list[Any]] = {}
     for t in sorted(trials, key=lambda t: t.number):
         if Attr.PLAN_SLOT in t.user_attrs:
@@ -195,6 +218,7 @@ def study_work(settings: Any, trials: list[Any], work: Work, never: Set[int] = f
         work.slots.append(SlotWork(
             float(known) if known else calibration.cost(fps, slot_epochs), spent=_held(live, running),
             running_since=running.datetime_start if running is not None else None, size=size,
+            per_sample=None if calibration.per_trial else fps, epochs=slot_epochs,
         ))
 
 

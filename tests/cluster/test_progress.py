@@ -154,6 +154,27 @@ def test_a_running_trial_is_as_far_as_its_claim_started_not_as_its_earlier_claim
     assert work.slots[0].spent == 3000.0, "a held trial holds what it trained (its checkpoint at the rung)"
 
 
+def test_a_budget_with_no_finished_trial_is_sized_by_the_other_budgets_epochs() -> None:
+    """A run's budgets train the same data: the larger budget, none of whose trials has finished,
+    is priced at the smaller one's measured 100 samples an epoch (20 FLOPs/sample x 100 x 2 epochs),
+    so the run has an ETA as soon as any trial finished, not once every budget has one."""
+    small = SimpleNamespace(archs=[{"flops_per_sample": 10}], phase2_params=None, options={}, budget_value=100e3,
+                            plan=[{"slot": 0, "arch_idx": 0, "params": {"epochs": 3}}])
+    large = SimpleNamespace(archs=[{"flops_per_sample": 20}], phase2_params=None, options={}, budget_value=300e3,
+                            plan=[{"slot": 0, "arch_idx": 0, "params": {"epochs": 2}}])
+    done = _trial(0, "COMPLETE", 0, {"arch_idx": 0, "epochs": 3}, flops_full=3000, flops_per_sample=10,
+                  flops_spent=3000, duration_s=30.0)
+    alone = Work()
+    study_work(large, [], alone)
+    assert flops_eta(alone, 1, T0) is None and alone.slots[0].cost is None, "nothing measured anywhere"
+    work = Work()
+    study_work(small, [done], work)
+    study_work(large, [], work)
+    assert work.slots[1].cost is None, "its own study cannot price it"
+    assert flops_eta(work, 1, T0) == pytest.approx(20 * 100 * 2 / 100.0)
+    assert work.slots[1].cost == 20 * 100 * 2
+
+
 def test_a_study_with_a_data_budget_is_costed_before_any_of_its_trials_finished() -> None:
     """A ladder budget just planned has no finished trial to calibrate on; under --tokens-per-param
     every trial trains the budget's tokens over the window, so its slots cost flops/sample x that."""
