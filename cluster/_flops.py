@@ -19,7 +19,9 @@ Each slot is priced at its own budget's measured throughput, else at the largest
 (a lower bound on a larger model's: the ETA errs long), else at the rate over every finished trial.
 A budget none of whose trials has finished is sized at the samples per epoch the run's other
 budgets measured (they train the same data); before, the demo showed `--:--` until its last budget
-finished a trial, 20 of its 24 trials in.
+finished a trial, 20 of its 24 trials in. A trial no worker has started is priced at the share of a
+full training its study's rule expects it to train (`expected_share`: successive halving stops most
+trials at the first rung); the demo's first ETA was 4 times the time left without it.
 """
 
 from __future__ import annotations
@@ -28,9 +30,11 @@ import datetime as dt
 import statistics
 from collections.abc import Iterable, Set
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any
 
 from archhpo.schema import Attr
+from archhpo.search._rules import StoppingRule, make_rule, prunable
 
 _FINISHED = ("COMPLETE", "PRUNED", "FAIL")
 _LIVE = ("RUNNING", "WAITING")
@@ -51,6 +55,11 @@ class SlotWork:
     # and its epochs, priced at the samples per epoch the run's other studies measured (`Work.price`).
     per_sample: float | None = None
     epochs: float | None = None
+    share: float = 1.0  # of `cost` it is expected to train: a new trial the rule may stop (expected_share)
+
+    @property
+    def expected(self) -> float:
+        return float(self.cost or 0.0) * self.share
 
 
 @dataclass
@@ -109,7 +118,7 @@ def flops_eta(work: Work, workers: int, now: dt.datetime) -> float | None:
     remaining = []  # seconds of one worker per slot, each at its own budget's throughput
     for s in left:
         rate = work.rate_at(s.size) or work.rate
-        todo = max(0.0, float(s.cost or 0.0) - s.spent)
+        todo = max(0.0, s.expected - s.spent)
         if s.running_since is not None:  # what it trained since its claim, at the measured rate
             todo -= min(todo, max(0.0, (now - s.running_since).total_seconds()) * rate)
         remaining.append(todo / rate)
@@ -196,6 +205,7 @@ def study_work(settings: Any, trials: list[Any], work: Work, never: Set[int] = f
         if spent and seconds:
             work.measure(size, float(spent), float(seconds))
     calibration = _Calibration(finished, _data_budget(settings), _budget_samples(settings))
+    rule = make_rule(settings) if getattr(settings, "pruner", None) else None  # a test's bare settings: none
     if not calibration.per_trial:
         work.epoch_samples += calibration.measured
     by_slot: dict[int, list[Any]] = {}
@@ -213,13 +223,24 @@ def study_work(settings: Any, trials: list[Any], work: Work, never: Set[int] = f
             work.slots.append(SlotWork(None, done=True))
             continue
         fps, slot_epochs = _slot_shape(settings, entry, ts, mean_epochs, mean_fps)
+        share = _new_share(rule, entry, slot_epochs) if not ts else 1.0
         known = live[-1].user_attrs.get(Attr.FLOPS_FULL) if live else None
         running = next((t for t in live if _state(t) == "RUNNING"), None)
         work.slots.append(SlotWork(
             float(known) if known else calibration.cost(fps, slot_epochs), spent=_held(live, running),
             running_since=running.datetime_start if running is not None else None, size=size,
-            per_sample=None if calibration.per_trial else fps, epochs=slot_epochs,
+            per_sample=None if calibration.per_trial else fps, epochs=slot_epochs, share=share,
         ))
+
+
+def _new_share(rule: StoppingRule | None, entry: Any, epochs: float | None) -> float:
+    """What share of a full-length training a slot no trial has come to yet is expected to train:
+    its study's rule's `expected_share` for a trial the rule may stop (`prunable`: successive
+    halving stops most of them at the first rung), else 1."""
+    if rule is None or not epochs:
+        return 1.0
+    seeded = SimpleNamespace(phase=int(_field(entry, "phase") or 1), seed=_field(entry, "seed"))
+    return rule.expected_share(int(epochs)) if prunable(seeded) else 1.0
 
 
 def _held(live: list[Any], running: Any) -> float:

@@ -51,6 +51,7 @@ class StoppingRule(Protocol):
     def stops(self, step: int, best: float, completed: Completed) -> bool: ...
     def decide(self, rung: int, scores: Mapping[int, float]) -> list[int]: ...
     def study_options(self) -> dict[str, Any]: ...
+    def expected_share(self, epochs: int) -> float: ...
 
 
 class _Seeded(Protocol):
@@ -101,6 +102,11 @@ class _Rule:
     def study_options(self) -> dict[str, Any]:
         """What the study stores in its options for this rule ({} keeps a study's identity)."""
         return {}
+
+    def expected_share(self, epochs: int) -> float:
+        """The share of a full-length training that a new trial the rule may judge is expected to
+        train, what `run`'s ETA prices it at; 1 where the rule cannot say (the ETA then errs long)."""
+        return 1.0
 
 
 class NoStopping(_Rule):
@@ -185,6 +191,18 @@ class SuccessiveHalving(_Rule):
 
     def study_options(self) -> dict[str, Any]:
         return {"halving": self.halving.as_option()}
+
+    def expected_share(self, epochs: int) -> float:
+        """Every trial trains to the first rung and 1/eta of those at each rung go on: rungs at 1 and
+        3 of 3 epochs, eta 3, expect (1 + 2/3) / 3.  On a ladder the rungs a budget judges are known
+        only once its trust is measured, so 1 there."""
+        rungs = self.rungs(epochs)
+        if self.halving.ladder or not rungs or epochs <= 0:
+            return 1.0
+        eta = self.halving.eta
+        steps = zip(rungs[:-1], rungs[1:], strict=True)
+        trained = rungs[0] + sum((b - a) / eta**i for i, (a, b) in enumerate(steps, start=1))
+        return min(1.0, trained / epochs)
 
 
 # ----------------------------------------------------------------------------- the registry

@@ -15,6 +15,7 @@ import pytest
 
 from archhpo.cluster._flops import SlotWork, Work, flops_eta, study_work
 from archhpo.cluster._progress import RunProgress, plain_ray_logs
+from archhpo.schema import StoredOptions
 from archhpo.search._queue import PlanStatus
 from tests.conftest import TINY_DATA, run_cli
 
@@ -173,6 +174,26 @@ def test_a_budget_with_no_finished_trial_is_sized_by_the_other_budgets_epochs() 
     assert work.slots[1].cost is None, "its own study cannot price it"
     assert flops_eta(work, 1, T0) == pytest.approx(20 * 100 * 2 / 100.0)
     assert work.slots[1].cost == 20 * 100 * 2
+
+
+def test_under_successive_halving_a_new_trial_is_priced_at_the_share_it_is_expected_to_train() -> None:
+    """eta 3, rungs at 1 and 3 of 3 epochs: a phase-1 slot no worker has started costs 5/9 of a full
+    training; a started one and a confirmation slot (which no rule stops) cost all of it."""
+    options = StoredOptions.from_dict({"halving": {"eta": 3, "min_fraction": "1/3"}})
+    plan = [{"slot": 0, "arch_idx": 0, "phase": 1, "params": {"epochs": 3}},
+            {"slot": 1, "arch_idx": 0, "phase": 1, "params": {"epochs": 3}},
+            {"slot": 2, "arch_idx": 0, "phase": 3, "params": {"epochs": 3}}]
+    settings = SimpleNamespace(archs=[{"flops_per_sample": 10}], phase2_params=None, options=options,
+                               pruner="halving", plan=plan)
+    done = _trial(0, "COMPLETE", 0, {"arch_idx": 0, "epochs": 3}, flops_full=3000, flops_per_sample=10,
+                  flops_spent=3000, duration_s=30.0)
+    work = Work()
+    study_work(settings, [done, _trial(1, "RUNNING", 1, {"arch_idx": 0, "epochs": 3})], work)
+    assert [s.share for s in work.slots] == [1.0, 1.0, 1.0], "started, started, never stopped"
+    fresh = Work()
+    study_work(settings, [done], fresh)
+    assert [s.share for s in fresh.slots] == [1.0, pytest.approx(5 / 9), 1.0]
+    assert flops_eta(fresh, 1, T0) == pytest.approx((3000 * 5 / 9 + 3000) / 100.0)
 
 
 def test_a_study_with_a_data_budget_is_costed_before_any_of_its_trials_finished() -> None:

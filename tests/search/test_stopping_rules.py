@@ -7,6 +7,7 @@ at upkeep time (`decide`: only the best trial of each rung goes on), the latter 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from fractions import Fraction
 from typing import Any, ClassVar
 
 import optuna
@@ -18,6 +19,7 @@ from archhpo.config import Pruning
 from archhpo.errors import StudyError
 from archhpo.schema import PRUNERS, StoredOptions, TrainingPlan
 from archhpo.search import TrialQueue, launch, prepare_settings
+from archhpo.search._halving import Halving
 from archhpo.search._rules import (
     RULES,
     MedianRule,
@@ -143,3 +145,17 @@ def test_an_upkeep_time_toy_rule_promotes_only_the_best_of_each_rung(sqlite_url:
         assert rungs[0] == [min(first, key=lambda slot: (first[slot], slot))]
         assert all(t.state == TrialState.PRUNED for t in members if t not in complete)
     assert {t.user_attrs["rung_epochs"][0] for t in trials} == {1}
+
+
+@pytest.mark.parametrize(("rule", "epochs", "share"), [
+    (SuccessiveHalving(Halving(3, Fraction(1, 3))), 3, Fraction(1 + Fraction(2, 3), 3)),  # rungs 1, 3
+    (SuccessiveHalving(Halving(3, Fraction(1, 9))), 9, Fraction(1 + Fraction(2, 3) + Fraction(6, 9), 9)),  # 1, 3, 9
+    (SuccessiveHalving(Halving(3, Fraction(1, 9), ladder=True)), 9, 1),  # judged rungs unknown until measured
+    (NoStopping(), 9, 1),
+    (MedianRule.for_study(True), 9, 1),  # the median rule cannot say how many it stops
+])
+def test_a_rule_says_what_share_of_a_full_training_a_new_trial_is_expected_to_train(
+        rule: Any, epochs: int, share: Fraction) -> None:
+    """What `run`'s ETA prices a trial no worker has started at: under successive halving every trial
+    trains to the first rung and 1/eta of those go on at each rung."""
+    assert rule.expected_share(epochs) == pytest.approx(float(share), abs=1e-12)
