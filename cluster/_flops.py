@@ -223,9 +223,11 @@ def study_work(settings: Any, trials: list[Any], work: Work, never: Set[int] = f
             work.slots.append(SlotWork(None, done=True))
             continue
         fps, slot_epochs = _slot_shape(settings, entry, ts, mean_epochs, mean_fps)
-        share = _new_share(rule, entry, slot_epochs) if not ts else 1.0
         known = live[-1].user_attrs.get(Attr.FLOPS_FULL) if live else None
         running = next((t for t in live if _state(t) == "RUNNING"), None)
+        # not started: no trial yet, or only a queued one that has trained nothing (not held at a rung)
+        fresh = running is None and not any(t.user_attrs.get(Attr.FLOPS_SPENT) for t in ts)
+        share = _new_share(rule, entry, slot_epochs) if fresh else 1.0
         work.slots.append(SlotWork(
             float(known) if known else calibration.cost(fps, slot_epochs), spent=_held(live, running),
             running_since=running.datetime_start if running is not None else None, size=size,

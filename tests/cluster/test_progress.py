@@ -177,8 +177,9 @@ def test_a_budget_with_no_finished_trial_is_sized_by_the_other_budgets_epochs() 
 
 
 def test_under_successive_halving_a_new_trial_is_priced_at_the_share_it_is_expected_to_train() -> None:
-    """eta 3, rungs at 1 and 3 of 3 epochs: a phase-1 slot no worker has started costs 5/9 of a full
-    training; a started one and a confirmation slot (which no rule stops) cost all of it."""
+    """eta 3, rungs at 1 and 3 of 3 epochs: a phase-1 slot no worker has started (no trial, or a
+    queued one that trained nothing) costs 5/9 of a full training; a started one, one held at a rung
+    and a confirmation slot (which no rule stops) cost all of it."""
     options = StoredOptions.from_dict({"halving": {"eta": 3, "min_fraction": "1/3"}})
     plan = [{"slot": 0, "arch_idx": 0, "phase": 1, "params": {"epochs": 3}},
             {"slot": 1, "arch_idx": 0, "phase": 1, "params": {"epochs": 3}},
@@ -194,6 +195,12 @@ def test_under_successive_halving_a_new_trial_is_priced_at_the_share_it_is_expec
     study_work(settings, [done], fresh)
     assert [s.share for s in fresh.slots] == [1.0, pytest.approx(5 / 9), 1.0]
     assert flops_eta(fresh, 1, T0) == pytest.approx((3000 * 5 / 9 + 3000) / 100.0)
+    queued = Work()
+    study_work(settings, [done, _trial(1, "WAITING", 1, {"arch_idx": 0, "epochs": 3})], queued)
+    assert queued.slots[1].share == pytest.approx(5 / 9), "enqueued at launch, never claimed"
+    held = Work()
+    study_work(settings, [done, _trial(1, "WAITING", 1, {"arch_idx": 0, "epochs": 3}, flops_spent=1000)], held)
+    assert held.slots[1].share == 1.0, "held at a rung: it trained, and goes on only if promoted"
 
 
 def test_a_study_with_a_data_budget_is_costed_before_any_of_its_trials_finished() -> None:
