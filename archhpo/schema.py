@@ -202,6 +202,10 @@ class Attr:
     # over, e.g. on a machine without the earlier claim's checkpoint); None until the worker says.
     # FLOPS_SPENT counts lost work too, so the ETA reads a running trial's progress from this.
     FLOPS_FROM = "flops_from"
+    # [FLOPs, wall seconds] of the claim that finished or parked the trial: the ETA's throughput.
+    # FLOPS_SPENT counts every claim's training (lost work too) and DURATION_S the claims its
+    # checkpoint carries, so their ratio is off for a trial that lost work or resumed a dead one's.
+    CLAIM_WORK = "claim_work"
     RESUMED_FROM_EPOCH = "resumed_from_epoch"  # a retry or a promoted trial went on from this epoch
     RESUMED_FROM_STEP = "resumed_from_step"  # ... and this many steps into the next (a stopped trial)
     PRUNED_AT_EPOCH = "pruned_at_epoch"

@@ -5,8 +5,11 @@ shapes and epochs) and under successive halving most stop at a rung, so a mean t
 over- or under-shoots and jumps each time a long trial finishes. Every trial's cost is known in
 FLOPs instead: its shape's forward+backward FLOPs per sample (the grid row's flops_per_sample)
 times the samples it trains, calibrated on the finished trials (their flops_full). What the
-finished trials trained (flops_spent) over their wall time (duration_s) is the measured
-throughput of one worker. The running trials count as done at that throughput for the time they
+finished trials' last claims trained over their wall time (Attr.CLAIM_WORK) is the measured
+throughput of one worker: a trial's flops_spent over its duration_s would count a lost claim's
+training without its time (a trial restarted after a kill) or an earlier claim's time without its
+training (a retry that resumed a vanished worker's checkpoint at epoch 6 of 9 would count 3/9 of
+its training in 9/9 of its time). The running trials count as done at that throughput for the time they
 have run (each up to its own cost), so a long trial finishing moves nothing but the measurement.
 A running trial starts from what its claim's checkpoint holds (Attr.FLOPS_FROM; 0 when it starts
 over, on a machine without the earlier claim's checkpoint), not from what its claims trained: a
@@ -202,7 +205,7 @@ def study_work(settings: Any, trials: list[Any], work: Work, never: Set[int] = f
     finished = [t for t in trials if _state(t) in _FINISHED]
     size = float(getattr(settings, "budget_value", 0) or 0)
     for t in finished:
-        spent, seconds = t.user_attrs.get(Attr.FLOPS_SPENT), t.user_attrs.get(Attr.DURATION_S)
+        spent, seconds = _measured(t)
         if spent and seconds:
             work.measure(size, float(spent), float(seconds))
     calibration = _Calibration(finished, _data_budget(settings), _budget_samples(settings))
@@ -234,6 +237,15 @@ def study_work(settings: Any, trials: list[Any], work: Work, never: Set[int] = f
             running_since=running.datetime_start if running is not None else None, size=size,
             per_sample=None if calibration.per_trial else fps, epochs=slot_epochs, share=share,
         ))
+
+
+def _measured(t: Any) -> tuple[Any, Any]:
+    """(FLOPs, seconds) a finished trial measured: its last claim's (Attr.CLAIM_WORK), else, for a
+    trial recorded before it existed, what all its claims trained over the trial's duration."""
+    claim = t.user_attrs.get(Attr.CLAIM_WORK)
+    if claim:
+        return claim[0], claim[1]
+    return t.user_attrs.get(Attr.FLOPS_SPENT), t.user_attrs.get(Attr.DURATION_S)
 
 
 def _new_share(rule: StoppingRule | None, entry: Any, epochs: float | None) -> float:

@@ -340,6 +340,8 @@ class Worker:
             return
         attrs = run.attrs
         attrs[Attr.DURATION_S] = round(run.elapsed_s(), 3)
+        if Attr.FLOPS_SPENT in attrs:  # still this claim's alone: the queue adds the earlier claims'
+            attrs[Attr.CLAIM_WORK] = [int(attrs[Attr.FLOPS_SPENT]), round(run.elapsed_s() - run.prior_s, 3)]
         attrs.update(_device.peak_memory_attrs(self.device))
         if run.outcome == "park":
             if not queue.park(claim, float(run.value), attrs):  # type: ignore[arg-type]

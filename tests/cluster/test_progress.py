@@ -155,6 +155,22 @@ def test_a_running_trial_is_as_far_as_its_claim_started_not_as_its_earlier_claim
     assert work.slots[0].spent == 3000.0, "a held trial holds what it trained (its checkpoint at the rung)"
 
 
+def test_the_throughput_is_the_last_claims_work_in_its_time() -> None:
+    """A trial that lost 1000 FLOPs of training to a kill (flops_spent 3000 over its last claim's
+    20 s) measures its last claim, 2000 FLOPs in 20 s; a trial recorded before claim_work existed,
+    what it spent over its duration."""
+    settings = SimpleNamespace(archs=[{"flops_per_sample": 10}], phase2_params=None, options={},
+                               plan=[{"slot": 0, "arch_idx": 0, "params": {"epochs": 2}}])
+    done = {"flops_full": 2000, "flops_per_sample": 10, "flops_spent": 3000, "duration_s": 20.0}
+    rates = []
+    for claim in ([2000, 20.0], None):
+        work = Work()
+        attrs = {**done, **({"claim_work": claim} if claim else {})}
+        study_work(settings, [_trial(0, "COMPLETE", 0, {"arch_idx": 0, "epochs": 2}, **attrs)], work)
+        rates.append(work.rate)
+    assert rates == [pytest.approx(100.0), pytest.approx(150.0)]
+
+
 def test_a_budget_with_no_finished_trial_is_sized_by_the_other_budgets_epochs() -> None:
     """A run's budgets train the same data: the larger budget, none of whose trials has finished,
     is priced at the smaller one's measured 100 samples an epoch (20 FLOPs/sample x 100 x 2 epochs),

@@ -141,6 +141,9 @@ def test_a_trial_stopped_mid_epoch_resumes_there_and_counts_whole(sqlite_url: st
     assert attrs["train_flops"] == fps * 21 * n_train, "the model's training, counted once"
     assert attrs["flops_spent"] == attrs["train_flops"], "no step repeated, every claim counted"
     assert attrs["duration_s"] > saved["elapsed_s"] > 0, "both claims' time"
+    claim_flops, claim_s = attrs["claim_work"]  # the ETA's throughput: the last claim's work in its time
+    assert claim_flops == attrs["flops_spent"] - spent_by_the_stopped_claim
+    assert claim_s == pytest.approx(attrs["duration_s"] - saved["elapsed_s"], abs=0.002)
     export_studies(q.storage, [q.name], tmp_path)
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
@@ -161,3 +164,5 @@ def test_a_claim_without_the_checkpoint_starts_over_and_says_so(sqlite_url: str,
     attrs = trial.user_attrs
     assert "resumed_from_epoch" not in attrs and attrs["flops_from"] == 0
     assert attrs["flops_spent"] == spent_by_the_stopped_claim + attrs["train_flops"]
+    assert attrs["claim_work"] == [attrs["train_flops"], attrs["duration_s"]], \
+        "the ETA measures this claim's training in its time, not the lost work in it"
