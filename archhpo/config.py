@@ -99,6 +99,8 @@ class Pruning:
     """with --pruner halving: the best 1/ETA of each rung are promoted"""
     min_fraction: str = DEFAULT_MIN_FRACTION
     """with --pruner halving: the first rung, as a fraction of each trial's epochs (1/9, 0.25)"""
+    trust_each_budget: bool = False
+    """with --ladder: measure whether the rungs predict the final ranking again at every budget below the largest (its trials score each rung in passing, about 1/9 of a trial more each), and let the next budget prune where that holds; default: measured once, at the smallest budget, where a plateau can leave every rung untrusted"""
 
     def __post_init__(self) -> None:
         _check_types(self)
@@ -249,6 +251,7 @@ OPTION_FIELDS: dict[str, str] = {
     "tokens_per_param": "data.tokens_per_param", "samples_per_param": "data.samples_per_param",
     "data_seed": "data.seed", "confirm": "confirm.top", "seeds": "confirm.seeds",
     "baselines": "confirm.baselines", "sequential_confirm": "confirm.sequential", "lr_probe": "confirm.lr_probe",
+    "trust_each_budget": "pruning.trust_each_budget",
 }
 _SECTIONS: dict[str, type] = {"data": Data, "pruning": Pruning, "schedule": Schedule, "confirm": Confirm}
 
@@ -260,6 +263,9 @@ _COMPANIONS: tuple[tuple[str, str, Callable[[StudyConfig], bool]], ...] = (
                  "drop --cooldown.", lambda c: c.schedule.name == "wsd"),
     ("sequential_confirm", "--sequential-confirm decides the finalists after the 2 best, so it needs --confirm 3 "
                            "or more; raise --confirm or drop --sequential-confirm.", lambda c: c.confirm.top >= 3),
+    ("trust_each_budget", "--trust-each-budget measures the rungs' trust on a ladder's budgets, so it needs "
+                          "--ladder with its halving (not another --pruner); add --ladder or drop --trust-each-budget.",
+     lambda c: c.ladder and c.pruning.rule == "halving"),
     ("eta", "--eta counts only with --pruner halving; add --pruner halving or drop --eta.",
      lambda c: c.pruning.rule == "halving"),
     ("min_fraction", "--min-fraction counts only with --pruner halving; add --pruner halving or drop "

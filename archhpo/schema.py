@@ -382,7 +382,7 @@ class StoredOptions:
     halving: Mapping[str, Any] | None = None
     """successive halving's stored settings ({"eta": 3, "min_fraction": "1/9"}; search/_halving.py reads them)"""
     ladder: Mapping[str, Any] | None = None
-    """a ladder budget's smaller studies ({"below": [names]}, smallest first: `ladder_below`)"""
+    """a ladder budget's smaller studies ({"below": [names]}, smallest first: `ladder_below`); with --trust-each-budget also "trust": "each" and "largest": whether it is the ladder's largest"""
     baselines: tuple[str, ...] = ()
     """the rule-picked baselines phase 3 trains (search/_baselines.py's names)"""
     lr_probe: tuple[float, ...] = ()
@@ -431,6 +431,16 @@ class StoredOptions:
     def ladder_below(self) -> tuple[str, ...]:
         """A ladder budget's smaller studies, smallest first; () when the study is not on a ladder."""
         return tuple((self.ladder or {}).get("below", ()))
+
+    @property
+    def trust_each_budget(self) -> bool:
+        """A ladder budget under --trust-each-budget: its trust is measured on the next smaller budget."""
+        return (self.ladder or {}).get("trust") == "each"
+
+    @property
+    def scored_for_above(self) -> bool:
+        """Whether a budget above reads this one's rung scores (--trust-each-budget, not the largest)."""
+        return self.trust_each_budget and not (self.ladder or {}).get("largest", True)
 
     @property
     def budget(self) -> DataBudget | None:

@@ -38,6 +38,10 @@ in architectures, twice each, phase 2 = the rest once, farthest-point order from
                    halved at the trusted rungs only (`soft_promotions`; an untrusted rung decides
                    nothing but is scored in passing), or, if no rung was trusted, trained to full
                    length without scoring any rung (no cooldown branch paid, its confirmation too).
+                   With --trust-each-budget (`archhpo run --ladder --trust-each-budget`) a budget
+                   below the largest that trusts no rung scores its rungs in passing and the next
+                   budget prunes with the trust measured on its full-length runs (one that pruned
+                   carries its trust up).
                    At every budget the FINALISTS (3) architectures with the best single full-length
                    value (as search/_ranking.py ranks the confirmation) are each retrained with
                    CONFIRM_SEEDS (1) new seed (archhpo.schema's --ladder default), the draw's next run
@@ -343,10 +347,14 @@ def confirmed(budget: Budget, planned: Sequence[Trial], finished: list[Trial], n
 
 
 def archhpo(budget: Budget, smaller: Budget | None, below: Outcome | None, step: int, noise: Draw,
-            design: list[Trial], n_trials: int, seed: int, sequential: bool = SEQUENTIAL) -> Outcome:
+            design: list[Trial], n_trials: int, seed: int, sequential: bool = SEQUENTIAL,
+            for_above: bool = False) -> Outcome:
     """The default `archhpo run --ladder` at one budget (module docstring): the smallest budget's
     design trained to full length measures the rung trust; a larger budget's ladder plan is halved at
-    the trusted rungs only; the finalists are confirmed at every budget."""
+    the trusted rungs only; the finalists are confirmed at every budget.  `for_above`
+    (--trust-each-budget below the largest budget): a budget that trusts no rung scores its rungs in
+    passing and measures the trust the next budget prunes with on its own full-length runs
+    (search/_upkeep.py `_trust`); one that pruned carries its trust up."""
     cost = scored_cost  # scoring every rung in passing: the smallest budget, and a budget trusting some rung
     if smaller is None or below is None or below.trust is None:
         trust, planned = None, design
@@ -356,11 +364,12 @@ def archhpo(budget: Budget, smaller: Budget | None, below: Outcome | None, step:
         planned = trials_of(budget, ladder_plan_archs(budget, smaller, below.finished, step, n_trials, seed), noise)
         if trust.get("trusted"):
             flops, finished = rung_halving(planned, trusted_decision(trust, budget.eta))
-        else:  # no rung trusted: full length, no rung scored (`RungTrust.scores_in_passing`)
-            cost = full_cost
-            flops, finished = sum(full_cost(t) for t in planned), list(planned)
+        else:  # no rung trusted: full length, no rung scored unless for the budget above (`scores_in_passing`)
+            cost = scored_cost if for_above else full_cost
+            flops, finished = sum(cost(t) for t in planned), list(planned)
     extra, winner, done = confirmed(budget, planned, finished, noise, cost, sequential)
-    trust = trust if trust is not None else measured_trust(done, seed)  # the smallest budget, once it is done
+    if trust is None or (for_above and not trust.get("trusted")):  # the smallest budget (or this one), once done
+        trust = measured_trust(done, seed)
     # --lr-probe (not the default): rank 0 retrained once per factor, at full length like its confirmation;
     # only its cost is replayed (a truth trains one learning rate, so it has no outcome for another)
     rank0 = finalists(finished)[:1]
@@ -369,12 +378,15 @@ def archhpo(budget: Budget, smaller: Budget | None, below: Outcome | None, step:
 
 
 def strategies(budget: Budget, smaller: Budget | None, below: dict[str, Outcome], step: int, noise: Draw,
-               n_trials: int, topk: int, seed: int, sequential: bool = SEQUENTIAL) -> dict[str, Outcome]:
-    """Every strategy at one budget of one repeat; `below` holds the smaller budget's outcomes."""
+               n_trials: int, topk: int, seed: int, sequential: bool = SEQUENTIAL,
+               for_above: bool = False) -> dict[str, Outcome]:
+    """Every strategy at one budget of one repeat; `below` holds the smaller budget's outcomes;
+    `for_above`: archhpo under --trust-each-budget at a budget below the largest."""
     design = trials_of(budget, design_plan(budget, n_trials, seed), noise)
     out = {"design": full(design), "median": median(design), "topk_one_epoch": topk_one_epoch(design, topk),
            "halving": halving(design, budget.eta)}
-    out["archhpo"] = archhpo(budget, smaller, below.get("archhpo"), step, noise, design, n_trials, seed, sequential)
+    out["archhpo"] = archhpo(budget, smaller, below.get("archhpo"), step, noise, design, n_trials, seed, sequential,
+                             for_above)
     if smaller is None:  # the smallest budget of a ladder is planned as the design
         out["halving_ladder"], out["ladder"] = out["halving"], out["design"]
         return out
@@ -387,11 +399,12 @@ def strategies(budget: Budget, smaller: Budget | None, below: dict[str, Outcome]
 
 # ------------------------------------------------------------------------------ the replay
 def replay(budgets: list[Budget], repeats: int, seed: int, n_trials: int = 50, topk: int = 5,
-           held_out: bool = True, sequential: bool = SEQUENTIAL) -> dict[str, Any]:
+           held_out: bool = True, sequential: bool = SEQUENTIAL, each_budget: bool = False) -> dict[str, Any]:
     """Every strategy on every budget, `repeats` studies, each with its own plan seed and noise
     (`held_out` False: judged by the mean of all seeds, the seed the trials saw included); archhpo
     confirms in two waves or, `sequential` False, every finalist at once (a run launched before the
-    waves: bench/truths/realrun/compare.py)."""
+    waves: bench/truths/realrun/compare.py), and with `each_budget` (--trust-each-budget) measures
+    the rung trust again at every budget below the largest."""
     regrets: dict[str, list[list[float]]] = {s: [] for s in STRATEGIES}
     same: dict[str, list[list[bool]]] = {s: [] for s in STRATEGIES}  # the design's winner, per budget
     flops: dict[str, list[float]] = {s: [0.0] * len(budgets) for s in STRATEGIES}  # summed over repeats, per budget
@@ -407,7 +420,7 @@ def replay(budgets: list[Budget], repeats: int, seed: int, n_trials: int = 50, t
         for step, budget in enumerate(budgets):
             noise = draw(budget, rep, noise_rng(seed, rep, budget), held_out)
             below = strategies(budget, budgets[step - 1] if step else None, below, step, noise, n_trials, topk,
-                               study_seed, sequential)
+                               study_seed, sequential, each_budget and step < len(budgets) - 1)
             for name, out in below.items():
                 flops[name][step] += out.flops
                 per[name].append(regret(noise, out.winner, budget.seed_std))
@@ -587,7 +600,8 @@ def json_doc(args: argparse.Namespace, budgets: list[Budget], result: dict[str, 
         "per_budget": {n: {k: v for k, v in m.items() if k not in (*MEASURES, "fidelity")} for n, m in result.items()},
         "archhpo_fidelity": result["archhpo"]["fidelity"],
         "command": (f"python bench/search_efficiency.py --truth {args.truth} --repeats {args.repeats} --seed {args.seed}"
-                    f" --trials {args.trials} --topk {args.topk} --truth-mean {args.truth_mean}"),
+                    f" --trials {args.trials} --topk {args.topk} --truth-mean {args.truth_mean}"
+                    + (" --trust-each-budget" if args.trust_each_budget else "")),
         "budgets": [b.name for b in budgets], "repeats": args.repeats, "seed": args.seed,
         "truth_sha256": hashlib.sha256(args.truth.read_bytes()).hexdigest(),
         "noise": "fixed data" if all(b.fixed_data for b in budgets) else "seed changes the data",
@@ -606,13 +620,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--topk", type=int, default=5, help="topk_one_epoch: trials kept after one epoch")
     ap.add_argument("--truth-mean", choices=("held-out", "all"), default="held-out",
                     help="judge a choice by the mean of the seeds its trials did not see (default) or of all")
+    ap.add_argument("--trust-each-budget", action="store_true",
+                    help="replay archhpo run --ladder --trust-each-budget (the rung trust measured again at every "
+                         "budget below the largest) instead of the default")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
     if args.repeats < 1:
         raise TableError("--repeats must be at least 1.")
     start = time.perf_counter()
     budgets = load_table(args.truth)
-    result = replay(budgets, args.repeats, args.seed, args.trials, args.topk, args.truth_mean == "held-out")
+    result = replay(budgets, args.repeats, args.seed, args.trials, args.topk, args.truth_mean == "held-out",
+                    each_budget=args.trust_each_budget)
     ceiling = noise_ceiling(budgets, args.repeats, args.seed, args.truth_mean == "held-out")
     ceilings = truth_ceilings(budgets, args.seed)
     wall = time.perf_counter() - start

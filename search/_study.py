@@ -180,7 +180,7 @@ def prepare_settings(
         fixed_params = {"epochs": DEFAULT_INTERVALS, **fixed_params}
     scalars, choices = _split_choices(config.family_values())
     probe = _lr_probe(config, value)
-    options = _study_options(config, scalars, ladder_below, rules, data_budget, probe)
+    options = _study_options(config, scalars, ladder_below, rules, data_budget, probe, _ladder_largest(config, value))
     spec, info = _data_and_info(fam, config.data.spec, options, scalars, choices)
     rows = _rows(fam, info, choices, pins, label, value, config.tolerance)
     space, study_params = _space(fam, config.quick, fixed_params, config.paired_seeds, config.param_ranges)
@@ -216,6 +216,11 @@ def keyword_config(
         family = family_options_of(config.family, get_family(config.family).flags, family_options)
     return replace(config, pins=dict(pins or {}), fixed_params=dict(fixed_params or {}),
                    param_ranges=dict(param_ranges or {}), family_options=family)
+
+
+def _ladder_largest(config: StudyConfig, budget: int | None) -> bool:
+    """Whether `budget` is its ladder's largest (no budget above reads what it measures)."""
+    return budget is not None and budget >= max((parse_budget(b) for b in config.budgets), default=budget)
 
 
 def _lr_probe(config: StudyConfig, budget: int | None) -> tuple[float, ...]:
@@ -263,7 +268,7 @@ def _data_budget(fam: Family, tokens: float | None, samples: float | None, budge
 
 def _study_options(config: StudyConfig, scalars: Mapping[str, Any], ladder_below: Sequence[str],
                    baselines: Sequence[str], data_budget: DataBudget | None,
-                   lr_probe: Sequence[float] = ()) -> dict[str, Any]:
+                   lr_probe: Sequence[float] = (), largest: bool = False) -> dict[str, Any]:
     """The options stored in the study (and given to every trial): the task's, the family's scalars,
     and those shaping how trials are trained and stopped; only those set are stored, so a study that
     uses none of them keeps its identity."""
@@ -280,6 +285,8 @@ def _study_options(config: StudyConfig, scalars: Mapping[str, Any], ladder_below
     options.update(make_rule(config).study_options())  # the stopping rule's (search/_rules.py)
     if ladder_below:
         options["ladder"] = {"below": list(ladder_below)}
+        if config.pruning.trust_each_budget:  # where its trust is read, and whether a budget above reads its own
+            options["ladder"].update(trust="each", largest=largest)
     if baselines:
         options["baselines"] = list(baselines)
     if lr_probe:  # stored, so that a relaunch with or without --lr-probe is refused, not silently planned as before

@@ -24,7 +24,7 @@ from typing import Any
 
 from archhpo.search._halving import promotions
 
-__all__ = ["CONFIDENCE", "EVERY_RUNG", "N_BOOT", "TRUST_THRESHOLD", "ArchRuns", "RungTrust", "describe_trust",
+__all__ = ["CONFIDENCE", "EVERY_RUNG", "FOR_ABOVE", "N_BOOT", "TRUST_THRESHOLD", "ArchRuns", "RungTrust", "describe_trust",
            "distinguishable_pairs", "pairwise_agreement", "pooled_std", "rung_noise", "rung_trust", "seed_noise",
            "soft_promotions", "spearman", "tie_in"]
 
@@ -37,6 +37,9 @@ TRUST_THRESHOLD = 0.8
 # well inside the threshold's margin; the cost is milliseconds for tens of architectures.
 N_BOOT = 1000
 CONFIDENCE = 0.90  # two-sided: the decision reads the interval's low end, a 95% one-sided bound
+# A trust record's key under --trust-each-budget, below the ladder's largest budget: its trials score
+# every rung in passing, and the next budget measures its trust on them.
+FOR_ABOVE = "scored_for_above"
 
 
 @dataclass(frozen=True)
@@ -218,6 +221,8 @@ def describe_trust(trust: Mapping[str, Any] | None) -> str:
         measured += (f"; measured on {trust['pairs']} of {n * (n - 1) // 2} pairs of architectures "
                      "distinguishable beyond the seed noise")
     at = f" at {trust['from_budget']}" if trust.get("from_budget") else ""
+    if trust.get(FOR_ABOVE):
+        at += "; its rungs scored in passing for the next budget's trust"
     if trust.get("trusted"):
         rungs = ", ".join(str(r) for r in trust["trusted"])
         return f"fidelity: prunes at rung {rungs} ({measured}{at}; threshold {trust['threshold']})"
@@ -252,6 +257,7 @@ class RungTrust:
     noise: float = 0.0  # the finals' seed noise: the tie at a rung whose own noise is not recorded
     rung_noise: tuple[tuple[int, float], ...] = ()  # (rung, the seed noise of its scores): the tie at that rung
     measured: bool = False  # read from a ladder record that holds a measured trust (a larger budget's)
+    for_above: bool = False  # --trust-each-budget below the largest: a budget above measures on its scores
 
     def judges(self, rung: int) -> bool:
         return self.rungs is None or rung in self.rungs
@@ -265,8 +271,9 @@ class RungTrust:
         """Whether a trial scores the rungs it is not held at on its way to full length: off the
         ladder (a replicate's scores are reported) and where the trust is still to be measured (the
         smallest budget's scores are what it is measured on), but not on a budget whose measured trust
-        judges no rung: its cooldown branches (about 1/9 of a trial at eta 3) would decide nothing."""
-        return self.judges_any or not self.measured
+        judges no rung: its cooldown branches (about 1/9 of a trial at eta 3) would decide nothing,
+        unless a budget above measures its own trust on them (--trust-each-budget)."""
+        return self.judges_any or not self.measured or self.for_above
 
     def noise_at(self, rung: int) -> float:
         """The noise that ties two scores at `rung`: that rung's own, else the finals'."""
@@ -284,7 +291,7 @@ class RungTrust:
         per_rung = tuple((int(r["rung"]), _finite(r.get("noise"))) for r in trust.get("rungs", ())
                          if r.get("noise") is not None)
         return cls(frozenset(int(r) for r in trust.get("trusted", ())), _finite(trust.get("noise")), per_rung,
-                   measured=bool(trust))
+                   measured=bool(trust), for_above=bool(trust.get(FOR_ABOVE)))
 
 
 def _finite(value: Any) -> float:

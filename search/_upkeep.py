@@ -53,7 +53,7 @@ from archhpo.search._storage import (
 )
 from archhpo.search._study import LADDER_KEY, StudySettings, enqueue_missing, load_study, settings_attr
 from archhpo.search._tables import db_now, end_trials, study_attr
-from archhpo.search._trust import ArchRuns, rung_trust
+from archhpo.search._trust import FOR_ABOVE, ArchRuns, rung_trust
 
 PHASE3_KEY = settings_attr("phase3")  # the confirmation assignment (StudySettings.phase3), once ranked
 # What a retry keeps besides plan_slot and phase: the plan entry's seed, rank, baseline rule and probe, and the rungs
@@ -214,12 +214,27 @@ class PlanUpkeep:
                        [GridRow(**a) for a in self.settings.archs], self.settings.search_space, slots,
                        int(self.settings.options.seed), below=finished,
                        data_grows=self.settings.options.budget is not None)
-        # Which rungs this budget may prune at: measured on the smallest budget, trained to the end
-        # (search/_trust.py); stored in the same write as the rest, before any trial is enqueued,
-        # so every claim and rung decision of this budget reads one trust.
-        out["trust"] = rung_trust(_arch_runs(below[0], max(self.rule.n_rungs - 1, 0)), seed=int(self.settings.options.seed))
-        out["trust"]["from_budget"] = below[0].settings.budget
+        # Which rungs this budget may prune at (search/_trust.py); stored in the same write as the
+        # rest, before any trial is enqueued, so every claim and rung decision of this budget reads one trust.
+        out["trust"] = self._trust(below)
         return {**out, "from": smaller.name, "from_budget": smaller.settings.budget}
+
+    def _trust(self, below: Sequence[PlanUpkeep]) -> dict[str, Any]:
+        """The rung trust, measured on the smallest budget, trained to the end; under
+        --trust-each-budget on the next smaller budget where its trials scored their rungs in passing
+        for it, or carried from it where it pruned at a trusted rung (its survivors are a selected
+        sample: their scores would overstate the agreement)."""
+        options, source = self.settings.options, below[0]
+        nearer = (below[-1].study_attr(LADDER_KEY) or {}).get("trust") or {} if len(below) > 1 else {}
+        if options.trust_each_budget and nearer.get("trusted"):
+            return {**nearer, FOR_ABOVE: options.scored_for_above}
+        if options.trust_each_budget and nearer.get(FOR_ABOVE):
+            source = below[-1]
+        trust = rung_trust(_arch_runs(source, max(self.rule.n_rungs - 1, 0)), seed=int(self.settings.options.seed))
+        trust["from_budget"] = source.settings.budget
+        if options.trust_each_budget:
+            trust[FOR_ABOVE] = options.scored_for_above
+        return trust
 
     def never_filled(self) -> set[int]:
         """The plan slots no trial will ever come to (search/_status._never_filled): a ladder budget's

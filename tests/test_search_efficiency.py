@@ -34,17 +34,18 @@ truth = _load("search_truth")
 OLD_COLUMNS = truth.COLUMNS[:17]  # bench/search_truth.csv's schema: no train_tokens, ..., data_seed, duration_s
 
 
-def _table(tmp_path: Path, budgets: dict[str, int], n_archs: int, rung_sign: float = 1.0) -> Path:
+def _table(tmp_path: Path, budgets: dict[str, int], n_archs: int, rung_sign: float | dict[str, float] = 1.0) -> Path:
     """Architecture a of every budget has loss 3 - 0.1a (+0.001 per seed); its rung scores follow
-    the same order (rung_sign 1) or the reverse (-1); rungs at epochs 1, 3, 9 with branches of a
-    quarter of the epochs so far, one FLOP per epoch."""
+    the same order (rung_sign 1) or the reverse (-1; a dict: per budget); rungs at epochs 1, 3, 9
+    with branches of a quarter of the epochs so far, one FLOP per epoch."""
     rows: list[dict[str, Any]] = []
     for budget, params in budgets.items():
+        sign = rung_sign[budget] if isinstance(rung_sign, dict) else rung_sign
         for a in range(n_archs):
             for seed in range(3):
                 loss = 3 - 0.1 * a + 0.001 * seed
                 curve = [loss + 1 - e / 9 for e in range(1, 10)]
-                rungs = [3.5 - rung_sign * 0.1 * a + 0.001 * seed] * 2  # the final order, or its reverse
+                rungs = [3.5 - sign * 0.1 * a + 0.001 * seed] * 2  # the final order, or its reverse
                 rows.append({
                     "budget": budget, "budget_params": params, "arch_idx": a, "d_model": 64 * (1 + a % 3),
                     "n_layers": 2 + a // 3, "n_heads": 2, "d_ff": 128, "param_count": params, "seed": seed,
@@ -447,3 +448,23 @@ def test_a_trusted_rung_cuts_with_ties_within_its_own_noise() -> None:
     assert decide(1, {4: 1.0, 5: 1.04, 6: 1.2}) is None
     assert se.trusted_decision({**trust, "rungs": []}, 3)(0, {4: 1.0, 5: 1.04, 6: 1.2}) == [4, 5]  # the finals' 0.1
     assert se.trusted_decision({**trust, "noise": None, "rungs": []}, 3)(0, {4: 1.0, 5: 1.04, 6: 1.2}) == [4]
+
+
+def test_trust_each_budget_prunes_where_a_larger_budgets_rungs_predict(tmp_path: Path) -> None:
+    """The smallest budget's rungs rank the reverse of its finals (a plateau's chance order), the
+    larger budgets' rungs as their finals do: measured once, at the smallest budget, no rung is
+    trusted and nothing is pruned; measured again at the middle budget (--trust-each-budget), whose
+    region then pays its cooldown branches (10/9 of its FLOPs: 1 epoch of branches per 9), the
+    largest budget prunes at both rungs in every repeat. The largest scores nothing in passing: on a
+    two-budget ladder the option changes nothing."""
+    three = {"1M": 1_000_000, "2M": 2_000_000, "4M": 4_000_000}
+    budgets = se.load_table(_table(tmp_path, three, 9, {"1M": -1.0, "2M": 1.0, "4M": 1.0}))
+    once, each = (se.replay(budgets, repeats=3, seed=0, each_budget=e)["archhpo"] for e in (False, True))
+    assert once["fidelity"]["pruned_at_rung"] == [0.0, 0.0, 0.0] and once["fidelity"]["rung_trusted"] == [0.0, 0.0]
+    assert each["fidelity"]["pruned_at_rung"] == [0.0, 0.0, 1.0] and each["fidelity"]["rung_trusted"] == [1.0, 1.0]
+    assert each["flops_ratio_per_budget"][:2] == [once["flops_ratio_per_budget"][0],
+                                                  pytest.approx(once["flops_ratio_per_budget"][1] * 10 / 9)]
+    assert each["flops_ratio_per_budget"][2] < once["flops_ratio_per_budget"][2] / 2
+    assert each["flops_ratio"] < once["flops_ratio"] and each["share_within_1std"] == once["share_within_1std"] == 1.0
+    two = se.load_table(_table(tmp_path, {"1M": 1_000_000, "2M": 2_000_000}, 9, {"1M": -1.0, "2M": 1.0}))
+    assert se.replay(two, repeats=3, seed=0, each_budget=True) == se.replay(two, repeats=3, seed=0)

@@ -89,6 +89,10 @@ def test_every_field_has_its_docstring() -> None:
     (lambda: StudyConfig("e", confirm=Confirm(2, sequential=True), given=frozenset({"confirm", "sequential_confirm"})),
      "--sequential-confirm decides the finalists after the 2 best, so it needs --confirm 3 or more"),
     (lambda: StudyConfig("e", given=frozenset({"min_fraction"})), "--min-fraction counts only with --pruner"),
+    (lambda: StudyConfig("e", given=frozenset({"trust_each_budget"})), "--trust-each-budget measures the rungs' "
+                                                                      "trust on a ladder's budgets, so it needs --ladder"),
+    (lambda: StudyConfig("e", ladder=True, budgets=("2M", "5M"), pruning=Pruning("median"),
+                         given=frozenset({"pruner", "trust_each_budget"})), "--trust-each-budget measures"),
     (lambda: Pruning("greedy"), "Unknown pruner 'greedy'; choose one of: median, halving, none."),
     (lambda: Schedule("wsd", 1.0), "Unknown schedule 'wsd' or cooldown 1.0 outside [0, 1)"),
     (lambda: Confirm(-1), "--paired-seeds and --confirm must be 0 (off) or positive."),

@@ -21,6 +21,7 @@ from archhpo.search._rules import SuccessiveHalving, claim_plan, make_rule, on_l
 from archhpo.search._study import LADDER_KEY
 from archhpo.search._trust import (
     EVERY_RUNG,
+    FOR_ABOVE,
     N_BOOT,
     TRUST_THRESHOLD,
     ArchRuns,
@@ -331,3 +332,58 @@ def test_rung_scores_are_tied_within_their_own_noise_not_the_finals() -> None:
     assert trust.noise_at(0) == pytest.approx(rung["noise"]) and trust.noise_at(1) == pytest.approx(record["noise"])
     # the cut at rung 0 keeps a score within that rung's noise of the worst promoted, not beyond
     assert trust.ties([0], {0: 2.0, 1: 2.0005, 2: 2.002}, 0) == [0, 1]
+
+
+# --trust-each-budget: a ladder of three budgets whose middle one scores its rungs for the largest.
+EACH = replace(LADDER, budgets=("200K", "500K", "1M"), pruning=replace(LADDER.pruning, trust_each_budget=True))
+
+
+def _each_ladder(storage_url: str, middle_trust: dict[str, Any]) -> tuple[TrialQueue, TrialQueue, dict[str, Any]]:
+    """The smallest budget trained to the end, the middle one planned with `middle_trust` over its
+    record's trust (what the integrator's upkeep stores) and trained to the end; (middle, largest,
+    the middle's trust)."""
+    small = prepare_settings(EACH, "200K")
+    middle = prepare_settings(EACH, "500K", ladder_below=[small.study_name])
+    large = prepare_settings(EACH, "1M", ladder_below=[small.study_name, middle.study_name])
+    assert small.options.ladder is None and not small.options.scored_for_above
+    assert middle.options.ladder == {"below": [small.study_name], "trust": "each", "largest": False}
+    assert middle.options.scored_for_above and not large.options.scored_for_above
+    assert large.options.trust_each_budget and large.options.ladder["largest"] is True
+    for s in (small, middle, large):
+        launch(storage_url, s)
+    _run(TrialQueue(storage_url, small.study_name))
+    q = TrialQueue(storage_url, middle.study_name)
+    q.maintain()
+    record = q.upkeep.study_attr(LADDER_KEY)
+    assert record["trust"]["from_budget"] == "200K" and record["trust"][FOR_ABOVE] is True
+    trust = {**record["trust"], **middle_trust}
+    q.study.set_user_attr(LADDER_KEY, {**record, "trust": trust})
+    _run(TrialQueue(storage_url, middle.study_name))
+    TrialQueue(storage_url, large.study_name).maintain()
+    return TrialQueue(storage_url, middle.study_name), TrialQueue(storage_url, large.study_name), trust
+
+
+def test_a_middle_budget_trusting_no_rung_scores_them_for_the_next_budgets_trust(storage_url: str) -> None:
+    """Under --trust-each-budget a budget below the largest that trusts no rung still scores every
+    rung in passing, and the largest budget's trust is measured on its full-length trials, not on
+    the smallest budget's; the largest scores nothing for a budget above it (there is none)."""
+    middle, large, _ = _each_ladder(storage_url, {"trusted": [], "noise": 0.05})
+    done = middle.storage.get_all_trials(middle.study_id, deepcopy=False, states=(TrialState.COMPLETE,))
+    assert done and all(len(t.user_attrs[Attr.RUNG_SCORES]) == 3 for t in done), "scored in passing"
+    trust = large.upkeep.study_attr(LADDER_KEY)["trust"]
+    assert trust["from_budget"] == "500K" and trust[FOR_ABOVE] is False
+    assert trust["n_archs"] == len({t.params["arch_idx"] for t in done}), "measured on the middle budget's trials"
+    assert not RungTrust.from_record({"trust": {**trust, "trusted": []}}).scores_in_passing
+    assert RungTrust.from_record({"trust": {"trusted": [], FOR_ABOVE: True}}).scores_in_passing
+    assert " at 500K" in describe_trust(trust) and "for the next budget" not in describe_trust(trust)
+    said = describe_trust(middle.upkeep.study_attr(LADDER_KEY)["trust"])
+    assert said.startswith("fidelity: the region trained to full length (no rung's interval reaches 0.8: ")
+    assert said.endswith(" at 200K; its rungs scored in passing for the next budget's trust)"), said
+
+
+def test_a_middle_budget_that_pruned_carries_its_trust_up(storage_url: str) -> None:
+    """Its survivors are a selected sample (the pruned trials' finals are missing), so the largest
+    budget prunes with the trust the middle one pruned with, not one measured on the survivors."""
+    middle, large, used = _each_ladder(storage_url, {"trusted": [0], "noise": 0.15})
+    assert any(t.state == TrialState.PRUNED for t in middle.storage.get_all_trials(middle.study_id, deepcopy=False))
+    assert large.upkeep.study_attr(LADDER_KEY)["trust"] == {**used, FOR_ABOVE: False}

@@ -60,15 +60,22 @@ def run_confirms_in_waves(results: Path, experiment: str, budgets: list[Budget])
                .get("confirm_sequential", False) for b in budgets)
 
 
+def run_trusts_each_budget(results: Path, experiment: str, budgets: list[Budget]) -> bool:
+    """Whether the run measured the rung trust at every budget below its largest (--trust-each-budget,
+    stored in each ladder budget's options)."""
+    return any(((json.loads((results / f"{experiment}_{b.name}_best.json").read_text())["options"].get("ladder")
+                 or {}).get("trust") == "each") for b in budgets)
+
+
 def replay_spread(budgets: list[Budget], repeats: int, seed: int, sequential: bool = se.SEQUENTIAL,
-                  trials: int = 50) -> dict[str, Any]:
+                  trials: int = 50, each_budget: bool = False) -> dict[str, Any]:
     """The `archhpo` strategy replayed on the same budgets with the run's --trials, one study per
     repeat, confirming in two waves or all at once (`sequential`): the spread of its FLOPs ratio
     over repeats (min, 5th and 95th percentiles, max) and per budget the share of repeats within
     1 std, to place the real run in."""
     ratios, within = [], []
     for k in range(repeats):  # each its own plan seed and noise (search_efficiency.replay, one repeat)
-        one = se.replay(budgets, 1, seed + k, trials, sequential=sequential)["archhpo"]
+        one = se.replay(budgets, 1, seed + k, trials, sequential=sequential, each_budget=each_budget)["archhpo"]
         ratios.append(one["flops_ratio"])
         within.append(one["within_1std_per_budget"])
     ratios.sort()
@@ -106,9 +113,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.replay:
         waves = (run_confirms_in_waves(args.results, args.experiment, budgets) if args.confirmation == "run"
                  else args.confirmation == "waves")
-        spread = replay_spread(budgets, args.replay, args.replay_seed, waves, args.trials)
+        each = run_trusts_each_budget(args.results, args.experiment, budgets)
+        spread = replay_spread(budgets, args.replay, args.replay_seed, waves, args.trials, each)
         lo, p5, p95, hi = spread["flops_ratio"]
-        mode = "in two waves" if waves else "every finalist at once"
+        mode = ("in two waves" if waves else "every finalist at once") + (", trust at each budget" if each else "")
         print(f"replay ({args.replay} repeats, seeds {args.replay_seed}+k, confirming {mode}): FLOPs ratio min {lo:.3f}, 5-95% "
               f"{p5:.3f}-{p95:.3f}, max {hi:.3f}; within 1 std per budget: " + " / ".join(f"{w:.0%}" for w in spread["within_1std"]))
     return 0
