@@ -5,6 +5,9 @@ order of their full-length results.  That bet can fail badly: on the first groun
 Spearman correlation of the loss at epoch 3 of 9 with the final loss was -0.5 to -0.8.  So a
 --ladder study measures the bet where it is cheap (its smallest budget, every trial trained to the
 end and scored at every rung in passing) and a larger budget prunes only at rungs that passed.
+With --trust-each-budget every budget below the largest scores its rungs in passing too, and the
+next budget reads the trust measured on it (search/_upkeep.py `_trust`): a small budget at a
+plateau (T1's 100K) ranks by chance at every rung while a larger one's rungs predict.
 
 The measure is the pairwise agreement of rung means with final means over architectures, with a
 percentile bootstrap interval over architectures; scores closer than their seed noise are ties, as
