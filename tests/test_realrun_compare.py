@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from types import ModuleType
 
@@ -77,3 +78,17 @@ def test_the_replay_plans_with_the_runs_own_trials() -> None:
     ratios = sorted(compare.se.replay(budgets, 1, 5 + k, 12, sequential=True)["archhpo"]["flops_ratio"] for k in (0, 1))
     assert twelve["flops_ratio"] == [ratios[0], ratios[0], ratios[1], ratios[1]]
     assert compare.replay_spread(budgets, 2, 5, True)["flops_ratio"] != twelve["flops_ratio"], "50 plans a larger design"
+
+
+def test_a_run_launched_with_trust_each_budget_is_replayed_so(tmp_path: Path) -> None:
+    """The run's best JSONs store the ladder option; the T3 run's do not (the default), and a copy of
+    them whose larger budgets store --trust-each-budget is read as such."""
+    budgets = compare.load_table(ROOT / "bench" / "truths" / "t3.csv")
+    run = REALRUN / "t3"
+    assert compare.run_trusts_each_budget(run, "t3real", budgets) is False
+    for b in budgets:
+        best = json.loads((run / f"t3real_{b.name}_best.json").read_text())
+        if best["options"].get("ladder"):
+            best["options"]["ladder"] = {**best["options"]["ladder"], "trust": "each", "largest": False}
+        (tmp_path / f"t3real_{b.name}_best.json").write_text(json.dumps(best))
+    assert compare.run_trusts_each_budget(tmp_path, "t3real", budgets) is True
