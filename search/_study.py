@@ -228,7 +228,7 @@ def _lr_probe(config: StudyConfig, budget: int | None) -> tuple[float, ...]:
     above the largest reads its rate)."""
     if not config.confirm.lr_probe or budget is None:
         return ()
-    return LR_PROBE_FACTORS if budget < max(parse_budget(b) for b in config.budgets) else ()
+    return () if _ladder_largest(config, budget) else LR_PROBE_FACTORS
 
 
 def _study_plan(rows: list[GridRow], config: StudyConfig, space: SearchSpace, study_params: dict[str, Any] | None,

@@ -225,11 +225,12 @@ class PlanUpkeep:
         for it, or carried from it where it pruned at a trusted rung (its survivors are a selected
         sample: their scores would overstate the agreement)."""
         options, source = self.settings.options, below[0]
-        nearer = (below[-1].study_attr(LADDER_KEY) or {}).get("trust") or {} if len(below) > 1 else {}
-        if options.trust_each_budget and nearer.get("trusted"):
-            return {**nearer, FOR_ABOVE: options.scored_for_above}
-        if options.trust_each_budget and nearer.get(FOR_ABOVE):
-            source = below[-1]
+        if options.trust_each_budget and len(below) > 1:  # the next smaller budget is not the smallest
+            nearer = (below[-1].study_attr(LADDER_KEY) or {}).get("trust") or {}
+            if nearer.get("trusted"):
+                return {**nearer, FOR_ABOVE: options.scored_for_above}
+            if nearer.get(FOR_ABOVE):
+                source = below[-1]
         trust = rung_trust(_arch_runs(source, max(self.rule.n_rungs - 1, 0)), seed=int(self.settings.options.seed))
         trust["from_budget"] = source.settings.budget
         if options.trust_each_budget:
