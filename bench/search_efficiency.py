@@ -179,7 +179,7 @@ class Outcome:
     flops: float
     winner: Arch
     finished: list[Trial]  # the trials trained to full length (what a ladder carries up)
-    trust: dict[str, Any] | None = None  # archhpo: the rung trust measured at the smallest budget
+    trust: dict[str, Any] | None = None  # archhpo: the rung trust it pruned with, or measured ("at": where)
     pruned: bool = False  # archhpo: some trial of this budget was stopped at a trusted rung
     probe_flops: float = 0.0  # archhpo: what --lr-probe would add here (rank 0 retrained at each factor)
 
@@ -369,7 +369,7 @@ def archhpo(budget: Budget, smaller: Budget | None, below: Outcome | None, step:
             flops, finished = sum(cost(t) for t in planned), list(planned)
     extra, winner, done = confirmed(budget, planned, finished, noise, cost, sequential)
     if trust is None or (for_above and not trust.get("trusted")):  # the smallest budget (or this one), once done
-        trust = measured_trust(done, seed)
+        trust = {**measured_trust(done, seed), "at": budget.name}
     # --lr-probe (not the default): rank 0 retrained once per factor, at full length like its confirmation;
     # only its cost is replayed (a truth trains one learning rate, so it has no outcome for another)
     rank0 = finalists(finished)[:1]
@@ -409,7 +409,7 @@ def replay(budgets: list[Budget], repeats: int, seed: int, n_trials: int = 50, t
     same: dict[str, list[list[bool]]] = {s: [] for s in STRATEGIES}  # the design's winner, per budget
     flops: dict[str, list[float]] = {s: [0.0] * len(budgets) for s in STRATEGIES}  # summed over repeats, per budget
     pruned: list[list[bool]] = []  # archhpo, per repeat and budget: some trial stopped at a trusted rung
-    trusts: list[dict[str, Any]] = []  # archhpo, per repeat: the rung trust measured at the smallest budget
+    trusts: list[dict[str, Any]] = []  # archhpo, per repeat: the rung trust the largest budget read
     probe = 0.0  # archhpo with --lr-probe: its probes' FLOPs at every budget below the largest, summed over repeats
     for rep in range(repeats):
         study_seed = random.Random(f"{seed}:{rep}").randrange(2**31)  # one study: one seed for every budget
@@ -440,12 +440,14 @@ def replay(budgets: list[Budget], repeats: int, seed: int, n_trials: int = 50, t
 
 def fidelity(budgets: list[Budget], pruned: list[list[bool]], trusts: list[dict[str, Any]]) -> dict[str, Any]:
     """Which fidelity decided for archhpo: per budget the share of repeats that stopped some trial at
-    a trusted rung and of those that trained the whole plan (region) to full length, and per rung of
-    the smallest budget the mean measured agreement, the mean low end of its interval (what trust
-    reads) and the share of repeats that trusted it."""
+    a trusted rung and of those that trained the whole plan (region) to full length; and of the trust
+    the largest budget read (`measured_at`: the share of repeats that measured it at each budget:
+    always the smallest, unless --trust-each-budget), per rung the mean measured agreement, the mean
+    low end of its interval (what trust reads) and the share of repeats that trusted it."""
     n, n_rungs = len(pruned), max(len(t["rungs"]) for t in trusts)
     at_rung = [sum(p[i] for p in pruned) / n for i in range(len(budgets))]
     return {"budgets": [b.name for b in budgets], "pruned_at_rung": at_rung, "full_length": [1 - s for s in at_rung],
+            "measured_at": [sum(t.get("at") == b.name for t in trusts) / n for b in budgets],
             **{name: [_finite_mean(t["rungs"][r][key] for t in trusts if r < len(t["rungs"])) for r in range(n_rungs)]
                for name, key in (("rung_agreement", "agreement"), ("rung_agreement_low", "low"))},
             "rung_trusted": [sum(r in t["trusted"] for t in trusts) / n for r in range(n_rungs)],
@@ -533,7 +535,10 @@ def fidelity_line(result: dict[str, Any]) -> str:
     pairs = f["distinguishable_pairs"]
     on = "" if pairs is None else (f"; measured on {pairs:.1f} distinguishable pairs on average, trusted on fewer "
                                    f"than 3 in {f['trusted_on_fewer_than_3_pairs']:.0%} of repeats")
-    return f"archhpo pruned at a rung (else full length) in: {per}; at {f['budgets'][0]}: {rungs}{on}"
+    at = [(b, s) for b, s in zip(f["budgets"], f["measured_at"], strict=True) if s]
+    where = f"at {at[0][0]}" if len(at) == 1 and at[0][1] == 1 else (
+        "measured at " + ", ".join(f"{b} in {s:.0%}" for b, s in at))
+    return f"archhpo pruned at a rung (else full length) in: {per}; the largest budget's trust, {where}: {rungs}{on}"
 
 
 def flops_line(result: dict[str, Any]) -> str:

@@ -462,6 +462,10 @@ def test_trust_each_budget_prunes_where_a_larger_budgets_rungs_predict(tmp_path:
     once, each = (se.replay(budgets, repeats=3, seed=0, each_budget=e)["archhpo"] for e in (False, True))
     assert once["fidelity"]["pruned_at_rung"] == [0.0, 0.0, 0.0] and once["fidelity"]["rung_trusted"] == [0.0, 0.0]
     assert each["fidelity"]["pruned_at_rung"] == [0.0, 0.0, 1.0] and each["fidelity"]["rung_trusted"] == [1.0, 1.0]
+    # the trust the largest budget read: the smallest's by default, the middle's under the option
+    assert once["fidelity"]["measured_at"] == [1.0, 0.0, 0.0] and each["fidelity"]["measured_at"] == [0.0, 1.0, 0.0]
+    assert "the largest budget's trust, at 1M:" in se.fidelity_line({"archhpo": once})
+    assert "the largest budget's trust, at 2M:" in se.fidelity_line({"archhpo": each})
     assert each["flops_ratio_per_budget"][:2] == [once["flops_ratio_per_budget"][0],
                                                   pytest.approx(once["flops_ratio_per_budget"][1] * 10 / 9)]
     assert each["flops_ratio_per_budget"][2] < once["flops_ratio_per_budget"][2] / 2
