@@ -26,6 +26,10 @@ finished a trial, 20 of its 24 trials in. A trial no worker has started is price
 full training its study's rule expects it to train (`expected_share`: successive halving stops most
 trials at the first rung); measured on two fresh-clone demos, its first ETA went from 4.6 times the
 time left without it to 2.2 times with it (the rest: larger budgets priced at a smaller one's rate).
+A confirmation rank of the second wave that waits for its decision (search/_confirmation.py) may
+never be trained: the ETA is then a range (`eta_range`), the time left without those slots and
+with them, instead of the time with them, which overshot by a whole trial of the largest budget
+whenever the decision skipped the rank.
 """
 
 from __future__ import annotations
@@ -60,6 +64,7 @@ class SlotWork:
     per_sample: float | None = None
     epochs: float | None = None
     share: float = 1.0  # of `cost` it is expected to train: a new trial the rule may stop (expected_share)
+    undecided: bool = False  # a second-wave confirmation rank not decided yet: it may never be trained
 
     @property
     def expected(self) -> float:
@@ -109,11 +114,12 @@ class Work:
         return measured[max(below)] if below else self.rate
 
 
-def flops_eta(work: Work, workers: int, now: dt.datetime) -> float | None:
+def flops_eta(work: Work, workers: int, now: dt.datetime, undecided: bool = True) -> float | None:
     """Seconds left: the FLOPs still to train over the measured throughput of `workers` workers
     (no more of them than slots left), and never less than the longest slot left takes one worker.
-    None until a finished trial measured the throughput, or while a slot's cost is unknown."""
-    left = [s for s in work.slots if not s.done]
+    None until a finished trial measured the throughput, or while a slot's cost is unknown.
+    `undecided` False: as if every undecided slot were skipped."""
+    left = [s for s in work.slots if not s.done and (undecided or not s.undecided)]
     if not left:
         return 0.0
     work.price()
@@ -128,6 +134,13 @@ def flops_eta(work: Work, workers: int, now: dt.datetime) -> float | None:
         remaining.append(todo / rate)
     parallel = max(1, min(workers, len(left)))
     return max(sum(remaining) / parallel, max(remaining))
+
+
+def eta_range(work: Work, workers: int, now: dt.datetime) -> float | tuple[float, float] | None:
+    """`flops_eta`, or (without, with) the undecided slots where they change it."""
+    high = flops_eta(work, workers, now)
+    low = flops_eta(work, workers, now, undecided=False) if any(s.undecided for s in work.slots) else high
+    return high if high is None or low is None or low == high else (low, high)
 
 
 # ----------------------------------------------------------------------------- reading a study
@@ -199,9 +212,11 @@ def _slot_shape(settings: Any, entry: Any, trials: list[Any], mean_epochs: float
     return fps, epochs
 
 
-def study_work(settings: Any, trials: list[Any], work: Work, never: Set[int] = frozenset()) -> None:
+def study_work(settings: Any, trials: list[Any], work: Work, never: Set[int] = frozenset(),
+               undecided: Set[int] = frozenset()) -> None:
     """Add one study's slots and measurements to `work` (`trials`: Optuna's FrozenTrials; `never`:
-    the slots no trial will ever come to, done without cost)."""
+    the slots no trial will ever come to, done without cost; `undecided`: those a trial may come to,
+    PlanUpkeep.undecided)."""
     finished = [t for t in trials if _state(t) in _FINISHED]
     size = float(getattr(settings, "budget_value", 0) or 0)
     for t in finished:
@@ -236,6 +251,7 @@ def study_work(settings: Any, trials: list[Any], work: Work, never: Set[int] = f
             float(known) if known else calibration.cost(fps, slot_epochs), spent=_held(live, running),
             running_since=running.datetime_start if running is not None else None, size=size,
             per_sample=None if calibration.per_trial else fps, epochs=slot_epochs, share=share,
+            undecided=not ts and int(_field(entry, "slot")) in undecided,
         ))
 
 

@@ -11,15 +11,20 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, TextIO
 
-from archhpo.cluster._flops import Work, flops_eta, study_work
+from archhpo.cluster._flops import Work, eta_range, study_work
 from archhpo.search._queue import PlanStatus
 
 PLAIN_EVERY_S = (10.0, 30.0)  # off a terminal: a line when something changed (at most every 10 s), else every 30 s
 
 
-def _fmt_eta(seconds: float | None) -> str:
+Eta = float | tuple[float, float] | None  # seconds left; (without, with) undecided slots; None: not known yet
+
+
+def _fmt_eta(seconds: Eta) -> str:
     if seconds is None:
         return "--:--"
+    if isinstance(seconds, tuple):  # a second-wave confirmation rank not decided yet (cluster/_flops.py)
+        return f"{_fmt_eta(seconds[0])}-{_fmt_eta(seconds[1])}"
     seconds = int(seconds)
     return f"{seconds // 3600:d}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
 
@@ -51,8 +56,9 @@ def _best(status: PlanStatus) -> str:
 
 
 def progress_line(statuses: dict[str, PlanStatus], workers: int, elapsed: float,
-                  eta: float | None | str = "trials") -> str:
-    """One plain line; `eta` in seconds (None: not known yet), or "trials" for eta_s's estimate."""
+                  eta: Eta | str = "trials") -> str:
+    """One plain line; `eta` in seconds (None: not known yet; a pair: a range), or "trials" for
+    eta_s's estimate."""
     c = _counts(statuses)
     seconds = eta_s(statuses, workers) if eta == "trials" else eta
     best = "  ".join(f"{n}={_best(s)}" for n, s in statuses.items() if s.best_value is not None) or "-"
@@ -60,7 +66,7 @@ def progress_line(statuses: dict[str, PlanStatus], workers: int, elapsed: float,
     waits = "  ".join(f"{n}: {w}" for n, s in statuses.items() if (w := s.waits_for))
     return (
         f"[{_fmt_eta(elapsed)}] trials {c['final']}/{c['total']} done, {c['running']} running, {c['failed']} failed"
-        f"{held} | best {best} | ETA {_fmt_eta(seconds if isinstance(seconds, float | int) else None)}"
+        f"{held} | best {best} | ETA {_fmt_eta(None if isinstance(seconds, str) else seconds)}"
         + (f" | waiting: {waits}" if waits else "")
     )
 
@@ -132,9 +138,10 @@ class RunProgress:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def eta(self, statuses: Mapping[str, PlanStatus]) -> float | None:
-        """Seconds left from the FLOPs left and the measured throughput (flops_eta); "--:--" (None)
-        before a finished trial measured it; by trial counts only for studies that record no FLOPs."""
+    def eta(self, statuses: Mapping[str, PlanStatus]) -> Eta:
+        """Seconds left from the FLOPs left and the measured throughput (eta_range: a range while a
+        confirmation rank waits for its decision); "--:--" (None) before a finished trial measured
+        it; by trial counts only for studies that record no FLOPs."""
         if all(s.done for s in statuses.values()):
             return 0.0
         key = tuple(sorted(_counts(statuses).items())) + tuple((s.waiting, s.retries) for s in statuses.values())
@@ -148,7 +155,7 @@ class RunProgress:
             self._next_read = self.clock() + 9 * (self.clock() - began)  # at most ~10% of the driver's time
         if self.work is None or (self.work.rate is None and any(s.mean_duration_s for s in statuses.values())):
             return eta_s(dict(statuses), self.workers)  # finished trials that record no FLOPs
-        return flops_eta(self.work, self.workers, self.now())
+        return eta_range(self.work, self.workers, self.now())
 
     def update(self, statuses: Mapping[str, PlanStatus]) -> None:
         elapsed = self.clock() - self.start
@@ -161,7 +168,7 @@ class RunProgress:
         if self._last is None or self.clock() - self._last[0] >= wait:
             self._plain(statuses, elapsed, eta, changed)
 
-    def _plain(self, statuses: Mapping[str, PlanStatus], elapsed: float, eta: float | None, key: Any) -> None:
+    def _plain(self, statuses: Mapping[str, PlanStatus], elapsed: float, eta: Eta, key: Any) -> None:
         self.out.write(progress_line(dict(statuses), self.workers, elapsed, eta) + "\n")
         self.out.flush()
         self._last = (self.clock(), key)
@@ -182,7 +189,8 @@ class RunProgress:
             upkeep = getattr(queue, "upkeep", None)
             settings = getattr(upkeep, "settings", None) or queue.settings
             never = upkeep.never_filled() if upkeep is not None else frozenset()
-            study_work(settings, queue.study.get_trials(deepcopy=False), work, never)
+            undecided = upkeep.undecided() if upkeep is not None else frozenset()
+            study_work(settings, queue.study.get_trials(deepcopy=False), work, never, undecided)
         return work
 
 
@@ -204,7 +212,7 @@ class _Bar:
         self.file: TextIO = FileProxy(self.console, out)  # type: ignore[assignment]
         self.started = self.stopped = False
 
-    def show(self, statuses: Mapping[str, PlanStatus], elapsed: float, eta: float | None) -> None:
+    def show(self, statuses: Mapping[str, PlanStatus], elapsed: float, eta: Eta) -> None:
         if self.stopped:
             return
         if not self.started:

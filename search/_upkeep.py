@@ -246,6 +246,14 @@ class PlanUpkeep:
         ladder = self._assigned_slots()
         return {e.slot for e in self.settings.plan if _never_filled(e, assigned, ladder)}
 
+    def undecided(self) -> set[int]:
+        """The confirmation slots of second-wave ranks not decided yet (search/_confirmation.py
+        `waiting`): trained only if the first wave leaves the rank within noise of its leader; the
+        ETA gives the time left without them and with them (cluster/_flops.py `eta_range`)."""
+        ranks = self._phase3()
+        wait = set(waiting(ranks)) if ranks is not None else set()
+        return {e.slot for e in self.settings.plan if e.phase == 3 and int(e.rank or 0) in wait} if wait else set()
+
     def _assigned_slots(self) -> set[int] | None:
         """A ladder budget's phase-1 slots given an architecture by its stored record (None: off the
         ladder, or no record yet, when every slot waits).  Read fresh, not from _fill_ladder, so a

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from archhpo.cluster._flops import SlotWork, Work, flops_eta, study_work
-from archhpo.cluster._progress import RunProgress, plain_ray_logs
+from archhpo.cluster._flops import SlotWork, Work, eta_range, flops_eta, study_work
+from archhpo.cluster._progress import RunProgress, plain_ray_logs, progress_line
 from archhpo.schema import StoredOptions
 from archhpo.search._queue import PlanStatus
 from tests.conftest import TINY_DATA, run_cli
@@ -104,6 +104,19 @@ def test_eta_takes_the_longest_slot_left_when_workers_outnumber_the_work() -> No
     assert flops_eta(work, 1, T0) == pytest.approx(110.0)
 
 
+def test_a_confirmation_rank_waiting_for_its_decision_makes_the_eta_a_range() -> None:
+    """A second-wave rank may be skipped: the ETA is the time left without it and with it (1 GFLOP/s,
+    one worker: the running 30-GFLOP trial, then maybe the undecided 60-GFLOP one), one figure again
+    once no slot is undecided, and unknown while nothing is measured."""
+    work = Work([SlotWork(30 * GFLOP), SlotWork(60 * GFLOP, undecided=True)], flops=GFLOP, seconds=1.0)
+    assert eta_range(work, 1, T0) == pytest.approx((30.0, 90.0))
+    assert eta_range(work, 2, T0) == pytest.approx((30.0, 60.0)), "two workers: the longer slot decides"
+    assert "ETA 0:00:30-0:01:30 |" in progress_line(_statuses(), 1, 5.0, eta_range(work, 1, T0)) + " |"
+    work.slots[1].undecided = False
+    assert eta_range(work, 1, T0) == pytest.approx(90.0)
+    assert eta_range(Work([SlotWork(30 * GFLOP), SlotWork(60 * GFLOP, undecided=True)]), 1, T0) is None
+
+
 def _trial(number: int, state: str, slot: int, params: dict[str, Any], **attrs: Any) -> Any:
     return SimpleNamespace(number=number, state=SimpleNamespace(name=state), params=params, system_attrs={},
                            user_attrs={"plan_slot": slot, **attrs}, datetime_start=T0)
@@ -133,6 +146,10 @@ def test_a_study_slots_cost_their_shape_flops_times_the_calibrated_samples() -> 
     study_work(settings, trials, skipped, never={2})
     assert [s.done for s in skipped.slots] == [True, False, True]
     assert sum(s.cost or 0 for s in skipped.slots if not s.done) == 20 * 100 * 2
+    # a slot a trial may come to (an undecided confirmation rank) is work left, marked as such
+    maybe = Work()
+    study_work(settings, trials, maybe, undecided={2})
+    assert [s.undecided for s in maybe.slots] == [False, False, True] and not maybe.slots[2].done
 
 
 def test_a_running_trial_is_as_far_as_its_claim_started_not_as_its_earlier_claims_trained() -> None:

@@ -139,11 +139,14 @@ def test_a_rank_within_the_noise_is_decided_and_enqueued_once_however_many_upkee
         q.maintain()
     status = q.maintain()
     assert "wait for ranks 0-1's confirmation" in status.details["phase3"] and not status.done
+    rank2 = {e.slot for e in q.settings.plan if e.phase == 3 and e.rank == 2}
+    assert rank2 and q.upkeep.undecided() == rank2, "the ETA prices rank 2 as a range until it is decided"
     _run(q, value)  # the first wave ends; six upkeeps race to decide rank 2
     race_upkeeps(storage_url, q.name)
     assert sorted(t.user_attrs["rank"] for t in _phase3(q)) == [0, 1, 2], "rank 2 enqueued exactly once"
     decision = q.upkeep.study_attr(PHASE3_KEY)[2]["decision"]
     assert decision["confirm"] and decision["leader"] == 1
+    assert q.upkeep.undecided() == set(), "decided: one figure again"
     _run(q, value)
     assert q.maintain().done and q.maintain().skipped == 0
 
