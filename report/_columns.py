@@ -28,7 +28,7 @@ FRAME_COLUMNS = (
     *TRAINING_COLUMNS, "val_loss", "train_loss", "best_epoch", "duration_s", "timestamp",
     "flops_per_sample", "train_flops", "samples_per_s", "baseline_val_loss", "val_curve",
     "depth_to_width", "fail_reason", "host", "device", "mfu", "peak_memory_gib", "gpu_name",
-    "rung", "flops_spent", "flops_full",
+    "rung", "rung_scores", "flops_spent", "flops_full",
     "train_tokens", "train_samples", "tokens_per_param", "samples_per_param", "data_passes",
     # the step's MFU (timed steps) and the trial's (wall clock); micro-batch and accumulation steps
     # where memory cut the batch (workers/_batch.py)
@@ -37,6 +37,7 @@ FRAME_COLUMNS = (
 STATES = ("COMPLETE", "PRUNED", "FAIL")
 # Trial attributes that are bookkeeping, not metrics, although they start with "val_".
 _NOT_METRICS = {"val_loss", "val_curve"}
+_LISTS = ("val_curve", Attr.RUNG_SCORES)  # JSON lists in the CSV, Python lists in the frame
 
 
 def choice_label(choices: dict[str, Any] | None) -> str:
@@ -70,7 +71,7 @@ def _finish(frame: pd.DataFrame, experiment: str, source: str) -> pd.DataFrame:
     """Common column types and order for both sources; derived columns."""
     for col in FRAME_COLUMNS:
         if col not in frame.columns:
-            frame[col] = None if col in ("choices", "val_curve", "fail_reason", "extreme", "baseline") else np.nan
+            frame[col] = None if col in (*_LISTS, "choices", "fail_reason", "extreme", "baseline") else np.nan
     numeric = ("budget_value", "trial", "phase", "plan_slot", "seed", "confirm_rank", "arch_idx",
                *ARCH_COLUMNS, *TRAINING_COLUMNS, "val_loss", *NUMERIC_EXTRA)
     for col in numeric:
@@ -83,7 +84,8 @@ def _finish(frame: pd.DataFrame, experiment: str, source: str) -> pd.DataFrame:
         frame["trial"] = frame["trial"].astype("int64")
     frame["choices"] = [c if isinstance(c, dict) else {} for c in frame["choices"]]
     frame["choice"] = [choice_label(c) for c in frame["choices"]]
-    frame["val_curve"] = [c if isinstance(c, list) else [] for c in frame["val_curve"]]
+    for col in _LISTS:
+        frame[col] = [c if isinstance(c, list) else [] for c in frame[col]]
     frame["state"] = frame["state"].fillna("COMPLETE").astype(str).str.upper()
     frame["baseline"] = [b if isinstance(b, str) and b else None for b in frame["baseline"]]
     frame["budget"] = frame["budget"].astype(str)

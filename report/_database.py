@@ -155,6 +155,7 @@ def _study_rows(storage: Any, study_id: int, settings: Any, curves: bool = True)
             "extreme": arch.get("extreme", ""), "choices": dict(choices),
             **{k: params.get(k) for k in TRAINING_COLUMNS},
             "val_loss": value, "val_curve": curve, "trial_id": tid,
+            "rung_scores": [float(v) for v in ua.get("rung_scores") or []],
             "timestamp": done.astimezone().isoformat() if done else None,  # Optuna stores naive local time
             "fail_reason": ua.get("fail_reason"),
             **{k: ua.get(k) for k in (*NUMERIC_EXTRA, "host", "device", "gpu_name")},

@@ -30,7 +30,8 @@ DATA_COLUMNS = (Attr.TRAIN_TOKENS, Attr.TOKENS_PER_PARAM)
 # Appended after docs/design.md §8's columns (which stay first and unchanged); readers must cope without them.
 EXTRA_COLUMNS = (
     "state", "phase", "plan_slot", "seed", "family", "choices", "best_epoch", "flops_per_sample",
-    "train_flops", "samples_per_s", "val_curve", "baseline_val_loss", Attr.RUNG, Attr.FLOPS_SPENT, Attr.FLOPS_FULL,
+    "train_flops", "samples_per_s", "val_curve", "baseline_val_loss", Attr.RUNG, Attr.RUNG_SCORES, Attr.FLOPS_SPENT,
+    Attr.FLOPS_FULL,
     Attr.BASELINE, Attr.LR_PROBE, Attr.TRAIN_SAMPLES, Attr.SAMPLES_PER_PARAM, Attr.DATA_PASSES, *SPEED_COLUMNS,
 )
 # Then each family metric a trial recorded (``val_accuracy``, ...), sorted by name.
@@ -82,6 +83,7 @@ def result_rows(study: optuna.Study, settings: StudySettings) -> list[dict[str, 
             "val_curve": json.dumps([[int(step), v] for step, v in sorted(t.intermediate_values.items())]),
             "baseline_val_loss": t.user_attrs.get(Attr.BASELINE_VAL_LOSS),
             **{k: t.user_attrs.get(k) for k in (Attr.RUNG, Attr.FLOPS_SPENT, Attr.FLOPS_FULL, Attr.BASELINE)},
+            Attr.RUNG_SCORES: json.dumps([float(v) for v in t.user_attrs.get(Attr.RUNG_SCORES) or []]),
             **{k: t.user_attrs.get(k) for k in (*DATA_COLUMNS, Attr.TRAIN_SAMPLES, Attr.SAMPLES_PER_PARAM,
                                                 Attr.DATA_PASSES, *SPEED_COLUMNS, Attr.LR_PROBE)},
             **_family_metrics(t.user_attrs),

@@ -27,6 +27,8 @@ val_loss            the trial's value: its best validation loss (PRUNED: the val
 train_loss, best_epoch, duration_s, timestamp
 flops_per_sample, train_flops, samples_per_s    compute accounting (NaN when not recorded)
 rung                successive halving: the last rung the trial was scored at (NaN without)
+rung_scores         its score at each rung it reached, in order (a WSD cooldown branch's loss;
+                    a trial not held there scored in passing); [] without
 flops_spent, flops_full   FLOPs the trial spent (all its claims, cooldown branches included) and
                     what training it to full length once costs
 baseline_val_loss   loss of always predicting the training base rate
@@ -115,7 +117,8 @@ def frame_from_csv(paths: Sequence[str | Path], experiment: str | None = None) -
     frame["study"] = frame["experiment"].astype(str) + "_" + frame["budget"].astype(str)
     frame["budget_value"] = [_budget_value(b) for b in frame["budget"].astype(str)]
     frame["choices"] = [_json_cell(c, dict) for c in frame.get("choices", [None] * len(frame))]
-    frame["val_curve"] = [_json_cell(c, list) for c in frame.get("val_curve", [None] * len(frame))]
+    for col in ("val_curve", "rung_scores"):
+        frame[col] = [_json_cell(c, list) for c in frame.get(col, [None] * len(frame))]
     if "state" not in frame.columns:
         frame["state"] = "COMPLETE"  # an older CSV: COMPLETE and PRUNED rows are not told apart
     order: dict[str, list[Any]] = {}

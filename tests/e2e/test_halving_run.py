@@ -61,6 +61,16 @@ def test_a_promoted_trial_ends_exactly_where_a_study_without_halving_does(sqlite
             assert sorted(t.intermediate_values) == [1, 2, 3, 4], "one curve, trained once"
     spent = sum(t.user_attrs["flops_spent"] for t in halved)
     assert spent < sum(t.user_attrs["flops_full"] for t in halved), "halving saved compute"
+    # every trial's rung scores reach the CSV and the frame, from the database and from the CSV alike
+    from archhpo.report._frame import trials_frame
+    from archhpo.report._export import RESULTS_CSV, csv_text, result_rows
+
+    (tmp_path / RESULTS_CSV).write_text(csv_text(result_rows(optuna.load_study(study_name=s.study_name,
+                                                                               storage=url), s)))
+    stored = {t.number: t.user_attrs["rung_scores"] for t in halved}
+    assert {len(v) for v in stored.values()} == {1, 2}, "pruned trials hold one score, promoted ones two"
+    for frame in (trials_frame("ehalving", storage=url), trials_frame("ehalving", csv=tmp_path / RESULTS_CSV)):
+        assert dict(zip(frame["trial"], frame["rung_scores"], strict=True)) == stored
     assert not list((tmp_path / "ck").rglob("*.pt")), "held states are removed once the plan is done"
 
 
