@@ -62,8 +62,8 @@ def test_a_promoted_trial_ends_exactly_where_a_study_without_halving_does(sqlite
     spent = sum(t.user_attrs["flops_spent"] for t in halved)
     assert spent < sum(t.user_attrs["flops_full"] for t in halved), "halving saved compute"
     # every trial's rung scores reach the CSV and the frame, from the database and from the CSV alike
-    from archhpo.report._frame import trials_frame
     from archhpo.report._export import RESULTS_CSV, csv_text, result_rows
+    from archhpo.report._frame import trials_frame
 
     (tmp_path / RESULTS_CSV).write_text(csv_text(result_rows(optuna.load_study(study_name=s.study_name,
                                                                                storage=url), s)))
