@@ -102,6 +102,9 @@ class Pruning:
     trust_each_budget: bool = False
     """with --ladder: measure whether the rungs predict the final ranking again at every budget below the largest (its trials score each rung in passing, about 1/9 of a trial more each), and let the next budget prune where that holds; default: measured once, at the smallest budget, where a plateau can leave every rung untrusted"""
 
+    confirm_at_rung: bool = False
+    """with --ladder: a budget that prunes at a trusted rung also confirms its finalists there (each new seed trained to the lowest trusted rung and scored by its cooldown branch, the winner chosen on the finalists' mean scores at that rung, search runs' included), about a third of a full-length confirmation; default: confirmation runs train to full length"""
+
     def __post_init__(self) -> None:
         _check_types(self)
         if self.rule not in PRUNERS:
@@ -251,7 +254,7 @@ OPTION_FIELDS: dict[str, str] = {
     "tokens_per_param": "data.tokens_per_param", "samples_per_param": "data.samples_per_param",
     "data_seed": "data.seed", "confirm": "confirm.top", "seeds": "confirm.seeds",
     "baselines": "confirm.baselines", "sequential_confirm": "confirm.sequential", "lr_probe": "confirm.lr_probe",
-    "trust_each_budget": "pruning.trust_each_budget",
+    "trust_each_budget": "pruning.trust_each_budget", "confirm_at_rung": "pruning.confirm_at_rung",
 }
 _SECTIONS: dict[str, type] = {"data": Data, "pruning": Pruning, "schedule": Schedule, "confirm": Confirm}
 
@@ -265,6 +268,9 @@ _COMPANIONS: tuple[tuple[str, str, Callable[[StudyConfig], bool]], ...] = (
                            "or more; raise --confirm or drop --sequential-confirm.", lambda c: c.confirm.top >= 3),
     ("trust_each_budget", "--trust-each-budget measures the rungs' trust on a ladder's budgets, so it needs "
                           "--ladder with its halving (not another --pruner); add --ladder or drop --trust-each-budget.",
+     lambda c: c.ladder and c.pruning.rule == "halving"),
+    ("confirm_at_rung", "--confirm-at-rung confirms at a rung a ladder budget trusts, so it needs --ladder with "
+                        "its halving (not another --pruner); add --ladder or drop --confirm-at-rung.",
      lambda c: c.ladder and c.pruning.rule == "halving"),
     ("eta", "--eta counts only with --pruner halving; add --pruner halving or drop --eta.",
      lambda c: c.pruning.rule == "halving"),

@@ -192,6 +192,9 @@ class Attr:
     RUNG_EPOCHS = "rung_epochs"
     BRANCH_EPOCHS = "branch_epochs"
     RUNG_HOLD = "rung_hold"
+    # --confirm-at-rung: a confirmation run that ends at this rung (the lowest its budget trusts),
+    # PRUNED with its score there as its value; the finalists are chosen on their scores there.
+    CONFIRM_RUNG = "confirm_rung"
     # FLOPs: spent by the trial over all its claims, cooldown branches included; and what training
     # it to full length once costs (the best JSON's flops_full_plan adds these over the plan).
     FLOPS_SPENT = "flops_spent"
@@ -319,7 +322,8 @@ class TrainingPlan:
     - ``scored``: every epoch the rule scores the trial at over all its claims, recorded with the trial
       (its rung_epochs; empty when the rule scores nothing);
     - ``scores``, ``branch_epochs``: what earlier claims scored, and ``scores_from_checkpoint``: a
-      trial never held (a replicate) carries its scores in its checkpoint, not in the queue.
+      trial never held (a replicate) carries its scores in its checkpoint, not in the queue;
+    - ``ends``: the trial ends at ``stop_after`` (its last score its value) instead of being held.
     """
 
     validate_at: tuple[int, ...] = ()
@@ -329,6 +333,7 @@ class TrainingPlan:
     scores: tuple[float, ...] = ()
     branch_epochs: tuple[float, ...] = ()
     scores_from_checkpoint: bool = False
+    ends: bool = False  # the trial ends at ``stop_after`` (a confirmation run at a trusted rung), not held
 
 
 # The learning-rate schedules of the trainer (workers/_train.py): cosine decay, or WSD (warm-up,
@@ -382,7 +387,7 @@ class StoredOptions:
     halving: Mapping[str, Any] | None = None
     """successive halving's stored settings ({"eta": 3, "min_fraction": "1/9"}; search/_halving.py reads them)"""
     ladder: Mapping[str, Any] | None = None
-    """a ladder budget's smaller studies ({"below": [names]}, smallest first: `ladder_below`); with --trust-each-budget also "trust": "each" and "largest": whether it is the ladder's largest"""
+    """a ladder budget's smaller studies ({"below": [names]}, smallest first: `ladder_below`); with --trust-each-budget also "trust": "each" and "largest": whether it is the ladder's largest; --confirm-at-rung adds "confirm": "rung"."""
     baselines: tuple[str, ...] = ()
     """the rule-picked baselines phase 3 trains (search/_baselines.py's names)"""
     lr_probe: tuple[float, ...] = ()
@@ -436,6 +441,11 @@ class StoredOptions:
     def trust_each_budget(self) -> bool:
         """A ladder budget under --trust-each-budget: its trust is measured on the next smaller budget."""
         return (self.ladder or {}).get("trust") == "each"
+
+    @property
+    def confirm_at_rung(self) -> bool:
+        """A ladder budget under --confirm-at-rung: where it trusts a rung, it confirms there."""
+        return (self.ladder or {}).get("confirm") == "rung"
 
     @property
     def scored_for_above(self) -> bool:

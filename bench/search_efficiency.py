@@ -305,7 +305,8 @@ def finalists(finished: Sequence[Trial]) -> list[int]:
 
 
 def confirmed(budget: Budget, planned: Sequence[Trial], finished: list[Trial], noise: Draw,
-              cost: Callable[[Trial], float] = scored_cost, sequential: bool = SEQUENTIAL) -> tuple[float, Arch, list[Trial]]:
+              cost: Callable[[Trial], float] = scored_cost, sequential: bool = SEQUENTIAL,
+              rung: int | None = None) -> tuple[float, Arch, list[Trial]]:
     """archhpo's confirmation (the --ladder default, archhpo.schema): each finalist retrained with
     CONFIRM_SEEDS new seeds, the draw's next runs of it (after every planned trial's, pruned ones
     included), each a replicate (full length, its rungs scored in passing); `sequential` (the default's
@@ -314,9 +315,11 @@ def confirmed(budget: Budget, planned: Sequence[Trial], finished: list[Trial], n
     the first wave's runs (search/_confirmation.py); the winner chosen by the report's
     `chosen_on_means` among the retrained: the lowest mean over the confirmation seeds every finalist
     finished plus the finalist's full-length search runs trained with its confirmation's parameters
-    (a truth has one set, FIXED_PARAMS, so here every one of them; one finalist: itself).  Returns
-    their FLOPs, the winner and the full-length trials, confirmation runs included (what carries up
-    and what the trust reads)."""
+    (a truth has one set, FIXED_PARAMS, so here every one of them; one finalist: itself).  `rung`
+    (--confirm-at-rung at a budget that trusts it): each confirmation run trains to that rung and
+    pays its cooldown branch, and every run is compared by its score there (search/_confirmation.py
+    `run_value`).  Returns their FLOPs, the winner and the full-length trials, confirmation runs
+    included unless they ended at the rung (what carries up and what the trust reads)."""
     from archhpo.report._confirm import chosen_on_means
 
     ranked = finalists(finished)
@@ -328,33 +331,40 @@ def confirmed(budget: Budget, planned: Sequence[Trial], finished: list[Trial], n
         for k in range(CONFIRM_SEEDS):
             extra.append(Trial(len(planned) + len(extra), budget.archs[i], noise.run(budget.archs[i], used[i] + k)))
 
+    def value(t: Trial) -> float:
+        return t.run["loss"] if rung is None else t.run["rung_loss"][rung]
+
     wave = FIRST_WAVE if sequential else len(ranked)
     for i in ranked[:wave]:
         retrain(i)
-    first = {r: [t.run["loss"] for t in [*_by_arch(extra).get(i, []), *searched.get(i, [])]]
+    first = {r: [value(t) for t in [*_by_arch(extra).get(i, []), *searched.get(i, [])]]
              for r, i in enumerate(ranked[:wave])}
     for r, i in enumerate(ranked[wave:], wave):
-        if decide(first, r, [t.run["loss"] for t in searched.get(i, [])])["confirm"]:
+        if decide(first, r, [value(t) for t in searched.get(i, [])])["confirm"]:
             retrain(i)
-    values = {i: {str(k): t.run["loss"] for k, t in enumerate(ts)} for i, ts in _by_arch(extra).items()}
+    values = {i: {str(k): value(t) for k, t in enumerate(ts)} for i, ts in _by_arch(extra).items()}
     ranks = [(r, i) for r, i in enumerate(ranked) if i in values]
-    search = {r: [{"trial": t.slot, "value": t.run["loss"], "params": FIXED_PARAMS} for t in searched[i]]
+    search = {r: [{"trial": t.slot, "value": value(t), "params": FIXED_PARAMS} for t in searched[i]]
               for r, i in ranks}
     chosen = chosen_on_means([{"rank": r, "values": values[i], "selection_trial": r, "params": FIXED_PARAMS}
                               for r, i in ranks], search)
     winner = ranked[chosen["rank"] if chosen else 0]
+    if rung is not None:  # ended at the rung: its epochs and branch; no full-length run to carry up
+        spent = sum((t.run["rung_epochs"][rung] + t.run["branch_epochs"][rung]) * t.arch.flops_per_epoch for t in extra)
+        return spent, budget.archs[winner], list(finished)
     return sum(cost(t) for t in extra), budget.archs[winner], [*finished, *extra]
 
 
 def archhpo(budget: Budget, smaller: Budget | None, below: Outcome | None, step: int, noise: Draw,
             design: list[Trial], n_trials: int, seed: int, sequential: bool = SEQUENTIAL,
-            for_above: bool = False) -> Outcome:
+            for_above: bool = False, at_rung: bool = False) -> Outcome:
     """The default `archhpo run --ladder` at one budget (module docstring): the smallest budget's
     design trained to full length measures the rung trust; a larger budget's ladder plan is halved at
     the trusted rungs only; the finalists are confirmed at every budget.  `for_above`
     (--trust-each-budget below the largest budget): a budget that trusts no rung scores its rungs in
     passing and measures the trust the next budget prunes with on its own full-length runs
-    (search/_upkeep.py `_trust`); one that pruned carries its trust up."""
+    (search/_upkeep.py `_trust`); one that pruned carries its trust up.  `at_rung`
+    (--confirm-at-rung): a budget that trusts a rung confirms at the lowest one it trusts."""
     cost = scored_cost  # scoring every rung in passing: the smallest budget, and a budget trusting some rung
     if smaller is None or below is None or below.trust is None:
         trust, planned = None, design
@@ -367,7 +377,8 @@ def archhpo(budget: Budget, smaller: Budget | None, below: Outcome | None, step:
         else:  # no rung trusted: full length, no rung scored unless for the budget above (`scores_in_passing`)
             cost = scored_cost if for_above else full_cost
             flops, finished = sum(cost(t) for t in planned), list(planned)
-    extra, winner, done = confirmed(budget, planned, finished, noise, cost, sequential)
+    rung = min(int(r) for r in trust["trusted"]) if at_rung and trust and trust.get("trusted") else None
+    extra, winner, done = confirmed(budget, planned, finished, noise, cost, sequential, rung)
     if trust is None or (for_above and not trust.get("trusted")):  # the smallest budget (or this one), once done
         trust = {**measured_trust(done, seed), "at": budget.name}
     # --lr-probe (not the default): rank 0 retrained once per factor, at full length like its confirmation;
@@ -379,14 +390,15 @@ def archhpo(budget: Budget, smaller: Budget | None, below: Outcome | None, step:
 
 def strategies(budget: Budget, smaller: Budget | None, below: dict[str, Outcome], step: int, noise: Draw,
                n_trials: int, topk: int, seed: int, sequential: bool = SEQUENTIAL,
-               for_above: bool = False) -> dict[str, Outcome]:
+               for_above: bool = False, at_rung: bool = False) -> dict[str, Outcome]:
     """Every strategy at one budget of one repeat; `below` holds the smaller budget's outcomes;
-    `for_above`: archhpo under --trust-each-budget at a budget below the largest."""
+    `for_above`: archhpo under --trust-each-budget at a budget below the largest; `at_rung`: archhpo
+    under --confirm-at-rung."""
     design = trials_of(budget, design_plan(budget, n_trials, seed), noise)
     out = {"design": full(design), "median": median(design), "topk_one_epoch": topk_one_epoch(design, topk),
            "halving": halving(design, budget.eta)}
     out["archhpo"] = archhpo(budget, smaller, below.get("archhpo"), step, noise, design, n_trials, seed, sequential,
-                             for_above)
+                             for_above, at_rung)
     if smaller is None:  # the smallest budget of a ladder is planned as the design
         out["halving_ladder"], out["ladder"] = out["halving"], out["design"]
         return out
@@ -399,12 +411,14 @@ def strategies(budget: Budget, smaller: Budget | None, below: dict[str, Outcome]
 
 # ------------------------------------------------------------------------------ the replay
 def replay(budgets: list[Budget], repeats: int, seed: int, n_trials: int = 50, topk: int = 5,
-           held_out: bool = True, sequential: bool = SEQUENTIAL, each_budget: bool = False) -> dict[str, Any]:
+           held_out: bool = True, sequential: bool = SEQUENTIAL, each_budget: bool = False,
+           at_rung: bool = False) -> dict[str, Any]:
     """Every strategy on every budget, `repeats` studies, each with its own plan seed and noise
     (`held_out` False: judged by the mean of all seeds, the seed the trials saw included); archhpo
     confirms in two waves or, `sequential` False, every finalist at once (a run launched before the
-    waves: bench/truths/realrun/compare.py), and with `each_budget` (--trust-each-budget) measures
-    the rung trust again at every budget below the largest."""
+    waves: bench/truths/realrun/compare.py), with `each_budget` (--trust-each-budget) measures the
+    rung trust again at every budget below the largest, and with `at_rung` (--confirm-at-rung)
+    confirms at the lowest trusted rung where a budget trusts one."""
     regrets: dict[str, list[list[float]]] = {s: [] for s in STRATEGIES}
     same: dict[str, list[list[bool]]] = {s: [] for s in STRATEGIES}  # the design's winner, per budget
     flops: dict[str, list[float]] = {s: [0.0] * len(budgets) for s in STRATEGIES}  # summed over repeats, per budget
@@ -420,7 +434,7 @@ def replay(budgets: list[Budget], repeats: int, seed: int, n_trials: int = 50, t
         for step, budget in enumerate(budgets):
             noise = draw(budget, rep, noise_rng(seed, rep, budget), held_out)
             below = strategies(budget, budgets[step - 1] if step else None, below, step, noise, n_trials, topk,
-                               study_seed, sequential, each_budget and step < len(budgets) - 1)
+                               study_seed, sequential, each_budget and step < len(budgets) - 1, at_rung)
             for name, out in below.items():
                 flops[name][step] += out.flops
                 per[name].append(regret(noise, out.winner, budget.seed_std))
@@ -606,7 +620,8 @@ def json_doc(args: argparse.Namespace, budgets: list[Budget], result: dict[str, 
         "archhpo_fidelity": result["archhpo"]["fidelity"],
         "command": (f"python bench/search_efficiency.py --truth {args.truth} --repeats {args.repeats} --seed {args.seed}"
                     f" --trials {args.trials} --topk {args.topk} --truth-mean {args.truth_mean}"
-                    + (" --trust-each-budget" if args.trust_each_budget else "")),
+                    + (" --trust-each-budget" if args.trust_each_budget else "")
+                    + (" --confirm-at-rung" if args.confirm_at_rung else "")),
         "budgets": [b.name for b in budgets], "repeats": args.repeats, "seed": args.seed,
         "truth_sha256": hashlib.sha256(args.truth.read_bytes()).hexdigest(),
         "noise": "fixed data" if all(b.fixed_data for b in budgets) else "seed changes the data",
@@ -628,6 +643,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--trust-each-budget", action="store_true",
                     help="replay archhpo run --ladder --trust-each-budget (the rung trust measured again at every "
                          "budget below the largest) instead of the default")
+    ap.add_argument("--confirm-at-rung", action="store_true",
+                    help="replay archhpo run --ladder --confirm-at-rung (a budget that trusts a rung confirms its "
+                         "finalists there) instead of the default")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
     if args.repeats < 1:
@@ -635,7 +653,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     start = time.perf_counter()
     budgets = load_table(args.truth)
     result = replay(budgets, args.repeats, args.seed, args.trials, args.topk, args.truth_mean == "held-out",
-                    each_budget=args.trust_each_budget)
+                    each_budget=args.trust_each_budget, at_rung=args.confirm_at_rung)
     ceiling = noise_ceiling(budgets, args.repeats, args.seed, args.truth_mean == "held-out")
     ceilings = truth_ceilings(budgets, args.seed)
     wall = time.perf_counter() - start

@@ -247,6 +247,9 @@ def study_work(settings: Any, trials: list[Any], work: Work, never: Set[int] = f
         # not started: no trial yet, or only a queued one that has trained nothing (not held at a rung)
         fresh = running is None and not any(t.user_attrs.get(Attr.FLOPS_SPENT) for t in ts)
         share = _new_share(rule, entry, slot_epochs) if fresh else 1.0
+        confirm = live[-1].user_attrs.get(Attr.CONFIRM_RUNG) if live else None
+        if confirm is not None and rule is not None and slot_epochs:  # --confirm-at-rung: it ends at its rung
+            share = _rung_share(rule, int(slot_epochs), int(confirm))
         work.slots.append(SlotWork(
             float(known) if known else calibration.cost(fps, slot_epochs), spent=_held(live, running),
             running_since=running.datetime_start if running is not None else None, size=size,
@@ -272,6 +275,12 @@ def _new_share(rule: StoppingRule | None, entry: Any, epochs: float | None) -> f
         return 1.0
     seeded = SimpleNamespace(phase=int(_field(entry, "phase") or 1), seed=_field(entry, "seed"))
     return rule.expected_share(int(epochs)) if prunable(seeded) else 1.0
+
+
+def _rung_share(rule: StoppingRule, epochs: int, rung: int) -> float:
+    """The share of a full-length training a confirmation run that ends at `rung` trains."""
+    rungs = rule.rungs(epochs)
+    return min(1.0, rungs[rung] / epochs) if rung < len(rungs) and epochs > 0 else 1.0
 
 
 def _held(live: list[Any], running: Any) -> float:

@@ -20,7 +20,7 @@ NUMERIC_EXTRA = (
     "train_loss", "best_epoch", "duration_s", "flops_per_sample", "train_flops", "samples_per_s",
     "baseline_val_loss", "mfu", "peak_memory_gib", "rung", "flops_spent", "flops_full",
     "train_tokens", "train_samples", "tokens_per_param", "samples_per_param", "data_passes",
-    *SPEED_COLUMNS, "lr_probe",
+    *SPEED_COLUMNS, "lr_probe", "confirm_rung",
 )
 FRAME_COLUMNS = (
     "experiment", "study", "budget", "budget_value", "trial", "state", "phase", "plan_slot", "seed",
@@ -28,7 +28,7 @@ FRAME_COLUMNS = (
     *TRAINING_COLUMNS, "val_loss", "train_loss", "best_epoch", "duration_s", "timestamp",
     "flops_per_sample", "train_flops", "samples_per_s", "baseline_val_loss", "val_curve",
     "depth_to_width", "fail_reason", "host", "device", "mfu", "peak_memory_gib", "gpu_name",
-    "rung", "rung_scores", "flops_spent", "flops_full",
+    "rung", "rung_scores", "confirm_rung", "flops_spent", "flops_full",
     "train_tokens", "train_samples", "tokens_per_param", "samples_per_param", "data_passes",
     # the step's MFU (timed steps) and the trial's (wall clock); micro-batch and accumulation steps
     # where memory cut the batch (workers/_batch.py)

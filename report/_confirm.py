@@ -69,7 +69,7 @@ def _row_from_trial(t: Any, archs: Sequence[Mapping[str, Any]] | None) -> dict[s
         trial=t.number, state=t.state.name, phase=ua.get("phase"), seed=ua.get("seed"), rank=ua.get("rank"),
         val_loss=t.value, choices=arch.get("choices", ua.get("choices", {})),
         best_epoch=ua.get("best_epoch"), fail_reason=ua.get("fail_reason"), baseline=ua.get("baseline"),
-        lr_probe=ua.get("lr_probe"),
+        lr_probe=ua.get("lr_probe"), rung_scores=ua.get("rung_scores") or [], confirm_rung=ua.get("confirm_rung"),
     )
     return row
 
@@ -102,7 +102,45 @@ def _all_rows(trials_or_rows: Iterable[Any], archs: Sequence[Mapping[str, Any]] 
             "reason": reason if isinstance(reason, str) and reason else None,
             "baseline": rule if isinstance(rule := row.get("baseline"), str) and rule else None,
             "lr_probe": _num(row.get("lr_probe")), "params": _training(row),
+            "rung_scores": _scores(row.get("rung_scores")), "confirm_rung": _int(row.get("confirm_rung")),
         })
+    return out
+
+
+def _scores(v: Any) -> list[float]:
+    """A row's rung scores: a list, or the CSV's JSON text of one."""
+    if isinstance(v, str) and v.strip():
+        try:
+            v = json.loads(v)
+        except json.JSONDecodeError:
+            return []
+    return [float(x) for x in v] if isinstance(v, list | tuple) else []
+
+
+def _confirm_rung(rows: Iterable[Mapping[str, Any]]) -> int | None:
+    """The rung the study's finalists were confirmed at (--confirm-at-rung), else None."""
+    return next((r["confirm_rung"] for r in rows if r["phase"] == 3 and r["confirm_rung"] is not None), None)
+
+
+def _rung_statement(rung: int | None) -> str:
+    """The confirmation's first sentence under --confirm-at-rung (else nothing)."""
+    if rung is None:
+        return ""
+    return (f"The finalists were confirmed at rung {rung}, the lowest rung this budget trusts (--confirm-at-rung): "
+            "every value compared here is a score at that rung (under WSD a cooldown branch's loss), not a "
+            "full-length loss. ")
+
+
+def _at_rung(rows: Iterable[dict[str, Any]], rung: int) -> list[dict[str, Any]]:
+    """The runs a confirmation at `rung` compares, each valued at that rung: its confirmation runs
+    (they ended there) and the COMPLETE search runs' scores recorded there (search/_confirmation.py
+    `run_value` counts the same)."""
+    out = []
+    for r in rows:
+        if r["phase"] == 3 and r["confirm_rung"] == rung and r["value"] is not None:
+            out.append({**r, "state": "COMPLETE"})
+        elif r["phase"] != 3 and r["state"] == "COMPLETE" and len(r["rung_scores"]) > rung:
+            out.append({**r, "value": r["rung_scores"][rung]})
     return out
 
 
@@ -359,12 +397,13 @@ def confirmation_summary(
 ) -> dict[str, Any]:
     """Summarise the confirmation phase (phase 3) of ONE study (one budget).
 
-    trials_or_rows: Optuna FrozenTrials of the study (pass `archs` = StudySettings.archs to take
-    the architecture from the study, else it is read from the trials' user attributes), or result
-    rows as `experiment_results.csv` holds them (d_model ... d_ff, param_count, choices, phase,
-    seed, state, val_loss, trial; optional rank, fail_reason, training parameters).  Only COMPLETE
-    trials give values; the others are in "unfinished".  A rank is the rows' "rank", else the
-    position by best phase-1/2 value; `ranks`: the study's stored assignment (phase3).
+    trials_or_rows: Optuna FrozenTrials of the study (pass `archs` = StudySettings.archs to take the
+    architecture from the study, else from the trials' user attributes), or `experiment_results.csv`
+    rows (d_model ... d_ff, param_count, choices, phase, seed, state, val_loss, trial; optional rank,
+    fail_reason, training parameters, rung_scores, confirm_rung).  Only COMPLETE trials give values
+    (under --confirm-at-rung every run's score at its rung: "at_rung"); the others are "unfinished".
+    A rank is the rows' "rank", else the position by best phase-1/2 value; `ranks`: the study's stored
+    assignment (phase3).
 
     Returns {"n_architectures", "seeds", "architectures": [{"rank", "architecture", "choices",
     "selection_value", "selection_trial", "params" (the training parameters of its confirmation runs,
@@ -381,27 +420,25 @@ def confirmation_summary(
     # the rules' shapes are summarised apart; a learning-rate probe confirms no architecture (its rate is another)
     rows = [r for r in everything if r["baseline"] is None and r["lr_probe"] is None]
     done = [r for r in rows if r["state"] == "COMPLETE" and r["value"] is not None]
-    selection = _selection(done)
+    selection = _selection(done)  # the finalists' ranks: by full-length values, whatever they are confirmed on
+    if (rung := _confirm_rung(rows)) is not None:  # --confirm-at-rung: every run compared at that rung
+        done, everything = _at_rung(rows, rung), _at_rung(everything, rung)
     confirm = [r for r in done if r["phase"] == 3 and r["seed"] is not None]
     archs_out = [_architecture(rank, members, selection.get(_key(members[0])))
                  for rank, members in _ranked(confirm, selection)]
     seeds = sorted({r["seed"] for r in rows if r["phase"] == 3 and r["seed"] is not None})
     by_rank = {a["rank"]: a for a in archs_out}
     chosen = chosen_on_means(archs_out, _search_runs(done, archs_out))
-    # Where the means reversed the order, rank 0 is no longer "the winner": the sentence names the ranks.
-    names = ("the phase-1/2 best", "rank 1") if chosen and chosen["reversed"] else ()
-    comparison, statement = _comparison(by_rank, seeds, names)
-    unfinished = _unfinished(rows, archs_out)
+    # where the means reversed the order, rank 0 is no longer "the winner": the sentence names the ranks
+    comparison, statement = _comparison(by_rank, seeds, ("the phase-1/2 best", "rank 1") if chosen and chosen["reversed"] else ())
+    unfinished, decisions = _unfinished(rows, archs_out), [dict(r) for r in ranks or () if r.get("decision")]
     winner = by_rank[chosen["rank"]] if chosen else by_rank.get(0)  # the baselines face the budget's answer
-    decisions = [dict(r) for r in ranks or () if r.get("decision")]
     return {
         "n_architectures": len(archs_out), "seeds": seeds, "architectures": archs_out,
-        "comparison": comparison, "unfinished": unfinished,
-        "statement": statement + (" " + chosen["statement"] if chosen else "")
+        "comparison": comparison, "unfinished": unfinished, "at_rung": rung,
+        "statement": _rung_statement(rung) + statement + (" " + chosen["statement"] if chosen else "")
         + "".join(" " + decision_statement(r) for r in decisions) + _unfinished_text(unfinished),
-        "decisions": decisions,
-        "baselines": baseline_summary(everything, winner),
-        "chosen": chosen,
+        "decisions": decisions, "baselines": baseline_summary(everything, winner), "chosen": chosen,
     }
 
 
@@ -411,7 +448,8 @@ def frame_confirmation(frame: Any) -> dict[str, dict[str, Any]]:
     if not (frame["phase"] == 3).any():
         return out
     cols = [*ARCH_KEYS, "param_count", "trial", "state", "phase", "seed", "val_loss", "choices", "best_epoch",
-            "fail_reason", "baseline", "lr_probe", *(k for k in TRAINING_PARAMS if k in frame)]
+            "fail_reason", "baseline", "lr_probe", *(k for k in TRAINING_PARAMS if k in frame),
+            *(k for k in ("rung_scores", "confirm_rung") if k in frame)]
     for budget, group in frame.groupby("budget", sort=False):
         if not (group["phase"] == 3).any():
             continue

@@ -31,7 +31,7 @@ DATA_COLUMNS = (Attr.TRAIN_TOKENS, Attr.TOKENS_PER_PARAM)
 EXTRA_COLUMNS = (
     "state", "phase", "plan_slot", "seed", "family", "choices", "best_epoch", "flops_per_sample",
     "train_flops", "samples_per_s", "val_curve", "baseline_val_loss", Attr.RUNG, Attr.RUNG_SCORES, Attr.FLOPS_SPENT,
-    Attr.FLOPS_FULL,
+    Attr.FLOPS_FULL, Attr.CONFIRM_RUNG,
     Attr.BASELINE, Attr.LR_PROBE, Attr.TRAIN_SAMPLES, Attr.SAMPLES_PER_PARAM, Attr.DATA_PASSES, *SPEED_COLUMNS,
 )
 # Then each family metric a trial recorded (``val_accuracy``, ...), sorted by name.
@@ -84,6 +84,7 @@ def result_rows(study: optuna.Study, settings: StudySettings) -> list[dict[str, 
             "baseline_val_loss": t.user_attrs.get(Attr.BASELINE_VAL_LOSS),
             **{k: t.user_attrs.get(k) for k in (Attr.RUNG, Attr.FLOPS_SPENT, Attr.FLOPS_FULL, Attr.BASELINE)},
             Attr.RUNG_SCORES: json.dumps([float(v) for v in t.user_attrs.get(Attr.RUNG_SCORES) or []]),
+            Attr.CONFIRM_RUNG: t.user_attrs.get(Attr.CONFIRM_RUNG),
             **{k: t.user_attrs.get(k) for k in (*DATA_COLUMNS, Attr.TRAIN_SAMPLES, Attr.SAMPLES_PER_PARAM,
                                                 Attr.DATA_PASSES, *SPEED_COLUMNS, Attr.LR_PROBE)},
             **_family_metrics(t.user_attrs),

@@ -29,6 +29,8 @@ flops_per_sample, train_flops, samples_per_s    compute accounting (NaN when not
 rung                successive halving: the last rung the trial was scored at (NaN without)
 rung_scores         its score at each rung it reached, in order (a WSD cooldown branch's loss;
                     a trial not held there scored in passing); [] without
+confirm_rung        --confirm-at-rung: the rung a confirmation run ended at (its val_loss is its
+                    score there); NaN otherwise
 flops_spent, flops_full   FLOPs the trial spent (all its claims, cooldown branches included) and
                     what training it to full length once costs
 baseline_val_loss   loss of always predicting the training base rate

@@ -28,12 +28,26 @@ from archhpo.search._plan import is_extra
 
 FIRST_WAVE = 2  # the finalists always confirmed: the two the single-run ranking could swap
 WAVE_KEY, DECISION_KEY = "wave", "decision"
+# --confirm-at-rung: a finalist's rank confirmed at this rung (the lowest its budget trusts), its
+# runs there compared (search/_upkeep.py stores it with the assignment, before anything is enqueued).
+AT_RUNG_KEY = "at_rung"
 
 
 def mark_waves(ranks: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The ranks with every finalist beyond the first wave marked as waiting for its decision
     (baselines and learning-rate probes are trained like the best and belong to the first wave)."""
     return [{**r, WAVE_KEY: 2} if int(r["rank"]) >= FIRST_WAVE and not _extra(r) else r for r in ranks]
+
+
+def mark_rung(ranks: list[dict[str, Any]], trust: Mapping[str, Any] | None) -> list[dict[str, Any]]:
+    """--confirm-at-rung: the ranks marked to be confirmed at the lowest rung `trust` (the budget's
+    ladder record's) trusts, the rules' baselines with them (they are compared with the best seed by
+    seed); unchanged where it trusts none.  A learning-rate probe stays at full length: the rate is
+    fitted on full-length losses (search/_lrfit.py)."""
+    trusted = [int(r) for r in (trust or {}).get("trusted", ())]
+    if not trusted:
+        return ranks
+    return [r if r.get("lr_probe") is not None else {**r, AT_RUNG_KEY: min(trusted)} for r in ranks]
 
 
 def _extra(rank: Mapping[str, Any]) -> bool:
@@ -83,25 +97,42 @@ def listed(ranks: Iterable[Mapping[str, Any]]) -> set[int]:
     return trained(ranks) | set(waiting(ranks))
 
 
+def run_value(t: Any, rung: int | None) -> float | None:
+    """What a finished trial (Optuna FrozenTrial) counts as in a confirmation: its full-length value
+    (COMPLETE), or, for a rank confirmed at `rung` (--confirm-at-rung), its score there: a
+    confirmation run's value (it ended there, PRUNED) or a COMPLETE search run's score recorded at
+    that rung.  None: it does not count (pruned search runs, a run without that score)."""
+    state = getattr(t.state, "name", t.state)
+    if rung is None or t.user_attrs.get(Attr.PHASE) not in (1, 2):
+        counts = state == "COMPLETE" if rung is None else t.user_attrs.get(Attr.CONFIRM_RUNG) == rung
+        value = t.value if counts else None
+    else:
+        scores = t.user_attrs.get(Attr.RUNG_SCORES) or []
+        value = scores[rung] if state == "COMPLETE" and len(scores) > rung else None
+    return float(value) if value is not None and math.isfinite(value) else None
+
+
 def decide_waiting(ranks: Sequence[Mapping[str, Any]], done: Iterable[Any]) -> list[dict[str, Any]]:
-    """The ranks with every waiting one decided (`decide`), from the study's COMPLETE trials `done`
+    """The ranks with every waiting one decided (`decide`), from the study's finished trials `done`
     (Optuna FrozenTrials): a first-wave rank's runs are its confirmation runs and its configuration's
     phase-1/2 runs trained with its confirmation's parameters (report/_confirm.py `chosen_on_means`
-    counts the same), a waiting rank's are its phase-1/2 runs alone."""
-    done = [t for t in done if t.value is not None and math.isfinite(t.value)]
+    counts the same), a waiting rank's are its phase-1/2 runs alone; each counted as `run_value`
+    (at the rank's rung under --confirm-at-rung)."""
+    done = sorted(done, key=lambda t: t.number)
 
     def search_runs(r: Mapping[str, Any]) -> list[float]:
-        return [float(t.value) for t in sorted(done, key=lambda t: t.number)
+        return [v for t in done
                 if t.user_attrs.get(Attr.PHASE) in (1, 2) and int(t.params.get("arch_idx", -1)) == int(r["arch_idx"])
-                and {k: t.params.get(k) for k in r["params"]} == dict(r["params"])]
+                and {k: t.params.get(k) for k in r["params"]} == dict(r["params"])
+                and (v := run_value(t, r.get(AT_RUNG_KEY))) is not None]
 
-    def confirmation_runs(rank: int) -> list[float]:
-        return [float(t.value) for t in sorted(done, key=lambda t: t.number)
-                if t.user_attrs.get(Attr.PHASE) == 3 and t.user_attrs.get(Attr.RANK) == rank
-                and not t.user_attrs.get(Attr.BASELINE)]
+    def confirmation_runs(r: Mapping[str, Any]) -> list[float]:
+        return [v for t in done
+                if t.user_attrs.get(Attr.PHASE) == 3 and t.user_attrs.get(Attr.RANK) == int(r["rank"])
+                and not t.user_attrs.get(Attr.BASELINE) and (v := run_value(t, r.get(AT_RUNG_KEY))) is not None]
 
     first = [r for r in ranks if r.get(WAVE_KEY) != 2 and not _extra(r)]
-    runs = {int(r["rank"]): confirmation_runs(int(r["rank"])) + search_runs(r) for r in first}
+    runs = {int(r["rank"]): confirmation_runs(r) + search_runs(r) for r in first}
     due = set(waiting(ranks))
     return [{**r, DECISION_KEY: decide(runs, int(r["rank"]), search_runs(r))} if int(r["rank"]) in due else dict(r)
             for r in ranks]

@@ -256,7 +256,9 @@ def claim_plan(rule: StoppingRule, params: Mapping[str, Any], judged: bool,
     trusted rung ahead trains to full length, scoring the rest in passing; one with a trusted rung
     ahead still stops at each rung on the way, held only at a trusted one (TrialQueue.park): a
     parked claim records only the score it stops at.  A ladder budget whose measured trust judges no
-    rung scores nothing (`RungTrust.scores_in_passing`): it trains like a rule that holds nowhere."""
+    rung scores nothing (`RungTrust.scores_in_passing`): it trains like a rule that holds nowhere.
+    A confirmation run at a trusted rung (Attr.CONFIRM_RUNG, --confirm-at-rung) scores every rung up
+    to it in passing and ends there (`TrainingPlan.ends`)."""
     rungs = rule.rungs(int(params["epochs"])) if rule.n_rungs else []
     if not rungs:
         return TrainingPlan(), 0
@@ -266,6 +268,11 @@ def claim_plan(rule: StoppingRule, params: Mapping[str, Any], judged: bool,
                         branch_epochs=tuple(float(v) for v in attrs.get(Attr.BRANCH_EPOCHS) or []))
     if rung >= len(rungs) - 1 and judged:
         return plan, rung
+    confirm = attrs.get(Attr.CONFIRM_RUNG)
+    if confirm is not None and not judged:  # --confirm-at-rung: scored in passing up to its rung, ended there
+        upto = tuple(rungs[: int(confirm) + 1])
+        return replace(plan, validate_at=tuple(sorted(set(upto))), score_at=upto, stop_after=upto[-1], ends=True,
+                       scores_from_checkpoint=True), int(confirm)
     if not trust.scores_in_passing:  # a ladder budget that trusts no rung: full length, nothing scored
         return TrainingPlan(), 0
     if not judged or not any(trust.judges(r) for r in range(rung, len(rungs) - 1)):

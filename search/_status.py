@@ -335,3 +335,16 @@ class _LightCache:
         c.live, c.live_trials = {t.trial_id for t in live}, live
         c.last = _Trials(c.final, live)  # a view, not a copy of 100,000 finished trials per call
         return c.last
+
+
+def why_waiting(st: PlanStatus, below: Sequence[str], no_ranks: bool, wait: list[int], ladder: set[int] | None) -> None:
+    """What the plan waits for, in words (PlanStatus.details; the progress display shows it while a
+    budget has nothing to train): `below` the ladder's smaller studies, `ladder` its assigned slots
+    (None: not planned yet), `no_ranks` no confirmation assignment yet, `wait` the ranks waiting
+    for the first wave."""
+    if below and ladder is None:
+        st.details["phase1"] = f"waiting for {below[-1]} (the ladder plans this budget from the smaller ones)"
+    if no_ranks:
+        st.details["phase3"] = "waiting for phases 1 and 2"
+    elif wait:
+        st.details["phase3"] = f"rank(s) {', '.join(map(str, wait))} wait for ranks 0-1's confirmation"

@@ -31,6 +31,7 @@ from archhpo.schema import (
 )
 from archhpo.search._baselines import BASELINE_RULES
 from archhpo.search._choices import _rows, _split_choices
+from archhpo.search._confirmation import AT_RUNG_KEY
 from archhpo.search._identity import _differences
 from archhpo.search._ladder import ladder_trials
 from archhpo.search._optuna_private import rdb_storage_of, study_id_of
@@ -287,6 +288,8 @@ def _study_options(config: StudyConfig, scalars: Mapping[str, Any], ladder_below
         options["ladder"] = {"below": list(ladder_below)}
         if config.pruning.trust_each_budget:  # where its trust is read, and whether a budget above reads its own
             options["ladder"].update(trust="each", largest=largest)
+        if config.pruning.confirm_at_rung:  # its finalists confirmed at the lowest rung it trusts, if any
+            options["ladder"]["confirm"] = "rung"
     if baselines:
         options["baselines"] = list(baselines)
     if lr_probe:  # stored, so that a relaunch with or without --lr-probe is refused, not silently planned as before
@@ -418,6 +421,9 @@ def enqueue_missing(
             attrs["baseline"] = entry.baseline
         if entry.lr_probe is not None:
             attrs[Attr.LR_PROBE] = entry.lr_probe
+        at_rung = by_rank[int(entry.rank or 0)].get(AT_RUNG_KEY) if entry.phase == 3 else None
+        if at_rung is not None:  # --confirm-at-rung, where the budget trusts a rung
+            attrs[Attr.CONFIRM_RUNG] = int(at_rung)
         study.enqueue_trial({"arch_idx": arch_idx, **training}, user_attrs=attrs)
         n += 1
     return n

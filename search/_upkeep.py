@@ -22,7 +22,7 @@ from archhpo.budgets import GridRow
 from archhpo.environment import Environment
 from archhpo.schema import TRAINING_PARAMS, Attr
 from archhpo.search._baselines import baseline_assignments
-from archhpo.search._confirmation import decide_waiting, listed, mark_waves, trained, waiting
+from archhpo.search._confirmation import decide_waiting, listed, mark_rung, mark_waves, trained, waiting
 from archhpo.search._ladder import Finished, carry_up
 from archhpo.search._lrfit import probe_assignments
 from archhpo.search._optuna_private import models as m
@@ -42,6 +42,7 @@ from archhpo.search._status import (
     _never_filled,
     _open_slots,
     _Trials,
+    why_waiting,
 )
 from archhpo.search._storage import (
     DEFAULT_TIMING,
@@ -58,7 +59,8 @@ from archhpo.search._trust import FOR_ABOVE, ArchRuns, rung_trust
 PHASE3_KEY = settings_attr("phase3")  # the confirmation assignment (StudySettings.phase3), once ranked
 # What a retry keeps besides plan_slot and phase: the plan entry's seed, rank, baseline rule and probe, and the rungs
 # it passed (it resumes from the dead attempt's checkpoint towards the same next rung).
-_CARRIED_KEYS = (Attr.SEED, Attr.RANK, Attr.BASELINE, Attr.LR_PROBE, Attr.RUNG, Attr.RUNG_SCORES, Attr.BRANCH_EPOCHS)
+_CARRIED_KEYS = (Attr.SEED, Attr.RANK, Attr.BASELINE, Attr.LR_PROBE, Attr.RUNG, Attr.RUNG_SCORES, Attr.BRANCH_EPOCHS,
+                 Attr.CONFIRM_RUNG)
 
 
 class PlanUpkeep:
@@ -293,11 +295,14 @@ class PlanUpkeep:
                 ranks += baseline_assignments(self.settings.plan, self.settings.archs, ranks[0],
                                               self.settings.budget_value)
                 ranks += probe_assignments(self.settings.plan, ranks[0])
+            if self.settings.options.confirm_at_rung:  # where this budget trusts a rung, confirmed there
+                ranks = mark_rung(ranks, (self._ladder or self.study_attr(LADDER_KEY) or {}).get("trust"))
             if self.settings.options.confirm_sequential:
                 ranks = mark_waves(ranks)
             self.study.set_user_attr(PHASE3_KEY, ranks)
         elif decide and waiting(ranks):
-            done = self.storage.get_all_trials(self.study_id, deepcopy=False, states=(TrialState.COMPLETE,))
+            done = self.storage.get_all_trials(self.study_id, deepcopy=False,
+                                               states=(TrialState.COMPLETE, TrialState.PRUNED))
             ranks = decide_waiting(ranks, done)
             self.study.set_user_attr(PHASE3_KEY, ranks)
         self._phase3_cache = ranks
@@ -356,19 +361,8 @@ class PlanUpkeep:
             first_wave_open |= entry.phase == 3 and not final and int(entry.rank or 0) in go
         st.second_wave_due = bool(wait) and not first_wave_open
         _finish_status(st, c, trials, durations, settled_durations)
-        self._why_waiting(st, has_phase3 and ranks is None, wait, ladder)
+        why_waiting(st, self.settings.options.ladder_below, has_phase3 and ranks is None, wait, ladder)
         return st, retry, phase1_final
-
-    def _why_waiting(self, st: PlanStatus, no_ranks: bool, wait: list[int], ladder: set[int] | None) -> None:
-        """What the plan waits for, in words (PlanStatus.details; the progress display shows it while
-        a budget has nothing to train)."""
-        below = self.settings.options.ladder_below
-        if below and ladder is None:
-            st.details["phase1"] = f"waiting for {below[-1]} (the ladder plans this budget from the smaller ones)"
-        if no_ranks:
-            st.details["phase3"] = "waiting for phases 1 and 2"
-        elif wait:
-            st.details["phase3"] = f"rank(s) {', '.join(map(str, wait))} wait for ranks 0-1's confirmation"
 
 
 def _arch_runs(upkeep: PlanUpkeep, below: int) -> list[ArchRuns]:

@@ -80,9 +80,9 @@ def test_the_replay_plans_with_the_runs_own_trials() -> None:
     assert compare.replay_spread(budgets, 2, 5, True)["flops_ratio"] != twelve["flops_ratio"], "50 plans a larger design"
 
 
-def test_a_run_launched_with_trust_each_budget_is_replayed_so(tmp_path: Path) -> None:
-    """The run's best JSONs store the ladder option; the T3 run's do not (the default), and a copy of
-    them whose larger budgets store --trust-each-budget is read as such."""
+def test_a_run_launched_with_trust_each_budget_or_confirm_at_rung_is_replayed_so(tmp_path: Path) -> None:
+    """The run's best JSONs store the ladder options; the T3 run's do not (the defaults), and a copy of
+    them whose larger budgets store --trust-each-budget (then --confirm-at-rung) is read as such."""
     budgets = compare.load_table(ROOT / "bench" / "truths" / "t3.csv")
     run = REALRUN / "t3"
     assert compare.run_trusts_each_budget(run, "t3real", budgets) is False
@@ -92,3 +92,10 @@ def test_a_run_launched_with_trust_each_budget_is_replayed_so(tmp_path: Path) ->
             best["options"]["ladder"] = {**best["options"]["ladder"], "trust": "each", "largest": False}
         (tmp_path / f"t3real_{b.name}_best.json").write_text(json.dumps(best))
     assert compare.run_trusts_each_budget(tmp_path, "t3real", budgets) is True
+    assert compare.run_confirms_at_rung(run, "t3real", budgets) is False
+    for b in budgets:
+        best = json.loads((run / f"t3real_{b.name}_best.json").read_text())
+        if best["options"].get("ladder"):
+            best["options"]["ladder"] = {**best["options"]["ladder"], "confirm": "rung"}
+        (tmp_path / f"t3real_{b.name}_best.json").write_text(json.dumps(best))
+    assert compare.run_confirms_at_rung(tmp_path, "t3real", budgets) is True

@@ -370,6 +370,29 @@ def test_archhpo_halves_at_the_rungs_its_smallest_budget_trusts(tmp_path: Path, 
     assert result["archhpo"]["fidelity"]["pruned_at_rung"] == [0.0, 1.0]
 
 
+def test_confirm_at_rung_retrains_the_finalists_to_the_lowest_trusted_rung_only(tmp_path: Path,
+                                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    # The table of the test above: under --confirm-at-rung the larger budget (trusting rungs 0 and 1)
+    # confirms its one finalist's 2 new seeds at rung 0 (1 epoch + its 0.25-epoch branch each) instead of
+    # at full length (10 each); the smallest budget, which measures the trust, confirms at full length.
+    monkeypatch.setattr(se, "FINALISTS", 2)
+    monkeypatch.setattr(se, "CONFIRM_SEEDS", 2)
+    budgets = se.load_table(_table(tmp_path, {"1M": 1_000_000, "2M": 2_000_000}, 9))
+    below: dict[str, Any] = {}
+    out = []
+    for step, budget in enumerate(budgets):
+        noise = se.draw(budget, 0, se.noise_rng(0, 0, budget))
+        below = se.strategies(budget, budgets[step - 1] if step else None, below, step, noise, 50, 5, 0, at_rung=True)
+        out.append(below)
+    small, large = out
+    assert small["archhpo"].flops == 22 * 10, "the smallest budget: at full length, as without the option"
+    a = large["archhpo"]
+    assert a.pruned and a.flops == 8 * 1.25 + 2 * 2.75 + 1 * 6 + 2 * 1.25
+    assert [t.arch.idx for t in a.finished] == [8] and a.winner.idx == 8, "confirmation runs ended at the rung"
+    once, at = (se.replay(budgets, repeats=3, seed=0, at_rung=r)["archhpo"] for r in (False, True))
+    assert at["flops_ratio"] < once["flops_ratio"] and at["share_within_1std"] == once["share_within_1std"] == 1.0
+
+
 def test_archhpo_trains_full_length_where_the_rungs_rank_the_other_way(tmp_path: Path) -> None:
     # Reversed rung scores: no rung is trusted, every planned trial of the larger budget is trained to
     # full length and scores no rung (9 epochs each; the smallest budget paid 0.25 + 0.75 branch epochs).

@@ -215,6 +215,25 @@ class _Scorer:
         run.rung_scores += [val] * times
         run.branch_epochs += [cooled] * times
 
+    def settle(self, result: Any, resume: dict[str, Any] | None) -> None:
+        """The trial's outcome once its claim trained as planned (`result`: train()'s TrainResult):
+        ended at its rung (`plan.ends`, a confirmation run under --confirm-at-rung: PRUNED, its score
+        there its value), held where it stopped (parked with its score), or COMPLETE at full length.
+        A claim killed after its last checkpoint but before it ended or was held scores it now."""
+        run, plan = self.run, self.plan
+        if plan.stop_after is not None and resume is not None and (
+                len(run.rung_scores) < len(plan.score_at) if plan.ends else len(run.rung_scores) == len(plan.scores)):
+            self(int(resume["epoch"]), float(resume["history"][-1]["val_loss"]), resume)
+        if plan.ends:
+            run.state, run.value = TrialState.PRUNED, run.rung_scores[-1]
+            run.attrs[Attr.PRUNED_AT_EPOCH] = plan.stop_after
+        elif plan.stop_after is not None:
+            run.outcome, run.value = "park", run.rung_scores[len(plan.scores)]
+        else:
+            run.state, run.value = TrialState.COMPLETE, result.best_val_loss
+            run.attrs.update(train_loss=result.train_loss, best_epoch=result.best_epoch,
+                             **{f"val_{k}": v for k, v in result.metrics.items()})
+
     def record(self, samples: int) -> None:
         """This claim's FLOPs (training and branches; the queue adds the trial's earlier claims) and,
         when the rule scores the trial, its scoring epochs and the scores of a trial at full length."""
@@ -225,6 +244,9 @@ class _Scorer:
         run.attrs[Attr.RUNG_EPOCHS] = list(self.plan.scored)
         if run.outcome == "park":  # the queue stores the rung and its score with the hold
             run.attrs[Attr.BRANCH_EPOCHS] = run.branch_epochs
+        elif self.plan.ends:  # ended at its rung: the scores up to it, the last its value
+            run.attrs.update({Attr.RUNG: len(run.rung_scores) - 1, Attr.RUNG_SCORES: run.rung_scores,
+                              Attr.BRANCH_EPOCHS: run.branch_epochs})
         elif run.state == TrialState.COMPLETE:
             run.attrs.update({Attr.RUNG_SCORES: [*run.rung_scores, run.value],
                               Attr.BRANCH_EPOCHS: [*run.branch_epochs, 0.0]})

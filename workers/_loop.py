@@ -289,14 +289,7 @@ class Worker:
                            on_eval=on_eval, checkpoint=save if ckpt is not None else None, resume=resume,
                            should_stop=lambda: run.should_stop(self.stop_event), plan=plan, on_score=scorer)
             samples, seconds, path = result.samples, result.train_s, result.path_samples(built.epoch_samples)
-            if plan.stop_after is not None:  # held where it stopped
-                if len(run.rung_scores) == len(plan.scores) and resume is not None:  # killed before it was held
-                    scorer(int(resume["epoch"]), float(resume["history"][-1]["val_loss"]), resume)
-                run.outcome, run.value = "park", run.rung_scores[len(plan.scores)]
-            else:
-                run.state, run.value = TrialState.COMPLETE, result.best_val_loss
-                run.attrs.update(train_loss=result.train_loss, best_epoch=result.best_epoch,
-                                 **{f"val_{k}": v for k, v in result.metrics.items()})
+            scorer.settle(result, resume)
         except StopTraining as stop:
             run.state, run.value = TrialState.PRUNED, run.best
             run.attrs[Attr.PRUNED_AT_EPOCH] = stop.args[0]

@@ -235,6 +235,7 @@ OPTIONS: tuple[Option, ...] = (
     study_option("sequential_confirm", None, STUDY_COMMANDS, switch=True),
     study_option("lr_probe", None, STUDY_COMMANDS, switch=True),
     study_option("trust_each_budget", None, STUDY_COMMANDS, switch=True),
+    study_option("confirm_at_rung", None, STUDY_COMMANDS, switch=True),
     *(Option(name, None, int, f"{name} of the architecture ({ARCH_HELP[name]}); launch/run/worker/export: "
         "pin it (a comma-separated list pins several values) instead of or within a budget; grid: list only "
         "the budget's rows with these values, as a study pinning them within the budget plans them",

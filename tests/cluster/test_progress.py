@@ -234,6 +234,11 @@ def test_under_successive_halving_a_new_trial_is_priced_at_the_share_it_is_expec
     held = Work()
     study_work(settings, [done, _trial(1, "WAITING", 1, {"arch_idx": 0, "epochs": 3}, flops_spent=1000)], held)
     assert held.slots[1].share == 1.0, "held at a rung: it trained, and goes on only if promoted"
+    # --confirm-at-rung: a confirmation run marked at rung 0 ends there (1 of 3 epochs), queued or running
+    for state in ("WAITING", "RUNNING"):
+        at_rung = Work()
+        study_work(settings, [done, _trial(2, state, 2, {"arch_idx": 0, "epochs": 3}, confirm_rung=0)], at_rung)
+        assert at_rung.slots[2].share == pytest.approx(1 / 3)
 
 
 def test_a_study_with_a_data_budget_is_costed_before_any_of_its_trials_finished() -> None:

@@ -60,22 +60,33 @@ def run_confirms_in_waves(results: Path, experiment: str, budgets: list[Budget])
                .get("confirm_sequential", False) for b in budgets)
 
 
+def _run_ladder(results: Path, experiment: str, budgets: list[Budget], key: str, value: str) -> bool:
+    """Whether some ladder budget of the run stored `key`: `value` in its options' "ladder" record."""
+    return any(((json.loads((results / f"{experiment}_{b.name}_best.json").read_text())["options"].get("ladder")
+                 or {}).get(key) == value) for b in budgets)
+
+
 def run_trusts_each_budget(results: Path, experiment: str, budgets: list[Budget]) -> bool:
     """Whether the run measured the rung trust at every budget below its largest (--trust-each-budget,
     stored in each ladder budget's options)."""
-    return any(((json.loads((results / f"{experiment}_{b.name}_best.json").read_text())["options"].get("ladder")
-                 or {}).get("trust") == "each") for b in budgets)
+    return _run_ladder(results, experiment, budgets, "trust", "each")
+
+
+def run_confirms_at_rung(results: Path, experiment: str, budgets: list[Budget]) -> bool:
+    """Whether the run confirmed at a trusted rung where a budget trusted one (--confirm-at-rung)."""
+    return _run_ladder(results, experiment, budgets, "confirm", "rung")
 
 
 def replay_spread(budgets: list[Budget], repeats: int, seed: int, sequential: bool = se.SEQUENTIAL,
-                  trials: int = 50, each_budget: bool = False) -> dict[str, Any]:
+                  trials: int = 50, each_budget: bool = False, at_rung: bool = False) -> dict[str, Any]:
     """The `archhpo` strategy replayed on the same budgets with the run's --trials, one study per
     repeat, confirming in two waves or all at once (`sequential`): the spread of its FLOPs ratio
     over repeats (min, 5th and 95th percentiles, max) and per budget the share of repeats within
     1 std, to place the real run in."""
     ratios, within = [], []
     for k in range(repeats):  # each its own plan seed and noise (search_efficiency.replay, one repeat)
-        one = se.replay(budgets, 1, seed + k, trials, sequential=sequential, each_budget=each_budget)["archhpo"]
+        one = se.replay(budgets, 1, seed + k, trials, sequential=sequential, each_budget=each_budget,
+                        at_rung=at_rung)["archhpo"]
         ratios.append(one["flops_ratio"])
         within.append(one["within_1std_per_budget"])
     ratios.sort()
@@ -114,9 +125,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         waves = (run_confirms_in_waves(args.results, args.experiment, budgets) if args.confirmation == "run"
                  else args.confirmation == "waves")
         each = run_trusts_each_budget(args.results, args.experiment, budgets)
-        spread = replay_spread(budgets, args.replay, args.replay_seed, waves, args.trials, each)
+        at_rung = run_confirms_at_rung(args.results, args.experiment, budgets)
+        spread = replay_spread(budgets, args.replay, args.replay_seed, waves, args.trials, each, at_rung)
         lo, p5, p95, hi = spread["flops_ratio"]
-        mode = ("in two waves" if waves else "every finalist at once") + (", trust at each budget" if each else "")
+        mode = (("in two waves" if waves else "every finalist at once") + (", trust at each budget" if each else "")
+                + (", at the trusted rung" if at_rung else ""))
         print(f"replay ({args.replay} repeats, seeds {args.replay_seed}+k, confirming {mode}): FLOPs ratio min {lo:.3f}, 5-95% "
               f"{p5:.3f}-{p95:.3f}, max {hi:.3f}; within 1 std per budget: " + " / ".join(f"{w:.0%}" for w in spread["within_1std"]))
     return 0
