@@ -80,6 +80,23 @@ def test_the_replay_plans_with_the_runs_own_trials() -> None:
     assert compare.replay_spread(budgets, 2, 5, True)["flops_ratio"] != twelve["flops_ratio"], "50 plans a larger design"
 
 
+def test_the_t3_run_confirming_at_its_trusted_rung_is_graded_from_its_committed_outputs(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The same ladder with --confirm-at-rung (bench/truths/realrun/t3rung/run.sh): the truth's best at
+    every budget for 0.184 of the design's FLOPs instead of 0.217, inside its replay's spread, and its
+    larger budgets' confirmations say they were made at a rung."""
+    args = ["--truth", str(ROOT / "bench" / "truths" / "t3.csv"), "--results", str(REALRUN / "t3rung"),
+            "--experiment", "t3rung"]
+    assert compare.main([*args, "--replay", "3"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert all("regret 0.00 std" in line for line in out[:4]), "the truth's best at every budget"
+    assert out[4] == "total FLOPs ratio 0.184"
+    assert out[5].startswith("replay (3 repeats, seeds 20261126+k, confirming in two waves, at the trusted rung)")
+    rungs = [json.loads((REALRUN / "t3rung" / f"t3rung_{b}-h2+4+8-t10_best.json").read_text())["confirmation"]["at_rung"]
+             for b in ("100K", "150K", "250K", "400K")]
+    assert rungs == [None, 1, 1, 1], "the smallest budget measures the trust at full length"
+
+
 def test_a_run_launched_with_trust_each_budget_or_confirm_at_rung_is_replayed_so(tmp_path: Path) -> None:
     """The run's best JSONs store the ladder options; the T3 run's do not (the defaults), and a copy of
     them whose larger budgets store --trust-each-budget (then --confirm-at-rung) is read as such."""
