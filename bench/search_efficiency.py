@@ -41,7 +41,9 @@ in architectures, twice each, phase 2 = the rest once, farthest-point order from
                    With --trust-each-budget (`archhpo run --ladder --trust-each-budget`) a budget
                    below the largest that trusts no rung scores its rungs in passing and the next
                    budget prunes with the trust measured on its full-length runs (one that pruned
-                   carries its trust up).
+                   carries its trust up). With --confirm-at-rung a budget that prunes at a trusted
+                   rung confirms there: each confirmation run trains to the lowest trusted rung and
+                   every finalist is compared by its scores at that rung.
                    At every budget the FINALISTS (3) architectures with the best single full-length
                    value (as search/_ranking.py ranks the confirmation) are each retrained with
                    CONFIRM_SEEDS (1) new seed (archhpo.schema's --ladder default), the draw's next run
