@@ -303,7 +303,7 @@ LADDER_SEQUENTIAL = True
 # retrained at its rate times each factor, one run each, so that with its own run(s) at the rate itself
 # it has MIN_RATES_FOR_QUADRATIC (4) rates and the budget *locates* its best rate.  Lopsided towards low
 # rates: a run at 4x can diverge, and a failed run gives the parabola no point, where one at 1/4 cannot
-# (on T1's 400K sweep, bench/truths/t1_lr_400K.csv, against 3e-3: x1/4 cost 0.05-0.08, x2 0.005-0.04).
+# (on T1's 400K sweep, bench/truths/t1_lr.csv, against 3e-3: x1/4 cost 0.05-0.08, x2 0.005-0.04).
 LR_PROBE_FACTORS = (0.25, 0.5, 2.0)
 
 

@@ -51,7 +51,7 @@ Two more rules say where the carried rate is read (`carried_rate`, `at_width`):
 - The width.  A ladder's budgets mix widths (T1's d_model 128 first fits at 400K), and Adam's best
   rate falls as 1/d_model at a fixed shape (muP, Yang et al., arXiv 2203.03466, Table 3): on T1's
   400K the d_model-64 shapes of that run did better at 8.9e-3 than at 3e-3, while the sweep puts the
-  d_model-128 shapes' best at 2.4e-3-3.8e-3 (bench/truths/t1_lr_400K.csv).  So every smaller
+  d_model-128 shapes' best at 2.4e-3-3.8e-3 (bench/truths/t1_lr.csv).  So every smaller
   budget's rates are read at one reference width (the best architecture's d_model) before the fit,
   and each architecture of the larger budget gets the carried rate moved to its own d_model.  The
   exponent WIDTH_EXPONENT (1) is muP's prior, not fitted: a ladder's budgets rarely try one shape

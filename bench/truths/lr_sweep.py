@@ -15,7 +15,7 @@ the three rates around the lowest loss (a rate at the end of the sweep is report
     python bench/truths/lr_sweep.py top --storage sqlite:////work/truths/t1.db --study t1_400K-h2+4+8-t10
     python bench/truths/lr_sweep.py table --truth sqlite:///...t1.db --sweep sqlite:///...t1lr.db \
         --budget 400K --budget 800K --out bench/truths/t1_lr.csv
-    python bench/truths/lr_sweep.py judge --table bench/truths/t1_lr_400K.csv --budget 400K \
+    python bench/truths/lr_sweep.py judge --table bench/truths/t1_lr.csv --budget 400K \
         --ladder sqlite:///...run.db --study RUN_400K-h2+4+8-t10      # or --carried RATE --width D_MODEL
     python bench/truths/lr_sweep.py judge ... --ladder sqlite:///...run.db --study RUN_800K-h2+4+8-t10 --today
 
@@ -47,6 +47,17 @@ ARCH = ("d_model", "n_layers", "n_heads", "d_ff")
 TRUTH_STUDY = "t1_{budget}-h2+4+8-t10"
 TARGET_FACTOR = 1.5  # issue 32 part 4: the carried rate within x/÷1.5 of the swept best
 LADDER_KEY = "archhpo_ladder"  # where a --ladder budget stores what it carried (archhpo.search._study)
+
+
+def storage_url(text: str) -> str:
+    """An argparse type: a storage URL to read.  A bare path is refused (SQLAlchemy would raise a
+    traceback), and so is a SQLite file that does not exist (Optuna would create an empty one)."""
+    if "://" not in text:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a storage URL; give sqlite:///PATH (three slashes, "
+                                         "then the path) or postgresql://USER@HOST/DB")
+    if text.startswith("sqlite:///") and not Path(text[len("sqlite:///"):]).is_file():
+        raise argparse.ArgumentTypeError(f"'{text}' names no SQLite file; check the path after sqlite:///")
+    return text
 
 
 def _trials(storage: str, study: str) -> list[Any]:
@@ -190,17 +201,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
     top = sub.add_parser("top", help="the top architectures of a finished truth budget, one per line")
-    top.add_argument("--storage", required=True)
+    top.add_argument("--storage", type=storage_url, required=True)
     top.add_argument("--study", required=True)
     tab = sub.add_parser("table", help="the sweep's table and each architecture's best rate")
-    tab.add_argument("--truth", required=True)
-    tab.add_argument("--sweep", required=True)
+    tab.add_argument("--truth", type=storage_url, required=True, help="the truth's storage URL")
+    tab.add_argument("--sweep", type=storage_url, required=True, help="the sweep's storage URL")
     tab.add_argument("--budget", action="append", required=True)
     tab.add_argument("--out", type=Path, required=True)
     jud = sub.add_parser("judge", help="grade a ladder's carried rate against a budget's sweep (exit 1: outside)")
     jud.add_argument("--table", type=Path, required=True, help="a sweep table written by `table`")
     jud.add_argument("--budget", required=True)
-    jud.add_argument("--ladder", help="the --ladder run's storage URL (with --study)")
+    jud.add_argument("--ladder", type=storage_url, help="the --ladder run's storage URL (with --study)")
     jud.add_argument("--study", help="the ladder budget's study in --ladder")
     jud.add_argument("--carried", type=float, help="a carried rate, instead of a run's record")
     jud.add_argument("--width", type=int, help="the d_model --carried is read at (default: one rate for every width)")
