@@ -37,6 +37,8 @@ class PlanStatus:
     final: int = 0
     complete: int = 0
     pruned: int = 0
+    # PRUNED too, but not pruned: confirmation runs that ended at their rung (--confirm-at-rung) with a score
+    at_rung: int = 0
     failed: int = 0
     running: int = 0
     waiting: int = 0
@@ -71,7 +73,7 @@ class PlanStatus:
 
 
 _STATUS_KEYS = (Attr.PLAN_SLOT, Attr.PHASE, Attr.ATTEMPT, Attr.RETRY_OF, Attr.FAIL_REASON, Attr.DURATION_S,
-                Attr.OOM_SHARED, Attr.WHOLE_GPU, Attr.RUNG, Attr.RUNG_SCORES, Attr.RUNG_HOLD)
+                Attr.OOM_SHARED, Attr.WHOLE_GPU, Attr.RUNG, Attr.RUNG_SCORES, Attr.RUNG_HOLD, Attr.CONFIRM_RUNG)
 
 
 @dataclass
@@ -158,6 +160,11 @@ def _never_filled(entry: PlanEntry, ranks: set[int] | None, ladder: set[int] | N
     return entry.phase == 1 and entry.arch_idx is None and ladder is not None and entry.slot not in ladder
 
 
+def _ended_at_rung(t: _LightTrial) -> bool:
+    """A PRUNED confirmation run of --confirm-at-rung: it ended at its rung by plan, with a score."""
+    return t.state == TrialState.PRUNED and t.user_attrs.get(Attr.CONFIRM_RUNG) is not None
+
+
 def _count_slot(st: PlanStatus, ts: list[_LightTrial], skip: bool, retry: list[_LightTrial],
                 durations: list[float]) -> bool:
     """Count one open slot's trials (oldest first) into `st`; True when its outcome is final.
@@ -176,7 +183,8 @@ def _count_slot(st: PlanStatus, ts: list[_LightTrial], skip: bool, retry: list[_
     if any(t.state in (TrialState.COMPLETE, TrialState.PRUNED) for t in ts):
         done = next(t for t in ts if t.state in (TrialState.COMPLETE, TrialState.PRUNED))
         st.complete += done.state == TrialState.COMPLETE
-        st.pruned += done.state == TrialState.PRUNED
+        st.pruned += done.state == TrialState.PRUNED and not _ended_at_rung(done)
+        st.at_rung += _ended_at_rung(done)
         if Attr.DURATION_S in done.user_attrs:
             durations.append(float(done.user_attrs[Attr.DURATION_S]))
         return True
@@ -250,7 +258,7 @@ class _LightCache:
     settled: set[int] = field(default_factory=set)
     unsettled: dict[int, _LightTrial] = field(default_factory=dict)  # finished trials of open slots
     by_slot_ids: dict[int, list[int]] = field(default_factory=dict)
-    totals: list[int] = field(default_factory=lambda: [0, 0, 0, 0, 0])  # complete pruned failed final retries
+    totals: list[int] = field(default_factory=lambda: [0] * 6)  # complete pruned failed final retries at_rung
     duration_sum: float = 0.0
     duration_n: int = 0
     best: float | None = None  # best COMPLETE value of phases 1-2
@@ -285,10 +293,11 @@ class _LightCache:
         for tid in self.by_slot_ids.pop(slot, []):
             self.unsettled.pop(tid, None)
         self.totals[0] += outcome is not None and outcome.state == TrialState.COMPLETE
-        self.totals[1] += outcome is not None and outcome.state == TrialState.PRUNED
+        self.totals[1] += outcome is not None and outcome.state == TrialState.PRUNED and not _ended_at_rung(outcome)
         self.totals[2] += outcome is None
         self.totals[3] += 1
         self.totals[4] += sum(1 for t in ts if Attr.RETRY_OF in t.user_attrs)
+        self.totals[5] += outcome is not None and _ended_at_rung(outcome)
         if outcome is not None and Attr.DURATION_S in outcome.user_attrs:
             self.duration_sum += float(outcome.user_attrs[Attr.DURATION_S])
             self.duration_n += 1

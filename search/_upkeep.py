@@ -342,7 +342,7 @@ class PlanUpkeep:
         retry: list[_LightTrial] = []
         phase1_final = True
         durations: list[float] = []
-        st.complete, st.pruned, st.failed, st.final, st.retries = c.totals
+        st.complete, st.pruned, st.failed, st.final, st.retries, st.at_rung = c.totals
         settled_durations = (c.duration_sum, c.duration_n)  # before this call settles more slots
         for entry in list((c.pending or {}).values()):
             ts = sorted(by_slot.get(entry.slot, []), key=lambda t: t.number)

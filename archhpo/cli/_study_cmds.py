@@ -310,7 +310,8 @@ def _stop_like_ctrl_c() -> Iterator[None]:
 def _print_statuses(statuses: dict[str, Any]) -> None:
     for name, st in statuses.items():
         best = f"{st.best_value:.4f}" if st.best_value is not None else "none"
-        print(f"{name}: {st.complete} complete, {st.pruned} pruned, {st.failed} failed; best val_loss {best}",
+        at_rung = f", {st.at_rung} confirmed at a rung" if st.at_rung else ""  # --confirm-at-rung's runs
+        print(f"{name}: {st.complete} complete, {st.pruned} pruned{at_rung}, {st.failed} failed; best val_loss {best}",
               file=sys.stderr)
 
 

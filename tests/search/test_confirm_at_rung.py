@@ -144,6 +144,10 @@ def test_a_budget_trusting_rung_0_confirms_there_and_chooses_on_the_scores_there
         searched = [t for t in search if t.params["arch_idx"] == runs[0].params["arch_idx"]]
         values = [runs[0].value, *(t.user_attrs[Attr.RUNG_SCORES][0] for t in searched)]
         assert chosen["means"][str(rank)] == pytest.approx(sum(values) / len(values))
+    # counted apart from the pruned, by the running upkeep and by one reading the study afresh
+    pruned = [t for t in trials if t.state == TrialState.PRUNED and Attr.CONFIRM_RUNG not in t.user_attrs]
+    for st in (q.maintain(), TrialQueue(storage_url, q.settings.study_name).maintain()):
+        assert (st.at_rung, st.pruned) == (len(confirmations), len(pruned))
     # the report read from the CSV alone makes the same choice
     study = optuna.load_study(study_name=q.settings.study_name, storage=storage_url)
     (tmp_path / RESULTS_CSV).write_text(csv_text(result_rows(study, q.settings)))
@@ -182,3 +186,16 @@ def test_a_worker_ends_a_run_marked_at_its_rung(sqlite_url: str, tmp_path: Path)
         assert sorted(t.intermediate_values) == [1, 2] and t.user_attrs[Attr.BRANCH_EPOCHS][0] > 0
         assert t.user_attrs[Attr.FLOPS_SPENT] < t.user_attrs[Attr.FLOPS_FULL], "it stopped at its rung"
     assert not list((tmp_path / "ck").rglob("*.pt")), "ended, not held: nothing left to resume"
+
+
+def test_runs_closing_line_counts_confirmations_at_a_rung_apart(capsys: pytest.CaptureFixture[str]) -> None:
+    """`run`'s closing line: a confirmation run that ended at its rung is not called pruned, and a
+    study without any keeps the line it always printed."""
+    from archhpo.cli._study_cmds import _print_statuses
+    from archhpo.search._status import PlanStatus
+
+    _print_statuses({"cr_500K": PlanStatus(total=9, complete=4, pruned=3, at_rung=2, best_value=1.25),
+                     "cr_200K": PlanStatus(total=8, complete=8, best_value=1.5)})
+    assert capsys.readouterr().err.splitlines() == [
+        "cr_500K: 4 complete, 3 pruned, 2 confirmed at a rung, 0 failed; best val_loss 1.2500",
+        "cr_200K: 8 complete, 0 pruned, 0 failed; best val_loss 1.5000"]
