@@ -24,7 +24,7 @@ A budget none of whose trials has finished is sized at the samples per epoch the
 budgets measured (they train the same data); before, the demo showed `--:--` until its last budget
 finished a trial, 20 of its 24 trials in. A trial no worker has started is priced at the share of a
 full training its study's rule expects it to train (`expected_share`: successive halving stops most
-trials at the first rung); measured on two fresh-clone demos, its first ETA went from 4.6 times the
+trials at the first rung; on a ladder, at the rungs its budget's trust judges); measured on two fresh-clone demos, its first ETA went from 4.6 times the
 time left without it to 2.2 times with it (the rest: larger budgets priced at a smaller one's rate).
 A confirmation rank of the second wave that waits for its decision (search/_confirmation.py) may
 never be trained: the ETA is then a range (`eta_range`), the time left without those slots and
@@ -43,6 +43,7 @@ from typing import Any
 
 from archhpo.schema import Attr
 from archhpo.search._rules import StoppingRule, make_rule, prunable
+from archhpo.search._trust import EVERY_RUNG, RungTrust
 
 _FINISHED = ("COMPLETE", "PRUNED", "FAIL")
 _LIVE = ("RUNNING", "WAITING")
@@ -213,10 +214,10 @@ def _slot_shape(settings: Any, entry: Any, trials: list[Any], mean_epochs: float
 
 
 def study_work(settings: Any, trials: list[Any], work: Work, never: Set[int] = frozenset(),
-               undecided: Set[int] = frozenset()) -> None:
+               undecided: Set[int] = frozenset(), trust: RungTrust = EVERY_RUNG) -> None:
     """Add one study's slots and measurements to `work` (`trials`: Optuna's FrozenTrials; `never`:
     the slots no trial will ever come to, done without cost; `undecided`: those a trial may come to,
-    PlanUpkeep.undecided)."""
+    PlanUpkeep.undecided; `trust`: the rungs a --ladder budget judges, search/_rungs.py StudyTrust)."""
     finished = [t for t in trials if _state(t) in _FINISHED]
     size = float(getattr(settings, "budget_value", 0) or 0)
     for t in finished:
@@ -246,7 +247,7 @@ def study_work(settings: Any, trials: list[Any], work: Work, never: Set[int] = f
         running = next((t for t in live if _state(t) == "RUNNING"), None)
         # not started: no trial yet, or only a queued one that has trained nothing (not held at a rung)
         fresh = running is None and not any(t.user_attrs.get(Attr.FLOPS_SPENT) for t in ts)
-        share = _new_share(rule, entry, slot_epochs) if fresh else 1.0
+        share = _new_share(rule, entry, slot_epochs, trust) if fresh else 1.0
         confirm = live[-1].user_attrs.get(Attr.CONFIRM_RUNG) if live else None
         if confirm is not None and rule is not None and slot_epochs:  # --confirm-at-rung: it ends at its rung
             share = _rung_share(rule, int(slot_epochs), int(confirm))
@@ -267,14 +268,14 @@ def _measured(t: Any) -> tuple[Any, Any]:
     return t.user_attrs.get(Attr.FLOPS_SPENT), t.user_attrs.get(Attr.DURATION_S)
 
 
-def _new_share(rule: StoppingRule | None, entry: Any, epochs: float | None) -> float:
+def _new_share(rule: StoppingRule | None, entry: Any, epochs: float | None, trust: RungTrust) -> float:
     """What share of a full-length training a slot no trial has come to yet is expected to train:
     its study's rule's `expected_share` for a trial the rule may stop (`prunable`: successive
-    halving stops most of them at the first rung), else 1."""
+    halving stops most of them at the first rung; on a ladder at the rungs `trust` judges), else 1."""
     if rule is None or not epochs:
         return 1.0
     seeded = SimpleNamespace(phase=int(_field(entry, "phase") or 1), seed=_field(entry, "seed"))
-    return rule.expected_share(int(epochs)) if prunable(seeded) else 1.0
+    return rule.expected_share(int(epochs), trust) if prunable(seeded) else 1.0
 
 
 def _rung_share(rule: StoppingRule, epochs: int, rung: int) -> float:

@@ -13,6 +13,7 @@ from typing import Any, TextIO
 
 from archhpo.cluster._flops import Work, eta_range, study_work
 from archhpo.search._queue import PlanStatus
+from archhpo.search._trust import EVERY_RUNG
 
 PLAIN_EVERY_S = (10.0, 30.0)  # off a terminal: a line when something changed (at most every 10 s), else every 30 s
 
@@ -190,7 +191,9 @@ class RunProgress:
             settings = getattr(upkeep, "settings", None) or queue.settings
             never = upkeep.never_filled() if upkeep is not None else frozenset()
             undecided = upkeep.undecided() if upkeep is not None else frozenset()
-            study_work(settings, queue.study.get_trials(deepcopy=False), work, never, undecided)
+            rungs = getattr(upkeep, "rungs", None)  # a --ladder budget's trust, once its record is written
+            trust = rungs.trust() if rungs is not None else EVERY_RUNG
+            study_work(settings, queue.study.get_trials(deepcopy=False), work, never, undecided, trust)
         return work
 
 

@@ -9,8 +9,8 @@ class with two hooks, as an Optuna pruner is one class with `prune`:
   halving); `rungs(epochs)` says where a trial of `epochs` epochs is held and scored.
 
 A rule may implement either meaningfully and leave the other as `_Rule`'s no-op; it may also say
-`expected_share(epochs)`, what share of a full training a new trial is expected to train (`run`'s
-ETA prices queued trials with it; `_Rule`'s 1 errs long).  The queue asks
+`expected_share(epochs, trust)`, what share of a full training a new trial is expected to train
+(`run`'s ETA prices queued trials with it; `_Rule`'s 1 errs long).  The queue asks
 the rule only through these hooks (search/_queue.py at claims and reports, search/_rungs.py at
 upkeep), and which trials any rule may stop at all is one predicate, `prunable`.  Adding a rule:
 its class and one `register_rule` (which also lets `--pruner` and the config accept its name).
@@ -53,7 +53,7 @@ class StoppingRule(Protocol):
     def stops(self, step: int, best: float, completed: Completed) -> bool: ...
     def decide(self, rung: int, scores: Mapping[int, float]) -> list[int]: ...
     def study_options(self) -> dict[str, Any]: ...
-    def expected_share(self, epochs: int) -> float: ...
+    def expected_share(self, epochs: int, trust: RungTrust = ...) -> float: ...
 
 
 class _Seeded(Protocol):
@@ -105,9 +105,10 @@ class _Rule:
         """What the study stores in its options for this rule ({} keeps a study's identity)."""
         return {}
 
-    def expected_share(self, epochs: int) -> float:
+    def expected_share(self, epochs: int, trust: RungTrust = EVERY_RUNG) -> float:
         """The share of a full-length training that a new trial the rule may judge is expected to
-        train, what `run`'s ETA prices it at; 1 where the rule cannot say (the ETA then errs long)."""
+        train, what `run`'s ETA prices it at (`trust`: the rungs its study judges); 1 where the rule
+        cannot say (the ETA then errs long)."""
         return 1.0
 
 
@@ -194,17 +195,20 @@ class SuccessiveHalving(_Rule):
     def study_options(self) -> dict[str, Any]:
         return {"halving": self.halving.as_option()}
 
-    def expected_share(self, epochs: int) -> float:
+    def expected_share(self, epochs: int, trust: RungTrust = EVERY_RUNG) -> float:
         """Every trial trains to the first rung and 1/eta of those at each rung go on: rungs at 1 and
-        3 of 3 epochs, eta 3, expect (1 + 2/3) / 3.  On a ladder the rungs a budget judges are known
-        only once its trust is measured, so 1 there."""
+        3 of 3 epochs, eta 3, expect (1 + 2/3) / 3.  On a ladder only the rungs its `trust` judges
+        halve, the others are passed through (rung 1 of 1, 3, 9 alone: (3 + 6/3) / 9); before its
+        trust is measured (no ladder record yet, or the smallest budget) 1: it may train to the end."""
         rungs = self.rungs(epochs)
-        if self.halving.ladder or not rungs or epochs <= 0:
+        if not rungs or epochs <= 0 or (self.halving.ladder and not trust.measured):
             return 1.0
-        eta = self.halving.eta
-        steps = zip(rungs[:-1], rungs[1:], strict=True)
-        trained = rungs[0] + sum((b - a) / eta**i for i, (a, b) in enumerate(steps, start=1))
-        return min(1.0, trained / epochs)
+        judged = trust if self.halving.ladder else EVERY_RUNG
+        trained, reached, going = 0.0, 0, 1.0
+        for k, rung in enumerate(rungs[:-1]):
+            trained += (rung - reached) * going
+            reached, going = rung, going / self.halving.eta if judged.judges(k) else going
+        return min(1.0, (trained + (epochs - reached) * going) / epochs)
 
 
 # ----------------------------------------------------------------------------- the registry

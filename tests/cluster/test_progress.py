@@ -17,6 +17,7 @@ from archhpo.cluster._flops import SlotWork, Work, eta_range, flops_eta, study_w
 from archhpo.cluster._progress import RunProgress, plain_ray_logs, progress_line
 from archhpo.schema import StoredOptions
 from archhpo.search._queue import PlanStatus
+from archhpo.search._trust import RungTrust
 from tests.conftest import TINY_DATA, run_cli
 
 T0 = dt.datetime(2026, 1, 1, 12, 0, 0)
@@ -239,6 +240,27 @@ def test_under_successive_halving_a_new_trial_is_priced_at_the_share_it_is_expec
         at_rung = Work()
         study_work(settings, [done, _trial(2, state, 2, {"arch_idx": 0, "epochs": 3}, confirm_rung=0)], at_rung)
         assert at_rung.slots[2].share == pytest.approx(1 / 3)
+
+
+def test_a_ladder_budgets_new_trial_is_priced_at_the_rungs_its_trust_judges() -> None:
+    """--ladder's halving: a phase-1 slot no worker has started costs 5/9 of a full training where
+    the budget's measured trust judges rung 0 (rungs at 1 and 3 of 3 epochs, eta 3), all of it where
+    it judges none or none is measured yet (the smallest budget trains to the end); it cost all of
+    it under every trust before, so a ladder's ETA overshot by its pruned trials."""
+    options = StoredOptions.from_dict({"halving": {"eta": 3, "min_fraction": "1/3", "trust": "ladder"}})
+    plan = [{"slot": 0, "arch_idx": 0, "phase": 1, "params": {"epochs": 3}},
+            {"slot": 1, "arch_idx": 0, "phase": 1, "params": {"epochs": 3}}]
+    settings = SimpleNamespace(archs=[{"flops_per_sample": 10}], phase2_params=None, options=options,
+                               pruner="halving", plan=plan)
+    done = _trial(0, "COMPLETE", 0, {"arch_idx": 0, "epochs": 3}, flops_full=3000, flops_per_sample=10,
+                  flops_spent=3000, duration_s=30.0)
+    shares = {}
+    for name, record in (("rung 0", {"trust": {"trusted": [0], "noise": 0.01}}),
+                         ("none trusted", {"trust": {"trusted": [], "noise": 0.01}}), ("unmeasured", None)):
+        work = Work()
+        study_work(settings, [done], work, trust=RungTrust.from_record(record))
+        shares[name] = work.slots[1].share
+    assert shares == {"rung 0": pytest.approx(5 / 9), "none trusted": 1.0, "unmeasured": 1.0}
 
 
 def test_a_study_with_a_data_budget_is_costed_before_any_of_its_trials_finished() -> None:

@@ -155,6 +155,31 @@ def test_a_budget_trusting_rung_0_confirms_there_and_chooses_on_the_scores_there
     assert from_csv["at_rung"] == 0 and from_csv["chosen"]["means"] == chosen["means"]
 
 
+def test_runs_eta_prices_a_ladder_budgets_queued_trials_at_its_trusted_rungs(sqlite_url: str) -> None:
+    """The progress line reads each budget's trust from its ladder record (RunProgress._read_work):
+    the larger budget, trusting rung 0, prices its queued phase-1 trials at halving's share there."""
+    import io
+
+    from archhpo.cluster._progress import RunProgress
+    from archhpo.search._rules import make_rule
+    from archhpo.search._trust import RungTrust
+
+    config = _config(3)
+    small = prepare_settings(config, "200K")
+    large = prepare_settings(config, "500K", ladder_below=[small.study_name])
+    launch(sqlite_url, small)
+    launch(sqlite_url, large)
+    _run(TrialQueue(sqlite_url, small.study_name), {})
+    TrialQueue(sqlite_url, large.study_name).maintain()
+    q = TrialQueue(sqlite_url, large.study_name)
+    q.study.set_user_attr(LADDER_KEY, {**q.upkeep.study_attr(LADDER_KEY), "trust": {"trusted": [0], "noise": 0.1}})
+    q = TrialQueue(sqlite_url, large.study_name)
+    work = RunProgress(io.StringIO(), {large.study_name: q}, 1)._read_work()
+    expected = make_rule(q.settings).expected_share(9, RungTrust.from_record({"trust": {"trusted": [0]}}))
+    shares = {(e.phase, round(s.share, 12)) for e, s in zip(q.settings.plan, work.slots, strict=True) if not s.done}
+    assert expected < 1 and shares == {(1, round(expected, 12)), (3, 1.0)}, "confirmations: never pruned"
+
+
 def test_a_budget_trusting_no_rung_confirms_at_full_length(storage_url: str) -> None:
     q = _ladder(storage_url, {"trusted": [], "noise": 0.05}, {})
     assert all(AT_RUNG_KEY not in r for r in q.upkeep.study_attr(PHASE3_KEY))

@@ -31,6 +31,7 @@ from archhpo.search._rules import (
     unregister_rule,
 )
 from archhpo.search._rules import _Rule as Rule
+from archhpo.search._trust import RungTrust
 from archhpo.workers import Worker
 from tests.conftest import TINY_DATA
 
@@ -150,7 +151,7 @@ def test_an_upkeep_time_toy_rule_promotes_only_the_best_of_each_rung(sqlite_url:
 @pytest.mark.parametrize(("rule", "epochs", "share"), [
     (SuccessiveHalving(Halving(3, Fraction(1, 3))), 3, Fraction(1 + Fraction(2, 3), 3)),  # rungs 1, 3
     (SuccessiveHalving(Halving(3, Fraction(1, 9))), 9, Fraction(1 + Fraction(2, 3) + Fraction(6, 9), 9)),  # 1, 3, 9
-    (SuccessiveHalving(Halving(3, Fraction(1, 9), ladder=True)), 9, 1),  # judged rungs unknown until measured
+    (SuccessiveHalving(Halving(3, Fraction(1, 9), ladder=True)), 9, 1),  # no trust measured: full length
     (NoStopping(), 9, 1),
     (MedianRule.for_study(True), 9, 1),  # the median rule cannot say how many it stops
 ])
@@ -159,3 +160,21 @@ def test_a_rule_says_what_share_of_a_full_training_a_new_trial_is_expected_to_tr
     """What `run`'s ETA prices a trial no worker has started at: under successive halving every trial
     trains to the first rung and 1/eta of those go on at each rung."""
     assert rule.expected_share(epochs) == pytest.approx(float(share), abs=1e-12)
+
+
+@pytest.mark.parametrize(("trusted", "share"), [
+    ([0, 1], Fraction(1 + Fraction(2, 3) + Fraction(6, 9), 9)),  # both rungs judged: as off the ladder
+    ([1], Fraction(3 + Fraction(6, 3), 9)),  # rung 0 passed through, halved at rung 1 alone
+    ([0], Fraction(1 + Fraction(8, 3), 9)),  # halved at rung 0 alone
+    ([], 1),  # measured, and no rung trusted: the region trains to full length
+])
+def test_a_ladder_budget_is_priced_at_the_rungs_its_trust_judges(trusted: list[int], share: Fraction) -> None:
+    """On --ladder the ETA prices a new trial by the rungs its budget's measured trust judges (the
+    ladder record's), and at full length while none is measured (the smallest budget, or a larger
+    one not planned yet)."""
+    rule = SuccessiveHalving(Halving(3, Fraction(1, 9), ladder=True))
+    trust = RungTrust.from_record({"trust": {"rungs": [], "trusted": trusted, "noise": 0.01}})
+    assert rule.expected_share(9, trust) == pytest.approx(float(share), abs=1e-12)
+    assert rule.expected_share(9, RungTrust.from_record(None)) == 1.0
+    assert SuccessiveHalving(Halving(3, Fraction(1, 9))).expected_share(9, trust) == pytest.approx(
+        (1 + 2 / 3 + 6 / 9) / 9), "off the ladder every rung is judged, whatever trust is passed"
