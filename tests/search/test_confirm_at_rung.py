@@ -106,8 +106,8 @@ def _run(q: TrialQueue, confirm: dict[int, float]) -> None:
     raise AssertionError("the plan did not finish")
 
 
-def _ladder(storage_url: str, trust: dict[str, Any], confirm: dict[int, float]) -> TrialQueue:
-    """The smallest budget trained to the end, the larger planned with `trust` as its record's and run."""
+def _planned(storage_url: str, trust: dict[str, Any]) -> TrialQueue:
+    """The smallest budget trained to the end, the larger planned with `trust` as its record's."""
     config = _config(3)
     small = prepare_settings(config, "200K")
     large = prepare_settings(config, "500K", ladder_below=[small.study_name])
@@ -117,7 +117,12 @@ def _ladder(storage_url: str, trust: dict[str, Any], confirm: dict[int, float]) 
     TrialQueue(storage_url, large.study_name).maintain()
     q = TrialQueue(storage_url, large.study_name)
     q.study.set_user_attr(LADDER_KEY, {**q.upkeep.study_attr(LADDER_KEY), "trust": trust})
-    q = TrialQueue(storage_url, large.study_name)
+    return TrialQueue(storage_url, large.study_name)
+
+
+def _ladder(storage_url: str, trust: dict[str, Any], confirm: dict[int, float]) -> TrialQueue:
+    """`_planned`, then the larger budget run."""
+    q = _planned(storage_url, trust)
     _run(q, confirm)
     return q
 
@@ -164,17 +169,8 @@ def test_runs_eta_prices_a_ladder_budgets_queued_trials_at_its_trusted_rungs(sql
     from archhpo.search._rules import make_rule
     from archhpo.search._trust import RungTrust
 
-    config = _config(3)
-    small = prepare_settings(config, "200K")
-    large = prepare_settings(config, "500K", ladder_below=[small.study_name])
-    launch(sqlite_url, small)
-    launch(sqlite_url, large)
-    _run(TrialQueue(sqlite_url, small.study_name), {})
-    TrialQueue(sqlite_url, large.study_name).maintain()
-    q = TrialQueue(sqlite_url, large.study_name)
-    q.study.set_user_attr(LADDER_KEY, {**q.upkeep.study_attr(LADDER_KEY), "trust": {"trusted": [0], "noise": 0.1}})
-    q = TrialQueue(sqlite_url, large.study_name)
-    work = RunProgress(io.StringIO(), {large.study_name: q}, 1)._read_work()
+    q = _planned(sqlite_url, {"trusted": [0], "noise": 0.1})
+    work = RunProgress(io.StringIO(), {q.settings.study_name: q}, 1)._read_work()
     expected = make_rule(q.settings).expected_share(9, RungTrust.from_record({"trust": {"trusted": [0]}}))
     shares = {(e.phase, round(s.share, 12)) for e, s in zip(q.settings.plan, work.slots, strict=True) if not s.done}
     assert expected < 1 and shares == {(1, round(expected, 12)), (3, 1.0)}, "confirmations: never pruned"

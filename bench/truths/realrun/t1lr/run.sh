@@ -15,23 +15,12 @@ set -euo pipefail
 cd "$(dirname "$0")/../../../.."
 HERE=bench/truths/realrun/t1lr
 WORK=${WORK:-/work/realrun/t1lr}
+DB=t1lrreal.db
 export RAY_USAGE_STATS_ENABLED=0
+# shellcheck source=bench/truths/realrun/parts.sh
+source bench/truths/realrun/parts.sh
 
-save() {
-  [[ -f $WORK/t1lrreal.db ]] || { echo "no $WORK/t1lrreal.db to save" >&2; return 1; }
-  sqlite3 -cmd ".timeout 60000" "$WORK/t1lrreal.db" ".backup '$HERE/t1lrreal.db.tmp'" && mv "$HERE/t1lrreal.db.tmp" "$HERE/t1lrreal.db"
-  # the interrupted trial's checkpoint too: an 800K trial is hours of a worker, resumed from it on a new machine
-  rm -rf "$HERE/ck.tmp" && if [[ -d $WORK/ck ]]; then cp -r "$WORK/ck" "$HERE/ck.tmp"; else mkdir -p "$HERE/ck.tmp"; fi
-  rm -rf "$HERE/ck" && mv "$HERE/ck.tmp" "$HERE/ck"
-  echo "$(date -u +%FT%TZ) saved t1lrreal" >&2
-}
-
-run() {
-  mkdir -p "$WORK"
-  if [[ ! -s $WORK/t1lrreal.db && -f $HERE/t1lrreal.db ]]; then  # a new machine: the committed copy
-    cp "$HERE/t1lrreal.db" "$WORK/t1lrreal.db"
-    rm -rf "$WORK/ck" && if [[ -d $HERE/ck ]]; then cp -r "$HERE/ck" "$WORK/ck"; fi
-  fi
+launch() {
   exec nice -n 10 .venv/bin/archhpo run --ladder --experiment t1lrreal --family lm --data synthetic --seq-len 128 \
     --tokens-per-param 10 --data-seed 0 --seed 7 --tolerance 0.15 --n-heads 2,4,8 --schedule wsd --cooldown 0.2 \
     --learning-rate 1e-3:3e-2 --weight-decay 1e-4 --batch-size 16 --warmup-steps 50 --epochs 9 \
@@ -39,11 +28,4 @@ run() {
     --storage "sqlite:///$WORK/t1lrreal.db" --checkpoint-dir "$WORK/ck" --out "$WORK/out"
 }
 
-case "${1:-}" in
-  start) mkdir -p "$WORK"; nohup "$0" run >>"$WORK/run.log" 2>&1 & echo $! >"$WORK/run.pid"; echo "started (log $WORK/run.log)" >&2 ;;
-  run) run ;;
-  stop) if [[ -f $WORK/run.pid ]]; then pid=$(cat "$WORK/run.pid"); kill -TERM "$pid" 2>/dev/null || true
-          while kill -0 "$pid" 2>/dev/null; do sleep 1; done; rm -f "$WORK/run.pid"; fi; save ;;
-  save) save ;;
-  *) echo "usage: $0 start|stop|save" >&2; exit 2 ;;
-esac
+parts "$@"

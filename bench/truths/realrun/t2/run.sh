@@ -17,23 +17,12 @@ cd "$(dirname "$0")/../../../.."
 HERE=bench/truths/realrun/t2
 WORK=${WORK:-/work/realrun/t2}
 DATA=/work/realrun/shakespeare.txt  # where its first parts read the corpus: the path is part of its studies' identity
+DB=t2real.db
 export RAY_USAGE_STATS_ENABLED=0
+# shellcheck source=bench/truths/realrun/parts.sh
+source bench/truths/realrun/parts.sh
 
-save() {
-  [[ -f $WORK/t2real.db ]] || { echo "no $WORK/t2real.db to save" >&2; return 1; }
-  sqlite3 -cmd ".timeout 60000" "$WORK/t2real.db" ".backup '$HERE/t2real.db.tmp'" && mv "$HERE/t2real.db.tmp" "$HERE/t2real.db"
-  # the interrupted trial's checkpoint too: an 800K trial is hours of a worker, resumed from it on a new machine
-  rm -rf "$HERE/ck.tmp" && if [[ -d $WORK/ck ]]; then cp -r "$WORK/ck" "$HERE/ck.tmp"; else mkdir -p "$HERE/ck.tmp"; fi
-  rm -rf "$HERE/ck" && mv "$HERE/ck.tmp" "$HERE/ck"
-  echo "$(date -u +%FT%TZ) saved t2real" >&2
-}
-
-run() {
-  mkdir -p "$WORK"
-  if [[ ! -s $WORK/t2real.db && -f $HERE/t2real.db ]]; then  # a new machine: the committed copy
-    cp "$HERE/t2real.db" "$WORK/t2real.db"
-    rm -rf "$WORK/ck" && if [[ -d $HERE/ck ]]; then cp -r "$HERE/ck" "$WORK/ck"; fi
-  fi
+launch() {
   [[ -f $DATA ]] || { mkdir -p "$(dirname "$DATA")"; bash bench/truths/shakespeare.sh "$DATA"; }
   exec nice -n 10 .venv/bin/archhpo run --ladder --experiment t2real --family lm --data "$DATA" \
     --seq-len 128 --tokens-per-param 10 --data-seed 0 --seed 7 --tolerance 0.15 --n-heads 2,4,8 --schedule wsd \
@@ -42,11 +31,4 @@ run() {
     --storage "sqlite:///$WORK/t2real.db" --checkpoint-dir "$WORK/ck" --out "$WORK/out"
 }
 
-case "${1:-}" in
-  start) mkdir -p "$WORK"; nohup "$0" run >>"$WORK/run.log" 2>&1 & echo $! >"$WORK/run.pid"; echo "started (log $WORK/run.log)" >&2 ;;
-  run) run ;;
-  stop) if [[ -f $WORK/run.pid ]]; then pid=$(cat "$WORK/run.pid"); kill -TERM "$pid" 2>/dev/null || true
-          while kill -0 "$pid" 2>/dev/null; do sleep 1; done; rm -f "$WORK/run.pid"; fi; save ;;
-  save) save ;;
-  *) echo "usage: $0 start|stop|save" >&2; exit 2 ;;
-esac
+parts "$@"
