@@ -1,7 +1,7 @@
 """Ladder planning (`--ladder`): budgets searched smallest first, a larger budget planned from the
-finished smaller ones (size as the fidelity).  Pure functions; search/_upkeep.py calls `carry_up`
-under the plan lock once every smaller budget's plan is final, and stores its result in the study
-before enqueuing.
+finished smaller ones (size as the fidelity).  Pure functions; search/_ladder_record.py calls `carry_up`
+for the upkeep (search/_upkeep.py) under the plan lock once every smaller budget's plan is final,
+and the upkeep stores its result in the study before enqueuing.
 
 What is carried up from the next smaller budget (its COMPLETE trials of phases 1-2):
 - the learning rate: every smaller budget's trials read at the best architecture's width (muP,

@@ -9,7 +9,6 @@ run it at once, and one killed anywhere leaves the next upkeep to finish the sam
 from __future__ import annotations
 
 import datetime as dt
-import math
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -18,12 +17,11 @@ import sqlalchemy as sa
 from optuna.storages import RDBStorage
 from optuna.trial import TrialState
 
-from archhpo.budgets import GridRow
 from archhpo.environment import Environment
-from archhpo.schema import TRAINING_PARAMS, Attr
+from archhpo.schema import Attr
 from archhpo.search._baselines import baseline_assignments
 from archhpo.search._confirmation import decide_waiting, listed, mark_rung, mark_waves, trained, waiting
-from archhpo.search._ladder import Finished, carry_up
+from archhpo.search._ladder_record import ladder_record
 from archhpo.search._lrfit import probe_assignments
 from archhpo.search._optuna_private import models as m
 from archhpo.search._optuna_private import study_id_of
@@ -54,7 +52,6 @@ from archhpo.search._storage import (
 )
 from archhpo.search._study import LADDER_KEY, StudySettings, enqueue_missing, load_study, settings_attr
 from archhpo.search._tables import db_now, end_trials, study_attr
-from archhpo.search._trust import FOR_ABOVE, ArchRuns, rung_trust
 
 PHASE3_KEY = settings_attr("phase3")  # the confirmation assignment (StudySettings.phase3), once ranked
 # What a retry keeps besides plan_slot and phase: the plan entry's seed, rank, baseline rule and probe, and the rungs
@@ -200,44 +197,10 @@ class PlanUpkeep:
                                for n in self.settings.options.ladder_below]
             if not all(u.status().done for u in self._below):
                 return
-            ladder = self._carry_from(self._below)
+            ladder = ladder_record(self, self._below)
             self.study.set_user_attr(LADDER_KEY, ladder)
         enqueue_missing(self.study, self.settings, phase=1, ladder=ladder)
         self._ladder = ladder
-
-    def _carry_from(self, below: Sequence[PlanUpkeep]) -> dict[str, Any]:
-        """carry_up from the next smaller budget's COMPLETE phase-1/2 trials; the learning-rate
-        exponent is fitted on every smaller budget's (search/_lrfit.py), its prior's regime read
-        from whether the study trains on a fixed data per parameter (--tokens-per-param)."""
-        finished = [(u.settings.budget_value, _finished(u)) for u in below]
-        smaller = below[-1]
-        slots = [e.slot for e in self.settings.plan if e.phase == 1]
-        out = carry_up(finished[-1][1], smaller.settings.budget_value, self.settings.budget_value,
-                       [GridRow(**a) for a in self.settings.archs], self.settings.search_space, slots,
-                       int(self.settings.options.seed), below=finished,
-                       data_grows=self.settings.options.budget is not None)
-        # Which rungs this budget may prune at (search/_trust.py); stored in the same write as the
-        # rest, before any trial is enqueued, so every claim and rung decision of this budget reads one trust.
-        out["trust"] = self._trust(below)
-        return {**out, "from": smaller.name, "from_budget": smaller.settings.budget}
-
-    def _trust(self, below: Sequence[PlanUpkeep]) -> dict[str, Any]:
-        """The rung trust, measured on the smallest budget, trained to the end; under
-        --trust-each-budget on the next smaller budget where its trials scored their rungs in passing
-        for it, or carried from it where it pruned at a trusted rung (its survivors are a selected
-        sample: their scores would overstate the agreement)."""
-        options, source = self.settings.options, below[0]
-        if options.trust_each_budget and len(below) > 1:  # the next smaller budget is not the smallest
-            nearer = (below[-1].study_attr(LADDER_KEY) or {}).get("trust") or {}
-            if nearer.get("trusted"):
-                return {**nearer, FOR_ABOVE: options.scored_for_above}
-            if nearer.get(FOR_ABOVE):
-                source = below[-1]
-        trust = rung_trust(_arch_runs(source, max(self.rule.n_rungs - 1, 0)), seed=int(self.settings.options.seed))
-        trust["from_budget"] = source.settings.budget
-        if options.trust_each_budget:
-            trust[FOR_ABOVE] = options.scored_for_above
-        return trust
 
     def never_filled(self) -> set[int]:
         """The plan slots no trial will ever come to (search/_status._never_filled): a ladder budget's
@@ -363,34 +326,3 @@ class PlanUpkeep:
         _finish_status(st, c, trials, durations, settled_durations)
         why_waiting(st, self.settings.options.ladder_below, has_phase3 and ranks is None, wait, ladder)
         return st, retry, phase1_final
-
-
-def _arch_runs(upkeep: PlanUpkeep, below: int) -> list[ArchRuns]:
-    """A budget's COMPLETE trials as the rung trust reads them: per architecture, each trial's
-    scores at the `below` rungs under full length (recorded in passing) and its full-length value."""
-    runs: dict[int, tuple[list[list[float]], list[float]]] = {}
-    for t in upkeep.storage.get_all_trials(upkeep.study_id, deepcopy=False, states=(TrialState.COMPLETE,)):
-        scores = [float(v) for v in t.user_attrs.get(Attr.RUNG_SCORES) or []][:below]
-        if t.value is None or not math.isfinite(t.value) or len(scores) < below:
-            continue  # a trial from before its rungs were recorded says nothing about them
-        if t.user_attrs.get(Attr.LR_PROBE) is not None:
-            continue  # trained at another rate than its architecture's: not its architecture's evidence
-        rungs, finals = runs.setdefault(int(t.params["arch_idx"]), ([], []))
-        rungs.append(scores)
-        finals.append(float(t.value))
-    return [ArchRuns((k,), rungs, finals) for k, (rungs, finals) in sorted(runs.items())]
-
-
-def _finished(upkeep: PlanUpkeep) -> list[Finished]:
-    """A budget's COMPLETE trials with a finite value (confirmation included: the top is ranked
-    on means, and a confirmed architecture's seeds are the best evidence of it; --lr-probe's runs
-    marked, read for the learning rate only)."""
-    done = upkeep.storage.get_all_trials(upkeep.study_id, deepcopy=False, states=(TrialState.COMPLETE,))
-    return [
-        Finished(float(t.value), t.number, int(t.user_attrs["d_model"]), int(t.user_attrs["n_layers"]),
-                 (int(t.params["arch_idx"]),), {k: t.params[k] for k in TRAINING_PARAMS},
-                 n_heads=int(t.user_attrs.get("n_heads", 0)), d_ff=int(t.user_attrs.get("d_ff", 0)),
-                 lr_probe=t.user_attrs.get(Attr.LR_PROBE) is not None)
-        for t in done
-        if t.value is not None and math.isfinite(t.value) and t.user_attrs.get(Attr.PHASE) in (1, 2, 3)
-    ]

@@ -160,13 +160,15 @@ def todays_rate(storage: str, study: str) -> tuple[float, int, str]:
     """The learning rate this checkout's ladder rule would carry to a --ladder budget from the same
     run's smaller budgets (their finished trials as stored; nothing is written), the width it is read
     at and the rule's exponent in words: a run's stored rate is the rule of the day it was planned."""
+    from archhpo.search._ladder_record import ladder_record
     from archhpo.search._lrfit import LrFit
     from archhpo.search._upkeep import PlanUpkeep
 
     upkeep = PlanUpkeep(storage, study)
     if not upkeep.settings.options.ladder_below:
         raise SystemExit(f"lr_sweep: {study} is not a --ladder budget above the smallest; name one.")
-    out = upkeep._carry_from([PlanUpkeep(storage, n, storage=upkeep.storage) for n in upkeep.settings.options.ladder_below])
+    out = ladder_record(upkeep, [PlanUpkeep(storage, n, storage=upkeep.storage)
+                                 for n in upkeep.settings.options.ladder_below])
     if not out.get("carried"):
         raise SystemExit(f"lr_sweep: {study}'s smaller budgets have no finished trial to carry a rate from.")
     return float(out["carried"]["learning_rate"]), int(out["lr_width"]), LrFit.from_dict(out["lr_fit"]).describe()

@@ -21,7 +21,7 @@ from archhpo.cli import main
 from archhpo.report._confirm import confirmation_summary
 from archhpo.report._page import ladder_notes
 from archhpo.schema import LADDER_CONFIRM_SEEDS, LADDER_FINALISTS, LR_PROBE_FACTORS
-from archhpo.search import TrialQueue, _study, _upkeep, launch, prepare_settings
+from archhpo.search import TrialQueue, _ladder_record, _study, _upkeep, launch, prepare_settings
 from archhpo.search._ladder import (
     LR_WIDTH,
     Finished,
@@ -38,6 +38,7 @@ from archhpo.search._ladder import (
     region,
     top_architectures,
 )
+from archhpo.search._ladder_record import ladder_record
 from archhpo.search._lrfit import PRIOR_DATA_GROWS, PRIOR_FIXED_DATA, best_rate, fit_lr_exponent
 from archhpo.search._plan import ladder_plan
 from archhpo.search._space import QUICK_SPACE, SearchSpace
@@ -337,7 +338,7 @@ def test_a_ladder_record_stored_with_repeats_is_trained_as_stored(storage_url: s
     small, large = _ladder(storage_url, n_trials=24)
     _finish_all(storage_url, small.study_name)
     q = TrialQueue(storage_url, large.study_name)
-    record = q.upkeep._carry_from([PlanUpkeep(storage_url, small.study_name)])
+    record = ladder_record(q.upkeep, [PlanUpkeep(storage_url, small.study_name)])
     archs = [a["arch_idx"] for a in record["assignments"]]
     n = len(archs)
     assert n < 12 and record["skipped_slots"] == 12 - n
@@ -583,8 +584,8 @@ def test_lr_probe_runs_count_in_no_architectures_ranking_mean_or_rung_trust(stor
     probes = [t for t in trials if "lr_probe" in t.user_attrs]
     assert len(probes) == len(LR_PROBE_FACTORS)
     upkeep = TrialQueue(storage_url, small.study_name).upkeep
-    assert sorted(f.number for f in _upkeep._finished(upkeep) if f.lr_probe) == sorted(t.number for t in probes)
-    runs = _upkeep._arch_runs(upkeep, 0)
+    assert sorted(f.number for f in _ladder_record._finished(upkeep) if f.lr_probe) == sorted(t.number for t in probes)
+    runs = _ladder_record._arch_runs(upkeep, 0)
     assert sum(len(r.finals) for r in runs) == len(trials) - len(probes), "the rung trust reads no probe"
     # the report's confirmation: the confirmed ranks with their own runs; the probes (ranks 3-5, rank 0's shape) are none
     summary = confirmation_summary(_trials(storage_url, small.study_name), archs=small.archs)
