@@ -413,12 +413,13 @@ def strategies(budget: Budget, smaller: Budget | None, below: dict[str, Outcome]
 
 # ------------------------------------------------------------------------------ the replay
 def replay(budgets: list[Budget], repeats: int, seed: int, n_trials: int = 50, topk: int = 5,
-           held_out: bool = True, sequential: bool = SEQUENTIAL, each_budget: bool = False,
+           held_out: bool = True, sequential: bool | Sequence[bool] = SEQUENTIAL, each_budget: bool = False,
            at_rung: bool = False) -> dict[str, Any]:
     """Every strategy on every budget, `repeats` studies, each with its own plan seed and noise
     (`held_out` False: judged by the mean of all seeds, the seed the trials saw included); archhpo
     confirms in two waves or, `sequential` False, every finalist at once (a run launched before the
-    waves: bench/truths/realrun/compare.py), with `each_budget` (--trust-each-budget) measures the
+    waves: bench/truths/realrun/compare.py), or as a sequence says per budget (a run extended by a
+    budget after the waves existed), with `each_budget` (--trust-each-budget) measures the
     rung trust again at every budget below the largest, and with `at_rung` (--confirm-at-rung)
     confirms at the lowest trusted rung where a budget trusts one."""
     regrets: dict[str, list[list[float]]] = {s: [] for s in STRATEGIES}
@@ -436,7 +437,8 @@ def replay(budgets: list[Budget], repeats: int, seed: int, n_trials: int = 50, t
         for step, budget in enumerate(budgets):
             noise = draw(budget, rep, noise_rng(seed, rep, budget), held_out)
             below = strategies(budget, budgets[step - 1] if step else None, below, step, noise, n_trials, topk,
-                               study_seed, sequential, each_budget and step < len(budgets) - 1, at_rung)
+                               study_seed, sequential if isinstance(sequential, bool) else sequential[step],
+                               each_budget and step < len(budgets) - 1, at_rung)
             for name, out in below.items():
                 flops[name][step] += out.flops
                 per[name].append(regret(noise, out.winner, budget.seed_std))

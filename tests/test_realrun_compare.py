@@ -116,3 +116,27 @@ def test_a_run_launched_with_trust_each_budget_or_confirm_at_rung_is_replayed_so
             best["options"]["ladder"] = {**best["options"]["ladder"], "confirm": "rung"}
         (tmp_path / f"t3real_{b.name}_best.json").write_text(json.dumps(best))
     assert compare.run_confirms_at_rung(tmp_path, "t3real", budgets) is True
+
+
+def test_a_run_extended_after_the_waves_is_replayed_per_budget_as_it_confirmed(tmp_path: Path,
+                                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """T2's run confirmed 100K-400K every finalist at once and its 800K, added later, in two waves: a
+    copy of its best JSONs whose 400K stores the waves is read per budget, replayed so (the budgets
+    before it as at once, the one with waves as in waves) and said so."""
+    budgets = compare.load_table(ROOT / "bench" / "truths" / "t2_partial_100K-400K.csv")
+    run = REALRUN / "t2"
+    assert compare.run_confirms_in_waves(run, "t2real", budgets) == [False, False, False]
+    for b in budgets:
+        best = json.loads((run / f"t2real_{b.name}_best.json").read_text())
+        best["options"]["confirm_sequential"] = b.name.startswith("400K")
+        (tmp_path / f"t2real_{b.name}_best.json").write_text(json.dumps(best))
+    (tmp_path / "experiment_results.csv").write_text((run / "experiment_results.csv").read_text())
+    waves = compare.run_confirms_in_waves(tmp_path, "t2real", budgets)
+    assert waves == [False, False, True]
+    mixed = compare.se.replay(budgets, 4, 3, sequential=waves)["archhpo"]["flops_ratio_per_budget"]
+    at_once = compare.se.replay(budgets, 4, 3, sequential=False)["archhpo"]["flops_ratio_per_budget"]
+    assert mixed[:2] == at_once[:2] and mixed[2] != at_once[2], "only the largest budget confirms in waves"
+    assert compare.main(["--truth", str(ROOT / "bench" / "truths" / "t2_partial_100K-400K.csv"), "--results",
+                         str(tmp_path), "--experiment", "t2real", "--replay", "2"]) == 0
+    assert ("confirming as each budget stored it: at once at 100K-h2+4+8-t10, 200K-h2+4+8-t10, in two waves at "
+            "400K-h2+4+8-t10)") in capsys.readouterr().out.splitlines()[-1]

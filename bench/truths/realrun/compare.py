@@ -53,11 +53,21 @@ def grade(b: Budget, results: Path, experiment: str, seed: int, trials: int) -> 
     return line, spent, design
 
 
-def run_confirms_in_waves(results: Path, experiment: str, budgets: list[Budget]) -> bool:
-    """Whether the run confirmed in two waves (its studies' stored options, in each best JSON):
-    runs launched before `--sequential-confirm` existed confirmed every finalist at once."""
-    return all(json.loads((results / f"{experiment}_{b.name}_best.json").read_text())["options"]
-               .get("confirm_sequential", False) for b in budgets)
+def run_confirms_in_waves(results: Path, experiment: str, budgets: list[Budget]) -> list[bool]:
+    """Per budget, whether the run confirmed it in two waves (its study's stored options, in its best
+    JSON): budgets launched before `--sequential-confirm` existed confirmed every finalist at once,
+    and a run extended later (T2's 800K) mixes the two."""
+    return [bool(json.loads((results / f"{experiment}_{b.name}_best.json").read_text())["options"]
+                 .get("confirm_sequential", False)) for b in budgets]
+
+
+def confirmation_words(waves: Sequence[bool], budgets: list[Budget]) -> str:
+    """How the replay confirms, in words: one way for every budget, or per budget."""
+    if len(set(waves)) == 1:
+        return "in two waves" if waves[0] else "every finalist at once"
+    at_once = ", ".join(b.name for b, w in zip(budgets, waves, strict=True) if not w)
+    in_waves = ", ".join(b.name for b, w in zip(budgets, waves, strict=True) if w)
+    return f"as each budget stored it: at once at {at_once}, in two waves at {in_waves}"
 
 
 def _run_ladder(results: Path, experiment: str, budgets: list[Budget], key: str, value: str) -> bool:
@@ -77,10 +87,10 @@ def run_confirms_at_rung(results: Path, experiment: str, budgets: list[Budget]) 
     return _run_ladder(results, experiment, budgets, "confirm", "rung")
 
 
-def replay_spread(budgets: list[Budget], repeats: int, seed: int, sequential: bool = se.SEQUENTIAL,
+def replay_spread(budgets: list[Budget], repeats: int, seed: int, sequential: bool | Sequence[bool] = se.SEQUENTIAL,
                   trials: int = 50, each_budget: bool = False, at_rung: bool = False) -> dict[str, Any]:
     """The `archhpo` strategy replayed on the same budgets with the run's --trials, one study per
-    repeat, confirming in two waves or all at once (`sequential`): the spread of its FLOPs ratio
+    repeat, confirming in two waves or all at once (`sequential`, or per budget): the spread of its FLOPs ratio
     over repeats (min, 5th and 95th percentiles, max) and per budget the share of repeats within
     1 std, to place the real run in."""
     ratios, within = [], []
@@ -123,12 +133,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"total FLOPs ratio {total_real / total_design:.3f}")
     if args.replay:
         waves = (run_confirms_in_waves(args.results, args.experiment, budgets) if args.confirmation == "run"
-                 else args.confirmation == "waves")
+                 else [args.confirmation == "waves"] * len(budgets))
         each = run_trusts_each_budget(args.results, args.experiment, budgets)
         at_rung = run_confirms_at_rung(args.results, args.experiment, budgets)
         spread = replay_spread(budgets, args.replay, args.replay_seed, waves, args.trials, each, at_rung)
         lo, p5, p95, hi = spread["flops_ratio"]
-        mode = (("in two waves" if waves else "every finalist at once") + (", trust at each budget" if each else "")
+        mode = (confirmation_words(waves, budgets) + (", trust at each budget" if each else "")
                 + (", at the trusted rung" if at_rung else ""))
         print(f"replay ({args.replay} repeats, seeds {args.replay_seed}+k, confirming {mode}): FLOPs ratio min {lo:.3f}, 5-95% "
               f"{p5:.3f}-{p95:.3f}, max {hi:.3f}; within 1 std per budget: " + " / ".join(f"{w:.0%}" for w in spread["within_1std"]))
