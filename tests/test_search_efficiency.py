@@ -126,8 +126,35 @@ def test_the_command_writes_the_json_interface(tmp_path: Path, capsys: pytest.Ca
     assert doc["command"].startswith(f"python bench/search_efficiency.py --truth {path} --repeats 2 --seed 3")
     assert set(doc["noise_ceiling"]) == {"every_arch_x1", "every_arch_x2"}
     assert doc["truth_ceiling"] == {"runs": 3, **se.truth_ceilings(se.load_table(path), 3)}
+    assert doc["intervals"]["level"] == 0.9 and set(doc["intervals"]["archhpo"]) == {"flops_ratio", "share_within_1std"}
+    assert "interval" not in doc["per_budget"]["archhpo"]
     out = capsys.readouterr().out
     assert "target" in out and "targets (archhpo): share_within_1std" in out
+
+
+def test_the_targets_are_judged_on_an_interval_over_the_repeats(tmp_path: Path) -> None:
+    """Each measure's bootstrap interval over repeats: the design's FLOPs ratio is 1 in every resample,
+    every interval holds its point estimate, and a target is met or missed only when the whole
+    interval lies on one side of it, else not resolved (the T3 replay's 0.254 against 0.25)."""
+    path = _table(tmp_path, {"1M": 1_000_000, "2M": 2_000_000}, 6)
+    result = se.replay(se.load_table(path), 20, 3)
+    assert result["design"]["interval"]["flops_ratio"] == [1.0, 1.0]
+    for name in se.STRATEGIES:
+        for key in ("flops_ratio", "share_within_1std"):
+            lo, hi = result[name]["interval"][key]
+            assert lo <= result[name][key] <= hi, (name, key)
+    a = {"flops_ratio": 0.254, "interval": {"flops_ratio": [0.231, 0.279]}}
+    assert se._against("flops_ratio 0.254", "<=", 0.25, a, "flops_ratio") == (
+        "flops_ratio 0.254 [0.231, 0.279] <= 0.25", None)
+    assert se._against("x", "<=", 0.25, {**a, "interval": {"flops_ratio": [0.20, 0.249]}}, "flops_ratio")[1] is True
+    assert se._against("x", "<=", 0.25, {**a, "interval": {"flops_ratio": [0.251, 0.3]}}, "flops_ratio")[1] is False
+    share = {"share_within_1std": 0.82, "interval": {"share_within_1std": [0.70, 0.92]}}
+    assert se._against("s", ">=", 0.9, share, "share_within_1std") == ("s [0.70, 0.92] >= 0.9", None)
+    assert se._against("s", ">=", 0.9, {"share_within_1std": 0.82}, "share_within_1std")[1] is False, \
+        "no interval: the point estimate"
+    assert "not resolved (the target lies inside the interval)" in se.archhpo_verdict(
+        {**result, "archhpo": {**result["archhpo"], "flops_ratio": 0.25, "interval": {
+            **result["archhpo"]["interval"], "flops_ratio": [0.24, 0.26]}}})
 
 
 def test_a_malformed_table_is_one_sentence(tmp_path: Path) -> None:
