@@ -126,7 +126,8 @@ def test_the_command_writes_the_json_interface(tmp_path: Path, capsys: pytest.Ca
     assert doc["command"].startswith(f"python bench/search_efficiency.py --truth {path} --repeats 2 --seed 3")
     assert set(doc["noise_ceiling"]) == {"every_arch_x1", "every_arch_x2"}
     assert doc["truth_ceiling"] == {"runs": 3, **se.truth_ceilings(se.load_table(path), 3)}
-    assert doc["intervals"]["level"] == 0.9 and set(doc["intervals"]["archhpo"]) == {"flops_ratio", "share_within_1std"}
+    assert doc["intervals"]["level"] == 0.9 and set(doc["intervals"]["archhpo"]) == {
+        "flops_ratio", "share_within_1std", "share_minus_design"}
     assert "interval" not in doc["per_budget"]["archhpo"]
     out = capsys.readouterr().out
     assert "target" in out and "targets (archhpo): share_within_1std" in out
@@ -152,6 +153,12 @@ def test_the_targets_are_judged_on_an_interval_over_the_repeats(tmp_path: Path) 
     assert se._against("s", ">=", 0.9, share, "share_within_1std") == ("s [0.70, 0.92] >= 0.9", None)
     assert se._against("s", ">=", 0.9, {"share_within_1std": 0.82}, "share_within_1std")[1] is False, \
         "no interval: the point estimate"
+    gap = {"share_minus_design": -0.01, "interval": {"share_minus_design": [-0.04, 0.02]}}
+    assert se._against("share 0.77 minus design's 0.78", ">=", 0.0, gap, "share_minus_design") == (
+        "share 0.77 minus design's 0.78 [-0.04, +0.02] >= 0.0", None), "a paired tie with the design"
+    for name in se.STRATEGIES:  # the design minus itself is 0 in every resample
+        lo, hi = result[name]["interval"]["share_minus_design"]
+        assert (lo, hi) == (0.0, 0.0) if name == "design" else lo <= hi
     assert "not resolved (the target lies inside the interval)" in se.archhpo_verdict(
         {**result, "archhpo": {**result["archhpo"], "flops_ratio": 0.25, "interval": {
             **result["archhpo"]["interval"], "flops_ratio": [0.24, 0.26]}}})
