@@ -24,8 +24,9 @@ A budget none of whose trials has finished is sized at the samples per epoch the
 budgets measured (they train the same data); before, the demo showed `--:--` until its last budget
 finished a trial, 20 of its 24 trials in. A trial no worker has started is priced at the share of a
 full training its study's rule expects it to train (`expected_share`: successive halving stops most
-trials at the first rung; on a ladder, at the rungs its budget's trust judges); measured on two fresh-clone demos, its first ETA went from 4.6 times the
-time left without it to 2.2 times with it (the rest: larger budgets priced at a smaller one's rate).
+trials at the first rung; on a ladder, at the rungs its budget's trust judges); measured on two
+fresh-clone demos, its first ETA went from 4.6 times the time left without it to 2.2 times with it
+(the rest: larger budgets priced at a smaller one's rate).
 A confirmation rank of the second wave that waits for its decision (search/_confirmation.py) may
 never be trained: the ETA is then a range (`eta_range`), the time left without those slots and
 with them, instead of the time with them, which overshot by a whole trial of the largest budget
