@@ -438,7 +438,7 @@ def replay(budgets: list[Budget], repeats: int, seed: int, n_trials: int = 50, t
         per: dict[str, list[float]] = {s: [] for s in STRATEGIES}
         agree: dict[str, list[bool]] = {s: [] for s in STRATEGIES}
         cut: list[bool] = []
-        spent_before = {s: sum(flops[s]) for s in STRATEGIES}
+        spent = dict.fromkeys(STRATEGIES, 0.0)  # this repeat's FLOPs, every budget summed
         for step, budget in enumerate(budgets):
             noise = draw(budget, rep, noise_rng(seed, rep, budget), held_out)
             below = strategies(budget, budgets[step - 1] if step else None, below, step, noise, n_trials, topk,
@@ -446,6 +446,7 @@ def replay(budgets: list[Budget], repeats: int, seed: int, n_trials: int = 50, t
                                each_budget and step < len(budgets) - 1, at_rung)
             for name, out in below.items():
                 flops[name][step] += out.flops
+                spent[name] += out.flops
                 per[name].append(regret(noise, out.winner, budget.seed_std))
                 agree[name].append(out.winner.idx == below["design"].winner.idx)
             cut.append(below["archhpo"].pruned)
@@ -455,7 +456,7 @@ def replay(budgets: list[Budget], repeats: int, seed: int, n_trials: int = 50, t
         for name in STRATEGIES:
             regrets[name].append(per[name])
             same[name].append(agree[name])
-            per_repeat[name].append(sum(flops[name]) - spent_before[name])
+            per_repeat[name].append(spent[name])
     result = _measures(budgets, regrets, same, flops)
     for name, interval in repeat_intervals(per_repeat, regrets, seed).items():
         result[name]["interval"] = interval

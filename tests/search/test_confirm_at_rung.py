@@ -160,7 +160,7 @@ def test_a_budget_trusting_rung_0_confirms_there_and_chooses_on_the_scores_there
     assert from_csv["at_rung"] == 0 and from_csv["chosen"]["means"] == chosen["means"]
 
 
-def test_runs_eta_prices_a_ladder_budgets_queued_trials_at_its_trusted_rungs(sqlite_url: str) -> None:
+def test_runs_eta_prices_a_ladder_budgets_queued_trials_at_its_trusted_rungs(storage_url: str) -> None:
     """The progress line reads each budget's trust from its ladder record (RunProgress._read_work):
     the larger budget, trusting rung 0, prices its queued phase-1 trials at halving's share there."""
     import io
@@ -169,7 +169,7 @@ def test_runs_eta_prices_a_ladder_budgets_queued_trials_at_its_trusted_rungs(sql
     from archhpo.search._rules import make_rule
     from archhpo.search._trust import RungTrust
 
-    q = _planned(sqlite_url, {"trusted": [0], "noise": 0.1})
+    q = _planned(storage_url, {"trusted": [0], "noise": 0.1})
     work = RunProgress(io.StringIO(), {q.settings.study_name: q}, 1)._read_work()
     expected = make_rule(q.settings).expected_share(9, RungTrust.from_record({"trust": {"trusted": [0]}}))
     shares = {(e.phase, round(s.share, 12)) for e, s in zip(q.settings.plan, work.slots, strict=True) if not s.done}
