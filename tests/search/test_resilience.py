@@ -42,7 +42,7 @@ def _assert_each_slot_finished_once(trials: list[optuna.trial.FrozenTrial], n_sl
 
 @pytest.mark.postgres
 def test_eight_worker_processes_run_a_24_trial_plan_exactly_once(pg_url: str, tmp_path: Path) -> None:
-    common = ["--experiment", "x8", "--budget", "500K", "--storage", pg_url]
+    common = ["--experiment", "x8", "--budget", "200K", "--storage", pg_url]
     res = run_cli("launch", *common, "--trials", "24", "--quick", "--data", "synthetic:steps=400", "--pruner", "none")
     assert res.returncode == 0, res.stderr
     procs = [_popen("worker", *common, "--threads", "1", "--checkpoint-dir", str(tmp_path / "ck"), cwd=tmp_path)
@@ -50,7 +50,7 @@ def test_eight_worker_processes_run_a_24_trial_plan_exactly_once(pg_url: str, tm
     for p in procs:
         _, err = p.communicate(timeout=600)
         assert p.returncode == 0, err[-2000:]
-    trials = _trials(pg_url, "x8_500K")
+    trials = _trials(pg_url, "x8_200K")
     assert len(trials) == 24, "exactly the planned trials, none retried or duplicated"
     _assert_each_slot_finished_once(trials, 24)
     assert len({t.user_attrs["pid"] for t in trials}) > 1, "the work was shared"
