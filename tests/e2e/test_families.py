@@ -1,5 +1,5 @@
-"""Every family is searchable end to end (`run` on its synthetic data) and `archhpo train`
-reproduces a study's winner from its best JSON."""
+"""Every family is searchable end to end (launch, worker and export on its synthetic data; `run`
+through Ray for lm) and `archhpo train` reproduces a study's winner from its best JSON."""
 
 from __future__ import annotations
 
@@ -12,40 +12,63 @@ import pytest
 from tests.conftest import TINY_DATA, run_cli
 
 # Small budgets and data so that a whole study takes seconds per trial on one core.
+# family: (budget, its flags)
 FAMILY_RUNS = {
-    "ft_transformer": ["--variant", "tabular", "--budget", "150K", "--data", "synthetic:symbols=20,steps=120"],
-    "csn_transformer": ["--budget", "400K", "--data", "synthetic:symbols=20,steps=120"],
-    "char_cls": ["--budget", "150K", "--data", "synthetic:n=300"],
-    "signal": ["--budget", "150K", "--data", "multisignal:series=48"],
-    "lm": ["--budget", "100K", "--data", "synthetic:tokens=8000", "--seq-len", "16"],
+    "ft_transformer": ("150K", ["--variant", "tabular", "--data", "synthetic:symbols=20,steps=120"]),
+    "csn_transformer": ("400K", ["--data", "synthetic:symbols=20,steps=120"]),
+    "char_cls": ("150K", ["--data", "synthetic:n=300"]),
+    "signal": ("150K", ["--data", "multisignal:series=48"]),
+    "lm": ("100K", ["--data", "synthetic:tokens=8000", "--seq-len", "16"]),
 }
 
 
-@pytest.mark.ray
-@pytest.mark.parametrize("family", list(FAMILY_RUNS))
-def test_tiny_run_per_family(sqlite_url: str, family: str, tmp_path: Path) -> None:
-    url = sqlite_url
-    res = run_cli("run", "--family", family, "--experiment", "fam", "--trials", "4", "--quick", "--workers", "2",
-                  "--storage", url, "--out", str(tmp_path / "out"), "--pruner", "none", *FAMILY_RUNS[family],
-                  cwd=tmp_path, timeout=600)
-    assert res.returncode == 0, res.stderr[-3000:]
-    best = json.loads(next((tmp_path / "out").glob("fam_*_best.json")).read_text())
+def _check_and_replay(family: str, url: str, out: Path, threads: int | None = None) -> None:
+    """The study's outputs in `out` hold its trials, and its best JSON alone reproduces the winning
+    trial exactly (same data, parameters, seeds and, on a CPU, the thread count it trained with)."""
+    path = next(out.glob("fam_*_best.json"))
+    best = json.loads(path.read_text())
     assert best["family"] == family and best["n_trials_completed"] >= 1
     assert best["architecture"]["param_count"] > 0
-    rows = (tmp_path / "out" / "experiment_results.csv").read_text().strip().splitlines()
+    rows = (out / "experiment_results.csv").read_text().strip().splitlines()
     assert len(rows) - 1 == best["n_trials_completed"] + best["n_trials_pruned"]
-    # The best JSON alone reproduces the winning trial exactly (same data, parameters, seeds and,
-    # on a CPU, the thread count the Ray worker trained with).
-    path = next((tmp_path / "out").glob("fam_*_best.json"))
     import optuna
 
     winner = optuna.load_study(study_name=best["study_name"], storage=url).trials[best["best_trial"]]
+    assert threads is None or winner.user_attrs["threads"] == threads
     res = run_cli("train", "--from", str(path), "--device", "cpu", "--threads", str(winner.user_attrs["threads"]),
                   timeout=600)
     assert res.returncode == 0, res.stderr[-2000:]
     again = json.loads(res.stdout.strip().splitlines()[-1])
     assert again["param_count"] == best["architecture"]["param_count"]
     assert again["val_loss"] == best["best_value"]
+
+
+# Every family through the plain-process path (launch, worker, export), which is what a family
+# changes; `run`'s private Ray is the same loop in a Ray task, started once below for lm (the
+# family of `make demo`): each Ray start costs CI about 10 s before any trial trains.
+@pytest.mark.parametrize("family", list(FAMILY_RUNS))
+def test_tiny_study_per_family(sqlite_url: str, family: str, tmp_path: Path) -> None:
+    url = sqlite_url
+    budget, flags = FAMILY_RUNS[family]
+    common = ["--experiment", "fam", "--budget", budget, "--storage", url]
+    res = run_cli("launch", "--family", family, *common, "--trials", "4", "--quick", "--pruner", "none", *flags,
+                  cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-3000:]
+    res = run_cli("worker", *common, "--threads", "1", cwd=tmp_path, timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    res = run_cli("export", "--experiment", "fam", "--storage", url, "--out", str(tmp_path / "out"))
+    assert res.returncode == 0, res.stderr[-3000:]
+    _check_and_replay(family, url, tmp_path / "out", threads=1)
+
+
+@pytest.mark.ray
+def test_a_tiny_run_through_ray_replays_with_the_ray_workers_threads(sqlite_url: str, tmp_path: Path) -> None:
+    budget, flags = FAMILY_RUNS["lm"]
+    res = run_cli("run", "--family", "lm", "--experiment", "fam", "--budget", budget, "--trials", "4", "--quick",
+                  "--workers", "2", "--storage", sqlite_url, "--out", str(tmp_path / "out"), "--pruner", "none",
+                  *flags, cwd=tmp_path, timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    _check_and_replay("lm", sqlite_url, tmp_path / "out")
 
 
 def test_train_from_best_json_reproduces_the_trial(sqlite_url: str, tmp_path: Path) -> None:
