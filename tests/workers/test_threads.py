@@ -38,6 +38,7 @@ def _run(tmp_path: Path, *extra: str) -> tuple[int, str, Path]:
     return res.returncode, res.stderr, db
 
 
+@pytest.mark.ray  # `run` starts a private Ray: kept on the Ray tests' xdist worker (tests/conftest.py)
 def test_run_without_threads_gives_each_worker_cores_over_workers(tmp_path: Path) -> None:
     rc, err, db = _run(tmp_path, "--workers", "2")
     assert rc == 0, err
