@@ -18,15 +18,21 @@ import pytest
 import torch
 from optuna.trial import TrialState
 
+from archhpo.environment import Environment
 from archhpo.errors import TrialLost
 from archhpo.search import TrialQueue, launch, prepare_settings
 from tests.conftest import wait_for
 
-FAST_REAP = {"ARCHHPO_HEARTBEAT_S": "1", "ARCHHPO_GRACE_S": "4", "ARCHHPO_REAP_S": "1"}
+# The workers beat every second but never reap within the test (a 10-minute grace): on a loaded
+# 2-core machine a 4 s grace also reaped the rescuer's retry when its beats were late (CI, stop 49),
+# which is the reaper doing its job, not fencing failing.  The test is the one reaper (REAPER: the
+# same PlanUpkeep.maintain every worker runs), with the short grace, while the stale worker is paused.
+FAST_BEAT = {"ARCHHPO_HEARTBEAT_S": "1", "ARCHHPO_GRACE_S": "600", "ARCHHPO_REAP_S": "1"}
+REAPER = Environment(heartbeat_s=1, grace_s=4, reap_s=1.0)
 
 
 def _popen(*args: str, cwd: Path) -> subprocess.Popen[str]:
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", **FAST_REAP}
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", **FAST_BEAT}
     return subprocess.Popen([sys.executable, "-m", "archhpo", *args], cwd=cwd, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
@@ -104,7 +110,21 @@ def test_a_paused_worker_is_fenced_out_and_never_touches_the_retry(storage_url: 
         assert wait_for(first.exists, timeout=240), "the first attempt checkpointed an epoch"
         _pause(stale, url)  # paused past the grace period: reaped and retried
         (old,) = _trials(url, name)
-        rescuer = _popen(*common, cwd=tmp_path)
+        rescuer = _popen(*common, cwd=tmp_path)  # waits: nothing is WAITING until the reap
+
+        def retry_exists() -> bool:
+            return any(t.user_attrs.get("retry_of") == old.number for t in _trials(url, name))
+
+        reaper = TrialQueue(url, name, timing=REAPER)
+
+        def reaped() -> bool:
+            reaper.upkeep.maintain()  # reaps once the paused worker's beat is 4 s old, and retries
+            return retry_exists()
+
+        try:
+            assert wait_for(reaped, timeout=60, every=0.5), "the paused worker's trial was reaped and retried"
+        finally:
+            reaper.storage.engine.dispose()
 
         def retry_running() -> bool:
             return any(t.user_attrs.get("retry_of") == old.number and t.state == TrialState.RUNNING
