@@ -90,6 +90,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout, for `python bench/...`
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/_replay_table.py, however this is loaded
 
+from _paired_options import OPTIONS, Runs, compare  # noqa: E402
+from _paired_options import markdown as options_markdown  # noqa: E402
 from _replay_table import (  # noqa: E402
     TRUTH_SEEDS,
     Arch,
@@ -414,17 +416,29 @@ def strategies(budget: Budget, smaller: Budget | None, below: dict[str, Outcome]
     return out
 
 
+def option_outcome(name: str, budgets: list[Budget], step: int, below: Outcome | None, noise: Draw, n_trials: int,
+                   seed: int, sequential: bool) -> Outcome:
+    """archhpo under one of `_paired_options.OPTIONS` at budgets[step], on the plan and draw its default saw."""
+    each_budget, at_rung = OPTIONS[name]
+    budget = budgets[step]
+    design = trials_of(budget, design_plan(budget, n_trials, seed), noise)
+    return archhpo(budget, budgets[step - 1] if step else None, below, step, noise, design, n_trials, seed,
+                   sequential, each_budget and step < len(budgets) - 1, at_rung)
+
+
 # ------------------------------------------------------------------------------ the replay
 def replay(budgets: list[Budget], repeats: int, seed: int, n_trials: int = 50, topk: int = 5,
            held_out: bool = True, sequential: bool | Sequence[bool] = SEQUENTIAL, each_budget: bool = False,
-           at_rung: bool = False) -> dict[str, Any]:
+           at_rung: bool = False, options: Sequence[str] = ()) -> dict[str, Any]:
     """Every strategy on every budget, `repeats` studies, each with its own plan seed and noise
     (`held_out` False: judged by the mean of all seeds, the seed the trials saw included); archhpo
     confirms in two waves or, `sequential` False, every finalist at once (a run launched before the
     waves: bench/truths/realrun/compare.py), or as a sequence says per budget (a run extended by a
     budget after the waves existed), with `each_budget` (--trust-each-budget) measures the
     rung trust again at every budget below the largest, and with `at_rung` (--confirm-at-rung)
-    confirms at the lowest trusted rung where a budget trusts one."""
+    confirms at the lowest trusted rung where a budget trusts one.  `options` (names of
+    `_paired_options.OPTIONS`): archhpo under each option too, on the same plans and draws as its
+    default, compared with it in result["archhpo"]["options"]."""
     regrets: dict[str, list[list[float]]] = {s: [] for s in STRATEGIES}
     same: dict[str, list[list[bool]]] = {s: [] for s in STRATEGIES}  # the design's winner, per budget
     flops: dict[str, list[float]] = {s: [0.0] * len(budgets) for s in STRATEGIES}  # summed over repeats, per budget
@@ -432,6 +446,7 @@ def replay(budgets: list[Budget], repeats: int, seed: int, n_trials: int = 50, t
     trusts: list[dict[str, Any]] = []  # archhpo, per repeat: the rung trust the largest budget read
     probe = 0.0  # archhpo with --lr-probe: its probes' FLOPs at every budget below the largest, summed over repeats
     per_repeat: dict[str, list[float]] = {s: [] for s in STRATEGIES}  # each repeat's FLOPs, every budget summed
+    paired = {name: Runs() for name in options}  # archhpo under each option, on the default's draws
     for rep in range(repeats):
         study_seed = random.Random(f"{seed}:{rep}").randrange(2**31)  # one study: one seed for every budget
         below: dict[str, Outcome] = {}
@@ -439,11 +454,18 @@ def replay(budgets: list[Budget], repeats: int, seed: int, n_trials: int = 50, t
         agree: dict[str, list[bool]] = {s: [] for s in STRATEGIES}
         cut: list[bool] = []
         spent = dict.fromkeys(STRATEGIES, 0.0)  # this repeat's FLOPs, every budget summed
+        option_below: dict[str, Outcome] = {}
+        for runs in paired.values():
+            runs.new_repeat()
         for step, budget in enumerate(budgets):
             noise = draw(budget, rep, noise_rng(seed, rep, budget), held_out)
+            seq = sequential if isinstance(sequential, bool) else sequential[step]
             below = strategies(budget, budgets[step - 1] if step else None, below, step, noise, n_trials, topk,
-                               study_seed, sequential if isinstance(sequential, bool) else sequential[step],
-                               each_budget and step < len(budgets) - 1, at_rung)
+                               study_seed, seq, each_budget and step < len(budgets) - 1, at_rung)
+            for name, runs in paired.items():
+                got = option_below[name] = option_outcome(name, budgets, step, option_below.get(name), noise,
+                                                          n_trials, study_seed, seq)
+                runs.add(step, got.flops, regret(noise, got.winner, budget.seed_std))
             for name, out in below.items():
                 flops[name][step] += out.flops
                 spent[name] += out.flops
@@ -462,6 +484,9 @@ def replay(budgets: list[Budget], repeats: int, seed: int, n_trials: int = 50, t
         result[name]["interval"] = interval
     result["archhpo"]["fidelity"] = fidelity(budgets, pruned, trusts)
     result["archhpo"]["lr_probe_flops_ratio"] = (sum(flops["archhpo"]) + probe) / sum(flops["design"])
+    if paired:
+        runs = {name: Runs(per_repeat[name], regrets[name], flops[name]) for name in ("design", "archhpo")}
+        result["archhpo"]["options"] = compare(runs["archhpo"], runs["design"], paired, seed, N_BOOT, INTERVAL)
     return result
 
 
@@ -666,7 +691,7 @@ def json_doc(args: argparse.Namespace, budgets: list[Budget], result: dict[str, 
         "noise_ceiling": ceiling,
         "truth_ceiling": {"runs": CEILING_RUNS, **(ceilings or {})},
         "strategies": {n: {k: m[k] for k in MEASURES} for n, m in result.items()},
-        "per_budget": {n: {k: v for k, v in m.items() if k not in (*MEASURES, "fidelity", "interval")}
+        "per_budget": {n: {k: v for k, v in m.items() if k not in (*MEASURES, "fidelity", "interval", "options")}
                        for n, m in result.items()},
         # the targets' evidence: each measure's bootstrap interval over repeats (repeat_intervals)
         "intervals": {"level": INTERVAL, **{n: m["interval"] for n, m in result.items()}},
@@ -674,12 +699,15 @@ def json_doc(args: argparse.Namespace, budgets: list[Budget], result: dict[str, 
         "command": (f"python bench/search_efficiency.py --truth {args.truth} --repeats {args.repeats} --seed {args.seed}"
                     f" --trials {args.trials} --topk {args.topk} --truth-mean {args.truth_mean}"
                     + (" --trust-each-budget" if args.trust_each_budget else "")
-                    + (" --confirm-at-rung" if args.confirm_at_rung else "")),
+                    + (" --confirm-at-rung" if args.confirm_at_rung else "")
+                    + (" --compare-options" if args.compare_options else "")),
         "budgets": [b.name for b in budgets], "repeats": args.repeats, "seed": args.seed,
         "truth_sha256": hashlib.sha256(args.truth.read_bytes()).hexdigest(),
         "noise": "fixed data" if all(b.fixed_data for b in budgets) else "seed changes the data",
         "truth_mean": args.truth_mean, "seed_std": [b.seed_std for b in budgets], "eta": [b.eta for b in budgets],
         "finalists": FINALISTS, "confirm_seeds": CONFIRM_SEEDS, "wall_s": round(wall, 2), "verdict": verdict(result),
+        # --compare-options: each option of --ladder against its default on the same draws (_paired_options.py)
+        **({"options": result["archhpo"]["options"]} if "options" in result["archhpo"] else {}),
     }
 
 
@@ -699,14 +727,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--confirm-at-rung", action="store_true",
                     help="replay archhpo run --ladder --confirm-at-rung (a budget that trusts a rung confirms its "
                          "finalists there) instead of the default")
+    ap.add_argument("--compare-options", action="store_true",
+                    help="also replay archhpo under --trust-each-budget, --confirm-at-rung and both, on the same "
+                         "plans and draws as its default, and print each one's paired difference from it")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
     if args.repeats < 1:
         raise TableError("--repeats must be at least 1.")
+    if args.compare_options and (args.trust_each_budget or args.confirm_at_rung):
+        raise TableError("--compare-options compares every option with the default: leave out --trust-each-budget "
+                         "and --confirm-at-rung.")
     start = time.perf_counter()
     budgets = load_table(args.truth)
     result = replay(budgets, args.repeats, args.seed, args.trials, args.topk, args.truth_mean == "held-out",
-                    each_budget=args.trust_each_budget, at_rung=args.confirm_at_rung)
+                    each_budget=args.trust_each_budget, at_rung=args.confirm_at_rung,
+                    options=tuple(OPTIONS) if args.compare_options else ())
     ceiling = noise_ceiling(budgets, args.repeats, args.seed, args.truth_mean == "held-out")
     ceilings = truth_ceilings(budgets, args.seed)
     wall = time.perf_counter() - start
@@ -717,6 +752,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(ceiling_line(ceiling, all(b.fixed_data for b in budgets)))
     print(truth_ceiling_line(ceilings))
     print(verdict(result))
+    if "options" in result["archhpo"]:
+        print(options_markdown(result["archhpo"]["options"], result["archhpo"], [b.name for b in budgets]))
     print(f"# {args.repeats} repeats in {wall:.1f} s")
     if args.json:
         args.json.write_text(json.dumps(json_doc(args, budgets, result, wall, ceiling, ceilings), indent=2) + "\n")

@@ -30,6 +30,7 @@ def _load(name: str) -> ModuleType:
 
 
 se = _load("search_efficiency")
+po = sys.modules["_paired_options"]  # the options' paired comparison, as search_efficiency imported it
 truth = _load("search_truth")
 OLD_COLUMNS = truth.COLUMNS[:17]  # bench/search_truth.csv's schema: no train_tokens, ..., data_seed, duration_s
 
@@ -529,3 +530,54 @@ def test_trust_each_budget_prunes_where_a_larger_budgets_rungs_predict(tmp_path:
     assert each["flops_ratio"] < once["flops_ratio"] and each["share_within_1std"] == once["share_within_1std"] == 1.0
     two = se.load_table(_table(tmp_path, {"1M": 1_000_000, "2M": 2_000_000}, 9, {"1M": -1.0, "2M": 1.0}))
     assert se.replay(two, repeats=3, seed=0, each_budget=True) == se.replay(two, repeats=3, seed=0)
+
+
+def test_each_option_compared_on_the_defaults_draws_is_the_option_replayed_alone(tmp_path: Path) -> None:
+    """--compare-options replays every option of --ladder beside its default on the same plans and
+    draws: each option's measures are exactly those of a replay made with that option alone, and its
+    differences from the default are paired (the same repeats in every resample)."""
+    three = {"1M": 1_000_000, "2M": 2_000_000, "4M": 4_000_000}
+    budgets = se.load_table(_table(tmp_path, three, 9, {"1M": -1.0, "2M": 1.0, "4M": 1.0}))
+    result = se.replay(budgets, repeats=4, seed=5, options=tuple(se.OPTIONS))
+    assert se.replay(budgets, repeats=4, seed=5) == {**result, "archhpo": {
+        k: v for k, v in result["archhpo"].items() if k != "options"}}, "the options change nothing else"
+    options = result["archhpo"]["options"]
+    assert list(options) == ["trust_each_budget", "confirm_at_rung", "both"]
+    for name, (each, at_rung) in se.OPTIONS.items():
+        alone = se.replay(budgets, repeats=4, seed=5, each_budget=each, at_rung=at_rung)["archhpo"]
+        for key in ("flops_ratio", "share_within_1std", "flops_ratio_per_budget", "within_1std_per_budget"):
+            assert options[name][key] == pytest.approx(alone[key]), (name, key)
+        assert options[name]["interval"]["flops_ratio"] == pytest.approx(alone["interval"]["flops_ratio"]), name
+    # trusting the middle budget's rungs prunes the largest in every repeat: a saving in every resample,
+    # at the same share (every choice is the best here), so the rule reads "saves FLOPs, share tied"
+    each = options["trust_each_budget"]
+    assert each["flops_minus_default"] < 0 and each["interval"]["flops_minus_default"][1] < 0
+    assert each["interval"]["share_minus_default"] == [0.0, 0.0]
+    assert (each["flops"], each["share"]) == ("lower", "tied")
+    assert po.reading(each) == "saves FLOPs, share tied"
+
+
+def test_the_default_choosing_rule_reads_each_side_of_zero() -> None:
+    reading = po.reading
+    assert reading({"share": "lower", "flops": "lower"}) == "loses share: not a default"
+    assert reading({"share": "tied", "flops": "higher"}) == "costs FLOPs: not a default"
+    assert reading({"share": "higher", "flops": "lower"}) == "saves FLOPs, share higher"
+    assert reading({"share": "tied", "flops": "tied"}) == "no resolved difference"
+    assert po._judge(-0.02, -0.01, "lower", "higher") == "lower"
+    assert po._judge(-0.02, 0.0, "lower", "higher") == "tied", "an interval touching 0 is a tie"
+    assert po._judge(0.01, 0.02, "lower", "higher") == "higher"
+
+
+def test_compare_options_prints_and_writes_the_comparison_and_refuses_an_option_beside_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = _table(tmp_path, {"1M": 1_000_000, "2M": 2_000_000}, 6)
+    out = tmp_path / "o.json"
+    assert se.main(["--truth", str(path), "--repeats", "3", "--seed", "1", "--compare-options", "--json", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert doc["command"].endswith("--compare-options") and set(doc["options"]) == set(se.OPTIONS)
+    assert list(doc["strategies"]) == list(se.STRATEGIES) and "options" not in doc["per_budget"]["archhpo"]
+    assert "| --trust-each-budget --confirm-at-rung |" in capsys.readouterr().out
+    for flag in ("--trust-each-budget", "--confirm-at-rung"):
+        with pytest.raises(SystemExit, match="leave out --trust-each-budget and --confirm-at-rung"):
+            se.main(["--truth", str(path), "--compare-options", flag, "--json", str(tmp_path / "no.json")])
+    assert not (tmp_path / "no.json").exists(), "nothing written"

@@ -1,0 +1,121 @@
+"""`--ladder`'s options replayed on the same draws as its default (`search_efficiency.py
+--compare-options`): each option's FLOPs ratio and share within 1 std at every budget, their
+differences from the default on the same repeats (paired, so the replay's sampling noise mostly
+cancels), with bootstrap intervals over the repeats, and the rule a default is chosen by.
+
+The rule (docs/searching.md, "Choosing the defaults"), written before T2's 800K was seen: an option
+becomes `--ladder`'s default when, on every complete truth in the regime of real studies (T1, T2,
+T3), it loses no share (the paired difference's interval is not wholly below 0) and costs no FLOPs
+(not wholly above 0), and on at least one of them it saves FLOPs (wholly below 0).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+# name -> (--trust-each-budget, --confirm-at-rung): the options archhpo run --ladder offers, alone and together
+OPTIONS: dict[str, tuple[bool, bool]] = {
+    "trust_each_budget": (True, False), "confirm_at_rung": (False, True), "both": (True, True)}
+FLAGS = {"trust_each_budget": "--trust-each-budget", "confirm_at_rung": "--confirm-at-rung",
+         "both": "--trust-each-budget --confirm-at-rung"}
+
+
+@dataclass
+class Runs:
+    """One strategy over the repeats: per repeat its FLOPs (every budget summed) and its regret per budget
+    (in seed stds); per budget its FLOPs summed over the repeats."""
+
+    spent: list[float] = field(default_factory=list)
+    regrets: list[list[float]] = field(default_factory=list)
+    per_budget: list[float] = field(default_factory=list)
+
+    def add(self, step: int, flops: float, regret: float) -> None:
+        """One budget of the current repeat (start a repeat with `new_repeat`)."""
+        if step >= len(self.per_budget):
+            self.per_budget.append(0.0)
+        self.per_budget[step] += flops
+        self.spent[-1] += flops
+        self.regrets[-1].append(regret)
+
+    def new_repeat(self) -> None:
+        self.spent.append(0.0)
+        self.regrets.append([])
+
+
+def _within(regrets: Sequence[Sequence[float]]) -> list[float]:
+    """Per repeat, 1.0 where the choice was within 1 seed std of the best at every budget."""
+    return [float(all(r <= 1 for r in rep)) for rep in regrets]
+
+
+def _judge(lo: float, hi: float, lower: str, higher: str) -> str:
+    return lower if hi < 0 else higher if lo > 0 else "tied"
+
+
+def compare(default: Runs, design: Runs, options: dict[str, Runs], seed: int, n_boot: int,
+            level: float) -> dict[str, Any]:
+    """Per option its measures and its paired differences from the default, each with the `level`
+    bootstrap interval over repeats (the same resamples for every option, as search_efficiency's
+    `repeat_intervals` draws them), and how each difference is judged: "lower"/"higher" when the whole
+    interval lies on one side of 0, else "tied" (a tie within the replay's noise)."""
+    import numpy as np
+
+    n = len(default.spent)
+    picks = np.random.default_rng(seed).integers(0, n, (n_boot, n))
+    q = (50 * (1 - level), 50 * (1 + level))
+    total = np.asarray(design.spent)[picks].sum(axis=1)
+    base_ratio = np.asarray(default.spent)[picks].sum(axis=1) / total
+    base_share = np.asarray(_within(default.regrets))[picks].mean(axis=1)
+    base = {"flops_ratio": sum(default.spent) / sum(design.spent),
+            "share_within_1std": sum(_within(default.regrets)) / n}
+    out: dict[str, Any] = {}
+    for name, runs in options.items():
+        ratio = np.asarray(runs.spent)[picks].sum(axis=1) / total
+        share = np.asarray(_within(runs.regrets))[picks].mean(axis=1)
+        interval = {key: [float(v) for v in np.percentile(values, q)] for key, values in (
+            ("flops_ratio", ratio), ("share_within_1std", share),
+            ("flops_minus_default", ratio - base_ratio), ("share_minus_default", share - base_share))}
+        measures = {"flops_ratio": sum(runs.spent) / sum(design.spent),
+                    "share_within_1std": sum(_within(runs.regrets)) / n}
+        out[name] = {
+            "flags": FLAGS[name], **measures,
+            "flops_ratio_per_budget": [f / d for f, d in zip(runs.per_budget, design.per_budget, strict=True)],
+            "within_1std_per_budget": [sum(rep[i] <= 1 for rep in runs.regrets) / n
+                                       for i in range(len(runs.per_budget))],
+            "flops_minus_default": measures["flops_ratio"] - base["flops_ratio"],
+            "share_minus_default": measures["share_within_1std"] - base["share_within_1std"],
+            "interval": interval,
+            "flops": _judge(*interval["flops_minus_default"], "lower", "higher"),
+            "share": _judge(*interval["share_minus_default"], "lower", "higher"),
+        }
+    return out
+
+
+def markdown(options: dict[str, Any], default: dict[str, Any], budgets: Sequence[str]) -> str:
+    """The options against the default on the same draws, a table, and the rule's reading on this truth."""
+    lines = [f"`--ladder`'s options on the default's draws (paired; 90% intervals over the repeats; the default: "
+             f"{default['flops_ratio']:.3f} of the design's FLOPs, {default['share_within_1std']:.0%} within 1 std):",
+             f"| option | FLOPs / design | minus the default | within 1 std at every budget | minus the default "
+             f"| within 1 std, per budget: {', '.join(budgets)} | on this truth |",
+             "|---|---:|---|---:|---|---|---|"]
+    for m in options.values():
+        iv = m["interval"]
+        lines.append(
+            f"| {m['flags']} | {m['flops_ratio']:.3f} | {m['flops_minus_default']:+.3f} "
+            f"[{iv['flops_minus_default'][0]:+.3f}, {iv['flops_minus_default'][1]:+.3f}] | "
+            f"{m['share_within_1std']:.0%} | {m['share_minus_default']:+.2f} "
+            f"[{iv['share_minus_default'][0]:+.2f}, {iv['share_minus_default'][1]:+.2f}] | "
+            + " / ".join(f"{x:.0%}" for x in m["within_1std_per_budget"]) + f" | {reading(m)} |")
+    return "\n".join(lines)
+
+
+def reading(m: dict[str, Any]) -> str:
+    """What the default-choosing rule reads off one option on one truth."""
+    if m["share"] == "lower":
+        return "loses share: not a default"
+    if m["flops"] == "higher":
+        return "costs FLOPs: not a default"
+    if m["flops"] == "lower":
+        return "saves FLOPs, share " + ("higher" if m["share"] == "higher" else "tied")
+    return "no resolved difference"
