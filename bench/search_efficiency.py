@@ -69,6 +69,10 @@ made by the first command); the targets are reported over >= 50 repeats with --s
 
     python bench/search_efficiency.py --truth bench/search_truth.csv --repeats 50 --seed 0 --json bench/search_efficiency.json
     python bench/search_efficiency.py --truth bench/search_truth.csv --repeats 50 --seed 20261126
+
+--compare-options replays `--ladder`'s options beside its default on the same plans and draws and
+prints their paired differences from it (bench/_paired_options.py; the rule that chooses the
+defaults from them: docs/searching.md, "Choosing the defaults").
 """
 
 from __future__ import annotations
