@@ -44,7 +44,7 @@ class Runs:
         self.regrets.append([])
 
 
-def _within(regrets: Sequence[Sequence[float]]) -> list[float]:
+def within(regrets: Sequence[Sequence[float]]) -> list[float]:
     """Per repeat, 1.0 where the choice was within 1 seed std of the best at every budget."""
     return [float(all(r <= 1 for r in rep)) for rep in regrets]
 
@@ -66,18 +66,19 @@ def compare(default: Runs, design: Runs, options: dict[str, Runs], seed: int, n_
     q = (50 * (1 - level), 50 * (1 + level))
     total = np.asarray(design.spent)[picks].sum(axis=1)
     base_ratio = np.asarray(default.spent)[picks].sum(axis=1) / total
-    base_share = np.asarray(_within(default.regrets))[picks].mean(axis=1)
-    base = {"flops_ratio": sum(default.spent) / sum(design.spent),
-            "share_within_1std": sum(_within(default.regrets)) / n}
+    base_share = np.asarray(within(default.regrets))[picks].mean(axis=1)
+    # ratios of the per-budget sums, as search_efficiency's `_measures` adds them (the same floats)
+    base = {"flops_ratio": sum(default.per_budget) / sum(design.per_budget),
+            "share_within_1std": sum(within(default.regrets)) / n}
     out: dict[str, Any] = {}
     for name, runs in options.items():
         ratio = np.asarray(runs.spent)[picks].sum(axis=1) / total
-        share = np.asarray(_within(runs.regrets))[picks].mean(axis=1)
+        share = np.asarray(within(runs.regrets))[picks].mean(axis=1)
         interval = {key: [float(v) for v in np.percentile(values, q)] for key, values in (
             ("flops_ratio", ratio), ("share_within_1std", share),
             ("flops_minus_default", ratio - base_ratio), ("share_minus_default", share - base_share))}
-        measures = {"flops_ratio": sum(runs.spent) / sum(design.spent),
-                    "share_within_1std": sum(_within(runs.regrets)) / n}
+        measures = {"flops_ratio": sum(runs.per_budget) / sum(design.per_budget),
+                    "share_within_1std": sum(within(runs.regrets)) / n}
         out[name] = {
             "flags": FLAGS[name], **measures,
             "flops_ratio_per_budget": [f / d for f, d in zip(runs.per_budget, design.per_budget, strict=True)],

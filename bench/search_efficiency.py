@@ -94,7 +94,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout, for `python bench/...`
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/_replay_table.py, however this is loaded
 
-from _paired_options import OPTIONS, Runs, compare  # noqa: E402
+from _paired_options import OPTIONS, Runs, compare, within  # noqa: E402
 from _paired_options import markdown as options_markdown  # noqa: E402
 from _replay_table import (  # noqa: E402
     TRUTH_SEEDS,
@@ -507,8 +507,7 @@ def repeat_intervals(per_repeat: dict[str, list[float]], regrets: dict[str, list
     picks = np.random.default_rng(seed).integers(0, n, (N_BOOT, n))
     design = np.asarray(per_repeat["design"])[picks].sum(axis=1)
     q = (50 * (1 - INTERVAL), 50 * (1 + INTERVAL))
-    shares = {name: np.asarray([all(r <= 1 for r in rep) for rep in reps], dtype=float)[picks].mean(axis=1)
-              for name, reps in regrets.items()}
+    shares = {name: np.asarray(within(reps))[picks].mean(axis=1) for name, reps in regrets.items()}
     out = {}
     for name, spent in per_repeat.items():
         ratio = np.asarray(spent)[picks].sum(axis=1) / design
