@@ -32,6 +32,7 @@ from archhpo.schema import (
     ARCH_KEYS,
     DEFAULT_ETA,
     DEFAULT_MIN_FRACTION,
+    LADDER_CONFIRM_AT_RUNG,
     LADDER_CONFIRM_SEEDS,
     LADDER_FINALISTS,
     LADDER_SEQUENTIAL,
@@ -102,8 +103,8 @@ class Pruning:
     trust_each_budget: bool = False
     """with --ladder: measure whether the rungs predict the final ranking again at every budget below the largest (its trials score each rung in passing, about 1/9 of a trial more each), and let the next budget prune where that holds; default: measured once, at the smallest budget, where a plateau can leave every rung untrusted"""
 
-    confirm_at_rung: bool = False
-    """with --ladder: a budget that prunes at a trusted rung also confirms its finalists there (each new seed trained to the lowest trusted rung and scored by its cooldown branch, the winner chosen on the finalists' mean scores at that rung, search runs' included), about a third of a full-length confirmation; default: confirmation runs train to full length"""
+    confirm_at_rung: bool | None = None
+    """with --ladder: a budget that prunes at a trusted rung also confirms its finalists there (each new seed trained to the lowest trusted rung and scored by its cooldown branch, the winner chosen on the finalists' mean scores at that rung, search runs' included), about a third of a full-length confirmation; on by default where --ladder halves and confirms (docs/searching.md, "Choosing the defaults"); --no-confirm-at-rung trains every confirmation run to full length"""
 
     def __post_init__(self) -> None:
         _check_types(self)
@@ -269,8 +270,9 @@ _COMPANIONS: tuple[tuple[str, str, Callable[[StudyConfig], bool]], ...] = (
     ("trust_each_budget", "--trust-each-budget measures the rungs' trust on a ladder's budgets, so it needs "
                           "--ladder with its halving (not another --pruner); add --ladder or drop --trust-each-budget.",
      lambda c: c.ladder and c.pruning.rule == "halving"),
-    ("confirm_at_rung", "--confirm-at-rung confirms at a rung a ladder budget trusts, so it needs --ladder with "
-                        "its halving (not another --pruner); add --ladder or drop --confirm-at-rung.",
+    ("confirm_at_rung", "--confirm-at-rung and --no-confirm-at-rung choose where a ladder budget confirms its "
+                        "finalists, so they need --ladder with its halving (not another --pruner); add --ladder or "
+                        "drop the flag.",
      lambda c: c.ladder and c.pruning.rule == "halving"),
     ("eta", "--eta counts only with --pruner halving; add --pruner halving or drop --eta.",
      lambda c: c.pruning.rule == "halving"),
@@ -310,7 +312,7 @@ class StudyConfig:
     compile: bool = False
     """compile every trial's model with torch.compile (default off: on a CPU it wins for no family, compile time counted (BENCHMARKS.md §9); on an H100 it made lm at 124M-2B 30-66% faster for 23-145 s of compiling (docs/benchmarks.md §13)). Compiled and eager runs differ in their last bits and, with dropout, in their masks: a study is all one or the other"""
     ladder: bool = False
-    """with several budgets: search them smallest first and plan each larger one from the smaller ones' winners (learning rate along N^b: Step Law's prior, or b fitted where 3 budgets located their best rate, as --lr-probe makes them; their aspect ratios; half the trials a step); unless --pruner, --confirm or --seeds say otherwise it halves at trusted rungs only and confirms each budget's 3 finalists with 1 new seed each (the third only where its search run is within seed noise of the first two's leader: --sequential-confirm), choosing the winner on their means"""
+    """with several budgets: search them smallest first and plan each larger one from the smaller ones' winners (learning rate along N^b: Step Law's prior, or b fitted where 3 budgets located their best rate, as --lr-probe makes them; their aspect ratios; half the trials a step); unless --pruner, --confirm or --seeds say otherwise it halves at trusted rungs only and confirms each budget's 3 finalists with 1 new seed each (the third only where its search run is within seed noise of the first two's leader: --sequential-confirm), choosing the winner on their means, and a budget that prunes at a trusted rung confirms at that rung (--confirm-at-rung)"""
     paired_seeds: int = 0
     """train every planned configuration with seeds 0..S-1 (seed s fixes data, split and initialisation, the same for every configuration); 0 = off"""
     confirm: Confirm = field(default_factory=Confirm)
@@ -343,6 +345,11 @@ class StudyConfig:
             seeds = LADDER_CONFIRM_SEEDS if "seeds" not in self.given and seeds == Confirm.seeds else seeds
             object.__setattr__(self, "confirm", dataclasses.replace(self.confirm, top=LADDER_FINALISTS, seeds=seeds,
                                                                     sequential=LADDER_SEQUENTIAL))
+        if self.pruning.confirm_at_rung is None:
+            # ... and confirms at the rungs it trusts, unless stated otherwise (the rule that chose this
+            # default, and its paired evidence: docs/searching.md, "Choosing the defaults").
+            at_rung = LADDER_CONFIRM_AT_RUNG and self.ladder and self.pruning.rule == "halving" and bool(self.confirm.top)
+            object.__setattr__(self, "pruning", dataclasses.replace(self.pruning, confirm_at_rung=at_rung))
         self.confirm.check_extras(self.ladder)
         for name, sentence, on in _COMPANIONS:
             if name in self.given and not on(self):

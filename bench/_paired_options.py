@@ -15,11 +15,29 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-# name -> (--trust-each-budget, --confirm-at-rung): the options archhpo run --ladder offers, alone and together
-OPTIONS: dict[str, tuple[bool, bool]] = {
-    "trust_each_budget": (True, False), "confirm_at_rung": (False, True), "both": (True, True)}
-FLAGS = {"trust_each_budget": "--trust-each-budget", "confirm_at_rung": "--confirm-at-rung",
-         "both": "--trust-each-budget --confirm-at-rung"}
+from archhpo.schema import LADDER_CONFIRM_AT_RUNG
+
+# (--trust-each-budget, --confirm-at-rung) as `archhpo run --ladder` runs without either flag
+DEFAULT = (False, LADDER_CONFIRM_AT_RUNG)
+
+
+def flags(each_budget: bool, at_rung: bool) -> str:
+    """The flags that make `archhpo run --ladder` run with these settings ("" for the default's)."""
+    out = ["--trust-each-budget"] if each_budget != DEFAULT[0] else []
+    if at_rung != DEFAULT[1]:
+        out.append("--confirm-at-rung" if at_rung else "--no-confirm-at-rung")
+    return " ".join(out)
+
+
+def _name(setting: tuple[bool, bool]) -> str:
+    return flags(*setting).replace("--", "").replace("-", "_").replace(" ", "+")
+
+
+# name -> (--trust-each-budget, --confirm-at-rung): every other setting of --ladder's two options, each
+# named by the flags that give it ("trust_each_budget", "no_confirm_at_rung", both joined by "+")
+OPTIONS: dict[str, tuple[bool, bool]] = {_name(s): s for s in (
+    (not DEFAULT[0], DEFAULT[1]), (DEFAULT[0], not DEFAULT[1]), (not DEFAULT[0], not DEFAULT[1]))}
+FLAGS = {name: flags(*setting) for name, setting in OPTIONS.items()}
 
 
 @dataclass

@@ -41,9 +41,10 @@ in architectures, twice each, phase 2 = the rest once, farthest-point order from
                    With --trust-each-budget (`archhpo run --ladder --trust-each-budget`) a budget
                    below the largest that trusts no rung scores its rungs in passing and the next
                    budget prunes with the trust measured on its full-length runs (one that pruned
-                   carries its trust up). With --confirm-at-rung a budget that prunes at a trusted
-                   rung confirms there: each confirmation run trains to the lowest trusted rung and
-                   every finalist is compared by its scores at that rung.
+                   carries its trust up). A budget that prunes at a trusted rung confirms there
+                   (--confirm-at-rung, --ladder's default since 2026-11-29; --no-confirm-at-rung
+                   confirms at full length): each confirmation run trains to the lowest trusted rung
+                   and every finalist is compared by its scores at that rung.
                    At every budget the FINALISTS (3) architectures with the best single full-length
                    value (as search/_ranking.py ranks the confirmation) are each retrained with
                    CONFIRM_SEEDS (1) new seed (archhpo.schema's --ladder default), the draw's next run
@@ -94,7 +95,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout, for `python bench/...`
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/_replay_table.py, however this is loaded
 
-from _paired_options import OPTIONS, Runs, compare, within  # noqa: E402
+from _paired_options import OPTIONS, Runs, compare, flags, within  # noqa: E402
 from _paired_options import markdown as options_markdown  # noqa: E402
 from _replay_table import (  # noqa: E402
     TRUTH_SEEDS,
@@ -112,7 +113,13 @@ from _replay_table import (  # noqa: E402
     truth_ceiling,
 )
 
-from archhpo.schema import LADDER_CONFIRM_SEEDS, LADDER_FINALISTS, LADDER_SEQUENTIAL, LR_PROBE_FACTORS  # noqa: E402
+from archhpo.schema import (  # noqa: E402
+    LADDER_CONFIRM_AT_RUNG,
+    LADDER_CONFIRM_SEEDS,
+    LADDER_FINALISTS,
+    LADDER_SEQUENTIAL,
+    LR_PROBE_FACTORS,
+)
 from archhpo.search._confirmation import FIRST_WAVE, decide  # noqa: E402
 
 __all__ = ["Arch", "Budget", "TableError", "draw", "extremes", "load_table", "main", "noise_ceiling", "noise_rng", "replay",
@@ -129,6 +136,8 @@ TUNING_SEED, EVALUATION_SEED = 0, 20261126  # plan seeds: archhpo tuned at the f
 # architectures each retrained with CONFIRM_SEEDS new seeds, in two waves (SEQUENTIAL: the FIRST_WAVE best,
 # then each later one only where it is within their pooled seed noise, search/_confirmation.py).
 FINALISTS, CONFIRM_SEEDS, SEQUENTIAL = LADDER_FINALISTS, LADDER_CONFIRM_SEEDS, LADDER_SEQUENTIAL
+# ... and, where a budget prunes at a trusted rung, confirmed at the lowest such rung (--confirm-at-rung)
+AT_RUNG = LADDER_CONFIRM_AT_RUNG
 # carry_up reads the training parameters off the smaller budget's best trial; a truth has one set of
 # them (a paired study), so these stand in for it and no strategy's choice depends on them.
 FIXED_PARAMS = {"learning_rate": 3e-3, "weight_decay": 1e-4, "epochs": 9, "batch_size": 16, "warmup_steps": 50}
@@ -368,14 +377,15 @@ def confirmed(budget: Budget, planned: Sequence[Trial], finished: list[Trial], n
 
 def archhpo(budget: Budget, smaller: Budget | None, below: Outcome | None, step: int, noise: Draw,
             design: list[Trial], n_trials: int, seed: int, sequential: bool = SEQUENTIAL,
-            for_above: bool = False, at_rung: bool = False) -> Outcome:
+            for_above: bool = False, at_rung: bool = AT_RUNG) -> Outcome:
     """The default `archhpo run --ladder` at one budget (module docstring): the smallest budget's
     design trained to full length measures the rung trust; a larger budget's ladder plan is halved at
     the trusted rungs only; the finalists are confirmed at every budget.  `for_above`
     (--trust-each-budget below the largest budget): a budget that trusts no rung scores its rungs in
     passing and measures the trust the next budget prunes with on its own full-length runs
     (search/_upkeep.py `_trust`); one that pruned carries its trust up.  `at_rung`
-    (--confirm-at-rung): a budget that trusts a rung confirms at the lowest one it trusts."""
+    (--confirm-at-rung, the default; False: --no-confirm-at-rung): a budget that trusts a rung
+    confirms at the lowest one it trusts."""
     cost = scored_cost  # scoring every rung in passing: the smallest budget, and a budget trusting some rung
     if smaller is None or below is None or below.trust is None:
         trust, planned = None, design
@@ -401,10 +411,10 @@ def archhpo(budget: Budget, smaller: Budget | None, below: Outcome | None, step:
 
 def strategies(budget: Budget, smaller: Budget | None, below: dict[str, Outcome], step: int, noise: Draw,
                n_trials: int, topk: int, seed: int, sequential: bool = SEQUENTIAL,
-               for_above: bool = False, at_rung: bool = False) -> dict[str, Outcome]:
+               for_above: bool = False, at_rung: bool = AT_RUNG) -> dict[str, Outcome]:
     """Every strategy at one budget of one repeat; `below` holds the smaller budget's outcomes;
-    `for_above`: archhpo under --trust-each-budget at a budget below the largest; `at_rung`: archhpo
-    under --confirm-at-rung."""
+    `for_above`: archhpo under --trust-each-budget at a budget below the largest; `at_rung` False: archhpo
+    under --no-confirm-at-rung."""
     design = trials_of(budget, design_plan(budget, n_trials, seed), noise)
     out = {"design": full(design), "median": median(design), "topk_one_epoch": topk_one_epoch(design, topk),
            "halving": halving(design, budget.eta)}
@@ -433,14 +443,14 @@ def option_outcome(name: str, budgets: list[Budget], step: int, below: Outcome |
 # ------------------------------------------------------------------------------ the replay
 def replay(budgets: list[Budget], repeats: int, seed: int, n_trials: int = 50, topk: int = 5,
            held_out: bool = True, sequential: bool | Sequence[bool] = SEQUENTIAL, each_budget: bool = False,
-           at_rung: bool = False, options: Sequence[str] = ()) -> dict[str, Any]:
+           at_rung: bool = AT_RUNG, options: Sequence[str] = ()) -> dict[str, Any]:
     """Every strategy on every budget, `repeats` studies, each with its own plan seed and noise
     (`held_out` False: judged by the mean of all seeds, the seed the trials saw included); archhpo
     confirms in two waves or, `sequential` False, every finalist at once (a run launched before the
     waves: bench/truths/realrun/compare.py), or as a sequence says per budget (a run extended by a
     budget after the waves existed), with `each_budget` (--trust-each-budget) measures the
-    rung trust again at every budget below the largest, and with `at_rung` (--confirm-at-rung)
-    confirms at the lowest trusted rung where a budget trusts one.  `options` (names of
+    rung trust again at every budget below the largest, and with `at_rung` (--confirm-at-rung, the
+    default) confirms at the lowest trusted rung where a budget trusts one.  `options` (names of
     `_paired_options.OPTIONS`): archhpo under each option too, on the same plans and draws as its
     default, compared with it in result["archhpo"]["options"]."""
     regrets: dict[str, list[list[float]]] = {s: [] for s in STRATEGIES}
@@ -701,8 +711,7 @@ def json_doc(args: argparse.Namespace, budgets: list[Budget], result: dict[str, 
         "archhpo_fidelity": result["archhpo"]["fidelity"],
         "command": (f"python bench/search_efficiency.py --truth {args.truth} --repeats {args.repeats} --seed {args.seed}"
                     f" --trials {args.trials} --topk {args.topk} --truth-mean {args.truth_mean}"
-                    + (" --trust-each-budget" if args.trust_each_budget else "")
-                    + (" --confirm-at-rung" if args.confirm_at_rung else "")
+                    + "".join(" " + f for f in [flags(args.trust_each_budget, _at_rung(args))] if f)
                     + (" --compare-options" if args.compare_options else "")),
         "budgets": [b.name for b in budgets], "repeats": args.repeats, "seed": args.seed,
         "truth_sha256": hashlib.sha256(args.truth.read_bytes()).hexdigest(),
@@ -712,6 +721,11 @@ def json_doc(args: argparse.Namespace, budgets: list[Budget], result: dict[str, 
         # --compare-options: each option of --ladder against its default on the same draws (_paired_options.py)
         **({"options": result["archhpo"]["options"]} if "options" in result["archhpo"] else {}),
     }
+
+
+def _at_rung(args: argparse.Namespace) -> bool:
+    """--confirm-at-rung as stated, else --ladder's default."""
+    return AT_RUNG if args.confirm_at_rung is None else bool(args.confirm_at_rung)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -727,23 +741,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--trust-each-budget", action="store_true",
                     help="replay archhpo run --ladder --trust-each-budget (the rung trust measured again at every "
                          "budget below the largest) instead of the default")
-    ap.add_argument("--confirm-at-rung", action="store_true",
-                    help="replay archhpo run --ladder --confirm-at-rung (a budget that trusts a rung confirms its "
-                         "finalists there) instead of the default")
+    ap.add_argument("--confirm-at-rung", action=argparse.BooleanOptionalAction, default=None,
+                    help="replay archhpo run --ladder with or without confirming at a trusted rung (a budget that "
+                         f"trusts a rung confirms its finalists there; default: as --ladder does, {'with' if AT_RUNG else 'without'})")
     ap.add_argument("--compare-options", action="store_true",
-                    help="also replay archhpo under --trust-each-budget, --confirm-at-rung and both, on the same "
-                         "plans and draws as its default, and print each one's paired difference from it")
+                    help="also replay archhpo under every other setting of --trust-each-budget and "
+                         "--confirm-at-rung, on the same plans and draws as its default, and print each one's "
+                         "paired difference from it")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
     if args.repeats < 1:
         raise TableError("--repeats must be at least 1.")
-    if args.compare_options and (args.trust_each_budget or args.confirm_at_rung):
+    if args.compare_options and (args.trust_each_budget or args.confirm_at_rung is not None):
         raise TableError("--compare-options compares every option with the default: leave out --trust-each-budget "
-                         "and --confirm-at-rung.")
+                         "and --(no-)confirm-at-rung.")
     start = time.perf_counter()
     budgets = load_table(args.truth)
     result = replay(budgets, args.repeats, args.seed, args.trials, args.topk, args.truth_mean == "held-out",
-                    each_budget=args.trust_each_budget, at_rung=args.confirm_at_rung,
+                    each_budget=args.trust_each_budget, at_rung=_at_rung(args),
                     options=tuple(OPTIONS) if args.compare_options else ())
     ceiling = noise_ceiling(budgets, args.repeats, args.seed, args.truth_mean == "held-out")
     ceilings = truth_ceilings(budgets, args.seed)

@@ -48,13 +48,16 @@ def _cell(text: Any) -> str:
 
 def _flag(o: Option) -> str:
     if o.switch:
-        return f"`{o.flag_name}`"
+        negated = f" / `--no-{o.flag_name.removeprefix('--')}`" if o.negatable else ""
+        return f"`{o.flag_name}`{negated}"
     metavar = o.metavar or ("{" + ",".join(o.choices) + "}" if o.choices else o.name.upper())
     more = " (repeatable)" if o.repeat else ""
     return f"`{o.flag_name} {metavar}`{more}"
 
 
 def _default(o: Option, command: str) -> str:
+    if o.shown_default is not None:
+        return o.shown_default
     if o.switch:
         return "off"
     value = o.default_for(command, NO_ENV)

@@ -3,6 +3,7 @@ relaunch names what differs."""
 
 from __future__ import annotations
 
+import copy
 from typing import TYPE_CHECKING, Any
 
 from archhpo.schema import StoredOptions
@@ -16,15 +17,34 @@ _IDENTITY = ("family", "tolerance", "data", "options", "n_trials", "pruner", "bu
              "space")
 
 
-# Options a newer archhpo stores by default where an older one stored nothing, with that default: a
-# study launched before keeps its own behaviour (every worker reads the stored settings), so the
-# same command that launched it relaunches (resumes) it.  (--ladder's two-wave confirmation.)
-_ADDED_BY_DEFAULT = {"confirm_sequential": True}
+# Options a newer archhpo stores by default where an older one stored nothing, by their path in the
+# stored options, with that default: a study launched before keeps its own behaviour (every worker
+# reads the stored settings), so the same command that launched it relaunches (resumes) it.
+# (--ladder's two-wave confirmation; its confirmation at a trusted rung, a ladder budget's.)
+_ADDED_BY_DEFAULT: dict[tuple[str, ...], Any] = {("confirm_sequential",): True, ("ladder", "confirm"): "rung"}
 
 
 def _short(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _as_stored_before(old: dict[str, Any], now: dict[str, Any]) -> dict[str, Any]:
+    """The options `now` less each one `_ADDED_BY_DEFAULT` names where `old` lacks it and `now` holds
+    its default: what this archhpo would have stored when `old` was launched."""
+    now = copy.deepcopy(now)
+    for path, default in _ADDED_BY_DEFAULT.items():
+        *parents, leaf = path
+        was: Any = old
+        new: Any = now
+        for part in parents:
+            was, new = was.get(part), new.get(part)
+            if not isinstance(was, dict) or not isinstance(new, dict):
+                break
+        else:
+            if leaf not in was and new.get(leaf) == default:
+                del new[leaf]
+    return now
 
 
 def _differences(stored: StudySettings, new: StudySettings) -> list[str]:
@@ -33,12 +53,12 @@ def _differences(stored: StudySettings, new: StudySettings) -> list[str]:
     out = []
     for key in _IDENTITY:
         old, now = (v.as_dict() if isinstance(v, StoredOptions) else v for v in (getattr(stored, key), getattr(new, key)))
+        if key == "options":
+            now = _as_stored_before(old, now)
         if old == now:
             continue
         if isinstance(old, dict) and isinstance(now, dict):
             for k in sorted(set(old) | set(now), key=str):
-                if key == "options" and k not in old and k in _ADDED_BY_DEFAULT and now[k] == _ADDED_BY_DEFAULT[k]:
-                    continue
                 if old.get(k) != now.get(k):
                     out.append(f"{key}.{k}: stored {_short(old.get(k))}, now {_short(now.get(k))}")
         else:

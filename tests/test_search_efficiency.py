@@ -395,21 +395,23 @@ def test_archhpo_halves_at_the_rungs_its_smallest_budget_trusts(tmp_path: Path, 
     assert (a.flops, small["design"].flops) == (22 * 10, 18 * 9)
     # The larger budget: the ladder's 8 trials (one per architecture of its region, 8 of the 9), halved at
     # both trusted rungs with hard cuts (the seeds changed the data: no seed noise within a repeat):
-    # 8 x (1 + 0.25), 2 x (2 + 0.75), 1 x 6 to full length, arch 8, the one finalist: 2 x 10 more.
-    assert large["archhpo"].pruned and large["archhpo"].flops == 8 * 1.25 + 2 * 2.75 + 1 * 6 + 2 * 10
+    # 8 x (1 + 0.25), 2 x (2 + 0.75), 1 x 6 to full length, arch 8, the one finalist, confirmed at rung 0,
+    # the lowest trusted (--confirm-at-rung, the default): 2 x (1 + 0.25) more.
+    assert large["archhpo"].pruned and large["archhpo"].flops == 8 * 1.25 + 2 * 2.75 + 1 * 6 + 2 * 1.25
     assert large["ladder"].flops == 8 * 9 and len(large["ladder"].finished) == 8
-    assert [t.arch.idx for t in large["archhpo"].finished] == [8, 8, 8]
+    assert [t.arch.idx for t in large["archhpo"].finished] == [8], "confirmation runs ended at the rung"
     assert large["archhpo"].winner.idx == large["ladder"].winner.idx == 8
     result = se.replay(budgets, repeats=3, seed=0)
     assert result["archhpo"]["regret_std"] == [0.0, 0.0] and result["archhpo"]["share_within_1std"] == 1.0
     assert result["archhpo"]["fidelity"]["pruned_at_rung"] == [0.0, 1.0]
 
 
-def test_confirm_at_rung_retrains_the_finalists_to_the_lowest_trusted_rung_only(tmp_path: Path,
-                                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    # The table of the test above: under --confirm-at-rung the larger budget (trusting rungs 0 and 1)
-    # confirms its one finalist's 2 new seeds at rung 0 (1 epoch + its 0.25-epoch branch each) instead of
-    # at full length (10 each); the smallest budget, which measures the trust, confirms at full length.
+def test_no_confirm_at_rung_retrains_the_finalists_to_full_length(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    # The table of the test above: under --no-confirm-at-rung the larger budget (trusting rungs 0 and 1)
+    # confirms its one finalist's 2 new seeds at full length (10 each) instead of at rung 0 (1 epoch + its
+    # 0.25-epoch branch each, the default); the smallest budget, which measures the trust, confirms at full
+    # length either way.
     monkeypatch.setattr(se, "FINALISTS", 2)
     monkeypatch.setattr(se, "CONFIRM_SEEDS", 2)
     budgets = se.load_table(_table(tmp_path, {"1M": 1_000_000, "2M": 2_000_000}, 9))
@@ -417,15 +419,16 @@ def test_confirm_at_rung_retrains_the_finalists_to_the_lowest_trusted_rung_only(
     out = []
     for step, budget in enumerate(budgets):
         noise = se.draw(budget, 0, se.noise_rng(0, 0, budget))
-        below = se.strategies(budget, budgets[step - 1] if step else None, below, step, noise, 50, 5, 0, at_rung=True)
+        below = se.strategies(budget, budgets[step - 1] if step else None, below, step, noise, 50, 5, 0, at_rung=False)
         out.append(below)
     small, large = out
-    assert small["archhpo"].flops == 22 * 10, "the smallest budget: at full length, as without the option"
+    assert small["archhpo"].flops == 22 * 10, "the smallest budget: at full length, as with the option"
     a = large["archhpo"]
-    assert a.pruned and a.flops == 8 * 1.25 + 2 * 2.75 + 1 * 6 + 2 * 1.25
-    assert [t.arch.idx for t in a.finished] == [8] and a.winner.idx == 8, "confirmation runs ended at the rung"
+    assert a.pruned and a.flops == 8 * 1.25 + 2 * 2.75 + 1 * 6 + 2 * 10
+    assert [t.arch.idx for t in a.finished] == [8, 8, 8] and a.winner.idx == 8, "confirmation runs at full length"
     once, at = (se.replay(budgets, repeats=3, seed=0, at_rung=r)["archhpo"] for r in (False, True))
     assert at["flops_ratio"] < once["flops_ratio"] and at["share_within_1std"] == once["share_within_1std"] == 1.0
+    assert at == se.replay(budgets, repeats=3, seed=0)["archhpo"], "the replay's default is --ladder's"
 
 
 def test_archhpo_trains_full_length_where_the_rungs_rank_the_other_way(tmp_path: Path) -> None:
@@ -542,7 +545,10 @@ def test_each_option_compared_on_the_defaults_draws_is_the_option_replayed_alone
     assert se.replay(budgets, repeats=4, seed=5) == {**result, "archhpo": {
         k: v for k, v in result["archhpo"].items() if k != "options"}}, "the options change nothing else"
     options = result["archhpo"]["options"]
-    assert list(options) == ["trust_each_budget", "confirm_at_rung", "both"]
+    assert list(options) == ["trust_each_budget", "no_confirm_at_rung", "trust_each_budget+no_confirm_at_rung"]
+    assert se.OPTIONS == {"trust_each_budget": (True, True), "no_confirm_at_rung": (False, False),
+                          "trust_each_budget+no_confirm_at_rung": (True, False)}, "every other setting, by its flags"
+    assert po.flags(*po.DEFAULT) == "" and po.flags(True, False) == "--trust-each-budget --no-confirm-at-rung"
     for name, (each, at_rung) in se.OPTIONS.items():
         alone = se.replay(budgets, repeats=4, seed=5, each_budget=each, at_rung=at_rung)["archhpo"]
         for key in ("flops_ratio", "share_within_1std", "flops_ratio_per_budget", "within_1std_per_budget"):
@@ -577,8 +583,13 @@ def test_compare_options_prints_and_writes_the_comparison_and_refuses_an_option_
     doc = json.loads(out.read_text())
     assert doc["command"].endswith("--compare-options") and set(doc["options"]) == set(se.OPTIONS)
     assert list(doc["strategies"]) == list(se.STRATEGIES) and "options" not in doc["per_budget"]["archhpo"]
-    assert "| --trust-each-budget --confirm-at-rung |" in capsys.readouterr().out
-    for flag in ("--trust-each-budget", "--confirm-at-rung"):
-        with pytest.raises(SystemExit, match="leave out --trust-each-budget and --confirm-at-rung"):
+    assert "| --trust-each-budget --no-confirm-at-rung |" in capsys.readouterr().out
+    for flag in ("--trust-each-budget", "--confirm-at-rung", "--no-confirm-at-rung"):
+        with pytest.raises(SystemExit, match=r"leave out --trust-each-budget and --\(no-\)confirm-at-rung"):
             se.main(["--truth", str(path), "--compare-options", flag, "--json", str(tmp_path / "no.json")])
     assert not (tmp_path / "no.json").exists(), "nothing written"
+    off = tmp_path / "off.json"
+    assert se.main(["--truth", str(path), "--repeats", "3", "--seed", "1", "--no-confirm-at-rung", "--json", str(off)]) == 0
+    assert json.loads(off.read_text())["command"].endswith("--truth-mean held-out --no-confirm-at-rung")
+    alone = se.replay(se.load_table(path), 3, 1, at_rung=False)["archhpo"]
+    assert json.loads(off.read_text())["strategies"]["archhpo"] == {k: alone[k] for k in se.MEASURES}

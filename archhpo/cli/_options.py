@@ -76,6 +76,8 @@ class Option:
     commands: tuple[str, ...] = ()
     stored: bool = False  # part of the study (its identity): set at launch, read by every worker
     switch: bool = False  # a store_true flag
+    negatable: bool = False  # a switch that also has --no-NAME (its default depends on other options)
+    shown_default: str | None = None  # the reference's default where a value cannot say it ("on with --ladder")
     choices: Sequence[str] | None = None  # a list may grow (PRUNERS: search/_rules.py registers rules)
     repeat: bool = False  # may be given several times (--budget 2M --budget 20M)
     required: tuple[str, ...] = ()  # commands on which argparse itself requires it
@@ -141,7 +143,7 @@ class Option:
         shown = self.help_for(command, family) if self.applies_to(family) else argparse.SUPPRESS
         kwargs: dict[str, Any] = {"dest": self.key, "default": argparse.SUPPRESS, "help": shown}
         if self.switch:
-            kwargs["action"] = "store_true"
+            kwargs["action"] = argparse.BooleanOptionalAction if self.negatable else "store_true"
         else:
             kwargs["type"] = self.parser_type(command)
             if self.repeat:
@@ -235,7 +237,8 @@ OPTIONS: tuple[Option, ...] = (
     study_option("sequential_confirm", None, STUDY_COMMANDS, switch=True),
     study_option("lr_probe", None, STUDY_COMMANDS, switch=True),
     study_option("trust_each_budget", None, STUDY_COMMANDS, switch=True),
-    study_option("confirm_at_rung", None, STUDY_COMMANDS, switch=True),
+    study_option("confirm_at_rung", None, STUDY_COMMANDS, switch=True, negatable=True,
+                 shown_default="on with --ladder"),
     *(Option(name, None, int, f"{name} of the architecture ({ARCH_HELP[name]}); launch/run/worker/export: "
         "pin it (a comma-separated list pins several values) instead of or within a budget; grid: list only "
         "the budget's rows with these values, as a study pinning them within the budget plans them",

@@ -142,7 +142,7 @@ def test_from_options_splits_sections_and_ratios() -> None:
     config = StudyConfig.from_options({"experiment": "e", "budget": ["2M", "20M"], "pruner": "halving", "eta": 4,
                                        "tokens_per_param": [10, 20], "d_model": [64], "epochs": 3, "seeds": None,
                                        "family": "lm"}, given=["eta"])
-    assert config.budgets == ("2M", "20M") and config.pruning == Pruning("halving", 4)
+    assert config.budgets == ("2M", "20M") and config.pruning == Pruning("halving", 4, confirm_at_rung=False)
     assert config.pins == {"d_model": (64,)} and config.fixed_params == {"epochs": 3}
     assert config.confirm.seeds == 3 and config.given == {"eta"}
     assert [c.data.ratio for c in config.per_ratio()] == [(10.0, None), (20.0, None)]
@@ -232,6 +232,33 @@ def test_a_ladder_confirms_its_finalists_unless_confirm_or_seeds_is_stated() -> 
         StudyConfig.from_options({**budgets, "confirm": 0}, given=["ladder", "budget", "confirm", "seeds"])
     assert f"confirms each budget's {LADDER_FINALISTS} finalists with {LADDER_CONFIRM_SEEDS} new seed" in (
         field_help("ladder")), "the help says what the constants are"
+
+
+def test_a_ladder_confirms_at_a_trusted_rung_unless_stated_or_not_halving_and_confirming() -> None:
+    """--confirm-at-rung is on where --ladder halves and confirms (docs/searching.md, "Choosing the
+    defaults"), off elsewhere; --no-confirm-at-rung (or `confirm_at_rung = false`) turns it off."""
+    from archhpo.cli._main import _complete, build_parser
+    from archhpo.cli._study_cmds import _study_config
+
+    budgets = {"experiment": "e", "budget": ["200K", "500K"], "ladder": True}
+    given = ["ladder", "budget"]
+    assert StudyConfig.from_options(budgets, given=given).pruning.confirm_at_rung is True
+    off = StudyConfig.from_options({**budgets, "confirm_at_rung": False}, given=[*given, "confirm_at_rung"])
+    assert off.pruning.confirm_at_rung is False
+    assert dataclasses.replace(off, seed=1).pruning.confirm_at_rung is False, "a stated opt-out survives a copy"
+    median = StudyConfig.from_options({**budgets, "pruner": "median"}, given=[*given, "pruner"])
+    unconfirmed = StudyConfig.from_options({**budgets, "confirm": 0}, given=[*given, "confirm"])
+    assert median.pruning.confirm_at_rung is unconfirmed.pruning.confirm_at_rung is False
+    assert StudyConfig("e").pruning.confirm_at_rung is False, "off the ladder: off"
+    with pytest.raises(ArchhpoError, match="--confirm-at-rung and --no-confirm-at-rung choose where a ladder "
+                                           "budget confirms its finalists, so they need --ladder"):
+        StudyConfig.from_options({"experiment": "e", "confirm_at_rung": False}, given=["confirm_at_rung"])
+    fam = get_family("patchtst")
+    line = ["run", "--experiment", "e", "--budget", "200K", "--budget", "500K", "--ladder"]
+    for extra, expected in (([], True), (["--no-confirm-at-rung"], False), (["--confirm-at-rung"], True)):
+        args = build_parser(fam).parse_args([*line, *extra])
+        _complete(args, fam, {}, None)
+        assert _study_config(args).pruning.confirm_at_rung is expected, extra
 
 
 def test_a_learning_rate_range_replaces_the_default_one_on_the_line_and_in_a_file(tmp_path: Path,

@@ -53,7 +53,7 @@ def test_the_finalists_and_baselines_are_marked_at_the_lowest_trusted_rung_not_t
 
 
 def test_the_option_needs_a_ladder_and_is_stored_with_it() -> None:
-    with pytest.raises(ArchhpoError, match="--confirm-at-rung confirms at a rung a ladder budget trusts"):
+    with pytest.raises(ArchhpoError, match="--confirm-at-rung and --no-confirm-at-rung choose where a ladder"):
         StudyConfig("e", budgets=("200K", "500K"), pruning=replace(StudyConfig("e").pruning, confirm_at_rung=True),
                     given=frozenset({"confirm_at_rung"}))
     config = _config(3)
@@ -61,6 +61,27 @@ def test_the_option_needs_a_ladder_and_is_stored_with_it() -> None:
     large = prepare_settings(config, "500K", ladder_below=[small.study_name])
     assert small.options.ladder is None, "the smallest budget trusts nothing: it confirms at full length"
     assert large.options.ladder == {"below": [small.study_name], "confirm": "rung"} and large.options.confirm_at_rung
+
+
+def test_a_ladder_budget_launched_before_the_default_resumes_as_stored(storage_url: str) -> None:
+    """A ladder budget stored without `"confirm": "rung"` (launched before it was --ladder's default)
+    relaunches with today's default command and keeps confirming at full length; a budget stored
+    with it is not relaunched with --no-confirm-at-rung."""
+    from archhpo.errors import StudyError
+
+    config = _config(3)
+    before = replace(config, pruning=replace(config.pruning, confirm_at_rung=False))
+    small = prepare_settings(before, "200K")
+    launch(storage_url, prepare_settings(before, "500K", ladder_below=[small.study_name]))
+    today = prepare_settings(config, "500K", ladder_below=[small.study_name])
+    assert today.options.confirm_at_rung
+    assert not launch(storage_url, today).settings.options.confirm_at_rung, "the stored behaviour is kept"
+    assert not TrialQueue(storage_url, today.study_name).settings.options.confirm_at_rung
+    other = replace(config, experiment="cq")
+    launch(storage_url, prepare_settings(other, "500K", ladder_below=[small.study_name]))
+    opted_out = replace(other, pruning=replace(other.pruning, confirm_at_rung=False))
+    with pytest.raises(StudyError, match=r"options.ladder: stored .*'confirm': 'rung'"):
+        launch(storage_url, prepare_settings(opted_out, "500K", ladder_below=[small.study_name]))
 
 
 def _config(confirm: int) -> Any:

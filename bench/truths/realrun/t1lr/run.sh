@@ -11,6 +11,8 @@
 # Once its 800K is planned, `lr_sweep.py judge --table ... --budget 800K --ladder
 # sqlite:///bench/truths/realrun/t1lr/t1lrreal.db --study t1lrreal_800K-h2+4+8-t10` grades the carried
 # rate against T1's 800K sweep (bench/truths/README.md).
+# --no-confirm-at-rung: launched before --confirm-at-rung became --ladder's default (2026-11-29), it keeps
+# the options its studies were stored with (the same studies; a relaunch without it is accepted too).
 set -euo pipefail
 cd "$(dirname "$0")/../../../.."
 HERE=bench/truths/realrun/t1lr
@@ -21,7 +23,7 @@ export RAY_USAGE_STATS_ENABLED=0
 source bench/truths/realrun/parts.sh
 
 launch() {
-  exec nice -n 10 .venv/bin/archhpo run --ladder --experiment t1lrreal --family lm --data synthetic --seq-len 128 \
+  exec nice -n 10 .venv/bin/archhpo run --ladder --no-confirm-at-rung --experiment t1lrreal --family lm --data synthetic --seq-len 128 \
     --tokens-per-param 10 --data-seed 0 --seed 7 --tolerance 0.15 --n-heads 2,4,8 --schedule wsd --cooldown 0.2 \
     --learning-rate 1e-3:3e-2 --weight-decay 1e-4 --batch-size 16 --warmup-steps 50 --epochs 9 \
     --budget 100K --budget 200K --budget 400K --budget 800K --trials 12 --workers 1 --threads 1 \

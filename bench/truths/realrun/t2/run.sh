@@ -12,6 +12,8 @@
 #
 # Once it and T2's 800K truth are finished, `compare.py --truth bench/truths/t2.csv --results <its out>
 # --experiment t2real --replay 50` grades it (docs/searching.md, "Real runs").
+# --no-confirm-at-rung: launched before --confirm-at-rung became --ladder's default (2026-11-29), it keeps
+# the options its studies were stored with (the same studies; a relaunch without it is accepted too).
 set -euo pipefail
 cd "$(dirname "$0")/../../../.."
 HERE=bench/truths/realrun/t2
@@ -24,7 +26,7 @@ source bench/truths/realrun/parts.sh
 
 launch() {
   [[ -f $DATA ]] || { mkdir -p "$(dirname "$DATA")"; bash bench/truths/shakespeare.sh "$DATA"; }
-  exec nice -n 10 .venv/bin/archhpo run --ladder --experiment t2real --family lm --data "$DATA" \
+  exec nice -n 10 .venv/bin/archhpo run --ladder --no-confirm-at-rung --experiment t2real --family lm --data "$DATA" \
     --seq-len 128 --tokens-per-param 10 --data-seed 0 --seed 7 --tolerance 0.15 --n-heads 2,4,8 --schedule wsd \
     --cooldown 0.2 --learning-rate 3e-3 --weight-decay 1e-4 --batch-size 16 --warmup-steps 50 --epochs 9 \
     --budget 100K --budget 200K --budget 400K --budget 800K --trials 50 --workers 1 --threads 1 \
