@@ -17,6 +17,7 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
+from archhpo.environment import Environment
 from tests.conftest import TINY_DATA, run_cli, wait_for
 
 FAST_REAP = {"ARCHHPO_HEARTBEAT_S": "1", "ARCHHPO_GRACE_S": "4", "ARCHHPO_REAP_S": "1"}
@@ -146,7 +147,9 @@ def test_sigkilled_worker_trial_is_retried_once_and_resumes_from_its_checkpoint(
     assert 1 in retry.intermediate_values, "the retry carries the first attempt's validation curve"
     assert len(trials) == 4
     _assert_each_slot_finished_once(trials, 3)
-    assert reaction_s < 4 + 1 + 20, f"reaped and retried {reaction_s:.1f}s after the kill"
+    # The 4 s grace, 1 s reap interval and the rescuer's start (its imports: 27 s once on a 2-core
+    # machine loaded by the whole suite and 3 training processes), well below the default 90 s grace.
+    assert reaction_s < 4 + 1 + 45 < Environment().grace_s, f"reaped and retried {reaction_s:.1f}s after the kill"
     res = run_cli("export", "--experiment", "kill", "--storage", url, "--out", str(tmp_path / "o"))
     with open(tmp_path / "o" / "experiment_results.csv") as fh:
         assert len(list(csv.DictReader(fh))) == 3, "one CSV row per finished planned trial"
