@@ -711,7 +711,7 @@ def json_doc(args: argparse.Namespace, budgets: list[Budget], result: dict[str, 
         "archhpo_fidelity": result["archhpo"]["fidelity"],
         "command": (f"python bench/search_efficiency.py --truth {args.truth} --repeats {args.repeats} --seed {args.seed}"
                     f" --trials {args.trials} --topk {args.topk} --truth-mean {args.truth_mean}"
-                    + "".join(" " + f for f in [flags(args.trust_each_budget, _at_rung(args))] if f)
+                    + (f" {named}" if (named := flags(args.trust_each_budget, _at_rung(args))) else "")
                     + (" --compare-options" if args.compare_options else "")),
         "budgets": [b.name for b in budgets], "repeats": args.repeats, "seed": args.seed,
         "truth_sha256": hashlib.sha256(args.truth.read_bytes()).hexdigest(),

@@ -29,7 +29,15 @@ from archhpo.config import field_default, field_help
 from archhpo.environment import Environment
 from archhpo.errors import ArchhpoError
 from archhpo.models import Family
-from archhpo.schema import ARCH_HELP, ARCH_KEYS, PRUNERS, SCHEDULES, TRAINING, TRAINING_PARAMS
+from archhpo.schema import (
+    ARCH_HELP,
+    ARCH_KEYS,
+    LADDER_CONFIRM_AT_RUNG,
+    PRUNERS,
+    SCHEDULES,
+    TRAINING,
+    TRAINING_PARAMS,
+)
 
 GRID, PARAMS, LAUNCH, WORKER, RUN, EXPORT, DASHBOARD, TRAIN, REPORT = (
     "grid", "params", "launch", "worker", "run", "export", "dashboard", "train", "report",
@@ -238,7 +246,7 @@ OPTIONS: tuple[Option, ...] = (
     study_option("lr_probe", None, STUDY_COMMANDS, switch=True),
     study_option("trust_each_budget", None, STUDY_COMMANDS, switch=True),
     study_option("confirm_at_rung", None, STUDY_COMMANDS, switch=True, negatable=True,
-                 shown_default="on with --ladder"),
+                 shown_default="on with --ladder" if LADDER_CONFIRM_AT_RUNG else "off"),
     *(Option(name, None, int, f"{name} of the architecture ({ARCH_HELP[name]}); launch/run/worker/export: "
         "pin it (a comma-separated list pins several values) instead of or within a budget; grid: list only "
         "the budget's rows with these values, as a study pinning them within the budget plans them",
