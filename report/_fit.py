@@ -18,7 +18,8 @@ condition):
 - ``interpolation``: no more points than the law's 3 free parameters (L(N) needs 4 budgets): a
   curve through the points is an interpolation, not a fit;
 - ``unresolved``: an exponent's interval touches a bound of its range, a prefactor's interval
-  reaches the bound of its (log) range (it is not finite), or the intervals collapse to a point;
+  reaches the bound of its (log) range (it is not finite), E's interval reaches 0 (under 0.1% of
+  the lowest loss: no irreducible loss is resolved), or the intervals collapse to a point;
 - ``fitted``: none of these. Only a ``fitted`` law is printed as a law anywhere.
 """
 
@@ -40,7 +41,8 @@ N_BOOT = 1000
 MIN_BUDGETS = 3  # the least points a fit is attempted on
 N_PARAMS = 3  # E, A, alpha: a law is fitted only on more points than this
 _ALPHA_BOUNDS = (1e-4, 4.0)
-_A_FLOOR = 1e-3  # a reducible loss under 0.1% of the loss at the smallest budget counts as none
+LOG_FLOOR = -30.0  # the bottom of every prefactor's log range (E, A, B): e^-30 stands for 0
+NEGLIGIBLE = 1e-3  # a loss term under 0.1% of the observed loss counts as none (A's reducible loss, E)
 STATUSES = ("fitted", "unresolved", "interpolation", "no_scaling", "too_few_budgets")
 
 
@@ -115,7 +117,7 @@ def _starts(logn: np.ndarray, logl: np.ndarray, coarse: bool) -> list[np.ndarray
 
 def _bounds(logn: np.ndarray, logl: np.ndarray) -> list[tuple[float, float]]:
     top = float(logl.max()) + 1.0
-    return [(-30.0, top), (-30.0, top + _ALPHA_BOUNDS[1] * float(logn.max()) + 5.0), _ALPHA_BOUNDS]
+    return [(LOG_FLOOR, top), (LOG_FLOOR, top + _ALPHA_BOUNDS[1] * float(logn.max()) + 5.0), _ALPHA_BOUNDS]
 
 
 def _per_problem(theta: np.ndarray, logn: np.ndarray, logl: np.ndarray, weights: np.ndarray,
@@ -327,6 +329,8 @@ def _verdict(theta: np.ndarray, samples: np.ndarray, ratio: dict[str, Any], logn
     elif alpha <= lo * 1.01 or alpha >= hi * 0.99:
         unresolved.append(f"alpha = {alpha:.3g} sits at a bound of its range [{lo:g}, {hi:g}]")
     a_top = _bounds(logn, logl)[1][1]
+    if len(samples):
+        unresolved += e_unresolved(samples[:, 0], math.exp(float(logl.min())))
     if len(samples) and float(np.log(np.percentile(samples[:, 1], 97.5))) >= a_top - 1e-6 * abs(a_top):
         unresolved.append(f"A's 95% interval reaches the bound of its range ({math.exp(a_top):.3g}): the prefactor "
                           "is not finite")
@@ -334,9 +338,9 @@ def _verdict(theta: np.ndarray, samples: np.ndarray, ratio: dict[str, Any], logn
     n_min, l_min = math.exp(logn[small]), math.exp(logl[small])
     reducible = math.exp(theta[1]) * n_min ** -alpha
     low = float(np.percentile(samples[:, 1] * n_min ** -samples[:, 2], 2.5)) if len(samples) else reducible
-    if min(reducible, low) < _A_FLOOR * l_min:
+    if min(reducible, low) < NEGLIGIBLE * l_min:
         flat.append(f"A is not distinguishable from 0: the reducible loss A·N^-alpha at the smallest budget "
-                    f"is {reducible:.3g} (95% interval down to {low:.3g}), under {_A_FLOOR:.1%} of the loss there")
+                    f"is {reducible:.3g} (95% interval down to {low:.3g}), under {NEGLIGIBLE:.1%} of the loss there")
     if not len(samples) or np.ptp(samples[:, 2]) <= 1e-9 * max(abs(alpha), 1.0):
         unresolved.append("the 95% intervals collapse to a point: no budget has a second trial or seed to resample "
                           "and the budget points alone cannot be resampled")
@@ -346,6 +350,18 @@ def _verdict(theta: np.ndarray, samples: np.ndarray, ratio: dict[str, Any], logn
         flat.append(f"the 95% interval of the loss ratio between the largest and the smallest budget, "
                     f"[{r_lo:.4g}, {r_hi:.4g}], {where}")
     return flat, unresolved
+
+
+def e_unresolved(e_draws: np.ndarray, lowest_loss: float) -> list[str]:
+    """Why E is not resolved, or []: its 95% interval reaches down to 0 (under 0.1% of the lowest
+    observed loss; the fit's floor is e^-30), so the points do not separate the irreducible loss
+    from the power law: E and the exponents trade off along a ridge (T2's real run printed
+    E = 0.85 [9.4e-14, 1.53] as a law). Shared by L(N) and L(N, D)."""
+    lo, hi = np.percentile(e_draws, [2.5, 97.5])
+    if lo >= NEGLIGIBLE * lowest_loss:
+        return []
+    return [f"E's 95% interval [{lo:.3g}, {hi:.3g}] reaches 0: the points do not bound the irreducible loss "
+            "away from zero, so E is not separated from the power-law terms"]
 
 
 def law_status(flat: list[str], unresolved: list[str], n_points: int, n_params: int) -> tuple[str, str | None]:

@@ -17,7 +17,7 @@ bootstrap refits.
 Status as for L(N) (`archhpo.report._fit.law_status`): ``too_few_points`` (not enough different
 D: at least two per budget, or D varying with N over at least 4 points), ``interpolation`` (no
 more points than the 5 free parameters), ``unresolved`` (an exponent's interval touches its range,
-a prefactor's reaches its bound), or ``fitted``.
+a prefactor's reaches its bound, E's reaches 0), or ``fitted``.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 from scipy.optimize import minimize
 
-from archhpo.report._fit import DELTA, N_BOOT, _one_blas_thread, law_status, touches
+from archhpo.report._fit import DELTA, LOG_FLOOR, N_BOOT, _one_blas_thread, e_unresolved, law_status, touches
 
 LAW = "L(N, D) = E + A/N^alpha + B/D^beta"
 N_PARAMS = 5
@@ -64,8 +64,8 @@ def _objective(theta: np.ndarray, logn: np.ndarray, logd: np.ndarray, logl: np.n
 
 def _bounds(logn: np.ndarray, logd: np.ndarray, logl: np.ndarray) -> list[tuple[float, float]]:
     top = float(logl.max()) + 1.0
-    return [(-30.0, top), (-30.0, top + EXP_BOUNDS[1] * float(logn.max()) + 5.0),
-            (-30.0, top + EXP_BOUNDS[1] * float(logd.max()) + 5.0), EXP_BOUNDS, EXP_BOUNDS]
+    return [(LOG_FLOOR, top), (LOG_FLOOR, top + EXP_BOUNDS[1] * float(logn.max()) + 5.0),
+            (LOG_FLOOR, top + EXP_BOUNDS[1] * float(logd.max()) + 5.0), EXP_BOUNDS, EXP_BOUNDS]
 
 
 def _starts(logn: np.ndarray, logd: np.ndarray, logl: np.ndarray) -> list[np.ndarray]:
@@ -206,6 +206,8 @@ def _fit_nd(n: Any, d: Any, loss: Any, flops: Any, budgets: list[Any] | None, n_
                   for name in ("alpha", "beta") if touches(out[name]["ci95"], *EXP_BOUNDS)]
     unresolved += [f"{name}'s 95% interval reaches the bound of its range: the prefactor is not finite"
                    for name, col in (("A", 1), ("B", 2)) if len(boot) and boot[:, col].max() >= bounds[col][1] - 1e-6]
+    if len(boot):
+        unresolved += e_unresolved(samples[1:, 0], float(loss.min()))
     out["status"], out["reason"] = law_status([], unresolved, len(n), N_PARAMS)
     k = float(np.median(flops / (n * d)))
     out["flops_per_param_token"] = k

@@ -187,3 +187,29 @@ def test_an_exponent_whose_interval_reaches_its_bound_is_unresolved() -> None:
     assert fit["status"] == "unresolved" and "formula" not in fit
     assert "alpha's 95% interval [0.0117, 0.712] touches a bound" in fit["reason"]
     assert fit["loss_ratio"]["ci95"][1] < 1, "the trend itself is resolved"
+
+
+def test_the_t2_real_runs_points_leave_e_unresolved() -> None:
+    """T2's real run (bench/truths/realrun/t2) printed "E = 0.8517 [9.358e-14, 1.529]" as a law:
+    four budgets that fall as a near power law cannot bound E away from 0, so no law is claimed."""
+    n = [91648, 225536, 445952, 824448]
+    loss = [2.3172473907470703, 1.92374587059021, 1.665615200996399, 1.5331238508224487]
+    fit = fit_law(n, loss, n_boot=300)
+    assert fit["status"] == "unresolved" and "formula" not in fit
+    assert fit["reason"].startswith("E's 95% interval [9.36e-14, ")
+    assert "reaches 0: the points do not bound the irreducible loss away from zero" in fit["reason"]
+    assert fit["loss_ratio"]["ci95"][1] < 1, "the trend itself is resolved"
+
+
+@pytest.mark.parametrize(("e", "status"), [(0.0, "unresolved"), (1.7, "fitted")])
+def test_e_is_resolved_only_where_its_interval_stays_above_zero(e: float, status: str) -> None:
+    """The same four budgets and trial noise: a pure power law (E = 0) leaves E's interval at 0 and
+    is unresolved; the law with E = 1.7 bounds it away from 0 and is fitted."""
+    n = np.array([1e5, 2e5, 4e5, 8e5])
+    rng = np.random.default_rng(0)
+    units = [(np.full(6, x), (e + 400 * x**-0.34) * np.exp(rng.normal(0, 0.003, 6))) for x in n]
+    fit = fit_law(n, [float(u[1].min()) for u in units], n_boot=300,
+                  replicates=within_budget_replicates(units, 300, 0))
+    assert fit["status"] == status, fit["reason"]
+    assert ("E's 95% interval" in (fit["reason"] or "")) is (status == "unresolved")
+    assert bool(fit["E"]["ci95"][0] < 1e-3 * min(u[1].min() for u in units)) is (status == "unresolved")

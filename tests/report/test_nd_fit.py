@@ -141,3 +141,14 @@ def test_the_example_study_on_the_synthetic_language_puts_e_around_its_entropy_r
     assert nd["n_points"] == 8 and lo <= nd["entropy_rate"] <= hi and lo <= nd["loss_floor"] <= hi
     assert nd["status"] == "unresolved" and "alpha's 95% interval" in nd["reason"]
     assert nd["compute_optimal"]["sentence"].startswith("No compute-optimal answer for C = ")
+
+
+def test_a_law_without_an_irreducible_loss_is_unresolved() -> None:
+    """The known table with E = 0: E's interval reaches 0, so L(N, D) is not claimed; the same table
+    with the truth's E = 1.7 is fitted (test above)."""
+    n, r = (a.ravel() for a in np.meshgrid(N, R))
+    d = r * n
+    loss = (_law(n, d) - TRUTH["E"]) * (1 + np.random.default_rng(0).normal(0, 0.003, len(n)))
+    fit = fit_nd_law(n, d, loss, 6 * n * d, budgets=list(n), n_boot=400)
+    assert fit["status"] == "unresolved"
+    assert fit["reason"].startswith("E's 95% interval [9.36e-14, ") and "reaches 0" in fit["reason"]
