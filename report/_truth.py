@@ -44,7 +44,10 @@ def truth_text(fit: Mapping[str, Any]) -> str:
     target = floor if floor is not None else rate
     where = "contains" if lo <= target <= hi else ("lies above" if lo > target else "lies below")
     what = "the floor" if floor is not None else "the entropy rate"
-    text += f"; the fitted E is {est:.4f} [{lo:.4f}, {hi:.4f}], an interval that {where} {what}."
+    status = fit.get("status", "fitted")  # a fit stored before statuses existed was printed as a law
+    # E of a fit that is not a law is still informative against the floor, but it is not "the fitted E"
+    name = "the fitted E" if status == "fitted" else f"E of the fit, which is no law ({status.replace('_', ' ')}),"
+    text += f"; {name} is {est:.4f} [{lo:.4f}, {hi:.4f}], an interval that {where} {what}."
     if where == "lies below":
         text += (f" Warning: E below {what} is impossible for any model: the law is fitted to undertrained "
                  "models (more tokens per parameter move E up) or does not describe these points.")

@@ -227,6 +227,9 @@ def test_truth_text_says_where_the_fitted_e_lies() -> None:
     assert "lies below the floor" in truth_text(low) and "Warning: E below the floor" in truth_text(low)
     assert below_floor(low) and not below_floor(fit)
     assert truth_text({"E": fit["E"]}) == ""
+    unresolved = truth_text({**fit, "status": "unresolved", "E": {"estimate": 1.81, "ci95": [9.4e-14, 1.92]}})
+    assert "; E of the fit, which is no law (unresolved), is 1.8100 [0.0000, 1.9200], an interval that contains" in unresolved
+    assert "the fitted E" in truth_text({**fit, "status": "fitted"})
     assert known_truth([{"entropy_rate": 1.0}, {"entropy_rate": 1.0}]) == {"entropy_rate": 1.0}
     assert known_truth([{"entropy_rate": 1.0}, {"entropy_rate": 2.0}]) == {}, "mixed truths: none"
     assert known_truth([{"entropy_rate": 1.0}, {}]) == {}
