@@ -103,6 +103,8 @@ class Pruning:
     trust_each_budget: bool = False
     """with --ladder: measure whether the rungs predict the final ranking again at every budget below the largest (its trials score each rung in passing, about 1/9 of a trial more each), and let the next budget prune where that holds; default: measured once, at the smallest budget, where a plateau can leave every rung untrusted"""
 
+    # None until StudyConfig.__post_init__ resolves it: the default needs --ladder and the confirmation,
+    # which a Pruning alone does not see (compare a resolved config with confirm_at_rung=False, not None).
     confirm_at_rung: bool | None = None
     """with --ladder: a budget that prunes at a trusted rung also confirms its finalists there (each new seed trained to the lowest trusted rung and scored by its cooldown branch, the winner chosen on the finalists' mean scores at that rung, search runs' included), about a third of a full-length confirmation; on by default where --ladder halves and confirms (docs/searching.md, "Choosing the defaults"); --no-confirm-at-rung trains every confirmation run to full length"""
 
