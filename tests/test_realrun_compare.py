@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 from pathlib import Path
 from types import ModuleType
@@ -140,3 +141,37 @@ def test_a_run_extended_after_the_waves_is_replayed_per_budget_as_it_confirmed(t
                          str(tmp_path), "--experiment", "t2real", "--replay", "2"]) == 0
     assert ("confirming as each budget stored it: at once at 100K-h2+4+8-t10, 200K-h2+4+8-t10, in two waves at "
             "400K-h2+4+8-t10)") in capsys.readouterr().out.splitlines()[-1]
+
+
+def test_work_trained_again_after_a_restart_is_priced_but_set_apart_from_the_method(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A trial stopped without its checkpoint trains its first steps twice: flops_spent counts them (the
+    run's real cost) and the line says what the run cost without them, which is what the replay models.
+    A copy of T2's run in which one 400K trial that scored no rung spent half a training more."""
+    truth = ROOT / "bench" / "truths" / "t2_partial_100K-400K.csv"
+    run = REALRUN / "t2"
+    for f in run.glob("t2real_*_best.json"):
+        (tmp_path / f.name).write_text(f.read_text())
+    with open(run / "experiment_results.csv") as fh:
+        reader = csv.DictReader(fh)
+        rows, fields = list(reader), reader.fieldnames
+    assert fields is not None
+    hit = next(r for r in rows if r["budget"].startswith("400K") and r["state"] == "COMPLETE" and r["rung_scores"] == "[]"
+               and r["flops_spent"] == r["flops_full"])
+    full = float(hit["flops_full"])
+    hit["flops_spent"] = str(1.5 * full)
+    with open(tmp_path / "experiment_results.csv", "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=fields)
+        writer.writeheader()
+        writer.writerows(rows)
+    args = ["--truth", str(truth), "--experiment", "t2real"]
+    assert compare.main([*args, "--results", str(run)]) == 0
+    before = capsys.readouterr().out.splitlines()
+    assert compare.main([*args, "--results", str(tmp_path)]) == 0
+    after = capsys.readouterr().out.splitlines()
+    assert after[:2] == before[:2], "the budgets without a restart are graded as before"
+    assert after[2].split("; FLOPs ")[0] == before[2].split("; FLOPs ")[0], "the same choice and grade"
+    assert after[2].endswith(f"(0.336 without {0.5 * full:.3e} trained again after a restart)")
+    assert before[-1] == "total FLOPs ratio 0.362"
+    assert after[-1].startswith("total FLOPs ratio 0.") and after[-1].endswith(
+        "(0.362 without the work trained again after restarts, which the replay does not model)")

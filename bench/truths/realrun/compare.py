@@ -29,18 +29,25 @@ import search_efficiency as se  # noqa: E402
 from _replay_table import Budget, load_table  # noqa: E402
 
 
-def spent_flops(results: Path, experiment: str, budget: str) -> tuple[int, float]:
-    """The run's finished trials of one budget and the FLOPs they spent (the results CSV's flops_spent:
-    every epoch and cooldown branch trained, pruned trials included)."""
+def spent_flops(results: Path, experiment: str, budget: str) -> tuple[int, float, float]:
+    """The run's finished trials of one budget, the FLOPs they spent (the results CSV's flops_spent:
+    every epoch and cooldown branch trained, pruned trials included, and work trained again after a
+    restart) and, of those, the FLOPs trained twice: a COMPLETE trial that scored no rung spends
+    exactly flops_full unless it was stopped without its checkpoint and restarted. The replay models
+    the method, not the restarts, so the run is placed among its replays without them. (A trial that
+    scored rungs also spends its cooldown branches, so a restart of one is not separated here.)"""
     with open(results / "experiment_results.csv") as fh:
         rows = [r for r in csv.DictReader(fh) if r["experiment"] == experiment and r["budget"] == budget
                 and r["state"] in ("COMPLETE", "PRUNED")]
-    return len(rows), sum(float(r["flops_spent"] or 0) for r in rows)
+    spent = sum(float(r["flops_spent"] or 0) for r in rows)
+    again = sum(max(0.0, float(r["flops_spent"] or 0) - float(r["flops_full"] or 0)) for r in rows
+                if r["state"] == "COMPLETE" and r.get("rung_scores") in ("", "[]"))  # absent in older CSVs: unknown
+    return len(rows), spent, again
 
 
-def grade(b: Budget, results: Path, experiment: str, seed: int, trials: int) -> tuple[str, float, float]:
-    """One budget's line, the run's FLOPs and the design's."""
-    n, spent = spent_flops(results, experiment, b.name)
+def grade(b: Budget, results: Path, experiment: str, seed: int, trials: int) -> tuple[str, float, float, float]:
+    """One budget's line, the run's FLOPs, those trained twice after a restart, and the design's."""
+    n, spent, again = spent_flops(results, experiment, b.name)
     arch = json.loads((results / f"{experiment}_{b.name}_best.json").read_text())["architecture"]
     by = {(a.d_model, a.n_layers, a.n_heads, a.d_ff): a for a in b.archs.values()}
     chosen = by[(arch["d_model"], arch["n_layers"], arch["n_heads"], arch["d_ff"])]
@@ -50,7 +57,9 @@ def grade(b: Budget, results: Path, experiment: str, seed: int, trials: int) -> 
             f"(truth mean {chosen.mean:.4f}; best d{best.d_model}-L{best.n_layers}-h{best.n_heads} {best.mean:.4f}; "
             f"regret {(chosen.mean - best.mean) / b.seed_std:.2f} std of {b.seed_std:.4f}); "
             f"FLOPs {spent:.3e} against the design's {design:.3e} = {spent / design:.3f}")
-    return line, spent, design
+    if again:
+        line += f" ({(spent - again) / design:.3f} without {again:.3e} trained again after a restart)"
+    return line, spent, again, design
 
 
 def run_confirms_in_waves(results: Path, experiment: str, budgets: list[Budget]) -> list[bool]:
@@ -124,13 +133,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not budgets:
         raise SystemExit(f"compare: no best JSON of {args.experiment} in {args.results} matches a budget of "
                          f"{args.truth}; give the run's --out and --experiment.")
-    total_real = total_design = 0.0
+    total_real = total_again = total_design = 0.0
     for b in budgets:
-        line, spent, design = grade(b, args.results, args.experiment, args.seed, args.trials)
+        line, spent, again, design = grade(b, args.results, args.experiment, args.seed, args.trials)
         print(line)
         total_real += spent
+        total_again += again
         total_design += design
-    print(f"total FLOPs ratio {total_real / total_design:.3f}")
+    print(f"total FLOPs ratio {total_real / total_design:.3f}" + (
+        f" ({(total_real - total_again) / total_design:.3f} without the work trained again after restarts, "
+        "which the replay does not model)" if total_again else ""))
     if args.replay:
         waves = (run_confirms_in_waves(args.results, args.experiment, budgets) if args.confirmation == "run"
                  else [args.confirmation == "waves"] * len(budgets))
