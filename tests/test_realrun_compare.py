@@ -71,6 +71,22 @@ def test_the_t2_run_is_graded_by_its_partial_truth(capsys: pytest.CaptureFixture
     assert out[-1] == "total FLOPs ratio 0.362"
 
 
+def test_the_t2_run_is_graded_by_the_complete_t2(capsys: pytest.CaptureFixture[str]) -> None:
+    """The same run with its 800K (added 2026-11-28, finished 2026-11-29) graded by T2's whole ladder:
+    within 1 std at every budget and the truth's best at 400K and 800K; its 800K trained one trial's
+    first part twice after a stop without its checkpoint, which the line prices and sets apart."""
+    args = ["--truth", str(ROOT / "bench" / "truths" / "t2.csv"), "--results", str(REALRUN / "t2"),
+            "--experiment", "t2real"]
+    assert compare.main(args) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert [line.split(" trials, chose ")[1].split(" ")[0] for line in out[:4]] == [
+        "d64-L2-h4", "d64-L6-h4", "d128-L2-h8", "d64-L16-h8"]
+    assert [line.split("regret ")[1].split(" std")[0] for line in out[:4]] == ["0.05", "0.50", "0.00", "0.00"]
+    assert out[3].endswith("= 0.385 (0.368 without 2.074e+13 trained again after a restart)")
+    assert out[-1] == ("total FLOPs ratio 0.379 (0.366 without the work trained again after restarts, "
+                       "which the replay does not model)")
+
+
 def test_the_replay_plans_with_the_runs_own_trials() -> None:
     """A run launched with --trials 12 (T1's learning-rate run) is placed among replays of a 12-trial
     plan: the design it is compared with, and the replay's, are that plan's, not the default 50's."""
