@@ -13,7 +13,8 @@ import pytest
 from tests.conftest import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
-REALRUN = ROOT / "bench" / "truths" / "realrun"
+TRUTHS = ROOT / "bench" / "truths"
+REALRUN = TRUTHS / "realrun"
 
 
 def _load() -> ModuleType:
@@ -21,6 +22,18 @@ def _load() -> ModuleType:
 
 
 compare = _load()
+
+
+def _graded(capsys: pytest.CaptureFixture[str], truth: str, run: str, experiment: str, *extra: str) -> list[str]:
+    """compare.py's lines for a committed real run (bench/truths/realrun/<run>) graded by a truth table."""
+    assert compare.main(["--truth", str(TRUTHS / truth), "--results", str(REALRUN / run),
+                         "--experiment", experiment, *extra]) == 0
+    return capsys.readouterr().out.splitlines()
+
+
+def _chosen(lines: list[str]) -> list[str]:
+    """The architecture each budget's line says the run chose."""
+    return [line.split(" trials, chose ")[1].split(" ")[0] for line in lines]
 
 
 def test_the_t1_run_is_graded_by_its_truth_from_its_committed_outputs(capsys: pytest.CaptureFixture[str]) -> None:
@@ -50,23 +63,16 @@ def test_the_replay_spread_places_the_run_among_the_strategys_repeats(capsys: py
 
 def test_the_t3_run_is_graded_by_its_truth_from_its_committed_outputs(capsys: pytest.CaptureFixture[str]) -> None:
     """The run on T3's whole ladder (bench/truths/realrun/t3/run.sh): the truth's best at every budget."""
-    args = ["--truth", str(ROOT / "bench" / "truths" / "t3.csv"), "--results", str(REALRUN / "t3"),
-            "--experiment", "t3real"]
-    assert compare.main(args) == 0
-    out = capsys.readouterr().out.splitlines()
-    assert [line.split(" trials, chose ")[1].split(" ")[0] for line in out[:4]] == [
-        "d64-L3-h8", "d64-L4-h8", "d128-L2-h8", "d128-L2-h8"]
+    out = _graded(capsys, "t3.csv", "t3", "t3real")
+    assert _chosen(out[:4]) == ["d64-L3-h8", "d64-L4-h8", "d128-L2-h8", "d128-L2-h8"]
     assert all("regret 0.00 std" in line for line in out[:4]), "the truth's best at every budget"
     assert out[-1] == "total FLOPs ratio 0.217"
 
 
 def test_the_t2_run_is_graded_by_its_partial_truth(capsys: pytest.CaptureFixture[str]) -> None:
     """The run on T2's 100K, 200K and 400K (bench/truths/realrun/t2/run.sh): within 1 std at each."""
-    args = ["--truth", str(ROOT / "bench" / "truths" / "t2_partial_100K-400K.csv"), "--results", str(REALRUN / "t2"),
-            "--experiment", "t2real"]
-    assert compare.main(args) == 0
-    out = capsys.readouterr().out.splitlines()
-    assert [line.split(" trials, chose ")[1].split(" ")[0] for line in out[:3]] == ["d64-L2-h4", "d64-L6-h4", "d128-L2-h8"]
+    out = _graded(capsys, "t2_partial_100K-400K.csv", "t2", "t2real")
+    assert _chosen(out[:3]) == ["d64-L2-h4", "d64-L6-h4", "d128-L2-h8"]
     assert "regret 0.05 std" in out[0] and "regret 0.50 std" in out[1] and "regret 0.00 std" in out[2]
     assert out[-1] == "total FLOPs ratio 0.362"
 
@@ -75,12 +81,8 @@ def test_the_t2_run_is_graded_by_the_complete_t2(capsys: pytest.CaptureFixture[s
     """The same run with its 800K (added 2026-11-28, finished 2026-11-29) graded by T2's whole ladder:
     within 1 std at every budget and the truth's best at 400K and 800K; its 800K trained one trial's
     first part twice after a stop without its checkpoint, which the line prices and sets apart."""
-    args = ["--truth", str(ROOT / "bench" / "truths" / "t2.csv"), "--results", str(REALRUN / "t2"),
-            "--experiment", "t2real"]
-    assert compare.main(args) == 0
-    out = capsys.readouterr().out.splitlines()
-    assert [line.split(" trials, chose ")[1].split(" ")[0] for line in out[:4]] == [
-        "d64-L2-h4", "d64-L6-h4", "d128-L2-h8", "d64-L16-h8"]
+    out = _graded(capsys, "t2.csv", "t2", "t2real")
+    assert _chosen(out[:4]) == ["d64-L2-h4", "d64-L6-h4", "d128-L2-h8", "d64-L16-h8"]
     assert [line.split("regret ")[1].split(" std")[0] for line in out[:4]] == ["0.05", "0.50", "0.00", "0.00"]
     assert out[3].endswith("= 0.385 (0.368 without 2.074e+13 trained again after a restart)")
     assert out[-1] == ("total FLOPs ratio 0.379 (0.366 without the work trained again after restarts, "
@@ -102,10 +104,7 @@ def test_the_t3_run_confirming_at_its_trusted_rung_is_graded_from_its_committed_
     """The same ladder with --confirm-at-rung (bench/truths/realrun/t3rung/run.sh): the truth's best at
     every budget for 0.184 of the design's FLOPs instead of 0.217, inside its replay's spread, and its
     larger budgets' confirmations say they were made at a rung."""
-    args = ["--truth", str(ROOT / "bench" / "truths" / "t3.csv"), "--results", str(REALRUN / "t3rung"),
-            "--experiment", "t3rung"]
-    assert compare.main([*args, "--replay", "3"]) == 0
-    out = capsys.readouterr().out.splitlines()
+    out = _graded(capsys, "t3.csv", "t3rung", "t3rung", "--replay", "3")
     assert all("regret 0.00 std" in line for line in out[:4]), "the truth's best at every budget"
     assert out[4] == "total FLOPs ratio 0.184"
     assert out[5].startswith("replay (3 repeats, seeds 20261126+k, confirming in two waves, at the trusted rung)")
@@ -117,7 +116,7 @@ def test_the_t3_run_confirming_at_its_trusted_rung_is_graded_from_its_committed_
 def test_a_run_launched_with_trust_each_budget_or_confirm_at_rung_is_replayed_so(tmp_path: Path) -> None:
     """The run's best JSONs store the ladder options; the T3 run's do not (the defaults), and a copy of
     them whose larger budgets store --trust-each-budget (then --confirm-at-rung) is read as such."""
-    budgets = compare.load_table(ROOT / "bench" / "truths" / "t3.csv")
+    budgets = compare.load_table(TRUTHS / "t3.csv")
     run = REALRUN / "t3"
     assert compare.run_trusts_each_budget(run, "t3real", budgets) is False
     for b in budgets:
@@ -140,7 +139,7 @@ def test_a_run_extended_after_the_waves_is_replayed_per_budget_as_it_confirmed(t
     """T2's run confirmed 100K-400K every finalist at once and its 800K, added later, in two waves: a
     copy of its best JSONs whose 400K stores the waves is read per budget, replayed so (the budgets
     before it as at once, the one with waves as in waves) and said so."""
-    budgets = compare.load_table(ROOT / "bench" / "truths" / "t2_partial_100K-400K.csv")
+    budgets = compare.load_table(TRUTHS / "t2_partial_100K-400K.csv")
     run = REALRUN / "t2"
     assert compare.run_confirms_in_waves(run, "t2real", budgets) == [False, False, False]
     for b in budgets:
@@ -153,7 +152,7 @@ def test_a_run_extended_after_the_waves_is_replayed_per_budget_as_it_confirmed(t
     mixed = compare.se.replay(budgets, 4, 3, sequential=waves)["archhpo"]["flops_ratio_per_budget"]
     at_once = compare.se.replay(budgets, 4, 3, sequential=False)["archhpo"]["flops_ratio_per_budget"]
     assert mixed[:2] == at_once[:2] and mixed[2] != at_once[2], "only the largest budget confirms in waves"
-    assert compare.main(["--truth", str(ROOT / "bench" / "truths" / "t2_partial_100K-400K.csv"), "--results",
+    assert compare.main(["--truth", str(TRUTHS / "t2_partial_100K-400K.csv"), "--results",
                          str(tmp_path), "--experiment", "t2real", "--replay", "2"]) == 0
     assert ("confirming as each budget stored it: at once at 100K-h2+4+8-t10, 200K-h2+4+8-t10, in two waves at "
             "400K-h2+4+8-t10)") in capsys.readouterr().out.splitlines()[-1]
@@ -164,7 +163,7 @@ def test_work_trained_again_after_a_restart_is_priced_but_set_apart_from_the_met
     """A trial stopped without its checkpoint trains its first steps twice: flops_spent counts them (the
     run's real cost) and the line says what the run cost without them, which is what the replay models.
     A copy of T2's run in which one 400K trial that scored no rung spent half a training more."""
-    truth = ROOT / "bench" / "truths" / "t2_partial_100K-400K.csv"
+    truth = TRUTHS / "t2_partial_100K-400K.csv"
     run = REALRUN / "t2"
     for f in run.glob("t2real_*_best.json"):
         (tmp_path / f.name).write_text(f.read_text())
