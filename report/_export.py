@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import collections
+import contextlib
 import csv
 import datetime as dt
+import fcntl
 import io
 import json
+import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -206,10 +210,12 @@ def _loaded_study(storage: RDBStorage, name: str) -> optuna.Study:
 
 
 def export_studies(storage: RDBStorage, names: list[str], out_dir: Path) -> list[Path]:
-    """Write one best JSON per given study and the experiment's CSV.
+    """Write one best JSON per given study and the folder's CSV.
 
-    The CSV holds every study of the given studies' experiments, so `export --budget 200K` of a
-    multi-budget experiment refreshes that budget's rows and keeps the others'."""
+    The CSV holds every study of the given studies' experiments, rewritten from the database (so
+    `export --budget 200K` of a multi-budget experiment refreshes that budget's rows and keeps the
+    others'), after the rows of every other experiment exported into the same folder, kept as
+    they were written (`other_experiments_rows`)."""
     settings = {}
     written = []
     for name in names:
@@ -226,5 +232,35 @@ def export_studies(storage: RDBStorage, names: list[str], out_dir: Path) -> list
         study = _loaded_study(storage, name)
         rows.extend(result_rows(study, settings.get(name) or StudySettings.from_attrs(study.user_attrs, name)))
     csv_path = out_dir / RESULTS_CSV
-    atomic_write(csv_path, csv_text(rows))
+    ours = {str(s.experiment) for s in settings.values()}
+    with _folder_lock(out_dir):  # two experiments exporting into one folder at once: neither loses rows
+        atomic_write(csv_path, csv_text([*other_experiments_rows(csv_path, ours), *rows]))
     return [csv_path, *written]
+
+
+@contextlib.contextmanager
+def _folder_lock(folder: Path) -> Iterator[None]:
+    """An exclusive flock on the folder itself (no lock file left behind), held across the CSV's
+    read, merge and rewrite."""
+    folder.mkdir(parents=True, exist_ok=True)
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock
+
+
+def other_experiments_rows(path: Path, experiments: set[str]) -> list[dict[str, str]]:
+    """The rows of `path` (an experiment_results.csv) that belong to experiments other than
+    `experiments`, as written: the CSV holds every experiment exported into its folder, and each
+    export rewrites only its own experiments' rows from the database.  A file that is missing or
+    not an archhpo CSV (no `experiment` column) keeps nothing."""
+    try:
+        with open(path, newline="") as fh:
+            reader = csv.DictReader(fh)
+            if "experiment" not in (reader.fieldnames or ()):
+                return []
+            return [row for row in reader if row.get("experiment") not in experiments]
+    except FileNotFoundError:
+        return []

@@ -194,11 +194,15 @@ def _figures_section(images: dict[str, bytes], omitted: dict[str, str] | None = 
     return parts
 
 
-def _files_section(files: Sequence[str], missing: str = "") -> list[str]:
+def _files_section(files: Sequence[str], missing: str = "", experiment: str = "") -> list[str]:
     """The files as links relative to the page (written beside it, or where the CSV and the best
-    JSONs were found); `missing` says where those are when they were not found."""
-    links = "".join(f"<li><a href='{html.escape(urllib.parse.quote(f), quote=True)}'>{html.escape(f)}</a></li>"
-                    for f in files)
+    JSONs were found); a trials CSV, which holds every experiment exported into its folder, says
+    which of its rows are this page's; `missing` says where those are when they were not found."""
+    def rows(f: str) -> str:
+        return f" (this experiment's rows: experiment = {html.escape(experiment)})" if f.endswith(".csv") else ""
+
+    links = "".join(f"<li><a href='{html.escape(urllib.parse.quote(f), quote=True)}'>{html.escape(f)}</a>"
+                    f"{rows(f)}</li>" for f in files)
     note = f"<p class='muted'>{html.escape(missing)}</p>" if missing else ""
     return [f"<h2>Files</h2><ul>{links}</ul>{note}"]
 
@@ -211,7 +215,7 @@ def render_html(experiment: str, frame: pd.DataFrame, summary: pd.DataFrame, fit
     those `omitted`, with why) and the linked file list."""
     parts = [*_head(experiment, frame, summary), *_first_screen(frame, summary, fit),
              *_answer_section(frame, summary, fit), *confirmation_html(confirm), *choices_html(choices),
-             *_figures_section(images, omitted), *_files_section(files, missing), "</body></html>\n"]
+             *_figures_section(images, omitted), *_files_section(files, missing, experiment), "</body></html>\n"]
     return "\n".join(parts)
 
 

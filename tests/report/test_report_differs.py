@@ -155,12 +155,14 @@ def test_the_files_list_links_the_csv_and_the_best_jsons(tmp_path: Path) -> None
     assert main(["export", "--experiment", "pr", "--storage", url, "--out", str(out)]) == 0
     assert main(["report", "--experiment", "pr", "--storage", url, "--out", str(out)]) == 0
     html = (out / "pr_report.html").read_text()
-    assert ("<h2>Files</h2><ul><li><a href='experiment_results.csv'>experiment_results.csv</a></li>"
+    assert ("<h2>Files</h2><ul><li><a href='experiment_results.csv'>experiment_results.csv</a>"
+            " (this experiment's rows: experiment = pr)</li>"
             "<li><a href='pr_200K_best.json'>pr_200K_best.json</a></li>") in html
     elsewhere = tmp_path / "elsewhere"
     assert main(["report", "--csv", str(out / "experiment_results.csv"), "--out", str(elsewhere)]) == 0
     html = (elsewhere / "pr_report.html").read_text()
-    assert ("<li><a href='../out/experiment_results.csv'>../out/experiment_results.csv</a></li>"
+    assert ("<li><a href='../out/experiment_results.csv'>../out/experiment_results.csv</a>"
+            " (this experiment's rows: experiment = pr)</li>"
             "<li><a href='../out/pr_200K_best.json'>../out/pr_200K_best.json</a></li>") in html
     fresh = tmp_path / "fresh"
     assert main(["report", "--experiment", "pr", "--storage", url, "--out", str(fresh)]) == 0
