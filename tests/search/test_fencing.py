@@ -15,12 +15,12 @@ from pathlib import Path
 
 import optuna
 import pytest
-import torch
 from optuna.trial import TrialState
 
 from archhpo.environment import Environment
 from archhpo.errors import TrialLost
 from archhpo.search import TrialQueue, launch, prepare_settings
+from archhpo.workers._checkpoints import CheckpointRefused, read_checkpoint
 from tests.conftest import wait_for
 
 # The workers beat every second but never reap within the test (a 10-minute grace): on a loaded
@@ -141,8 +141,8 @@ def test_a_paused_worker_is_fenced_out_and_never_touches_the_retry(storage_url: 
         while time.monotonic() < end and rescuer.poll() is None:
             if second.exists():
                 try:
-                    writers.add(int(torch.load(second, weights_only=False)["pid"]))
-                except (OSError, EOFError, RuntimeError, KeyError):
+                    writers.add(int(read_checkpoint(second)["pid"]))
+                except (OSError, CheckpointRefused, KeyError):
                     pass  # replaced while we read it
             time.sleep(0.2)
         _, rescuer_err = rescuer.communicate(timeout=300)

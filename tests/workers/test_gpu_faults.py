@@ -20,6 +20,7 @@ import archhpo.models.patchtst_spec
 import archhpo.workers._memory
 from archhpo.search import TrialQueue, launch, prepare_settings
 from archhpo.workers import TrialShape, Worker, estimate_training_bytes, is_oom, is_sticky_cuda_error
+from archhpo.workers._checkpoints import _atomic_save
 from archhpo.workers._device import mfu
 from tests.conftest import TINY_DATA, run_cli
 
@@ -129,7 +130,7 @@ def test_a_resumed_checkpoint_is_read_to_the_cpu(sqlite_url: str, tmp_path: Path
     claim = q.claim(worker.attrs)
     path = worker._checkpoint_path(q, claim)
     path.parent.mkdir(parents=True)
-    torch.save({"params": claim.params, "epoch": 1}, path)
+    _atomic_save({"params": claim.params, "epoch": 1}, path)
     monkeypatch.setattr(torch, "load", spy)
     assert worker._load_resume(q, claim) is not None
     assert seen == ["cpu"]

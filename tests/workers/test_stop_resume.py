@@ -26,6 +26,7 @@ from archhpo.report._export import export_studies
 from archhpo.search import TrialQueue
 from archhpo.workers import TrainConfig, Worker, train
 from archhpo.workers import _loop as loop
+from archhpo.workers._checkpoints import read_checkpoint
 from tests.workers.test_build import _tiny_study
 
 DATA = "multisignal:series=40,length=24"  # 20 training series (tiny data: half validates)
@@ -128,7 +129,7 @@ def test_a_trial_stopped_mid_epoch_resumes_there_and_counts_whole(sqlite_url: st
     ck = tmp_path / "ck"
     spent_by_the_stopped_claim = _stopped_in_epoch_14(q, ck, monkeypatch)
     (path,) = ck.rglob("*.pt")
-    saved = torch.load(path, weights_only=False)
+    saved = read_checkpoint(path)
     assert saved["epoch"] == 13 and saved["partial"]["steps"] == 1, "stopped after epoch 13 and one step of 14"
 
     assert Worker([q], device="cpu", threads=1, checkpoint_dir=ck).run().complete == 1
