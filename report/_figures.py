@@ -458,13 +458,15 @@ def plot_isoflops(frame: pd.DataFrame, nd: dict[str, Any]) -> Figure:
     pts = nd_points(frame)
     done = _finished(frame)
     n = np.logspace(math.log10(done["param_count"].min()), math.log10(done["param_count"].max()), 200)
-    colors = matplotlib.colormaps["viridis"](np.linspace(0, 0.9, max(1, len(pts))))
-    for color, (_, p), (c, curve) in zip(colors, pts.iterrows(), isoflop_curves(nd, list(pts["train_flops"]), n).items(),
-                                         strict=True):
-        ax.plot(n, curve, color=color, lw=1.3, label=f"C = {c:.2g} ({p['budget']})")
+    curves = isoflop_curves(nd, sorted(set(pts["train_flops"])), n)  # one per distinct C: an IsoFLOP
+    colors = matplotlib.colormaps["viridis"](np.linspace(0, 0.9, max(1, len(curves))))  # table shares C
+    for color, (c, curve) in zip(colors, curves.items(), strict=True):
+        names = list(pts.loc[pts["train_flops"] == c, "budget"])
+        shown = ", ".join(names) if len(names) <= 2 else f"{len(names)} budgets"
+        ax.plot(n, curve, color=color, lw=1.3, label=f"C = {c:.2g} ({shown})")
         i = int(np.argmin(curve))
         ax.scatter([n[i]], [curve[i]], marker="*", s=110, color=color, edgecolor="black", zorder=5)
-        trials = done[done["budget"] == p["budget"]]
+        trials = done[done["budget"].isin(names)]
         ax.scatter(trials["param_count"], trials["val_loss"], s=14, color=color, alpha=0.7)
     ax.set_xscale("log")
     ax.set_xlabel("parameters N (exact count)")
