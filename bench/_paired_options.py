@@ -17,26 +17,35 @@ from typing import Any
 
 from archhpo.schema import LADDER_CONFIRM_AT_RUNG
 
-# (--trust-each-budget, --confirm-at-rung) as `archhpo run --ladder` runs without either flag
-DEFAULT = (False, LADDER_CONFIRM_AT_RUNG)
+# (--trust-each-budget, --confirm-at-rung, --carry-finalists) as `archhpo run --ladder` runs without any of them
+DEFAULT = (False, LADDER_CONFIRM_AT_RUNG, False)
+Setting = tuple[bool, bool, bool]
 
 
-def flags(each_budget: bool, at_rung: bool) -> str:
+def flags(each_budget: bool, at_rung: bool, carry_finalists: bool = False) -> str:
     """The flags that make `archhpo run --ladder` run with these settings ("" for the default's)."""
     out = ["--trust-each-budget"] if each_budget != DEFAULT[0] else []
     if at_rung != DEFAULT[1]:
         out.append("--confirm-at-rung" if at_rung else "--no-confirm-at-rung")
+    if carry_finalists != DEFAULT[2]:
+        out.append("--carry-finalists" if carry_finalists else "--no-carry-finalists")
     return " ".join(out)
 
 
-def _name(setting: tuple[bool, bool]) -> str:
+def _name(setting: Setting) -> str:
     return flags(*setting).replace("--", "").replace("-", "_").replace(" ", "+")
 
 
-# name -> (--trust-each-budget, --confirm-at-rung): every other setting of --ladder's two options, each
-# named by the flags that give it ("trust_each_budget", "no_confirm_at_rung", both joined by "+")
-OPTIONS: dict[str, tuple[bool, bool]] = {_name(s): s for s in (
-    (not DEFAULT[0], DEFAULT[1]), (DEFAULT[0], not DEFAULT[1]), (not DEFAULT[0], not DEFAULT[1]))}
+def _others() -> list[Setting]:
+    """Every setting but the default: one option changed, then two, then all three (in flag order)."""
+    flips = [(0,), (1,), (2,), (0, 1), (0, 2), (1, 2), (0, 1, 2)]
+    return [tuple(not v if k in f else v for k, v in enumerate(DEFAULT)) for f in flips]  # type: ignore[misc]
+
+
+# name -> (--trust-each-budget, --confirm-at-rung, --carry-finalists): every other setting of --ladder's three
+# options, each named by the flags that give it ("trust_each_budget", "no_confirm_at_rung", "carry_finalists",
+# combinations joined by "+")
+OPTIONS: dict[str, Setting] = {_name(s): s for s in _others()}
 FLAGS = {name: flags(*setting) for name, setting in OPTIONS.items()}
 
 
@@ -65,6 +74,28 @@ class Runs:
 def within(regrets: Sequence[Sequence[float]]) -> list[float]:
     """Per repeat, 1.0 where the choice was within 1 seed std of the best at every budget."""
     return [float(all(r <= 1 for r in rep)) for rep in regrets]
+
+
+def mean_regrets(regrets: Sequence[Sequence[float]]) -> list[float]:
+    """Per repeat, the mean over budgets of its regret (in seed stds): what the paired regret compares."""
+    return [sum(rep) / len(rep) for rep in regrets]
+
+
+def regret_measures(regrets: Sequence[Sequence[float]], design: Sequence[Sequence[float]], picks: Any,
+                    q: tuple[float, float]) -> dict[str, Any]:
+    """A strategy's regret in seed stds: the mean over budgets (and repeats), at the largest budget, per
+    budget, and paired against the design's on the same repeats ({"estimate": mean over repeats of
+    its mean-over-budgets regret minus the design's, "ci90": the bootstrap interval of that mean over
+    the resamples `picks`, percentiles `q`})."""
+    import numpy as np
+
+    n_budgets = len(regrets[0])
+    per_budget = [sum(rep[i] for rep in regrets) / len(regrets) for i in range(n_budgets)]
+    diff = np.asarray(mean_regrets(regrets)) - np.asarray(mean_regrets(design))
+    return {"regret_std": sum(per_budget) / n_budgets, "regret_std_top": per_budget[-1],
+            "regret_std_per_budget": per_budget,
+            "paired_regret_vs_design": {"estimate": float(diff.mean()),
+                                        "ci90": [float(v) for v in np.percentile(diff[picks].mean(axis=1), q)]}}
 
 
 def _judge(lo: float, hi: float, lower: str, higher: str) -> str:
@@ -98,7 +129,7 @@ def compare(default: Runs, design: Runs, options: dict[str, Runs], seed: int, n_
         measures = {"flops_ratio": sum(runs.per_budget) / sum(design.per_budget),
                     "share_within_1std": sum(within(runs.regrets)) / n}
         out[name] = {
-            "flags": FLAGS[name], **measures,
+            "flags": FLAGS[name], **measures, **regret_measures(runs.regrets, design.regrets, picks, q),
             "flops_ratio_per_budget": [f / d for f, d in zip(runs.per_budget, design.per_budget, strict=True)],
             "within_1std_per_budget": [sum(rep[i] <= 1 for rep in runs.regrets) / n
                                        for i in range(len(runs.per_budget))],
@@ -112,7 +143,9 @@ def compare(default: Runs, design: Runs, options: dict[str, Runs], seed: int, n_
 
 
 def markdown(options: dict[str, Any], default: dict[str, Any], budgets: Sequence[str]) -> str:
-    """The options against the default on the same draws, a table, and the rule's reading on this truth."""
+    """The options against the default on the same draws, a table, and the old rule's reading on this
+    truth (docs/searching.md, "Choosing the defaults"); then every setting's paired regret against the
+    design, what the rule in force reads."""
     lines = [f"`--ladder`'s options on the default's draws (paired; 90% intervals over the repeats; the default: "
              f"{default['flops_ratio']:.3f} of the design's FLOPs, {default['share_within_1std']:.0%} within 1 std):",
              f"| option | FLOPs / design | minus the default | within 1 std at every budget | minus the default "
@@ -126,6 +159,18 @@ def markdown(options: dict[str, Any], default: dict[str, Any], budgets: Sequence
             f"{m['share_within_1std']:.0%} | {m['share_minus_default']:+.2f} "
             f"[{iv['share_minus_default'][0]:+.2f}, {iv['share_minus_default'][1]:+.2f}] | "
             + " / ".join(f"{x:.0%}" for x in m["within_1std_per_budget"]) + f" | {reading(m)} |")
+    return "\n".join([*lines, "", regret_table({"(the default)": default, **options})])
+
+
+def regret_table(settings: dict[str, Any]) -> str:
+    """Every setting's paired mean regret against the design (seed stds, 90% interval), its regret at
+    the largest budget and its FLOPs: a markdown table."""
+    lines = ["| setting | paired regret vs design (std) [90%] | mean regret (std) | at the largest budget "
+             "| FLOPs / design |", "|---|---|---:|---:|---:|"]
+    for name, m in settings.items():
+        p = m["paired_regret_vs_design"]
+        lines.append(f"| {m.get('flags') or name} | {p['estimate']:+.2f} [{p['ci90'][0]:+.2f}, {p['ci90'][1]:+.2f}] "
+                     f"| {m['regret_std']:.2f} | {m['regret_std_top']:.2f} | {m['flops_ratio']:.3f} |")
     return "\n".join(lines)
 
 

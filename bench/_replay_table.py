@@ -20,6 +20,21 @@ that run out (leave-one-seed-out), so the noise that drove a choice does not als
   the next seed of a random order of the others (it is then one of the truth's seeds: three seeds
   cannot leave two out and still average two), and the truth is the mean of the seeds other than h.
 An architecture with one seed is its own truth (nothing can be left out).
+That is `--noise table`: a later run of an architecture (a second phase-1 trial, a confirmation)
+is one of the seeds its truth averages, so a choice is partly graded on the runs that made it.
+Two modes grade every choice on noise it never saw (`make_draw`):
+- `fresh` (search_efficiency's default): the truth is each architecture's mean over all its seeds,
+  and every trial is a new run: final loss = mean + sd*z, sd the budget's pooled seed std, z ~ N(0,1)
+  from the trial's own generator (seed, repeat, budget, architecture, occurrence: every strategy gets
+  the same k-th run of an architecture, so comparisons are paired); its curve and rung scores are
+  the architecture's per-epoch mean curve and mean rung scores shifted by sd*(rho*z + sqrt(1-rho^2)*z2),
+  z2 a second normal: rho (`--rho`, default 1.0) is the correlation of the curve's shift with the
+  final loss's (1: the whole curve shifted with its end).  Where the table's runs end their curve
+  or full-length rung at the final loss, the fresh run's do too.  rung_epochs and branch_epochs are
+  the table's (the same for every seed, checked).  No value a trial sees equals a truth;
+- `split`: per architecture a held-out seed h drawn per repeat; its trials cycle through the other
+  seeds in a random order and its truth is seed h's loss alone (an architecture with one seed: that
+  run is both, said by `noise_data`).
 """
 
 from __future__ import annotations
@@ -29,8 +44,9 @@ import math
 import random
 import statistics
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
 NEED = ("budget", "budget_params", "arch_idx", "d_model", "n_layers", "n_heads", "d_ff", "param_count", "seed",
         "epochs", "flops_per_epoch", "loss", "curve", "rung_epochs", "rung_loss", "branch_epochs")
@@ -77,6 +93,34 @@ class Budget:
         """Pooled within-architecture standard deviation over seeds (the unit of regret)."""
         var = [statistics.variance([r["loss"] for r in a.runs]) for a in self.archs.values() if len(a.runs) > 1]
         return math.sqrt(statistics.fmean(var)) if var else math.nan
+
+    @cached_property
+    def mean_runs(self) -> dict[int, dict[str, Any]]:
+        """Per architecture its mean run over seeds (`mean_run`), what fresh noise draws around."""
+        return {i: mean_run(a) for i, a in self.archs.items()}
+
+    @property
+    def grid_once_flops(self) -> float:
+        """Every grid architecture trained once to full length (flops_vs_grid_once's unit)."""
+        return sum(a.epochs * a.flops_per_epoch for a in self.archs.values())
+
+
+def mean_run(arch: Arch) -> dict[str, Any]:
+    """The architecture's mean over its seeds: final loss, per-epoch curve and rung scores; its rung
+    and branch epochs (refused with one sentence where its seeds disagree on them), and whether every
+    seed's curve and full-length rung end at its final loss."""
+    shapes = {(tuple(r["rung_epochs"]), tuple(r["branch_epochs"]), len(r["curve"]), len(r["rung_loss"]))
+              for r in arch.runs}
+    if len(shapes) > 1:
+        raise TableError(f"architecture {arch.idx} has seeds with different rungs, branches or curve lengths; "
+                         "fresh noise needs them equal (regenerate the table with bench/search_truth.py).")
+    first = arch.runs[0]
+    return {"loss": arch.mean,
+            "curve": [statistics.fmean(v) for v in zip(*(r["curve"] for r in arch.runs), strict=True)],
+            "rung_loss": [statistics.fmean(v) for v in zip(*(r["rung_loss"] for r in arch.runs), strict=True)],
+            "rung_epochs": list(first["rung_epochs"]), "branch_epochs": list(first["branch_epochs"]),
+            "curve_ends_at_loss": all(r["curve"] and r["curve"][-1] == r["loss"] for r in arch.runs),
+            "rung_ends_at_loss": all(r["rung_loss"] and r["rung_loss"][-1] == r["loss"] for r in arch.runs)}
 
 
 def _floats(text: str) -> list[float]:
@@ -163,6 +207,7 @@ class Draw:
 
     order: dict[int, list[int]]
     truth: dict[int, float]
+    held: dict[int, int] = field(default_factory=dict)  # --noise split: each architecture's truth seed
 
     def run(self, arch: Arch, occurrence: int) -> dict[str, Any]:
         """The run of the `occurrence`-th trial (0 = first) of `arch` in the plan."""
@@ -194,7 +239,91 @@ def draw(budget: Budget, repeat: int, rng: random.Random, held_out: bool = True)
     return Draw(order, truth)
 
 
-def regret(noise: Draw, winner: Arch, std: float) -> float:
+def split_draw(budget: Budget, rng: random.Random) -> Draw:
+    """`--noise split` at one budget of one repeat: per architecture a held-out seed h (random), the
+    trials cycling through the other seeds in a random order, the truth seed h's loss alone (one seed:
+    that run is its trials' and its truth)."""
+    order: dict[int, list[int]] = {}
+    truth: dict[int, float] = {}
+    held: dict[int, int] = {}
+    for i in sorted(budget.archs):
+        a = budget.archs[i]
+        seeds = a.seeds()
+        if len(seeds) > 1:
+            held[i] = rng.choice(seeds)
+            rest = [s for s in seeds if s != held[i]]
+            order[i] = rng.sample(rest, len(rest))
+        else:
+            order[i] = seeds
+        truth[i] = a.run(held.get(i, seeds[0]))["loss"]
+    return Draw(order, truth, held)
+
+
+@dataclass
+class FreshDraw:
+    """`--noise fresh` at one budget of one repeat (module docstring): the truth is every seed's mean,
+    and the k-th trial of an architecture is a new run drawn by its own generator, keyed by `key`
+    (seed, repeat, budget), the architecture and k, so every strategy sees the same k-th run."""
+
+    budget: Budget
+    key: str
+    rho: float
+    truth: dict[int, float]
+    runs: dict[tuple[int, int], dict[str, Any]] = field(default_factory=dict)  # every run handed out
+
+    def run(self, arch: Arch, occurrence: int) -> dict[str, Any]:
+        """The run of the `occurrence`-th trial (0 = first) of `arch`: drawn once, then the same."""
+        at = (arch.idx, occurrence)
+        if at not in self.runs:
+            rng = random.Random(f"{self.key}:{arch.idx}:{occurrence}")
+            self.runs[at] = fresh_run(self.budget.mean_runs[arch.idx], self.budget.seed_std, self.rho, rng)
+        return self.runs[at]
+
+    @property
+    def best(self) -> float:
+        return min(self.truth.values())
+
+
+def fresh_run(mean: dict[str, Any], sd: float, rho: float, rng: random.Random) -> dict[str, Any]:
+    """One new run around an architecture's mean run: final loss mean + sd*z, the curve and rung
+    scores shifted by sd*(rho*z + sqrt(1 - rho^2)*z2) (their last value the final loss where the
+    table's runs end there)."""
+    z, z2 = rng.gauss(0.0, 1.0), rng.gauss(0.0, 1.0)
+    loss = mean["loss"] + sd * z
+    shift = sd * (rho * z + math.sqrt(max(0.0, 1 - rho * rho)) * z2)
+    curve = [v + shift for v in mean["curve"]]
+    rungs = [v + shift for v in mean["rung_loss"]]
+    if mean["curve_ends_at_loss"]:
+        curve[-1] = loss
+    if mean["rung_ends_at_loss"]:
+        rungs[-1] = loss
+    return {"seed": None, "loss": loss, "curve": curve, "rung_epochs": mean["rung_epochs"], "rung_loss": rungs,
+            "branch_epochs": mean["branch_epochs"]}
+
+
+Noise: TypeAlias = Draw | FreshDraw  # one repeat's noise at one budget, any mode
+NOISE_MODES = ("fresh", "split", "table")
+
+
+def make_draw(budget: Budget, repeat: int, seed: int, mode: str = "table", held_out: bool = True,
+              rho: float = 1.0) -> Noise:
+    """The noise of `repeat` at `budget` in `mode` (module docstring); `held_out` applies to "table"
+    only.  Fresh noise on a budget without a seed std (one seed per architecture) is refused."""
+    if mode == "fresh":
+        if not budget.seed_std > 0:
+            raise TableError(f"{budget.name} has no seed std (one seed per architecture, or all equal); "
+                             "fresh noise needs one: use --noise table.")
+        return FreshDraw(budget, f"fresh:{seed}:{repeat}:{budget.name}", rho,
+                         {i: a.mean for i, a in budget.archs.items()})
+    rng = noise_rng(seed, repeat, budget)
+    if mode == "split":
+        return split_draw(budget, rng)
+    if mode == "table":
+        return draw(budget, repeat, rng, held_out)
+    raise TableError(f"unknown noise mode {mode!r}; choose one of {', '.join(NOISE_MODES)}.")
+
+
+def regret(noise: Noise, winner: Arch, std: float) -> float:
     """The winner's held-out true mean above the best one's, in seed standard deviations."""
     gap = noise.truth[winner.idx] - noise.best
     return gap / std if std > 0 else (0.0 if gap == 0 else math.inf)
@@ -207,7 +336,7 @@ def noise_rng(seed: int, repeat: int, budget: Budget) -> random.Random:
 
 
 def noise_ceiling(budgets: list[Budget], repeats: int, seed: int, held_out: bool = True,
-                  runs: tuple[int, ...] = (1, 2)) -> dict[str, float]:
+                  runs: tuple[int, ...] = (1, 2), mode: str = "table", rho: float = 1.0) -> dict[str, float]:
     """What the table's noise lets a search reach: per k in `runs`, the share of repeats (the same
     draws as the replay's) in which training every grid architecture k times, on the runs its trials
     would get, and choosing the lowest mean is within 1 seed std of the best at every budget.  k = 1
@@ -215,20 +344,39 @@ def noise_ceiling(budgets: list[Budget], repeats: int, seed: int, held_out: bool
     the seeds the truth averages.  On a 3-seed table every further run of an architecture is a seed
     its truth averages, so a strategy above the k = 2 share (archhpo confirms its finalists) is
     partly graded on the noise it chose with: a share target above it cannot be shown met honestly
-    on this table; more seeds per architecture in the truth would."""
+    on this table; more seeds per architecture in the truth would.  That reading is `mode` "table"'s;
+    under "fresh" and "split" (`make_draw`) the runs are those modes' and never a truth's."""
     out = {}
     for k in runs:
         hits = 0
         for rep in range(repeats):
             ok = True
             for b in budgets:
-                noise = draw(b, rep, noise_rng(seed, rep, b), held_out)
+                noise = make_draw(b, rep, seed, mode, held_out, rho)
                 means = {i: statistics.fmean(noise.run(a, o)["loss"] for o in range(k)) for i, a in b.archs.items()}
                 pick = min(means, key=lambda i: (means[i], i))
                 ok &= regret(noise, b.archs[pick], b.seed_std) <= 1
             hits += ok
         out[f"every_arch_x{k}"] = hits / repeats
     return out
+
+
+def oracle(budgets: list[Budget], repeats: int, seed: int, mode: str = "table", held_out: bool = True,
+           rho: float = 1.0) -> dict[str, Any]:
+    """The table-best oracle graded as the replay grades a strategy: at every budget the architecture
+    of the lowest mean over all the table's seeds (ties: the lower arch_idx), judged on each repeat's
+    draw (the same as the replay's).  Under "fresh" the truth is that mean, so it is the best by
+    construction (regret 0, 100% within 1 std); under "split" and "table" a truth leaves seeds out
+    and the oracle can miss."""
+    picks = [min(b.archs.values(), key=lambda a: (a.mean, a.idx)) for b in budgets]
+    per = [[regret(make_draw(b, rep, seed, mode, held_out, rho), a, b.seed_std) for b, a in zip(budgets, picks,
+                                                                                               strict=True)]
+           for rep in range(repeats)]
+    per_budget = [statistics.fmean(rep[i] for rep in per) for i in range(len(budgets))]
+    return {"arch_idx": [a.idx for a in picks], "share_within_1std": sum(all(r <= 1 for r in rep) for rep in per) / repeats,
+            "regret_std": statistics.fmean(per_budget), "regret_std_top": per_budget[-1],
+            "regret_std_per_budget": per_budget,
+            "regret_nats": statistics.fmean(r * b.seed_std for r, b in zip(per_budget, budgets, strict=True))}
 
 
 TRUTH_SEEDS = (3, 5, 10, None)  # truth sizes truth_ceiling is reported for (None: an exact truth)
@@ -246,7 +394,8 @@ def truth_ceiling(budgets: list[Budget], truth_seeds: int | None, runs: int, rep
     of the seeds its truth averages).  The table's means stand in for the true ones, so near-ties
     look slightly more separated than they are, and the shares err high.  It answers how many seeds a
     truth needs before a share target can be shown met at all: with ties within noise, no search,
-    however much it spends, is graded within 1 std more often than this."""
+    however much it spends, is graded within 1 std more often than this.  It is parametric and the
+    same under every noise mode (its truths are independent of the runs chosen on, like "fresh")."""
     import numpy as np
 
     rng = np.random.default_rng(seed)

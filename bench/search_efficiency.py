@@ -95,20 +95,25 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout, for `python bench/...`
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/_replay_table.py, however this is loaded
 
-from _paired_options import OPTIONS, Runs, compare, flags, within  # noqa: E402
+from _paired_options import OPTIONS, Runs, compare, flags, regret_measures, within  # noqa: E402
 from _paired_options import markdown as options_markdown  # noqa: E402
 from _replay_table import (  # noqa: E402
+    NOISE_MODES,
     TRUTH_SEEDS,
     Arch,
     Budget,
     Draw,
+    FreshDraw,
+    Noise,
     TableError,
     draw,
     extremes,
     grid_rows,
     load_table,
+    make_draw,
     noise_ceiling,
     noise_rng,
+    oracle,
     regret,
     truth_ceiling,
 )
@@ -122,15 +127,17 @@ from archhpo.schema import (  # noqa: E402
 )
 from archhpo.search._confirmation import FIRST_WAVE, decide  # noqa: E402
 
-__all__ = ["Arch", "Budget", "TableError", "draw", "extremes", "load_table", "main", "noise_ceiling", "noise_rng", "replay",
-           "truth_ceiling"]
+__all__ = ["Arch", "Budget", "Draw", "FreshDraw", "TableError", "draw", "extremes", "load_table", "main", "make_draw",
+           "noise_ceiling", "noise_rng", "oracle", "replay", "truth_ceiling"]
 
 STRATEGIES = ("design", "median", "topk_one_epoch", "halving", "halving_ladder", "ladder", "archhpo")
 TARGET = {"share_within_1std": 0.9, "flops_ratio": 0.25}
 # The targets are judged against a bootstrap interval over the repeats (INTERVAL of N_BOOT resamples):
 # a target inside it is "not resolved", neither met nor missed (a tie within the replay's own noise).
 INTERVAL, N_BOOT = 0.90, 2000
-MEASURES = ("flops_ratio", "share_within_1std", "regret_std")  # the JSON's `strategies`: exactly these per name
+# the JSON's `strategies`: exactly these per name (regret_std: the mean over budgets, in seed stds)
+MEASURES = ("flops_ratio", "share_within_1std", "regret_std", "regret_nats", "regret_std_top", "regret_std_per_budget",
+            "paired_regret_vs_design", "flops_vs_grid_once")
 TUNING_SEED, EVALUATION_SEED = 0, 20261126  # plan seeds: archhpo tuned at the first, its targets reported at the second
 # archhpo's confirmation at every budget, the --ladder default (archhpo.schema): the FINALISTS best
 # architectures each retrained with CONFIRM_SEEDS new seeds, in two waves (SEQUENTIAL: the FIRST_WAVE best,
@@ -151,7 +158,7 @@ class Trial:
     run: dict[str, Any]  # the run this trial's outcome is (Draw: the repeat's data, its seed)
 
 
-def trials_of(budget: Budget, archs: Sequence[int], noise: Draw) -> list[Trial]:
+def trials_of(budget: Budget, archs: Sequence[int], noise: Noise) -> list[Trial]:
     """A planned trial per entry of `archs` (table arch_idx in slot order), the k-th trial of an
     architecture taking its k-th run of the repeat's draw."""
     seen: dict[int, int] = {}
@@ -324,7 +331,7 @@ def finalists(finished: Sequence[Trial]) -> list[int]:
     return list(best)[:FINALISTS]
 
 
-def confirmed(budget: Budget, planned: Sequence[Trial], finished: list[Trial], noise: Draw,
+def confirmed(budget: Budget, planned: Sequence[Trial], finished: list[Trial], noise: Noise,
               cost: Callable[[Trial], float] = scored_cost, sequential: bool = SEQUENTIAL,
               rung: int | None = None) -> tuple[float, Arch, list[Trial]]:
     """archhpo's confirmation (the --ladder default, archhpo.schema): each finalist retrained with
@@ -375,9 +382,9 @@ def confirmed(budget: Budget, planned: Sequence[Trial], finished: list[Trial], n
     return sum(cost(t) for t in extra), budget.archs[winner], [*finished, *extra]
 
 
-def archhpo(budget: Budget, smaller: Budget | None, below: Outcome | None, step: int, noise: Draw,
+def archhpo(budget: Budget, smaller: Budget | None, below: Outcome | None, step: int, noise: Noise,
             design: list[Trial], n_trials: int, seed: int, sequential: bool = SEQUENTIAL,
-            for_above: bool = False, at_rung: bool = AT_RUNG) -> Outcome:
+            for_above: bool = False, at_rung: bool = AT_RUNG, carry: bool = False) -> Outcome:
     """The default `archhpo run --ladder` at one budget (module docstring): the smallest budget's
     design trained to full length measures the rung trust; a larger budget's ladder plan is halved at
     the trusted rungs only; the finalists are confirmed at every budget.  `for_above`
@@ -385,7 +392,10 @@ def archhpo(budget: Budget, smaller: Budget | None, below: Outcome | None, step:
     passing and measures the trust the next budget prunes with on its own full-length runs
     (search/_upkeep.py `_trust`); one that pruned carries its trust up.  `at_rung`
     (--confirm-at-rung, the default; False: --no-confirm-at-rung): a budget that trusts a rung
-    confirms at the lowest one it trusts."""
+    confirms at the lowest one it trusts.  `carry` (--carry-finalists, at the largest budget only):
+    the budget is planned by `carried_finalists` instead (`carry_finalists_outcome`)."""
+    if carry and smaller is not None and below is not None:
+        return carry_finalists_outcome(budget, below, noise, sequential)
     cost = scored_cost  # scoring every rung in passing: the smallest budget, and a budget trusting some rung
     if smaller is None or below is None or below.trust is None:
         trust, planned = None, design
@@ -409,17 +419,64 @@ def archhpo(budget: Budget, smaller: Budget | None, below: Outcome | None, step:
     return Outcome(flops + extra, winner, done, trust, len(finished) < len(planned), probe)
 
 
-def strategies(budget: Budget, smaller: Budget | None, below: dict[str, Outcome], step: int, noise: Draw,
+def shape_distance(row: Any, target: dict[str, float | None]) -> float:
+    """How far a grid row's shape lies from an architecture's, in log units summed over the four axes
+    `carry_up` narrows (search/_ladder.py `axis_values`: aspect ratio d_model/n_layers, head dimension
+    d_model/n_heads, d_ff ratio d_ff/d_model, depth n_layers); an axis unknown on either side counts 0."""
+    from archhpo.search._ladder import axis_values
+
+    values = axis_values(row.d_model, row.n_layers, row.n_heads, row.d_ff)
+    return sum(abs(math.log(v / t)) for axis, t in target.items() if (v := values[axis]) is not None and t is not None)
+
+
+def carried_finalists(budget: Budget, finished: Sequence[Trial]) -> list[int]:
+    """--carry-finalists: the largest budget's planned architectures (table arch_idx, in slot order).
+
+    The rule, exactly: take the next smaller budget's full-length runs (its COMPLETE trials of every
+    phase, confirmation runs included; runs ended at a rung are not full length) and rank its
+    architectures by the mean of those runs (search/_ladder.py `top_architectures`, ties: the
+    earlier best trial), keeping the best TOP_K (3).  Each is mapped to the one grid row of the
+    largest budget nearest its shape (`shape_distance`: the summed |log| differences of aspect
+    ratio, head dimension, d_ff ratio and depth; the distance rounded to 9 decimals, ties to the
+    lower row index of the grid, i.e. the lower arch_idx).  Then the largest budget's grid extremes,
+    each moved to its centred twin exactly as `centred_extremes(rows, best)` moves it, `best` the
+    rank-1 architecture above, in row order.  A row reached twice is planned once (first place
+    kept): finalists in rank order, then the centred extremes."""
+    from archhpo.search._ladder import TOP_K, Finished, axis_values, centred_extremes, top_architectures
+
+    rows, idx = grid_rows(budget)
+    done = [Finished(t.run["loss"], t.slot, t.arch.d_model, t.arch.n_layers, (t.arch.idx,), FIXED_PARAMS,
+                     n_heads=t.arch.n_heads, d_ff=t.arch.d_ff) for t in finished]
+    top = top_architectures(done, TOP_K)
+    picks = []
+    for t in top:
+        target = axis_values(t.d_model, t.n_layers, t.n_heads, t.d_ff)
+        picks.append(min(range(len(rows)), key=lambda k: (round(shape_distance(rows[k], target), 9), k)))
+    picks += [k for k, r in enumerate(centred_extremes(rows, top[0])) if r.extreme]
+    return [idx[k] for k in dict.fromkeys(picks)]
+
+
+def carry_finalists_outcome(budget: Budget, below: Outcome, noise: Noise, sequential: bool = SEQUENTIAL) -> Outcome:
+    """archhpo under --carry-finalists at the largest budget: `carried_finalists` of the smaller
+    budget's full-length trials, each trained once to full length scoring no rung (no rung pruning:
+    `full_cost`), then the two-wave confirmation (`confirmed`) at full length; the smaller budget's
+    trust is passed on unused (the record of what was measured)."""
+    planned = trials_of(budget, carried_finalists(budget, below.finished), noise)
+    extra, winner, done = confirmed(budget, planned, list(planned), noise, full_cost, sequential)
+    return Outcome(sum(full_cost(t) for t in planned) + extra, winner, done, below.trust, False, 0.0)
+
+
+def strategies(budget: Budget, smaller: Budget | None, below: dict[str, Outcome], step: int, noise: Noise,
                n_trials: int, topk: int, seed: int, sequential: bool = SEQUENTIAL,
-               for_above: bool = False, at_rung: bool = AT_RUNG) -> dict[str, Outcome]:
+               for_above: bool = False, at_rung: bool = AT_RUNG, carry: bool = False) -> dict[str, Outcome]:
     """Every strategy at one budget of one repeat; `below` holds the smaller budget's outcomes;
     `for_above`: archhpo under --trust-each-budget at a budget below the largest; `at_rung` False: archhpo
-    under --no-confirm-at-rung."""
+    under --no-confirm-at-rung; `carry`: archhpo under --carry-finalists at the largest budget."""
     design = trials_of(budget, design_plan(budget, n_trials, seed), noise)
     out = {"design": full(design), "median": median(design), "topk_one_epoch": topk_one_epoch(design, topk),
            "halving": halving(design, budget.eta)}
     out["archhpo"] = archhpo(budget, smaller, below.get("archhpo"), step, noise, design, n_trials, seed, sequential,
-                             for_above, at_rung)
+                             for_above, at_rung, carry)
     if smaller is None:  # the smallest budget of a ladder is planned as the design
         out["halving_ladder"], out["ladder"] = out["halving"], out["design"]
         return out
@@ -430,20 +487,21 @@ def strategies(budget: Budget, smaller: Budget | None, below: dict[str, Outcome]
     return out
 
 
-def option_outcome(name: str, budgets: list[Budget], step: int, below: Outcome | None, noise: Draw, n_trials: int,
+def option_outcome(name: str, budgets: list[Budget], step: int, below: Outcome | None, noise: Noise, n_trials: int,
                    seed: int, sequential: bool) -> Outcome:
     """archhpo under one of `_paired_options.OPTIONS` at budgets[step], on the plan and draw its default saw."""
-    each_budget, at_rung = OPTIONS[name]
-    budget = budgets[step]
+    each_budget, at_rung, carry = OPTIONS[name]
+    budget, top = budgets[step], step == len(budgets) - 1
     design = trials_of(budget, design_plan(budget, n_trials, seed), noise)
     return archhpo(budget, budgets[step - 1] if step else None, below, step, noise, design, n_trials, seed,
-                   sequential, each_budget and step < len(budgets) - 1, at_rung)
+                   sequential, each_budget and not top, at_rung, carry and top)
 
 
 # ------------------------------------------------------------------------------ the replay
 def replay(budgets: list[Budget], repeats: int, seed: int, n_trials: int = 50, topk: int = 5,
            held_out: bool = True, sequential: bool | Sequence[bool] = SEQUENTIAL, each_budget: bool = False,
-           at_rung: bool = AT_RUNG, options: Sequence[str] = ()) -> dict[str, Any]:
+           at_rung: bool = AT_RUNG, options: Sequence[str] = (), noise_mode: str = "table", rho: float = 1.0,
+           carry_finalists: bool = False) -> dict[str, Any]:
     """Every strategy on every budget, `repeats` studies, each with its own plan seed and noise
     (`held_out` False: judged by the mean of all seeds, the seed the trials saw included); archhpo
     confirms in two waves or, `sequential` False, every finalist at once (a run launched before the
@@ -452,7 +510,9 @@ def replay(budgets: list[Budget], repeats: int, seed: int, n_trials: int = 50, t
     rung trust again at every budget below the largest, and with `at_rung` (--confirm-at-rung, the
     default) confirms at the lowest trusted rung where a budget trusts one.  `options` (names of
     `_paired_options.OPTIONS`): archhpo under each option too, on the same plans and draws as its
-    default, compared with it in result["archhpo"]["options"]."""
+    default, compared with it in result["archhpo"]["options"].  `noise_mode` (`_replay_table.make_draw`:
+    "table", this function's default for its older callers, "split" or "fresh" with `rho`; the
+    command's default is "fresh") and `carry_finalists` (--carry-finalists at the largest budget)."""
     regrets: dict[str, list[list[float]]] = {s: [] for s in STRATEGIES}
     same: dict[str, list[list[bool]]] = {s: [] for s in STRATEGIES}  # the design's winner, per budget
     flops: dict[str, list[float]] = {s: [0.0] * len(budgets) for s in STRATEGIES}  # summed over repeats, per budget
@@ -472,10 +532,11 @@ def replay(budgets: list[Budget], repeats: int, seed: int, n_trials: int = 50, t
         for runs in paired.values():
             runs.new_repeat()
         for step, budget in enumerate(budgets):
-            noise = draw(budget, rep, noise_rng(seed, rep, budget), held_out)
+            noise = make_draw(budget, rep, seed, noise_mode, held_out, rho)
             seq = sequential if isinstance(sequential, bool) else sequential[step]
+            top = step == len(budgets) - 1
             below = strategies(budget, budgets[step - 1] if step else None, below, step, noise, n_trials, topk,
-                               study_seed, seq, each_budget and step < len(budgets) - 1, at_rung)
+                               study_seed, seq, each_budget and not top, at_rung, carry_finalists and top)
             for name, runs in paired.items():
                 got = option_below[name] = option_outcome(name, budgets, step, option_below.get(name), noise,
                                                           n_trials, study_seed, seq)
@@ -496,12 +557,29 @@ def replay(budgets: list[Budget], repeats: int, seed: int, n_trials: int = 50, t
     result = _measures(budgets, regrets, same, flops)
     for name, interval in repeat_intervals(per_repeat, regrets, seed).items():
         result[name]["interval"] = interval
+    _regrets(result, budgets, regrets, seed)
     result["archhpo"]["fidelity"] = fidelity(budgets, pruned, trusts)
     result["archhpo"]["lr_probe_flops_ratio"] = (sum(flops["archhpo"]) + probe) / sum(flops["design"])
     if paired:
         runs = {name: Runs(per_repeat[name], regrets[name], flops[name]) for name in ("design", "archhpo")}
         result["archhpo"]["options"] = compare(runs["archhpo"], runs["design"], paired, seed, N_BOOT, INTERVAL)
     return result
+
+
+def _regrets(result: dict[str, Any], budgets: list[Budget], regrets: dict[str, list[list[float]]], seed: int) -> None:
+    """Each strategy's regret measures (`_paired_options.regret_measures`: mean over budgets, at the
+    largest, per budget, paired against the design's with the resamples `repeat_intervals` draws),
+    and its mean regret in nats (per budget its mean regret times the budget's seed std)."""
+    import numpy as np
+
+    n = len(regrets["design"])
+    picks = np.random.default_rng(seed).integers(0, n, (N_BOOT, n))
+    q = (50 * (1 - INTERVAL), 50 * (1 + INTERVAL))
+    for name, reps in regrets.items():
+        m = result[name]
+        m.update(regret_measures(reps, regrets["design"], picks, q))
+        m["regret_nats"] = statistics.fmean(r * b.seed_std for r, b in zip(m["regret_std_per_budget"], budgets,
+                                                                             strict=True))
 
 
 def repeat_intervals(per_repeat: dict[str, list[float]], regrets: dict[str, list[list[float]]],
@@ -563,7 +641,7 @@ def _measures(budgets: list[Budget], regrets: dict[str, list[list[float]]], same
             # weighted by the design's shares, `flops_share_per_budget` below)
             "flops_ratio_per_budget": [flops[name][i] / flops["design"][i] for i in n],
             "share_within_1std": sum(all(r <= 1 for r in rep) for rep in reps) / len(reps),
-            "regret_std": [statistics.fmean(rep[i] for rep in reps) for i in n],
+            "flops_vs_grid_once": sum(flops[name]) / (len(reps) * sum(b.grid_once_flops for b in budgets)),
             # per budget: the share of repeats whose winner is within 1 std of the best, and the share
             # whose winner is the architecture the design (the full plan) chose in the same repeat
             "within_1std_per_budget": [sum(rep[i] <= 1 for rep in reps) / len(reps) for i in n],
@@ -580,8 +658,26 @@ def markdown(result: dict[str, Any], budgets: list[Budget]) -> str:
     for name, m in result.items():
         share = lambda v: " / ".join(f"{x:.0%}" for x in v)  # noqa: E731
         lines.append(f"| {name} | {m['flops_ratio']:.3f} | {m['share_within_1std']:.0%} | "
-                     + " / ".join(f"{r:.2f}" for r in m["regret_std"])
+                     + " / ".join(f"{r:.2f}" for r in m["regret_std_per_budget"])
                      + f" | {share(m['within_1std_per_budget'])} | {share(m['same_winner_as_design'])} |")
+    return "\n".join(lines)
+
+
+def regret_markdown(result: dict[str, Any], best: dict[str, Any]) -> str:
+    """The regret table: per strategy its mean regret over budgets in nats and in seed stds, at the
+    largest budget, paired against the design's (90% interval over repeats), its FLOPs against the
+    design's and against the grid trained once, and its share within 1 std; the table-best oracle
+    (`oracle`) graded the same way last."""
+    lines = ["| strategy | regret (nats) | regret (std) | at the largest budget (std) | paired vs design (std) [90%] "
+             "| FLOPs / design | FLOPs / grid once | within 1 std at every budget |",
+             "|---|---:|---:|---:|---|---:|---:|---:|"]
+    for name, m in result.items():
+        p = m["paired_regret_vs_design"]
+        lines.append(f"| {name} | {m['regret_nats']:.5f} | {m['regret_std']:.2f} | {m['regret_std_top']:.2f} | "
+                     f"{p['estimate']:+.2f} [{p['ci90'][0]:+.2f}, {p['ci90'][1]:+.2f}] | {m['flops_ratio']:.3f} | "
+                     f"{m['flops_vs_grid_once']:.3f} | {m['share_within_1std']:.0%} |")
+    lines.append(f"| table-best oracle | {best['regret_nats']:.5f} | {best['regret_std']:.2f} | "
+                 f"{best['regret_std_top']:.2f} | | | | {best['share_within_1std']:.0%} |")
     return "\n".join(lines)
 
 
@@ -653,20 +749,34 @@ def flops_line(result: dict[str, Any]) -> str:
             f"{shares}); with --lr-probe {probe:.3f} of the design's")
 
 
-def noise_line(budgets: list[Budget], truth_mean: str = "held-out") -> str:
+def noise_data(budgets: list[Budget]) -> str:
+    """What a seed of the table changed: the data too, or the initialisation only."""
+    return ("fixed data" if all(b.fixed_data for b in budgets) else "seed changes the data"
+            if not any(b.fixed_data for b in budgets) else "mixed")
+
+
+def noise_line(budgets: list[Budget], truth_mean: str = "held-out", mode: str = "table", rho: float = 1.0) -> str:
     """What the replay assumed, in one line: the noise model, eta and the unit of regret per budget."""
-    kind = ("seeds on fixed data: a held-out seed per architecture" if all(b.fixed_data for b in budgets)
-            else "seeds that changed the data: one seed's data per repeat" if not any(b.fixed_data for b in budgets)
-            else "mixed")
     stds = ", ".join(f"{b.name} {b.seed_std:.3f}" for b in budgets)
-    truth = "the other seeds'" if truth_mean == "held-out" else "every seed's"
-    return f"noise: {kind}, truth = {truth} mean; eta {sorted({b.eta for b in budgets})}; seed std (nats): {stds}"
+    if mode == "fresh":
+        what = (f"fresh: every trial a new run around its architecture's mean (the budget's seed std; curve "
+                f"shift correlation rho {rho:g}), truth = every seed's mean")
+    elif mode == "split":
+        what = "split: per architecture a held-out seed, the trials on the others, truth = the held-out seed alone"
+    else:
+        kind = ("seeds on fixed data: a held-out seed per architecture" if all(b.fixed_data for b in budgets)
+                else "seeds that changed the data: one seed's data per repeat" if not any(b.fixed_data for b in budgets)
+                else "mixed")
+        truth = "the other seeds'" if truth_mean == "held-out" else "every seed's"
+        what = f"table, {kind}, truth = {truth} mean"
+    return f"noise: {what}; eta {sorted({b.eta for b in budgets})}; seed std (nats): {stds}"
 
 
-def ceiling_line(ceiling: dict[str, float], fixed_data: bool = True) -> str:
+def ceiling_line(ceiling: dict[str, float], fixed_data: bool = True, mode: str = "table") -> str:
     """`noise_ceiling`'s shares in one line, and what they mean for the share target."""
     once, twice = ceiling["every_arch_x1"], ceiling["every_arch_x2"]
-    why = ("a higher share needs third runs of near-ties, which on a 3-seed table are the seeds the truth averages"
+    why = ("the grid's near-ties lie within the seed noise, and no run the search sees is a truth's" if mode != "table"
+           else "a higher share needs third runs of near-ties, which on a 3-seed table are the seeds the truth averages"
            if fixed_data else "a repeat has one run per architecture (its seeds changed the data), so no strategy "
            "choosing on the budget's own runs can beat the whole grid's lowest")
     below = f" (below the {TARGET['share_within_1std']:.0%} target: {why})" if twice < TARGET["share_within_1std"] else ""
@@ -696,11 +806,25 @@ def truth_ceiling_line(ceilings: dict[str, float]) -> str:
             f"{goal:.0%} target needs {needs}")
 
 
+def command(args: argparse.Namespace) -> str:
+    """The command line that makes this replay again (the noise and its settings spelled out)."""
+    noise = {"fresh": f"--noise fresh --rho {args.rho:g}", "split": "--noise split",
+             "table": f"--noise table --truth-mean {args.truth_mean}"}[args.noise]
+    named = flags(args.trust_each_budget, _at_rung(args), args.carry_finalists)
+    return (f"python bench/search_efficiency.py --truth {args.truth} --repeats {args.repeats} --seed {args.seed}"
+            f" --trials {args.trials} --topk {args.topk} {noise}" + (f" {named}" if named else "")
+            + (" --compare-options" if args.compare_options else ""))
+
+
 def json_doc(args: argparse.Namespace, budgets: list[Budget], result: dict[str, Any], wall: float,
-             ceiling: dict[str, float], ceilings: dict[str, float] | None = None) -> dict[str, Any]:
+             ceiling: dict[str, float], ceilings: dict[str, float] | None = None,
+             best: dict[str, Any] | None = None) -> dict[str, Any]:
     """The JSON interface: `strategies` maps each name to exactly MEASURES; the per-budget shares,
-    archhpo's fidelity record, the noise ceiling and what the replay assumed sit beside it."""
+    archhpo's fidelity record, the noise ceiling, the table-best oracle (`best`) and what the replay
+    assumed sit beside it; `noise` names the mode, `noise_data` what a table's seed changed."""
     return {
+        "noise": args.noise, "rho": args.rho if args.noise == "fresh" else None,
+        "noise_data": noise_data(budgets), "oracle": best,
         "noise_ceiling": ceiling,
         "truth_ceiling": {"runs": CEILING_RUNS, **(ceilings or {})},
         "strategies": {n: {k: m[k] for k in MEASURES} for n, m in result.items()},
@@ -709,13 +833,9 @@ def json_doc(args: argparse.Namespace, budgets: list[Budget], result: dict[str, 
         # the targets' evidence: each measure's bootstrap interval over repeats (repeat_intervals)
         "intervals": {"level": INTERVAL, **{n: m["interval"] for n, m in result.items()}},
         "archhpo_fidelity": result["archhpo"]["fidelity"],
-        "command": (f"python bench/search_efficiency.py --truth {args.truth} --repeats {args.repeats} --seed {args.seed}"
-                    f" --trials {args.trials} --topk {args.topk} --truth-mean {args.truth_mean}"
-                    + (f" {named}" if (named := flags(args.trust_each_budget, _at_rung(args))) else "")
-                    + (" --compare-options" if args.compare_options else "")),
+        "command": command(args),
         "budgets": [b.name for b in budgets], "repeats": args.repeats, "seed": args.seed,
         "truth_sha256": hashlib.sha256(args.truth.read_bytes()).hexdigest(),
-        "noise": "fixed data" if all(b.fixed_data for b in budgets) else "seed changes the data",
         "truth_mean": args.truth_mean, "seed_std": [b.seed_std for b in budgets], "eta": [b.eta for b in budgets],
         "finalists": FINALISTS, "confirm_seeds": CONFIRM_SEEDS, "wall_s": round(wall, 2), "verdict": verdict(result),
         # --compare-options: each option of --ladder against its default on the same draws (_paired_options.py)
@@ -728,7 +848,8 @@ def _at_rung(args: argparse.Namespace) -> bool:
     return AT_RUNG if args.confirm_at_rung is None else bool(args.confirm_at_rung)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    """The command line, checked: bad input is refused with one sentence before anything is written."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--truth", type=Path, default=Path(__file__).with_name("search_truth.csv"))
     ap.add_argument("--repeats", type=int, default=20)
@@ -736,45 +857,69 @@ def main(argv: Sequence[str] | None = None) -> int:
                     f"its targets are reported with {EVALUATION_SEED} (the module docstring)")
     ap.add_argument("--trials", type=int, default=50, help="planned trials per budget (the design's 50)")
     ap.add_argument("--topk", type=int, default=5, help="topk_one_epoch: trials kept after one epoch")
-    ap.add_argument("--truth-mean", choices=("held-out", "all"), default="held-out",
-                    help="judge a choice by the mean of the seeds its trials did not see (default) or of all")
+    ap.add_argument("--noise", choices=NOISE_MODES, default="fresh",
+                    help="fresh (default): every trial a new run around its architecture's mean, graded by the mean "
+                         "of every seed; split: trials on two seeds, graded by the third; table: the table's runs, "
+                         "a held-out first seed (bench/_replay_table.py)")
+    ap.add_argument("--rho", type=float, default=1.0, help="--noise fresh: the correlation of a run's curve and rung "
+                    "shift with its final loss's (1: the whole curve shifted with it)")
+    ap.add_argument("--truth-mean", choices=("held-out", "all"), default=None,
+                    help="--noise table: judge a choice by the mean of the seeds its trials did not see (default) or of all")
     ap.add_argument("--trust-each-budget", action="store_true",
                     help="replay archhpo run --ladder --trust-each-budget (the rung trust measured again at every "
                          "budget below the largest) instead of the default")
     ap.add_argument("--confirm-at-rung", action=argparse.BooleanOptionalAction, default=None,
                     help="replay archhpo run --ladder with or without confirming at a trusted rung (a budget that "
                          f"trusts a rung confirms its finalists there; default: as --ladder does, {'with' if AT_RUNG else 'without'})")
+    ap.add_argument("--carry-finalists", action="store_true",
+                    help="replay archhpo run --ladder --carry-finalists: the largest budget trains the budget below's "
+                         "top 3 (nearest grid rows) and the centred extremes once each, then confirms")
     ap.add_argument("--compare-options", action="store_true",
-                    help="also replay archhpo under every other setting of --trust-each-budget and "
-                         "--confirm-at-rung, on the same plans and draws as its default, and print each one's "
+                    help="also replay archhpo under every other setting of --trust-each-budget, --confirm-at-rung "
+                         "and --carry-finalists, on the same plans and draws as its default, and print each one's "
                          "paired difference from it")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
     if args.repeats < 1:
         raise TableError("--repeats must be at least 1.")
-    if args.compare_options and (args.trust_each_budget or args.confirm_at_rung is not None):
-        raise TableError("--compare-options compares every option with the default: leave out --trust-each-budget "
-                         "and --(no-)confirm-at-rung.")
+    if not -1 <= args.rho <= 1:
+        raise TableError(f"--rho is a correlation: give a value from -1 to 1, not {args.rho:g}.")
+    if args.truth_mean is not None and args.noise != "table":
+        raise TableError("--truth-mean applies to --noise table only (fresh and split grade on seeds no trial saw): "
+                         "leave it out or add --noise table.")
+    args.truth_mean = args.truth_mean or "held-out"
+    if args.compare_options and (args.trust_each_budget or args.confirm_at_rung is not None or args.carry_finalists):
+        raise TableError("--compare-options compares every option with the default: leave out --trust-each-budget, "
+                         "--(no-)confirm-at-rung and --carry-finalists.")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse(argv)
     start = time.perf_counter()
     budgets = load_table(args.truth)
-    result = replay(budgets, args.repeats, args.seed, args.trials, args.topk, args.truth_mean == "held-out",
+    held_out = args.truth_mean == "held-out"
+    result = replay(budgets, args.repeats, args.seed, args.trials, args.topk, held_out,
                     each_budget=args.trust_each_budget, at_rung=_at_rung(args),
-                    options=tuple(OPTIONS) if args.compare_options else ())
-    ceiling = noise_ceiling(budgets, args.repeats, args.seed, args.truth_mean == "held-out")
+                    options=tuple(OPTIONS) if args.compare_options else (), noise_mode=args.noise, rho=args.rho,
+                    carry_finalists=args.carry_finalists)
+    ceiling = noise_ceiling(budgets, args.repeats, args.seed, held_out, mode=args.noise, rho=args.rho)
+    best = oracle(budgets, args.repeats, args.seed, args.noise, held_out, args.rho)
     ceilings = truth_ceilings(budgets, args.seed)
     wall = time.perf_counter() - start
     print(markdown(result, budgets))
-    print(noise_line(budgets, args.truth_mean))
+    print(regret_markdown(result, best))
+    print(noise_line(budgets, args.truth_mean, args.noise, args.rho))
     print(fidelity_line(result))
     print(flops_line(result))
-    print(ceiling_line(ceiling, all(b.fixed_data for b in budgets)))
+    print(ceiling_line(ceiling, all(b.fixed_data for b in budgets), args.noise))
     print(truth_ceiling_line(ceilings))
     print(verdict(result))
     if "options" in result["archhpo"]:
         print(options_markdown(result["archhpo"]["options"], result["archhpo"], [b.name for b in budgets]))
     print(f"# {args.repeats} repeats in {wall:.1f} s")
     if args.json:
-        args.json.write_text(json.dumps(json_doc(args, budgets, result, wall, ceiling, ceilings), indent=2) + "\n")
+        args.json.write_text(json.dumps(json_doc(args, budgets, result, wall, ceiling, ceilings, best), indent=2) + "\n")
     return 0
 
 

@@ -63,7 +63,7 @@ def test_halving_finds_the_best_when_rung_scores_rank_as_the_final_losses(tmp_pa
     budgets = se.load_table(_table(tmp_path, {"1M": 1_000_000, "2M": 2_000_000}, 9))
     result = se.replay(budgets, repeats=5, seed=0)
     for name in ("design", "halving", "halving_ladder"):
-        assert result[name]["regret_std"] == [0.0, 0.0], name
+        assert result[name]["regret_std_per_budget"] == [0.0, 0.0], name
         assert result[name]["share_within_1std"] == 1.0
 
 
@@ -111,7 +111,7 @@ def test_lr_probe_adds_rank_0_retrained_at_each_factor_below_the_largest_budget(
 def test_keeping_every_trial_after_one_epoch_chooses_as_the_design_does(tmp_path: Path) -> None:
     budgets = se.load_table(_table(tmp_path, {"1M": 1_000_000}, 6))
     every = se.replay(budgets, repeats=3, seed=1, topk=1000)
-    assert every["topk_one_epoch"]["regret_std"] == every["design"]["regret_std"]
+    assert every["topk_one_epoch"]["regret_std_per_budget"] == every["design"]["regret_std_per_budget"]
 
 
 def test_the_command_writes_the_json_interface(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -119,9 +119,17 @@ def test_the_command_writes_the_json_interface(tmp_path: Path, capsys: pytest.Ca
     assert se.main(["--truth", str(path), "--repeats", "2", "--seed", "3", "--json", str(tmp_path / "o.json")]) == 0
     doc = json.loads((tmp_path / "o.json").read_text())
     assert list(doc["strategies"]) == list(se.STRATEGIES) and "archhpo" in doc["strategies"]
-    for name, measures in doc["strategies"].items():  # exactly the three measures, each a number per budget
-        assert set(measures) == {"flops_ratio", "share_within_1std", "regret_std"}, name
-        assert len(measures["regret_std"]) == 2 and 0 <= measures["share_within_1std"] <= 1
+    for name, measures in doc["strategies"].items():  # exactly MEASURES: regret_std the mean over the 2 budgets
+        assert set(measures) == set(se.MEASURES) == {
+            "flops_ratio", "share_within_1std", "regret_std", "regret_nats", "regret_std_top", "regret_std_per_budget",
+            "paired_regret_vs_design", "flops_vs_grid_once"}, name
+        assert len(measures["regret_std_per_budget"]) == 2 and 0 <= measures["share_within_1std"] <= 1
+        assert measures["regret_std"] == pytest.approx(sum(measures["regret_std_per_budget"]) / 2)
+        assert measures["regret_std_top"] == measures["regret_std_per_budget"][-1]
+        assert set(measures["paired_regret_vs_design"]) == {"estimate", "ci90"}
+    assert doc["noise"] == "fresh" and doc["rho"] == 1.0 and doc["noise_data"] == "seed changes the data"
+    assert doc["strategies"]["design"]["paired_regret_vs_design"] == {"estimate": 0.0, "ci90": [0.0, 0.0]}
+    assert doc["oracle"]["share_within_1std"] == 1.0 and doc["oracle"]["regret_std"] == 0.0, "fresh: best by construction"
     assert doc["per_budget"]["design"]["same_winner_as_design"] == [1.0, 1.0]
     assert doc["archhpo_fidelity"]["budgets"] == ["1M", "2M"] and doc["archhpo_fidelity"]["pruned_at_rung"][0] == 0.0
     assert doc["command"].startswith(f"python bench/search_efficiency.py --truth {path} --repeats 2 --seed 3")
@@ -223,11 +231,11 @@ def test_a_repeat_fixes_the_data_and_leaves_its_seed_out_of_the_truth(tmp_path: 
     assert not budgets[0].fixed_data and budgets[0].seed_std == pytest.approx(STD)
     result = se.replay(budgets, repeats=3, seed=0)
     assert result["design"]["share_within_1std"] == pytest.approx(2 / 3)
-    assert result["design"]["regret_std"] == [pytest.approx(0.5 / STD / 3)]
+    assert result["design"]["regret_std_per_budget"] == [pytest.approx(0.5 / STD / 3)]
     # Judged by every seed's mean (A 5/3, B 1.5), picking A on seed 0 costs only 1/6 nats: within 1 std.
     every = se.replay(budgets, repeats=3, seed=0, held_out=False)
     assert every["design"]["share_within_1std"] == 1.0
-    assert every["design"]["regret_std"] == [pytest.approx((5 / 3 - 1.5) / STD / 3)]
+    assert every["design"]["regret_std_per_budget"] == [pytest.approx((5 / 3 - 1.5) / STD / 3)]
 
 
 def test_on_fixed_data_each_trial_is_an_init_seed_and_the_first_is_held_out(tmp_path: Path) -> None:
@@ -247,7 +255,7 @@ def test_on_fixed_data_each_trial_is_an_init_seed_and_the_first_is_held_out(tmp_
     # when seed 0 is A's second trial A is picked but its truth is 1.5, a tie with B.
     assert 0 < held_zero < 12
     assert result["design"]["share_within_1std"] == pytest.approx(1 - held_zero / 12)
-    assert result["design"]["regret_std"] == [pytest.approx(held_zero * 0.5 / STD / 12)]
+    assert result["design"]["regret_std_per_budget"] == [pytest.approx(held_zero * 0.5 / STD / 12)]
     # The noise ceiling on the same draws: every architecture once picks A exactly when its held-out
     # seed is seed 0 (a miss); twice, A's mean 1.5 ties B's and the tie goes to A (index 0), again a
     # miss exactly then: both shares are the design's here.
@@ -310,7 +318,7 @@ def test_halving_promotes_the_best_1_over_the_tables_eta(tmp_path: Path) -> None
     budgets = se.load_table(_write(tmp_path, _arch_rows("100K", 100_000, archs, "1;2;4;8", 8)))
     result = se.replay(budgets, repeats=1, seed=0)
     assert result["halving"]["flops_ratio"] == pytest.approx(20 / 64)
-    assert result["halving"]["regret_std"] == [0.0]
+    assert result["halving"]["regret_std_per_budget"] == [0.0]
 
 
 def test_the_extremes_are_archhpos_the_rows_closest_to_the_budget(tmp_path: Path) -> None:
@@ -364,7 +372,7 @@ def test_the_committed_truth_under_a_real_studys_noise(tmp_path: Path) -> None:
     assert held["halving"]["share_within_1std"] == every["halving"]["share_within_1std"] == 0.0
     assert se.main(["--truth", str(path), "--repeats", "3", "--json", str(tmp_path / "o.json")]) == 0
     doc = json.loads((tmp_path / "o.json").read_text())
-    assert list(doc["strategies"]) == list(se.STRATEGIES) and doc["noise"] == "seed changes the data"
+    assert list(doc["strategies"]) == list(se.STRATEGIES) and doc["noise_data"] == "seed changes the data"
 
 
 # ------------------------------------------------------------------------------ issue 32 part 5: archhpo
@@ -402,7 +410,7 @@ def test_archhpo_halves_at_the_rungs_its_smallest_budget_trusts(tmp_path: Path, 
     assert [t.arch.idx for t in large["archhpo"].finished] == [8], "confirmation runs ended at the rung"
     assert large["archhpo"].winner.idx == large["ladder"].winner.idx == 8
     result = se.replay(budgets, repeats=3, seed=0)
-    assert result["archhpo"]["regret_std"] == [0.0, 0.0] and result["archhpo"]["share_within_1std"] == 1.0
+    assert result["archhpo"]["regret_std_per_budget"] == [0.0, 0.0] and result["archhpo"]["share_within_1std"] == 1.0
     assert result["archhpo"]["fidelity"]["pruned_at_rung"] == [0.0, 1.0]
 
 
@@ -462,7 +470,7 @@ def test_the_finalists_confirmation_runs_are_counted_and_decide(tmp_path: Path, 
     # A's mean over its 4 full-length runs (2 planned, 2 confirmation: its held-out seed twice) is 1.5 or 1.75,
     # never below B's 1.4: archhpo always picks B, the best by every truth; the design picks A whenever it saw
     # A's seed 0, and is more than 1 std off when that seed is A's held-out one (A's truth then 2.0).
-    assert result["archhpo"]["regret_std"] == [0.0] and result["archhpo"]["share_within_1std"] == 1.0
+    assert result["archhpo"]["regret_std_per_budget"] == [0.0] and result["archhpo"]["share_within_1std"] == 1.0
     assert result["design"]["share_within_1std"] < 1.0
     (only,) = _budgets_of_one_repeat(budgets, seed=5)
     confirmation = only["archhpo"].finished[4:]
@@ -545,13 +553,22 @@ def test_each_option_compared_on_the_defaults_draws_is_the_option_replayed_alone
     assert se.replay(budgets, repeats=4, seed=5) == {**result, "archhpo": {
         k: v for k, v in result["archhpo"].items() if k != "options"}}, "the options change nothing else"
     options = result["archhpo"]["options"]
-    assert list(options) == ["trust_each_budget", "no_confirm_at_rung", "trust_each_budget+no_confirm_at_rung"]
-    assert se.OPTIONS == {"trust_each_budget": (True, True), "no_confirm_at_rung": (False, False),
-                          "trust_each_budget+no_confirm_at_rung": (True, False)}, "every other setting, by its flags"
+    assert list(options) == ["trust_each_budget", "no_confirm_at_rung", "carry_finalists",
+                             "trust_each_budget+no_confirm_at_rung", "trust_each_budget+carry_finalists",
+                             "no_confirm_at_rung+carry_finalists", "trust_each_budget+no_confirm_at_rung+carry_finalists"]
+    assert se.OPTIONS == {"trust_each_budget": (True, True, False), "no_confirm_at_rung": (False, False, False),
+                          "carry_finalists": (False, True, True),
+                          "trust_each_budget+no_confirm_at_rung": (True, False, False),
+                          "trust_each_budget+carry_finalists": (True, True, True),
+                          "no_confirm_at_rung+carry_finalists": (False, False, True),
+                          "trust_each_budget+no_confirm_at_rung+carry_finalists": (True, False, True)}, \
+        "every other setting, by its flags"
     assert po.flags(*po.DEFAULT) == "" and po.flags(True, False) == "--trust-each-budget --no-confirm-at-rung"
-    for name, (each, at_rung) in se.OPTIONS.items():
-        alone = se.replay(budgets, repeats=4, seed=5, each_budget=each, at_rung=at_rung)["archhpo"]
-        for key in ("flops_ratio", "share_within_1std", "flops_ratio_per_budget", "within_1std_per_budget"):
+    assert po.flags(False, True, True) == "--carry-finalists"
+    for name, (each, at_rung, carry) in se.OPTIONS.items():
+        alone = se.replay(budgets, repeats=4, seed=5, each_budget=each, at_rung=at_rung, carry_finalists=carry)["archhpo"]
+        for key in ("flops_ratio", "share_within_1std", "flops_ratio_per_budget", "within_1std_per_budget",
+                    "regret_std", "regret_std_top", "paired_regret_vs_design"):
             assert options[name][key] == alone[key], (name, key)
         for key in ("flops_ratio", "share_within_1std"):
             assert options[name]["interval"][key] == alone["interval"][key], (name, key)
@@ -584,12 +601,12 @@ def test_compare_options_prints_and_writes_the_comparison_and_refuses_an_option_
     assert doc["command"].endswith("--compare-options") and set(doc["options"]) == set(se.OPTIONS)
     assert list(doc["strategies"]) == list(se.STRATEGIES) and "options" not in doc["per_budget"]["archhpo"]
     assert "| --trust-each-budget --no-confirm-at-rung |" in capsys.readouterr().out
-    for flag in ("--trust-each-budget", "--confirm-at-rung", "--no-confirm-at-rung"):
-        with pytest.raises(SystemExit, match=r"leave out --trust-each-budget and --\(no-\)confirm-at-rung"):
+    for flag in ("--trust-each-budget", "--confirm-at-rung", "--no-confirm-at-rung", "--carry-finalists"):
+        with pytest.raises(SystemExit, match=r"leave out --trust-each-budget, --\(no-\)confirm-at-rung and --carry"):
             se.main(["--truth", str(path), "--compare-options", flag, "--json", str(tmp_path / "no.json")])
     assert not (tmp_path / "no.json").exists(), "nothing written"
     off = tmp_path / "off.json"
     assert se.main(["--truth", str(path), "--repeats", "3", "--seed", "1", "--no-confirm-at-rung", "--json", str(off)]) == 0
-    assert json.loads(off.read_text())["command"].endswith("--truth-mean held-out --no-confirm-at-rung")
-    alone = se.replay(se.load_table(path), 3, 1, at_rung=False)["archhpo"]
+    assert json.loads(off.read_text())["command"].endswith("--noise fresh --rho 1 --no-confirm-at-rung")
+    alone = se.replay(se.load_table(path), 3, 1, at_rung=False, noise_mode="fresh")["archhpo"]
     assert json.loads(off.read_text())["strategies"]["archhpo"] == {k: alone[k] for k in se.MEASURES}
