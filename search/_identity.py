@@ -47,6 +47,21 @@ def _as_stored_before(old: dict[str, Any], now: dict[str, Any]) -> dict[str, Any
     return now
 
 
+def _space_as_stored_before(family: str, old: dict[str, Any], now: dict[str, Any]) -> dict[str, Any]:
+    """`now`'s space with the learning-rate range an older archhpo stored, where `old` holds the
+    unmoved default range and `now` the same range moved onto the family's own rate
+    (`SearchSpace.bracketing`): a study launched before keeps the range it was planned with."""
+    from archhpo.models import get_family
+    from archhpo.search._space import FULL_SPACE, QUICK_SPACE
+
+    rate = get_family(family).train_defaults.get("learning_rate")
+    for space in (FULL_SPACE, QUICK_SPACE):
+        before, moved = list(space.learning_rate), list(space.bracketing(rate).learning_rate)
+        if old.get("learning_rate") == before and now.get("learning_rate") == moved != before:
+            return {**now, "learning_rate": before}
+    return now
+
+
 def _differences(stored: StudySettings, new: StudySettings) -> list[str]:
     """'n_trials: stored 4, now 6' for each identity setting that differs (a dict such as
     `options` by its differing keys), so a refused relaunch shows what to repeat."""
@@ -55,6 +70,8 @@ def _differences(stored: StudySettings, new: StudySettings) -> list[str]:
         old, now = (v.as_dict() if isinstance(v, StoredOptions) else v for v in (getattr(stored, key), getattr(new, key)))
         if key == "options":
             now = _as_stored_before(old, now)
+        if key == "space":
+            now = _space_as_stored_before(stored.family, old, now)
         if old == now:
             continue
         if isinstance(old, dict) and isinstance(now, dict):

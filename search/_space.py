@@ -114,6 +114,16 @@ class SearchSpace:
         }
 
 
+    def bracketing(self, rate: float | None) -> SearchSpace:
+        """This space with its learning-rate range moved, at the same log width, to centre on
+        `rate` (a family's own default rate) when the range does not already hold it: an unstated
+        range then searches around the rate the family trains at, not beside it."""
+        lo, hi = self.learning_rate
+        if rate is None or lo == hi or lo <= rate <= hi:
+            return self
+        half = math.sqrt(hi / lo)
+        return replace(self, learning_rate=(rate / half, rate * half))
+
     def within(self, ranges: Mapping[str, tuple[float, float]]) -> SearchSpace:
         """This space with the given log-scaled parameters sampled within stated ranges (LO, HI)
         instead of its own (StudyConfig checked them: 0 < LO < HI)."""

@@ -17,7 +17,7 @@ from typing import Any
 from archhpo.cli._family import _family_values
 from archhpo.cli._options import ARCH_OPTIONS
 from archhpo.config import Data, StudyConfig, family_options_of
-from archhpo.errors import ArchhpoError, OutputError
+from archhpo.errors import ArchhpoError, BudgetError, OutputError
 from archhpo.models import get_family
 
 EXIT_UNHEALTHY = 3  # `worker`: a sticky CUDA fault; do not reuse this process or its GPU context
@@ -112,6 +112,7 @@ def _all_settings(args: argparse.Namespace) -> list[Any]:
     from archhpo.search._study import prepare_settings
 
     config = _study_config(args)
+    _check_distinct(config.budgets, parse_budget)
     out: list[Any] = []
     for part in config.per_ratio():
         if not config.ladder:
@@ -122,6 +123,18 @@ def _all_settings(args: argparse.Namespace) -> list[Any]:
             chain.append(prepare_settings(part, budget, ladder_below=[s.study_name for s in chain]))
         out += chain
     return out
+
+
+def _check_distinct(budgets: tuple[str, ...], parse: Any) -> None:
+    """Refuse a budget given twice (75K and 75000 are one budget): it would plan one study twice
+    under one name."""
+    seen: dict[int, str] = {}
+    for text in budgets:
+        value = parse(text)
+        if value in seen:
+            raise BudgetError(f"--budget {text} is given twice (as {seen[value]!r} and {text!r}); give each "
+                              "budget once.")
+        seen[value] = text
 
 
 def _name_builders(args: argparse.Namespace) -> list[str]:
