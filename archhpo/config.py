@@ -108,6 +108,9 @@ class Pruning:
     confirm_at_rung: bool | None = None
     """with --ladder: a budget that prunes at a trusted rung also confirms its finalists there (each new seed trained to the lowest trusted rung and scored by its cooldown branch, the winner chosen on the finalists' mean scores at that rung, search runs' included), about a third of a full-length confirmation; on by default where --ladder halves and confirms (docs/searching.md, "Choosing the defaults"); --no-confirm-at-rung trains every confirmation run to full length"""
 
+    carry_finalists: bool = False
+    """with --ladder: the largest budget trains only the next smaller budget's 3 best architectures (by the mean of their full-length runs, confirmation included), each carried to the grid row of the nearest shape (aspect ratio, head dimension, d_ff ratio), and the grid's extremes centred on the best's head dimension and d_ff ratio, each once to full length (no rung pruning there), then its usual confirmation; the budgets below are searched as without it"""
+
     def __post_init__(self) -> None:
         _check_types(self)
         if self.rule not in PRUNERS:
@@ -258,6 +261,7 @@ OPTION_FIELDS: dict[str, str] = {
     "data_seed": "data.seed", "confirm": "confirm.top", "seeds": "confirm.seeds",
     "baselines": "confirm.baselines", "sequential_confirm": "confirm.sequential", "lr_probe": "confirm.lr_probe",
     "trust_each_budget": "pruning.trust_each_budget", "confirm_at_rung": "pruning.confirm_at_rung",
+    "carry_finalists": "pruning.carry_finalists",
 }
 _SECTIONS: dict[str, type] = {"data": Data, "pruning": Pruning, "schedule": Schedule, "confirm": Confirm}
 
@@ -276,6 +280,8 @@ _COMPANIONS: tuple[tuple[str, str, Callable[[StudyConfig], bool]], ...] = (
                         "finalists, so they need --ladder with its halving (not another --pruner); add --ladder or "
                         "drop the flag.",
      lambda c: c.ladder and c.pruning.rule == "halving"),
+    ("carry_finalists", "--carry-finalists and --no-carry-finalists choose what a ladder's largest budget trains, "
+                        "so they need --ladder; add --ladder or drop the flag.", lambda c: c.ladder),
     ("eta", "--eta counts only with --pruner halving; add --pruner halving or drop --eta.",
      lambda c: c.pruning.rule == "halving"),
     ("min_fraction", "--min-fraction counts only with --pruner halving; add --pruner halving or drop "

@@ -393,7 +393,7 @@ class StoredOptions:
     halving: Mapping[str, Any] | None = None
     """successive halving's stored settings ({"eta": 3, "min_fraction": "1/9"}; search/_halving.py reads them)"""
     ladder: Mapping[str, Any] | None = None
-    """a ladder budget's smaller studies ({"below": [names]}, smallest first: `ladder_below`); with --trust-each-budget also "trust": "each" and "largest": whether it is the ladder's largest; --confirm-at-rung adds "confirm": "rung"."""
+    """a ladder budget's smaller studies ({"below": [names]}, smallest first: `ladder_below`); with --trust-each-budget also "trust": "each" and "largest": whether it is the ladder's largest; --confirm-at-rung adds "confirm": "rung"; --carry-finalists adds "carry": "finalists" on the ladder's largest budget alone (the budgets below plan as without it)."""
     baselines: tuple[str, ...] = ()
     """the rule-picked baselines phase 3 trains (search/_baselines.py's names)"""
     lr_probe: tuple[float, ...] = ()
@@ -452,6 +452,12 @@ class StoredOptions:
     def confirm_at_rung(self) -> bool:
         """A ladder budget under --confirm-at-rung: where it trusts a rung, it confirms there."""
         return (self.ladder or {}).get("confirm") == "rung"
+
+    @property
+    def carry_finalists(self) -> bool:
+        """A ladder's largest budget under --carry-finalists: it trains the finalists carried from the
+        next smaller budget and the centred extremes, once each, to full length (search/_ladder.py)."""
+        return (self.ladder or {}).get("carry") == "finalists"
 
     @property
     def scored_for_above(self) -> bool:

@@ -24,6 +24,11 @@ slots beyond the region's size get no assignment (the record's "skipped_slots") 
 without a trial, as confirmation ranks that do not exist are (search/_upkeep.py): a repeat costs a
 full trial, and --ladder retrains its finalists with new seeds in phase 3 instead.  A record
 stored before this assigned every slot, repeating the region, and is used as stored.
+
+--carry-finalists changes the ladder's largest budget alone (`finalist_rows`): instead of the region
+it trains the next smaller budget's LADDER_FINALISTS best architectures by mean, each carried to
+the grid row nearest its shape, and the centred extremes, once each (`finalist_slots` slots), to
+full length (its record trusts no rung: search/_ladder_record.py), then its confirmation.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from archhpo.budgets import GridRow
+from archhpo.schema import LADDER_FINALISTS
 from archhpo.search._lrfit import LrFit, at_width, budget_rates, carried_rate, fit_lr_exponent
 from archhpo.search._plan import plan_order, plan_sizes
 from archhpo.search._space import SearchSpace
@@ -190,6 +196,42 @@ def centred_extremes(rows: Sequence[GridRow], best: Finished) -> list[GridRow]:
     return [replace(r, extreme=";".join(tags.get(k, []))) for k, r in enumerate(rows)]
 
 
+def finalist_slots(n_extremes: int, n_archs: int) -> int:
+    """A --carry-finalists largest budget's phase-1 slots: one per finalist and extreme, at most
+    the grid's size (a duplicate among them leaves its slot skipped)."""
+    return min(n_extremes + LADDER_FINALISTS, n_archs)
+
+
+def shape_distance(row: GridRow, shape: Finished) -> float:
+    """How far a row's shape lies from a smaller budget's architecture's, in log units: its aspect
+    ratio d_model/n_layers, head dimension and d_ff ratio (an axis unknown on either side counts 0).
+    Depth and width are left out: at a larger budget both grow, the proportions carry."""
+    target = axis_values(shape.d_model, shape.n_layers, shape.n_heads, shape.d_ff)
+    aspect = (row.d_model / row.n_layers) / (shape.d_model / shape.n_layers)
+    return abs(math.log(aspect)) + _log_distance(row, target)
+
+
+def carried_row(rows: Sequence[GridRow], shape: Finished) -> int:
+    """The position in `rows` of the row nearest `shape` (`shape_distance`, rounded to 9 digits;
+    ties: the earlier row)."""
+    return min(range(len(rows)), key=lambda j: (round(shape_distance(rows[j], shape), 9), j))
+
+
+def finalist_rows(rows: Sequence[GridRow], finished: Sequence[Finished]) -> list[GridRow]:
+    """--carry-finalists: the rows a ladder's largest budget trains, each once.  The next smaller
+    budget's LADDER_FINALISTS best architectures by the mean of their full-length runs
+    (`top_architectures`: ties by the earlier best trial), each carried to its nearest row
+    (`carried_row`), in their rank order; then the grid's extremes centred on the best's head
+    dimension and d_ff ratio (`centred_extremes`), in grid order; a row already listed is not
+    listed again.  The rows keep their centred extreme marks."""
+    top = top_architectures(finished, LADDER_FINALISTS)
+    if not top:
+        return []
+    centred = centred_extremes(rows, top[0])
+    picked = [carried_row(centred, t) for t in top] + [k for k, r in enumerate(centred) if r.extreme]
+    return [centred[k] for k in dict.fromkeys(picked)]
+
+
 def narrowed_region(rows: Sequence[GridRow], top: Sequence[Finished]) -> tuple[list[GridRow], dict[str, Any], str]:
     """The rows inside every axis' range, and the extremes (centred on the best's head dimension and
     d_ff ratio: `centred_extremes`); the ranges; how the region was chosen (every axis, or the
@@ -205,7 +247,8 @@ def narrowed_region(rows: Sequence[GridRow], top: Sequence[Finished]) -> tuple[l
 
 def carry_up(finished: Sequence[Finished], n_small: int, n_large: int, rows: Sequence[GridRow],
              space: SearchSpace, slots: Sequence[int], seed: int, *,
-             below: Sequence[tuple[int, Sequence[Finished]]] = (), data_grows: bool = False) -> dict[str, Any]:
+             below: Sequence[tuple[int, Sequence[Finished]]] = (), data_grows: bool = False,
+             finalists: bool = False) -> dict[str, Any]:
     """The larger budget's plan from the next smaller budget's finished trials: what was carried,
     and an architecture and training parameters for the planned phase-1 slots, one per region
     architecture in the plan's spread order, extremes first; slots beyond the region's size are
@@ -214,8 +257,11 @@ def carry_up(finished: Sequence[Finished], n_small: int, n_large: int, rows: Seq
     below: every smaller budget of the ladder as (nominal N, its finished trials), which the
     learning-rate exponent is fitted on (search/_lrfit.py; () reads the next smaller alone);
     data_grows: the study trains on a fixed data per parameter (the prior's regime).  --lr-probe's runs
-    count for the learning rate only."""
-    top = top_architectures([t for t in finished if not t.lr_probe])
+    count for the learning rate only.  finalists (--carry-finalists, the ladder's largest budget): the
+    slots get `finalist_rows` in its order instead of the region, the record says which
+    ("carry_finalists": the carried rows' arch_idx and the trials they were carried from)."""
+    pool = [t for t in finished if not t.lr_probe]
+    top = top_architectures(pool)
     if not top:  # every trial of the smaller budget failed: nothing to carry, the design's space and grid
         assignments = _assign(list(rows), lambda _: space, slots, seed)
         return {"carried": None, "from_trial": None, "space": space.as_dict(), "aspect_ratios": [],
@@ -229,7 +275,7 @@ def carry_up(finished: Sequence[Finished], n_small: int, n_large: int, rows: Seq
     rates = budget_rates(budgets)
     raw = carried_rate(rates, n_large, fit.exponent)
     carried = carried_params(top[0], raw, space)
-    inside, ranges, how = narrowed_region(rows, top)
+    inside, ranges, how = _planned_rows(rows, top, pool, finalists)
     narrow = narrowed_space(carried, space)
 
     def space_of(row: GridRow) -> SearchSpace:  # the carried rate moved to the row's own width
@@ -237,7 +283,7 @@ def carry_up(finished: Sequence[Finished], n_small: int, n_large: int, rows: Seq
                                                                  *space.learning_rate)}, space)
 
     ratios = [t.d_model / t.n_layers for t in top]
-    assignments = _assign(inside, space_of, slots, seed)
+    assignments = _assign(inside, space_of, slots, seed, ordered=finalists)
     return {
         "carried": carried, "lr_width": width, "budget_rates": [[n, lr] for n, lr in rates],
         "from_trial": top[0].number, "space": narrow.as_dict(),
@@ -247,7 +293,19 @@ def carry_up(finished: Sequence[Finished], n_small: int, n_large: int, rows: Seq
                                                      top[0].d_ff).items() if k in ("head_dim", "ff_ratio")},
         "assignments": assignments, "skipped_slots": len(slots) - len(assignments),
         "rule": _rule(fit, len(rates), width, how, _clipped(raw, carried, space)),
+        **({"carry_finalists": _carried(pool, rows)} if finalists else {}),
     }
+
+
+def _planned_rows(rows: Sequence[GridRow], top: Sequence[Finished], pool: Sequence[Finished],
+                  finalists: bool) -> tuple[list[GridRow], dict[str, Any], str]:
+    """The rows a ladder budget's slots go to, the axes' ranges and how they were chosen: the
+    narrowed region (`narrowed_region`), or under --carry-finalists `finalist_rows` (the ranges
+    recorded all the same)."""
+    inside, ranges, how = narrowed_region(rows, top)
+    if finalists:
+        return finalist_rows(rows, pool), ranges, "--carry-finalists (the finalists below and the extremes, once each)"
+    return inside, ranges, how
 
 
 def _clipped(raw: float, carried: Mapping[str, Any], space: SearchSpace) -> tuple[float, float] | None:
@@ -266,13 +324,21 @@ def _rule(fit: LrFit, n_budgets: int, width: int, how: str, clipped: tuple[float
             f"{width}, x {width}/d_model per architecture; region: {how}")
 
 
+def _carried(pool: Sequence[Finished], rows: Sequence[GridRow]) -> dict[str, Any]:
+    """The --carry-finalists part of the record: the smaller budget's finalists (their best trials)
+    and the arch_idx of the rows they were carried to, in rank order."""
+    top = top_architectures(pool, LADDER_FINALISTS)
+    return {"from_trials": [t.number for t in top], "arch_idx": [rows[carried_row(rows, t)].arch_idx for t in top]}
+
+
 def _assign(rows: list[GridRow], space_of: Callable[[GridRow], SearchSpace], slots: Sequence[int],
-            seed: int) -> list[dict[str, Any]]:
-    """The first slots' architectures, one slot per row in spread order (extremes first), and
-    training parameters sampled from `space_of(row)` (each row's own learning-rate range); the slots
-    beyond the rows get none: a repeat of an architecture in phase 1 costs a full trial, and
-    confirmation retrains the finalists anyway."""
-    order = plan_order([GridRow(**{**r.as_dict(), "arch_idx": i}) for i, r in enumerate(rows)], seed)
+            seed: int, *, ordered: bool = False) -> list[dict[str, Any]]:
+    """The first slots' architectures, one slot per row in spread order (extremes first; `ordered`:
+    in the rows' own order), and training parameters sampled from `space_of(row)` (each row's own
+    learning-rate range); the slots beyond the rows get none: a repeat of an architecture in phase
+    1 costs a full trial, and confirmation retrains the finalists anyway."""
+    order = list(range(len(rows))) if ordered else plan_order(
+        [GridRow(**{**r.as_dict(), "arch_idx": i}) for i, r in enumerate(rows)], seed)
     rng = random.Random(f"ladder:{seed}")  # drawn in slot order: the assigned slots keep their old draws
     return [{"slot": slot, "arch_idx": rows[i].arch_idx, "params": space_of(rows[i]).sample(rng)}
             for slot, i in zip(slots, order, strict=False)]
@@ -294,10 +360,27 @@ def describe(ladder: Mapping[str, Any]) -> str:
     exponent = f"; learning-rate exponent {LrFit.from_dict(fit).describe()}" if fit else ""
     return (f"from {ladder['from_budget']} (trial {ladder['from_trial']}): learning rate {c['learning_rate']:.3g} "
             f"({ladder['rule']}), weight decay {c['weight_decay']:.3g}, {c['epochs']} epochs, batch "
-            f"{c['batch_size']}, warm-up {c['warmup_steps']}; {ranges}: "
+            f"{c['batch_size']}, warm-up {c['warmup_steps']}; {_planned_note(ladder, ranges)}: "
             f"{ladder['region_size']} of {ladder['grid_size']} architectures (extremes included{_extremes_note(ladder)})"
-            f"{_slots_note(ladder)}{exponent}"
-            + (f"; {describe_trust(ladder['trust'])}" if "trust" in ladder else ""))
+            f"{_slots_note(ladder)}{exponent}" + _fidelity_note(ladder))
+
+
+def _planned_note(ladder: Mapping[str, Any], ranges: str) -> str:
+    """What the budget's slots went to: the region's ranges, or --carry-finalists' carried rows."""
+    carry = ladder.get("carry_finalists")
+    if not carry:
+        return ranges
+    pairs = ", ".join(f"trial {n} to arch {k}" for n, k in zip(carry["from_trials"], carry["arch_idx"], strict=True))
+    return f"--carry-finalists: the finalists carried ({pairs}) and the extremes"
+
+
+def _fidelity_note(ladder: Mapping[str, Any]) -> str:
+    """The record's trust in words; --carry-finalists trains every trial to full length by rule."""
+    if "trust" not in ladder:
+        return ""
+    if ladder.get("carry_finalists"):
+        return "; fidelity: every trial trained to full length (--carry-finalists)"
+    return f"; {describe_trust(ladder['trust'])}"
 
 
 def _extremes_note(ladder: Mapping[str, Any]) -> str:

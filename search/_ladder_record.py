@@ -15,7 +15,7 @@ from archhpo.budgets import GridRow
 from archhpo.schema import TRAINING_PARAMS, Attr
 from archhpo.search._ladder import Finished, carry_up
 from archhpo.search._study import LADDER_KEY
-from archhpo.search._trust import FOR_ABOVE, ArchRuns, rung_trust
+from archhpo.search._trust import FOR_ABOVE, TRUST_THRESHOLD, ArchRuns, rung_trust
 
 if TYPE_CHECKING:
     from archhpo.search._upkeep import PlanUpkeep
@@ -31,11 +31,19 @@ def ladder_record(upkeep: PlanUpkeep, below: Sequence[PlanUpkeep]) -> dict[str, 
     slots = [e.slot for e in settings.plan if e.phase == 1]
     out = carry_up(finished[-1][1], smaller.settings.budget_value, settings.budget_value,
                    [GridRow(**a) for a in settings.archs], settings.search_space, slots,
-                   int(settings.options.seed), below=finished, data_grows=settings.options.budget is not None)
+                   int(settings.options.seed), below=finished, data_grows=settings.options.budget is not None,
+                   finalists=settings.options.carry_finalists)
     # Which rungs this budget may prune at (search/_trust.py); stored in the same write as the
     # rest, before any trial is enqueued, so every claim and rung decision of this budget reads one trust.
-    out["trust"] = _trust(upkeep, below)
+    out["trust"] = _no_rung(smaller) if settings.options.carry_finalists else _trust(upkeep, below)
     return {**out, "from": smaller.name, "from_budget": smaller.settings.budget}
+
+
+def _no_rung(smaller: PlanUpkeep) -> dict[str, Any]:
+    """--carry-finalists' trust at the ladder's largest budget: measured (so nothing is scored in
+    passing) and trusting no rung, so every trial, confirmation included, trains to full length."""
+    return {"trusted": [], "rungs": [], "threshold": TRUST_THRESHOLD, "carry_finalists": True,
+            "reason": f"--carry-finalists: the finalists of {smaller.settings.budget} and the extremes"}
 
 
 def _trust(upkeep: PlanUpkeep, below: Sequence[PlanUpkeep]) -> dict[str, Any]:

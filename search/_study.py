@@ -33,7 +33,7 @@ from archhpo.search._baselines import BASELINE_RULES
 from archhpo.search._choices import _rows, _split_choices
 from archhpo.search._confirmation import AT_RUNG_KEY
 from archhpo.search._identity import _differences
-from archhpo.search._ladder import ladder_trials
+from archhpo.search._ladder import finalist_slots, ladder_trials
 from archhpo.search._optuna_private import rdb_storage_of, study_id_of
 from archhpo.search._plan import PlanEntry, ladder_plan, make_plan
 from archhpo.search._rules import MedianRule, make_rule
@@ -180,12 +180,12 @@ def prepare_settings(
         label = f"{label}-{data_budget.label}"
         fixed_params = {"epochs": DEFAULT_INTERVALS, **fixed_params}
     scalars, choices = _split_choices(config.family_values())
-    probe = _lr_probe(config, value)
-    options = _study_options(config, scalars, ladder_below, rules, data_budget, probe, _ladder_largest(config, value))
+    probe, largest = _lr_probe(config, value), _ladder_largest(config, value)
+    options = _study_options(config, scalars, ladder_below, rules, data_budget, probe, largest)
     spec, info = _data_and_info(fam, config.data.spec, options, scalars, choices)
     rows = _rows(fam, info, choices, pins, label, value, config.tolerance)
     space, study_params = _space(fam, config.quick, fixed_params, config.paired_seeds, config.param_ranges)
-    plan = _study_plan(rows, config, space, study_params, len(ladder_below), rules, probe)
+    plan = _study_plan(rows, config, space, study_params, len(ladder_below), rules, probe, largest)
     return StudySettings(
         experiment=config.experiment, budget=label, budget_value=value or 0, family=config.family,
         tolerance=config.tolerance, data=spec, options=StoredOptions.from_dict(options), info=info,
@@ -233,8 +233,11 @@ def _lr_probe(config: StudyConfig, budget: int | None) -> tuple[float, ...]:
 
 
 def _study_plan(rows: list[GridRow], config: StudyConfig, space: SearchSpace, study_params: dict[str, Any] | None,
-                ladder_step: int, baselines: Sequence[str], lr_probe: Sequence[float] = ()) -> list[PlanEntry]:
-    """The design's plan, or a ladder budget's (`ladder_step` > 0: filled once the smaller are final)."""
+                ladder_step: int, baselines: Sequence[str], lr_probe: Sequence[float] = (),
+                largest: bool = False) -> list[PlanEntry]:
+    """The design's plan, or a ladder budget's (`ladder_step` > 0: filled once the smaller are final);
+    under --carry-finalists the ladder's `largest` budget has one phase-1 slot per architecture the
+    rule can carry (search/_ladder.py `finalist_slots`)."""
     confirm, seeds = config.confirm.top, config.confirm.seeds
     if not ladder_step:
         return make_plan(rows, config.trials, space, config.seed, paired_seeds=config.paired_seeds,
@@ -244,8 +247,10 @@ def _study_plan(rows: list[GridRow], config: StudyConfig, space: SearchSpace, st
         raise StudyError("--ladder plans larger budgets from the smaller ones' winners; a paired study "
                          "trains every configuration anyway: drop --ladder or --paired-seeds.")
     n_ext = sum(1 for r in rows if r.extreme)
-    return ladder_plan(ladder_trials(config.trials, ladder_step, n_ext, n_archs=len(rows)), confirm, seeds, baselines,
-                       lr_probe)
+    n_trials = ladder_trials(config.trials, ladder_step, n_ext, n_archs=len(rows))
+    if config.pruning.carry_finalists and largest:
+        n_trials = finalist_slots(n_ext, len(rows))  # the finalists and the extremes, once each
+    return ladder_plan(n_trials, confirm, seeds, baselines, lr_probe)
 
 
 def _data_budget(fam: Family, tokens: float | None, samples: float | None, budget: int | None) -> DataBudget | None:
@@ -290,6 +295,8 @@ def _study_options(config: StudyConfig, scalars: Mapping[str, Any], ladder_below
             options["ladder"].update(trust="each", largest=largest)
         if config.pruning.confirm_at_rung:  # its finalists confirmed at the lowest rung it trusts, if any
             options["ladder"]["confirm"] = "rung"
+        if config.pruning.carry_finalists and largest:  # the largest trains the finalists carried from below
+            options["ladder"]["carry"] = "finalists"
     if baselines:
         options["baselines"] = list(baselines)
     if lr_probe:  # stored, so that a relaunch with or without --lr-probe is refused, not silently planned as before

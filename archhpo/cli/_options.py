@@ -258,6 +258,7 @@ OPTIONS: tuple[Option, ...] = (
              (TRAIN, *STUDY_COMMANDS), stored=True, range_commands=STUDY_COMMANDS if p.kind == "log" else ())
       for name, p in zip(TRAINING_OPTIONS, TRAINING, strict=True)),
     Option("storage", None, str, "database URL (default $ARCHHPO_STORAGE, else sqlite:///archhpo.db)",
+    study_option("carry_finalists", None, STUDY_COMMANDS, switch=True, negatable=True),
            (*STUDY_COMMANDS, WORKER, EXPORT, DASHBOARD, REPORT)),
     Option("device", "auto", str, "auto, cpu or cuda", (WORKER, RUN, TRAIN)),
     Option("threads", None, int, "torch CPU threads (run: per worker; default cores / --workers)",
