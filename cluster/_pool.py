@@ -127,11 +127,28 @@ class _Pool:
                        f"to {self.opts.stop_wait_s:g} s; Ctrl-C again stops waiting, never the requeue)...\n")
         for ref in self.refs:
             ray.cancel(ref)  # interrupts the task (as SIGINT): it gives its trial back and returns
+        ready: list[Any] = []
         try:
-            ray.wait(self.refs, num_returns=len(self.refs), timeout=self.opts.stop_wait_s)
+            ready, _ = ray.wait(self.refs, num_returns=len(self.refs), timeout=self.opts.stop_wait_s)
         except KeyboardInterrupt:  # an impatient second Ctrl-C (or SIGTERM) must not skip the requeue
             self.out.write("Not waiting for the workers' saves; requeueing their trials now.\n")
         requeued = sum(q.requeue_running(lambda a: a.get("run_id") == self.run_id) for q in self.queues.values())
         with contextlib.suppress(OutputError):  # the write that stopped the run would fail again
             self.progress()
-        self.out.write(f"Stopped; {requeued} trial(s) requeued by the driver. Run the same command to resume.\n")
+        self.out.write(f"Stopped: the workers saved and gave back {given_back(ready)} trial(s) and the driver "
+                       f"requeued {requeued} more. Run the same command to resume.\n")
+
+
+def given_back(refs: list[Any]) -> int:
+    """The trials the finished worker tasks `refs` gave back to the queue when stopped (each
+    task's WorkerSummary.requeued); a task that died gave none back (the driver requeues its trial)."""
+    import ray
+
+    total = 0
+    for ref in refs:
+        try:
+            result = ray.get(ref, timeout=0)
+        except Exception:  # noqa: BLE001 - cancelled or dead: its trial is the driver's to requeue
+            continue
+        total += int(result.get("requeued", 0)) if isinstance(result, dict) else 0
+    return total

@@ -220,4 +220,36 @@ def test_a_second_ctrl_c_while_the_driver_waits_still_requeues_its_trials(
     assert waits == [90.0], "the driver waits stop_wait_s for the saves"
     assert states[ours.number] == TrialState.WAITING, "requeued despite the second Ctrl-C"
     assert states[theirs.number] == TrialState.RUNNING, "another run's trial is not ours to requeue"
-    assert "1 trial(s) requeued by the driver" in pool.out.getvalue()  # type: ignore[attr-defined]
+    assert ("the workers saved and gave back 0 trial(s) and the driver requeued 1 more"
+            in pool.out.getvalue())  # type: ignore[attr-defined]
+
+
+def test_the_stop_message_counts_the_trials_the_workers_gave_back(
+    sqlite_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The workers that returned in time report what they gave back (WorkerSummary.requeued); a task
+    that died reports nothing, and the driver's own requeue is counted apart."""
+    import io
+
+    import ray
+
+    from archhpo.cluster._run import RunOptions, _Pool
+    from archhpo.search import open_storage
+
+    _launch(sqlite_url, "given")
+    pool = _Pool(sqlite_url, ["given_200K"], RunOptions(stop_wait_s=5.0), io.StringIO(),
+                 open_storage(sqlite_url, create=False))
+    returned = {"a": {"requeued": 2}, "b": {"requeued": 1}, "dead": RuntimeError("the task died")}
+
+    def get(ref: str, timeout: float) -> object:
+        if isinstance(returned[ref], Exception):
+            raise returned[ref]  # type: ignore[misc]
+        return returned[ref]
+
+    monkeypatch.setattr(ray, "cancel", lambda ref: None)
+    monkeypatch.setattr(ray, "wait", lambda refs, num_returns, timeout: (list(refs), []))
+    monkeypatch.setattr(ray, "get", get)
+    pool.refs = ["a", "b", "dead"]
+    pool.stop()
+    assert ("Stopped: the workers saved and gave back 3 trial(s) and the driver requeued 0 more. Run the same "
+            "command to resume.") in pool.out.getvalue()  # type: ignore[attr-defined]
