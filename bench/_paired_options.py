@@ -1,9 +1,11 @@
 """`--ladder`'s options replayed on the same draws as its default (`search_efficiency.py
---compare-options`): each option's FLOPs ratio and share within 1 std at every budget, their
+--compare-options`): every other setting of --trust-each-budget, --confirm-at-rung and
+--carry-finalists; each one's FLOPs ratio, share within 1 std at every budget and regret (its
+paired regret against the design: what the rule in force in docs/searching.md reads), their
 differences from the default on the same repeats (paired, so the replay's sampling noise mostly
-cancels), with bootstrap intervals over the repeats, and the rule a default is chosen by.
+cancels), with bootstrap intervals over the repeats, and the older rule's reading.
 
-The rule (docs/searching.md, "Choosing the defaults"), written before T2's 800K was seen: an option
+The older rule (docs/searching.md, "Choosing the defaults"), written before T2's 800K was seen: an option
 becomes `--ladder`'s default when, on every complete truth in the regime of real studies (T1, T2,
 T3), it loses no share (the paired difference's interval is not wholly below 0) and costs no FLOPs
 (not wholly above 0), and on at least one of them it saves FLOPs (wholly below 0).

@@ -9,9 +9,20 @@ smallest budget, and at a larger budget of a ladder `ladder_plan`'s slots filled
 top architectures by mean, its region narrowed on every axis: aspect ratio, head dimension, d_ff
 ratio, depth; the extremes; the spread order) from the smaller budget's finished trials; the
 grid's extremes are marked by archhpo's own rule.  Each repeat is one study with its own plan seed
-and the noise of a real study (bench/_replay_table.py): the data fixed, each trial one of its
-architecture's runs on that data, and the chosen architecture judged by a leave-one-seed-out true
-mean.  eta and the rungs are read from the table.  No training, no torch: seconds.
+and its noise (`--noise`, bench/_replay_table.py `make_draw`):
+  fresh (the default)  the truth is each architecture's mean over all the table's seeds; every trial
+                       (second runs and confirmation runs included) is a new run: final loss = mean +
+                       sd*z, sd the budget's pooled seed std, its curve and rung scores the mean ones
+                       shifted by sd*(rho*z + sqrt(1-rho^2)*z2), rho = --rho, default 1.0 (the curve
+                       shifted with its end); the k-th run of an architecture is the same for every
+                       strategy (paired).  No value a strategy sees is a truth;
+  split                a held-out seed per architecture and repeat is the truth, the trials cycle
+                       through the other two;
+  table                each trial one of its architecture's runs, the first the held-out seed and
+                       the truth the other seeds' mean (the replay before issue 54): every later run
+                       of an architecture is one of the seeds its truth averages, so a choice is
+                       partly graded by the runs that made it.
+eta and the rungs are read from the table.  No training, no torch: seconds.
 
 Assumptions, stated where they matter: the table has one set of training parameters (a paired
 study), so "random training parameters" cannot be replayed and every strategy searches the
@@ -52,17 +63,26 @@ in architectures, twice each, phase 2 = the rest once, farthest-point order from
                    and the finalist's full-length search runs with the same training parameters (the
                    report's `chosen_on_means`; a truth has one set of them, so every full-length run of
                    the finalist counts).  A 3-seed table has no new seeds: an architecture's first run
-                   is its held-out seed and its next runs are the two seeds its truth averages, so a
-                   finalist planned once (a ladder budget) is chosen on its held-out seed and one of
-                   the truth's, one planned twice (the smallest budget) on all 3.  The winner is then
-                   chosen partly on the noise that grades it, and its regret is optimistic (biased
-                   low) against strategies whose choice saw the held-out seed only.
+                   is its held-out seed and its next runs are the two seeds its truth averages, so
+                   under --noise table a finalist planned once (a ladder budget) is chosen on its
+                   held-out seed and one of the truth's, one planned twice (the smallest budget) on
+                   all 3: the winner is chosen partly on the noise that grades it, and its regret is
+                   optimistic (biased low).  Under fresh and split noise it is not.
+                   With --carry-finalists (`carried_finalists`, the rule in its docstring) the
+                   largest budget trains the budget below's top 3 by mean, mapped to their nearest
+                   grid rows, and the centred extremes, once each to full length, then confirms.
                    On a table whose seeds changed the data a repeat has one run per architecture, so
                    confirmation runs repeat it: they cost FLOPs and cannot change the choice, and the
                    seed noise `rung_trust` measures there is 0 (its cuts are hard).
-Measures: flops_ratio (FLOPs over design's, all budgets and repeats), regret per budget (the chosen
-architecture's held-out true mean minus the best held-out true mean, in units of the budget's pooled
-seed std), share_within_1std (repeats whose regret is at most 1 std at every budget).
+Measures (the JSON's `strategies`, MEASURES): flops_ratio (FLOPs over design's, all budgets and
+repeats), flops_vs_grid_once (over every grid architecture trained once to full length), regret (the
+chosen architecture's truth minus the best truth, in units of the budget's pooled seed std):
+regret_std (the mean over budgets), regret_std_top (the largest budget), regret_std_per_budget,
+regret_nats (the mean over budgets in nats), paired_regret_vs_design ({"estimate": the mean over
+repeats of its mean-over-budgets regret minus the design's on the same draws, "ci90": its 90%
+bootstrap interval over repeats}), share_within_1std (repeats whose regret is at most 1 std at every
+budget); the top-level `oracle` is the table-best architecture (lowest mean over every seed) graded
+the same way (under fresh, the best by construction).
 
 Plan seeds: archhpo's settings were tuned with --seed 0 (the committed bench/search_efficiency.json,
 made by the first command); the targets are reported over >= 50 repeats with --seed 20261126
