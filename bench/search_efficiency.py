@@ -439,14 +439,19 @@ def archhpo(budget: Budget, smaller: Budget | None, below: Outcome | None, step:
     return Outcome(flops + extra, winner, done, trust, len(finished) < len(planned), probe)
 
 
+SHAPE_AXES = ("aspect", "head_dim", "ff_ratio")  # the proportions a shape carries up (not depth, not width)
+
+
 def shape_distance(row: Any, target: dict[str, float | None]) -> float:
-    """How far a grid row's shape lies from an architecture's, in log units summed over the four axes
-    `carry_up` narrows (search/_ladder.py `axis_values`: aspect ratio d_model/n_layers, head dimension
-    d_model/n_heads, d_ff ratio d_ff/d_model, depth n_layers); an axis unknown on either side counts 0."""
+    """How far a grid row's shape lies from a smaller budget's architecture's, in log units summed over
+    its proportions (search/_ladder.py `axis_values`): aspect ratio d_model/n_layers, head dimension
+    d_model/n_heads and d_ff ratio d_ff/d_model; an axis unknown on either side counts 0.  Depth and
+    width are left out: at a larger budget both grow, the proportions carry."""
     from archhpo.search._ladder import axis_values
 
     values = axis_values(row.d_model, row.n_layers, row.n_heads, row.d_ff)
-    return sum(abs(math.log(v / t)) for axis, t in target.items() if (v := values[axis]) is not None and t is not None)
+    return sum(abs(math.log(v / t)) for axis in SHAPE_AXES
+               if (v := values[axis]) is not None and (t := target[axis]) is not None)
 
 
 def carried_finalists(budget: Budget, finished: Sequence[Trial]) -> list[int]:
@@ -457,8 +462,8 @@ def carried_finalists(budget: Budget, finished: Sequence[Trial]) -> list[int]:
     architectures by the mean of those runs (search/_ladder.py `top_architectures`, ties: the
     earlier best trial), keeping the best TOP_K (3).  Each is mapped to the one grid row of the
     largest budget nearest its shape (`shape_distance`: the summed |log| differences of aspect
-    ratio, head dimension, d_ff ratio and depth; the distance rounded to 9 decimals, ties to the
-    lower row index of the grid, i.e. the lower arch_idx).  Then the largest budget's grid extremes,
+    ratio, head dimension and d_ff ratio, depth left out; the distance rounded to 9 decimals, ties
+    to the earlier row of the grid, i.e. the lower arch_idx).  Then the largest budget's grid extremes,
     each moved to its centred twin exactly as `centred_extremes(rows, best)` moves it, `best` the
     rank-1 architecture above, in row order.  A row reached twice is planned once (first place
     kept): finalists in rank order, then the centred extremes."""

@@ -181,9 +181,10 @@ def _arch(idx: int, d: int, layers: int, heads: int, ff: int, count: int) -> Any
 def test_carry_finalists_plans_the_top_3_by_mean_at_their_nearest_rows_and_the_centred_extremes() -> None:
     """Below: a0 (64x2, runs 1.0, 1.0), a1 (64x8: 1.1), a2 (32x2: 1.2, 1.2) and a3 (32x4: 1.0 and 1.6,
     mean 1.3: out of the top 3 by mean although its best run ties a0's).  Above, by the summed |log|
-    of aspect, head dim, d_ff ratio and depth: a0 -> r5 (96x3, only depth differs, log 1.5), a1 -> r2
-    (its own shape), a2 -> r4 (64x4 with head dim 16: depth only, log 2; r3, its twin at head dim 32,
-    also differs in head dim).  The grid's extremes: r0 (largest d_model, closest to the budget), r1
+    of aspect ratio, head dim and d_ff ratio (depth left out): a0 (32, 32, 2) -> r5 (96x3 with 3
+    heads: the same proportions, as r6 has: the tie goes to the earlier row), a1 (8, 32, 2) -> r2 (its
+    own shape), a2 (16, 16, 2) -> r4 (64x4 with 4 heads; r3, its twin with 2, has head dim 32).  The
+    grid's extremes: r0 (largest d_model, closest to the budget), r1
     (fewest layers), r2 (smallest d_model and most layers); centred on a0's head dim 32, r0's mark
     moves to its twin r6 (128x4 with 4 heads).  r2 is reached twice and planned once."""
     below = [_arch(0, 64, 2, 2, 128, 50_000), _arch(1, 64, 8, 2, 128, 50_000), _arch(2, 32, 2, 2, 64, 50_000),
