@@ -1,0 +1,293 @@
+"""Chinchilla's Approach 2 on an IsoFLOP study: per compute budget C, the N that minimises the loss,
+then N_opt = G·C^a (Hoffmann et al. 2022, arXiv 2203.15556, §3.2).
+
+Per C, a parabola of the loss in x = log N (centred on the sizes' mean) is fitted by iteratively
+reweighted least squares with Huber weights (tuning 1.345 robust standard deviations, MAD-based),
+so one bad trial cannot move the vertex. Its vertex x* = -b/(2c) is N_opt(C). Its interval is a
+parametric bootstrap from the residuals, N fixed: y* = fitted x (1 + s·t·Normal(0, 1)), s^2 the
+relative residuals' sum of squares pooled over the compute budgets (each n - 3 degrees of freedom:
+the noise is a common fraction of the loss), t = sqrt(dof / chi2(dof)) per draw so that s's own
+uncertainty widens the intervals; each draw refitted the same robust way. A draw whose parabola opens
+downward has its vertex at the lower-loss end's infinity. A vertex at or beyond the smallest or
+largest size, or a parabola that opens downward, is flagged ``edge``: the grid does not bracket the
+optimum, and `recentre` names the sizes that would (the law's N_opt(C) when it is fitted, else the
+vertex, at most one span away, else the lower-loss edge). log N_opt = log G + a log C is fitted by
+weighted least squares (weights 1/variance of each log vertex) over the non-edge vertices; a's 95%
+interval refits the line on each bootstrap draw of the vertices. Status ``fitted`` needs at least 3
+non-edge vertices and a's interval finite and inside (0, 1).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+N_BOOT = 1000
+MIN_SIZES = 5
+MIN_VERTICES = 3
+HUBER_K = 1.345
+COLUMN = "compute_budget"
+SIZE_COLUMN = "isoflop_size"
+METHOD = {
+    "parabola": f"loss against log N, IRLS with Huber weights (k = {HUBER_K} robust standard deviations)",
+    "interval": "95% percentile, parametric bootstrap from the residuals with N fixed",
+    "law": "log N_opt = log G + a log C, weighted least squares over the non-edge vertices",
+}
+
+
+def _wls(x: np.ndarray, y: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """Quadratic coefficients (c0, c1, c2) of each row of y (B, n) in x (n,), weights w (B, n)."""
+    design = np.stack([np.ones_like(x), x, x * x], axis=1)  # (n, 3)
+    lhs = np.einsum("bn,ni,nj->bij", w, design, design)
+    rhs = np.einsum("bn,ni,bn->bi", w, design, y)
+    return np.linalg.solve(lhs, rhs[:, :, None])[:, :, 0]
+
+
+def _huber_weights(r: np.ndarray) -> np.ndarray:
+    """Huber weights of residuals r (B, n): 1 within HUBER_K robust (MAD) standard deviations."""
+    mad = 1.4826 * np.median(np.abs(r - np.median(r, axis=1, keepdims=True)), axis=1, keepdims=True)
+    scale = np.maximum(mad, 1e-12)
+    return np.minimum(1.0, HUBER_K * scale / np.maximum(np.abs(r), 1e-300))
+
+
+def robust_parabola(x: np.ndarray, y: np.ndarray, iters: int = 30) -> np.ndarray:
+    """Huber-IRLS quadratics (B, 3) of each row of y (B, n) in x (n,)."""
+    y = np.atleast_2d(y)
+    coef = _wls(x, y, np.ones_like(y))
+    design = np.stack([np.ones_like(x), x, x * x], axis=1)
+    for _ in range(iters):
+        new = _wls(x, y, _huber_weights(y - coef @ design.T))
+        done = np.allclose(new, coef, rtol=1e-10, atol=1e-13)
+        coef = new
+        if done:
+            break
+    return coef
+
+
+def _vertex(coef: np.ndarray) -> np.ndarray:
+    """x* per row of (c0, c1, c2): -c1/(2 c2); a downward parabola's is the lower-loss infinity."""
+    coef = np.atleast_2d(coef)
+    c1, c2 = coef[:, 1], coef[:, 2]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        x = -c1 / (2 * c2)
+    return np.where(c2 > 0, x, np.where(c1 < 0, np.inf, -np.inf))
+
+
+def _interval(values: np.ndarray) -> list[float]:
+    """2.5% and 97.5% of the draws, infinities kept (an open side); NaN without draws."""
+    if not len(values):
+        return [math.nan, math.nan]
+    return [float(v) for v in np.quantile(values, [0.025, 0.975], method="inverted_cdf")]
+
+
+def _centred(n: Sequence[float]) -> tuple[np.ndarray, float]:
+    logn = np.log(np.asarray(n, dtype=float))
+    return logn - logn.mean(), float(logn.mean())
+
+
+def relative_residuals(n: Sequence[float], loss: Sequence[float]) -> tuple[float, int]:
+    """Sum of squared relative residuals (r / fitted) of the robust parabola, and its n - 3 dof."""
+    x, _ = _centred(n)
+    y = np.asarray(loss, dtype=float)
+    fitted = np.polyval(robust_parabola(x, y)[0][::-1], x)
+    return float((((y - fitted) / fitted) ** 2).sum()), len(x) - 3
+
+
+def noise_draws(ss: float, dof: int, n_boot: int, rng: np.random.Generator) -> tuple[float, np.ndarray]:
+    """The relative noise s = sqrt(ss / dof) and per-draw factors sqrt(dof / chi2(dof)): each draw's
+    noise is s times its factor, so the intervals carry s's own uncertainty (t-like, not normal)."""
+    dof = max(1, dof)
+    return math.sqrt(ss / dof), np.sqrt(dof / rng.chisquare(dof, n_boot))
+
+
+def fit_profile(n: Sequence[float], loss: Sequence[float], n_boot: int = N_BOOT,
+                rng: np.random.Generator | None = None,
+                noise: tuple[float, np.ndarray] | None = None) -> dict[str, Any]:
+    """One compute budget's profile: N_opt with its interval, the edge flag, the parabola (in
+    log N minus ``x_mean``) and the bootstrap draws of log N_opt (``samples``). `noise`: the
+    relative noise and per-draw factors (`noise_draws`; default: this profile's own residuals)."""
+    x, x_mean = _centred(n)
+    y = np.asarray(loss, dtype=float)
+    rng = rng or np.random.default_rng(0)
+    rel, scales = noise or noise_draws(*relative_residuals(n, loss), n_boot, rng)
+    coef = robust_parabola(x, y)[0]
+    fitted = np.polyval(coef[::-1], x)
+    shocks = rng.normal(0.0, 1.0, (len(scales), len(x))) * (rel * scales)[:, None]
+    samples = _vertex(robust_parabola(x, fitted[None, :] * (1 + shocks))) + x_mean
+    est = float(_vertex(coef)[0])
+    edge = not (coef[2] > 0 and x.min() < est < x.max())
+    n_ci = [float(np.exp(v)) if math.isfinite(v) else math.nan for v in _interval(samples)]
+    return {"n_opt": {"estimate": float(np.exp(est + x_mean)) if math.isfinite(est) else math.nan, "ci95": n_ci},
+            "edge": bool(edge), "opens_downward": bool(coef[2] <= 0),
+            "loss_opt": float(np.polyval(coef[::-1], est)) if math.isfinite(est) else math.nan,
+            "parabola": {"coefficients": [float(c) for c in coef], "x_mean": x_mean, "relative_noise": rel},
+            "sizes": [float(v) for v in np.exp(x + x_mean)], "samples": samples}
+
+
+def _line(x: np.ndarray, y: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """Weighted least-squares (intercept, slope) of each row of y (B, m) on x (m,)."""
+    design = np.stack([np.ones_like(x), x], axis=1)
+    lhs = design.T @ (w[:, None] * design)
+    return np.linalg.solve(lhs, design.T @ (w[:, None] * np.atleast_2d(y).T)).T
+
+
+def _weights(draws: np.ndarray) -> np.ndarray:
+    """1 / variance of each vertex's log N_opt, from its draws' central 68% (robust to far draws)."""
+    lo, hi = np.quantile(draws, [0.16, 0.84], axis=1, method="inverted_cdf")
+    sd = np.where(np.isfinite(hi - lo), (hi - lo) / 2, np.inf)
+    return 1.0 / np.maximum(sd, 1e-9) ** 2
+
+
+def fit_exponent(computes: np.ndarray, profiles: list[dict[str, Any]]) -> dict[str, Any]:
+    """N_opt = G·C^a over the non-edge vertices: a and G with a's interval from the vertices' draws."""
+    keep = [i for i, p in enumerate(profiles) if not p["edge"]]
+    out: dict[str, Any] = {"a": {"estimate": math.nan, "ci95": [math.nan, math.nan]}, "G": math.nan,
+                           "n_vertices": len(keep)}
+    if len(keep) < MIN_VERTICES:
+        out["reason"] = (f"{len(keep)} of {len(profiles)} compute budgets have their vertex inside the sizes "
+                         f"(at least {MIN_VERTICES} are needed); re-centre the others (recentre)")
+        return out
+    x = np.log(computes[keep])
+    y = np.array([math.log(profiles[i]["n_opt"]["estimate"]) for i in keep])
+    draws = np.stack([profiles[i]["samples"] for i in keep])  # (m, B)
+    w = _weights(draws)
+    intercept, slope = _line(x, y, w)[0]
+    ok = np.isfinite(draws).all(axis=0)
+    boot = _line(x, draws[:, ok].T, w)[:, 1] if ok.any() else np.empty(0)
+    out.update(a={"estimate": float(slope), "ci95": _interval(boot)}, G=float(math.exp(intercept)),
+               bootstrap_draws=int(ok.sum()))
+    lo, hi = out["a"]["ci95"]
+    if not (math.isfinite(lo) and math.isfinite(hi) and 0 < lo and hi < 1):
+        out["reason"] = f"a's 95% interval [{lo:.3g}, {hi:.3g}] is not inside (0, 1): the vertices do not resolve it"
+    return out
+
+
+def recentre(compute: float, profile: dict[str, Any], law: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The sizes that would centre an edge budget's grid on its optimum (module docstring's rule)."""
+    sizes = np.array(profile["sizes"])
+    old, span, n = float(np.exp(np.log(sizes).mean())), float(sizes.max() / sizes.min()), len(set(sizes.round(6)))
+    if law and math.isfinite(law.get("G", math.nan)) and law.get("status") == "fitted":
+        centre, why = law["G"] * compute ** law["a"]["estimate"], "the fitted law's N_opt(C)"
+    elif math.isfinite(profile["n_opt"]["estimate"]):
+        centre = float(np.clip(profile["n_opt"]["estimate"], old / span, old * span))
+        why = "the vertex beyond the sizes" + (" (at most one span away)" if centre != profile["n_opt"]["estimate"] else "")
+    else:
+        low_end = sizes.max() if profile["parabola"]["coefficients"][1] < 0 else sizes.min()
+        centre, why = float(low_end), "the lower-loss edge (the parabola opens downward)"
+    targets = [centre * span ** (i / (n - 1) - 0.5) for i in range(n)] if n > 1 else [centre]
+    return {"compute_budget": float(compute), "centre": float(centre), "why": why, "sizes": targets,
+            "command": f"--isoflop {compute:.3g} --centre {centre:.3g} --sizes {max(n, MIN_SIZES)} --span {span:.3g}"}
+
+
+def fit_isoflops(computes: Sequence[float], n: Sequence[float], loss: Sequence[float], *, k: float | None = None,
+                 n_boot: int = N_BOOT, seed: int = 0) -> dict[str, Any]:
+    """Approach 2 on points (C, N, L): the ``isoflop_fit`` of the scaling-fit JSON (bootstrap draws
+    kept in memory under ``samples``); `k` the FLOPs per parameter-token for D_opt = C/(k N_opt)."""
+    c_all, n_all, l_all = (np.asarray(v, dtype=float) for v in (computes, n, loss))
+    rng = np.random.default_rng(seed)
+    out: dict[str, Any] = {"status": "too_few_points", "reason": None, "approach": 2, "method": dict(METHOD),
+                           "a": {"estimate": None, "ci95": None}, "G": None, "k": k, "vertices": [], "recentre": []}
+    budgets = sorted(set(c_all))
+    used = [c for c in budgets if len(set(n_all[c_all == c])) >= MIN_SIZES]
+    short = len(budgets) - len(used)
+    if not used:
+        out["reason"] = (f"no compute budget has {MIN_SIZES} sizes or more (a parabola needs them); "
+                         "plan --sizes 5 or more per --isoflop C")
+        return out
+    pooled = [relative_residuals(n_all[c_all == c], l_all[c_all == c]) for c in used]
+    noise = noise_draws(sum(p[0] for p in pooled), sum(p[1] for p in pooled), n_boot, rng)
+    profiles = [fit_profile(n_all[c_all == c], l_all[c_all == c], n_boot, rng, noise) for c in used]
+    out["method"]["noise"] = (f"relative residual sd {noise[0]:.3g}, pooled over the compute budgets "
+                              f"({sum(p[1] for p in pooled)} degrees of freedom)")
+    law = fit_exponent(np.array(used), profiles)
+    fitted = "reason" not in law
+    out.update(status="fitted" if fitted else "unresolved", reason=law.pop("reason", None), **law)
+    if short:
+        out["skipped"] = f"{short} compute budget(s) with fewer than {MIN_SIZES} sizes left out"
+    for c, p in zip(used, profiles, strict=True):
+        vertex = {"compute_budget": float(c), **p}
+        if k and math.isfinite(p["n_opt"]["estimate"]):
+            vertex["d_opt"] = c / (k * p["n_opt"]["estimate"])
+        out["vertices"].append(vertex)
+    out["recentre"] = [recentre(v["compute_budget"], v, out) for v in out["vertices"] if v["edge"]]
+    return out
+
+
+def _points(frame: pd.DataFrame) -> pd.DataFrame:
+    """One point per (C, architecture): its mean loss over seeds; the best architecture per planned
+    size (``isoflop_size``) where the frame records it (--shapes K)."""
+    done = frame[(frame["state"] == "COMPLETE") & frame["val_loss"].notna()].copy()
+    done[COLUMN] = pd.to_numeric(done[COLUMN], errors="coerce")
+    done = done[done[COLUMN].notna() & done["param_count"].notna()]
+    keys = [COLUMN, "param_count", *(c for c in ("d_model", "n_layers", "n_heads", "d_ff") if c in done)]
+    cols = {"val_loss": "mean", "train_tokens": "mean", "train_flops": "mean"}
+    if SIZE_COLUMN in done:
+        cols[SIZE_COLUMN] = "first"
+    pts = done.groupby(keys, dropna=False, as_index=False).agg(cols)
+    if SIZE_COLUMN in pts and pts[SIZE_COLUMN].notna().all():
+        pts = pts.sort_values("val_loss", kind="stable").drop_duplicates([COLUMN, SIZE_COLUMN])
+    return pts.sort_values([COLUMN, "param_count"], kind="stable").reset_index(drop=True)
+
+
+def isoflop_fit(frame: pd.DataFrame, nd: Mapping[str, Any] | None = None, n_boot: int = N_BOOT,
+                seed: int = 0) -> dict[str, Any]:
+    """The ``isoflop_fit`` of an experiment's trials frame (its ``compute_budget`` column), with
+    ``agreement``: whether Approach 2's a and Approach 3's (`nd`, the ``nd_fit``) agree."""
+    if frame.empty or COLUMN not in frame.columns or pd.to_numeric(frame[COLUMN], errors="coerce").isna().all():
+        out: dict[str, Any] = {"status": "none", "reason": "no trial records a compute budget: not an IsoFLOP study",
+                               "a": {"estimate": None, "ci95": None}, "vertices": [], "recentre": []}
+    else:
+        pts = _points(frame)
+        flops = pts["train_flops"] / (pts["param_count"] * pts["train_tokens"])
+        k = float(flops.median()) if flops.notna().any() else None
+        out = fit_isoflops(pts[COLUMN], pts["param_count"], pts["val_loss"], k=k, n_boot=n_boot, seed=seed)
+    out["agreement"] = agreement(out, nd)
+    return out
+
+
+def nd_exponent(nd: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """Approach 3's a (``nd_fit.compute_optimal.a``, else from its bootstrap samples); None unfitted."""
+    if not nd or nd.get("status") != "fitted":
+        return None
+    answer = (nd.get("compute_optimal") or {}).get("a")
+    if answer:
+        return dict(answer)
+    samples = np.asarray(nd.get("samples", np.empty((0, 5))))
+    if not len(samples):
+        return None
+    a = samples[:, 4] / (samples[:, 3] + samples[:, 4])
+    return {"estimate": float(a[0]), "ci95": _interval(a[1:][np.isfinite(a[1:])])}
+
+
+def agreement(iso: Mapping[str, Any], nd: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Whether the two a's agree: their 95% intervals overlap; a sentence either way."""
+    a3 = nd_exponent(nd)
+    if iso.get("status") != "fitted" or a3 is None:
+        missing = [name for name, ok in (("Approach 2", iso.get("status") == "fitted"), ("Approach 3", a3 is not None))
+                   if not ok]
+        return {"agree": None, "sentence": f"The two estimates of a cannot be compared: {' and '.join(missing)} "
+                                           f"{'is' if len(missing) == 1 else 'are'} not fitted."}
+    (lo2, hi2), (lo3, hi3) = iso["a"]["ci95"], a3["ci95"]
+    agree = bool(max(lo2, lo3) <= min(hi2, hi3))
+    text = (f"Approach 2's a = {iso['a']['estimate']:.3f} [{lo2:.3f}, {hi2:.3f}] and Approach 3's a = "
+            f"{a3['estimate']:.3f} [{lo3:.3f}, {hi3:.3f}] " + ("agree (their 95% intervals overlap)." if agree else
+                                                             "disagree (their 95% intervals do not overlap)."))
+    return {"agree": agree, "approach_2": iso["a"], "approach_3": a3, "sentence": text}
+
+
+def collinear(tokens_per_param: Sequence[float]) -> str | None:
+    """A sentence when every point trains one tokens-per-parameter ratio: D is then a fixed multiple
+    of N, so L(N, D) cannot tell the N term from the D term (None when the ratios differ)."""
+    ratios = {round(float(r), 6) for r in tokens_per_param if r is not None and math.isfinite(float(r))}
+    if len(ratios) != 1:
+        return None
+    return (f"Every point trains {next(iter(ratios)):g} tokens per parameter: D is collinear with N, so L(N, D) "
+            "cannot separate its N and D terms; add a second --tokens-per-param or plan an IsoFLOP study.")
+
+
+__all__ = ["agreement", "collinear", "fit_exponent", "fit_isoflops", "fit_profile", "isoflop_fit", "nd_exponent",
+           "recentre", "robust_parabola"]

@@ -1,0 +1,147 @@
+"""Approach 2 on IsoFLOP tables (report/_isoflop.py), and Approach 3 (the L(N, D) fit) on the same.
+
+Known truths (issue 55 part 4): tables drawn from Chinchilla's fitted law (Hoffmann et al. 2022:
+E 1.69, A 406.4, alpha 0.34, B 410.7, beta 0.28) with D = C/(6N), 5 compute budgets over 2
+decades, 7 sizes log-spaced over 10x around the planner's prior centre sqrt(C/120) (13-41% above
+the true N_opt: a realistic, not a perfect, centring), 0.3% Gaussian noise. The true a is
+beta/(alpha+beta) = 0.4516.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from archhpo.budgets._isoflop import log_sizes, prior_centre
+from archhpo.report._frame import trials_frame
+from archhpo.report._isoflop import agreement, collinear, fit_isoflops, fit_profile, isoflop_fit
+from archhpo.report._ndfit import allocation, fit_nd_law
+from tests.report.test_isoflop_figures import isoflop_rows
+from tests.report.test_report import _write
+
+TRUTH = {"E": 1.69, "A": 406.4, "alpha": 0.34, "B": 410.7, "beta": 0.28}
+A_TRUE = TRUTH["beta"] / (TRUTH["alpha"] + TRUTH["beta"])
+G_TRUE = (TRUTH["alpha"] * TRUTH["A"] / (TRUTH["beta"] * TRUTH["B"])) ** (1 / (TRUTH["alpha"] + TRUTH["beta"]))
+COMPUTES = 1e18 * 10 ** np.linspace(0, 2, 5)
+
+
+def n_opt(c: float) -> float:
+    return G_TRUE * (c / 6) ** A_TRUE
+
+
+def _law(n: np.ndarray, d: np.ndarray) -> np.ndarray:
+    return TRUTH["E"] + TRUTH["A"] * n ** -TRUTH["alpha"] + TRUTH["B"] * d ** -TRUTH["beta"]
+
+
+def table(seed: int, centre=prior_centre, noise: float = 0.003) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(C, N, L) of 5 budgets x 7 sizes over 10x around centre(C)."""
+    rng = np.random.default_rng(seed)
+    c = np.repeat(COMPUTES, 7)
+    n = np.concatenate([log_sizes(centre(x), 7, 10.0) for x in COMPUTES])
+    return c, n, _law(n, c / (6 * n)) * (1 + rng.normal(0, noise, len(n)))
+
+
+def test_the_vertex_of_a_noiseless_parabola_in_log_n_is_exact() -> None:
+    n = np.geomspace(1e6, 1e7, 7)
+    profile = fit_profile(n, 2.0 + 0.1 * (np.log(n) - math.log(3e6)) ** 2, n_boot=50)
+    assert profile["n_opt"]["estimate"] == pytest.approx(3e6, rel=1e-9)
+    assert profile["loss_opt"] == pytest.approx(2.0) and not profile["edge"]
+
+
+def test_one_bad_trial_does_not_move_the_robust_vertex() -> None:
+    n = np.geomspace(1e6, 1e7, 7)
+    loss = 2.0 + 0.1 * (np.log(n) - math.log(3e6)) ** 2 + np.random.default_rng(1).normal(0, 1e-3, 7)
+    loss[5] += 0.2  # one trial diverged
+    robust = fit_profile(n, loss, n_boot=50)["n_opt"]["estimate"]
+    plain = np.polyfit(np.log(n), loss, 2)
+    assert abs(math.log(robust / 3e6)) < 0.05 < abs(-plain[1] / (2 * plain[0]) - math.log(3e6))
+
+
+def test_approach_2_recovers_a_within_005_with_the_truth_inside_its_interval_over_50_tables() -> None:
+    errors, covered = [], 0
+    for seed in range(50):
+        fit = fit_isoflops(*table(seed), k=6.0, n_boot=200, seed=seed)
+        assert fit["status"] == "fitted" and not any(v["edge"] for v in fit["vertices"]), fit["reason"]
+        lo, hi = fit["a"]["ci95"]
+        errors.append(fit["a"]["estimate"] - A_TRUE)
+        covered += lo <= A_TRUE <= hi
+    assert max(abs(e) for e in errors) <= 0.05
+    assert covered >= 45, f"the truth inside {covered} of 50 intervals"
+    first = fit_isoflops(*table(0), k=6.0, n_boot=200, seed=0)
+    assert first["a"]["ci95"][0] <= A_TRUE <= first["a"]["ci95"][1]
+
+
+def test_the_vertices_and_d_opt_follow_the_true_optimum() -> None:
+    fit = fit_isoflops(*table(0), k=6.0, n_boot=200)
+    for v in fit["vertices"]:
+        c = v["compute_budget"]
+        assert abs(math.log(v["n_opt"]["estimate"] / n_opt(c))) < 0.25
+        assert v["d_opt"] == pytest.approx(c / (6.0 * v["n_opt"]["estimate"]))
+        lo, hi = v["n_opt"]["ci95"]
+        assert lo < v["n_opt"]["estimate"] < hi
+    assert fit["recentre"] == []
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_approach_3_on_the_same_tables_recovers_a_within_003_with_the_truth_inside(seed: int) -> None:
+    c, n, loss = table(seed)
+    nd = fit_nd_law(n, c / (6 * n), loss, c, budgets=list(c), n_boot=200, seed=seed)
+    assert nd["status"] == "fitted", nd["reason"]
+    a = allocation(nd["samples"], nd["flops_per_param_token"], 1e19)["a"]
+    assert abs(a["estimate"] - A_TRUE) <= 0.03
+    assert a["ci95"][0] <= A_TRUE <= a["ci95"][1]
+
+
+@pytest.mark.parametrize("factor", [10.0, 0.1])
+def test_a_grid_whose_optima_all_lie_beyond_its_sizes_is_flagged_at_the_edge(factor: float) -> None:
+    fit = fit_isoflops(*table(0, centre=lambda c: factor * n_opt(c)), k=6.0, n_boot=200)
+    assert fit["status"] == "unresolved"
+    assert "0 of 5 compute budgets have their vertex inside the sizes" in fit["reason"]
+    assert all(v["edge"] for v in fit["vertices"])
+    assert [r["compute_budget"] for r in fit["recentre"]] == list(COMPUTES)
+    for r in fit["recentre"]:
+        assert min(r["sizes"]) <= n_opt(r["compute_budget"]) <= max(r["sizes"]), "the new sizes bracket N_opt"
+        assert r["command"] == f"--isoflop {r['compute_budget']:.3g} --centre {r['centre']:.3g} --sizes 7 --span 10"
+        assert (r["centre"] < factor * n_opt(r["compute_budget"])) == (factor > 1), "moved towards the optimum"
+
+
+def test_a_profile_still_falling_at_the_largest_size_is_an_edge() -> None:
+    n = np.geomspace(1e6, 1e7, 5)
+    profile = fit_profile(n, 3.0 - 0.1 * np.log(n / 1e6) - 0.01 * np.log(n / 1e6) ** 2, n_boot=50)
+    assert profile["edge"] and profile["opens_downward"]
+    fit = fit_isoflops([1e18] * 5, n, 3.0 - 0.1 * np.log(n / 1e6) - 0.01 * np.log(n / 1e6) ** 2, n_boot=50)
+    assert fit["recentre"][0]["centre"] == pytest.approx(1e7) and "lower-loss edge" in fit["recentre"][0]["why"]
+
+
+def test_fewer_than_five_sizes_at_every_budget_fit_nothing() -> None:
+    fit = fit_isoflops([1e18] * 4, [1e6, 2e6, 4e6, 8e6], [2.1, 2.0, 2.0, 2.1])
+    assert fit["status"] == "too_few_points" and "5 sizes or more" in fit["reason"]
+
+
+def test_the_two_as_agree_when_their_intervals_overlap() -> None:
+    iso = {"status": "fitted", "a": {"estimate": 0.45, "ci95": [0.40, 0.50]}}
+    nd = {"status": "fitted", "compute_optimal": {"a": {"estimate": 0.48, "ci95": [0.47, 0.49]}}}
+    said = agreement(iso, nd)
+    assert said["agree"] is True and said["sentence"].endswith("agree (their 95% intervals overlap).")
+    nd["compute_optimal"]["a"] = {"estimate": 0.60, "ci95": [0.55, 0.65]}
+    assert agreement(iso, nd)["agree"] is False
+    assert agreement(iso, {"status": "unresolved"})["sentence"] == (
+        "The two estimates of a cannot be compared: Approach 3 is not fitted.")
+
+
+def test_a_single_tokens_per_parameter_ratio_is_flagged_collinear() -> None:
+    assert "D is collinear with N" in collinear([20.0, 20.0, 20.0])
+    assert collinear([10.0, 20.0, 20.0]) is None
+
+
+def test_the_fit_reads_a_trials_frame_with_a_compute_budget_column(tmp_path: Path) -> None:
+    frame = trials_frame(None, csv=_write(isoflop_rows(), tmp_path / "iso.csv"))
+    fit = isoflop_fit(frame, n_boot=100)
+    assert [v["compute_budget"] for v in fit["vertices"]] == [1e13, 1e14, 1e15]
+    assert fit["k"] == pytest.approx(6.0, rel=1e-3)
+    assert set(fit) >= {"status", "reason", "a", "vertices", "recentre", "agreement"}
+    del frame["compute_budget"]
+    assert isoflop_fit(frame)["status"] == "none"
