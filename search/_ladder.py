@@ -223,8 +223,8 @@ def finalist_rows(rows: Sequence[GridRow], finished: Sequence[Finished]) -> list
     (`top_architectures`: ties by the earlier best trial), each carried to its nearest row
     (`carried_row`), in their rank order; then the grid's extremes centred on the best's head
     dimension and d_ff ratio (`centred_extremes`), in grid order; a row already listed is not
-    listed again.  The rows keep their centred extreme marks."""
-    top = top_architectures(finished, LADDER_FINALISTS)
+    listed again.  The rows keep their centred extreme marks; --lr-probe's runs are not ranked."""
+    top = top_architectures([t for t in finished if not t.lr_probe], LADDER_FINALISTS)
     if not top:
         return []
     centred = centred_extremes(rows, top[0])
@@ -327,7 +327,7 @@ def _rule(fit: LrFit, n_budgets: int, width: int, how: str, clipped: tuple[float
 def _carried(pool: Sequence[Finished], rows: Sequence[GridRow]) -> dict[str, Any]:
     """The --carry-finalists part of the record: the smaller budget's finalists (their best trials)
     and the arch_idx of the rows they were carried to, in rank order."""
-    top = top_architectures(pool, LADDER_FINALISTS)
+    top = top_architectures([t for t in pool if not t.lr_probe], LADDER_FINALISTS)
     return {"from_trials": [t.number for t in top], "arch_idx": [rows[carried_row(rows, t)].arch_idx for t in top]}
 
 
