@@ -3,44 +3,38 @@
 A trial is built by the same function as in the worker (workers._build.build_trial: data, the
 family's training defaults under the planned parameters, seeds), so on a CPU with the worker's
 thread count (`--threads`), `train --from X_best.json` gives back exactly the trial's value.
+The file is checked first (cli/_train_file.py), then the trial is sized with the workers' memory
+estimate and micro-batch plan, as a worker sizes it, before torch builds anything.  What it
+trains and one line per validation interval go to stderr; the JSON result is stdout's last line.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from archhpo.cli._options import default
+from archhpo.cli._train_file import check_best, check_config, check_data, check_file_data, load_best
 from archhpo.errors import ArchhpoError
-from archhpo.models import get_family
+from archhpo.models import Family, get_family
 from archhpo.schema import ARCH_KEYS, TRAINING_PARAMS, schedule_options
 from archhpo.search._space import FULL_SPACE, QUICK_SPACE
-from archhpo.workers import TrainConfig, TrialSpec, build_trial, describe_result, resolve_device, train
 
+if TYPE_CHECKING:
+    import torch
 
-def _load_best(path: str) -> dict[str, Any]:
-    try:
-        best = json.loads(Path(path).read_text())
-    except FileNotFoundError:
-        raise ArchhpoError(f"Best-config file {path} does not exist; pass a *_best.json from `archhpo run`.") from None
-    except json.JSONDecodeError:
-        raise ArchhpoError(f"{path} is not valid JSON; pass a *_best.json written by archhpo.") from None
-    if not best.get("architecture") or not best.get("best_params"):
-        raise ArchhpoError(f"{path} has no winning trial (architecture/best_params are empty); "
-                           "wait for a trial to complete and export again.")
-    return best
+    from archhpo.workers import TrainConfig, TrialSpec
+    from archhpo.workers._batch import BatchPlan
 
 
 def _options_from(args: argparse.Namespace, fam: Any, best: dict[str, Any] | None
                   ) -> tuple[dict[str, Any], dict[str, Any]]:
     """The trial's options (a best JSON's, unless a flag says otherwise) and the family flags given."""
-    options: dict[str, Any] = dict(best.get("options", {})) if best else {}
+    options: dict[str, Any] = dict(best.get("options") or {}) if best else {}
     for key in ("horizon", "threshold", "seed"):
         if getattr(args, key, None) is not None:
             options[key] = getattr(args, key)
@@ -60,28 +54,42 @@ def _options_from(args: argparse.Namespace, fam: Any, best: dict[str, Any] | Non
     return options, flag_values
 
 
+def _data_spec(args: argparse.Namespace, fam: Family, best: dict[str, Any] | None,
+               options: dict[str, Any]) -> dict[str, Any]:
+    """The data spec: --data's, else the file's (checked; a data file re-validated and re-hashed here)."""
+    if not best or args.data is not None:
+        return fam.parse_data(args.data or "synthetic", options)
+    spec = dict(best["data"] or {})
+    check_data(fam, spec, options, args.from_json)
+    if "path" in spec:
+        parsed = fam.parse_data(spec["path"], options)
+        check_file_data(spec, parsed, args.from_json)
+        return parsed
+    return spec
+
+
 def trial_spec_from_args(args: argparse.Namespace) -> TrialSpec:
     """The TrialSpec `train` runs: a best JSON's trial (plan slot, seed, choices), or the flags'."""
-    best = _load_best(args.from_json) if args.from_json else None
-    family_name = best.get("family", args.family) if best else args.family
-    fam = get_family(family_name)
-    options, flag_values = _options_from(args, fam, best)
-    if best and args.data is None:
-        spec = dict(best["data"])
-        if "path" in spec:  # a file (every family's format): re-validated and re-hashed on this machine
-            spec = fam.parse_data(spec["path"], options)
+    best = load_best(args.from_json) if args.from_json else None
+    if best is not None:
+        given = getattr(args, "given", None)
+        flag = args.family if given is None or "family" in given else None
+        fam = check_best(best, args.from_json, flag)
     else:
-        spec = fam.parse_data(args.data or "synthetic", options)
+        fam = get_family(args.family)
+    options, flag_values = _options_from(args, fam, best)
+    spec = _data_spec(args, fam, best, options)
     info = {**flag_values, **fam.data_info(spec, options)}  # the data wins on shapes
     if best:
-        info = {**best.get("info", {}), **info}
+        info = {**(best.get("info") or {}), **info}
         row = best["architecture"]
         arch: dict[str, Any] = {k: row[k] for k in ARCH_KEYS}
         # What the export writes (contract): top-level "choices", "seed" and "plan_slot".
-        arch["choices"] = {**dict(row.get("choices") or {}), **dict(best.get("choices") or {})}
+        arch["choices"] = dict(best.get("choices") or {})
         params = {k: v for k, v in dict(best["best_params"]).items() if k != "arch_idx"}
         slot = int(best.get("plan_slot") or 0)
         seed = best.get("seed")
+        check_config(fam, arch, {**info, **arch["choices"]}, args.from_json)
     else:
         arch = {"d_model": args.d_model, "n_layers": args.n_layers, "n_heads": args.n_heads, "d_ff": args.d_ff}
         missing = [k for k, v in arch.items() if v is None]
@@ -94,23 +102,102 @@ def trial_spec_from_args(args: argparse.Namespace) -> TrialSpec:
     for key in TRAINING_PARAMS:
         if getattr(args, key, None) is not None:
             params[key] = getattr(args, key)
+    from archhpo.workers import TrialSpec
+
     return TrialSpec(family=fam.name, data=spec, options=options, info=info, arch=arch, params=params,
                      slot=slot, seed=int(seed) if seed is not None else None)
 
 
+def fit_memory(trial: TrialSpec, cfg: Any, tcfg: TrainConfig, device: torch.device, what: str,
+               data: Any = None) -> BatchPlan:
+    """The micro-batch plan a worker makes for this trial (workers/_batch.py): MemoryRefused, with
+    the estimate, when not one sample fits `device`.  Without `data` (before it is loaded) the
+    batches are the configured ones and no dataset counts; with it, exactly the worker's sizes."""
+    from archhpo.workers import trial_shape
+    from archhpo.workers._batch import eval_batch, plan_batch, vocab_logits
+    from archhpo.workers._memory import tensor_bytes
+
+    fam = get_family(trial.family)
+    logits = vocab_logits(fam.name, cfg)  # an lm's (L, V) logits: the estimate leaves them out
+    batch, evals = int(tcfg.batch_size), eval_batch(logits, int(tcfg.eval_batch_size))
+    on_device = 0
+    if data is not None:
+        batch, evals = min(batch, data.n_train), min(evals, max(1, data.n_val))
+        if device.type == "cuda":
+            on_device = tensor_bytes(*data.train_inputs, data.train_target, *data.val_inputs, data.val_target)
+    arch = {**trial.arch, "param_count": fam.param_count(cfg)}  # counted, not the file's word
+    shape = trial_shape(fam, cfg, arch, batch, evals, on_device, bool(trial.study_options.compile))
+    return plan_batch(shape, device, what, logits)
+
+
+def _check_memory(trial: TrialSpec, device: torch.device, what: str) -> Any:
+    """Refuse a trial that cannot fit before its data is loaded; the family's config, for the header."""
+    fam = get_family(trial.family)
+    cfg = fam.config_for(trial.arch, trial.model_info())
+    fit_memory(trial, cfg, trial.train_config(fam), device, what)
+    return cfg
+
+
+def _say(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+def _progress(total: int, unit: str, start: float) -> Any:
+    """The trainer's per-validation callback (its checkpoint hook, given the run's state): one line
+    on stderr per validated epoch or interval; it only reads the state."""
+    def report(state: dict[str, Any]) -> None:
+        last = state["history"][-1]
+        _say(f"{unit} {last['epoch']}/{total}: train_loss {last['train_loss']:.4f} "
+             f"val_loss {last['val_loss']:.4f} ({time.perf_counter() - start:.1f} s)")
+    return report
+
+
+def _header(trial: TrialSpec, cfg: Any, device: torch.device, source: str) -> str:
+    fam = get_family(trial.family)
+    d, layers, heads, ff = (trial.arch[k] for k in ARCH_KEYS)
+    shape = f"d{d}-L{layers}-h{heads}-ff{ff}"
+    return (f"archhpo train: {fam.name} {shape} ({fam.param_count(cfg):,} parameters) from {source}, "
+            f"{trial.params.get('epochs', fam.train_defaults.get('epochs', '?'))} epochs on {device.type}")
+
+
 def train_command(args: argparse.Namespace) -> dict[str, Any]:
-    trial = trial_spec_from_args(args)
+    trial = trial_spec_from_args(args)  # the file checked: nothing of torch is built yet
+    import torch
+
+    from archhpo.workers import build_trial, resolve_device
+    from archhpo.workers._batch import eval_batch, use_plan, vocab_logits
+
     device = resolve_device(args.device)
+    source = args.from_json or "the flags"
+    what = f"The architecture of {source} ({trial.arch['d_model']} wide, {trial.arch['n_layers']} layers)"
+    cfg = _check_memory(trial, device, what)
     if getattr(args, "threads", None):
         torch.set_num_threads(int(args.threads))
     if device.type == "cuda":  # the worker's CUDA settings (TF32 outside bf16 autocast)
         from archhpo.workers._device import configure_cuda_speed
 
         configure_cuda_speed()
-    built = build_trial(trial, device)
+    _say(_header(trial, cfg, device, source))
+
+    def size(cfg: Any, tcfg: TrainConfig, data: Any) -> None:  # the worker's check, on the loaded data
+        tcfg.eval_batch_size = eval_batch(vocab_logits(trial.family, cfg), int(tcfg.eval_batch_size))
+        use_plan(fit_memory(trial, cfg, tcfg, device, what, data), tcfg, {})
+
+    built = build_trial(trial, device, before_build=size)
+    return _train_built(args, trial, built)
+
+
+def _train_built(args: argparse.Namespace, trial: TrialSpec, built: Any) -> dict[str, Any]:
+    """Train the built trial, a progress line per validation; the result (saved with --save)."""
+    import torch
+
+    from archhpo.workers import TrainConfig, describe_result, train
+
     fam, cfg = built.family, built.config
     start = time.perf_counter()
-    result = train(built.model, built.data, fam.loss, built.train_config, metrics_fn=fam.metrics)
+    unit = "interval" if built.data_budget is not None else "epoch"
+    result = train(built.model, built.data, fam.loss, built.train_config, metrics_fn=fam.metrics,
+                   checkpoint=_progress(int(built.train_config.epochs), unit, start))
     known = set(TrainConfig.__dataclass_fields__)
     out = {
         "family": fam.name, **describe_result(result), "baseline_val_loss": built.baseline_loss,

@@ -1,0 +1,199 @@
+"""What `archhpo train --from` accepts: a best JSON as `archhpo run` and `export` write it
+(report/_export.py best_summary), checked against its family before anything is built.
+
+A replay trusts nothing in the file: a key archhpo does not write, a value of the wrong type or
+outside what the family's config accepts, or a generated data set too large to hold is refused
+in one sentence (ArchhpoError: exit 2, nothing written), not met later as a traceback, an
+allocation of 128 GB or a generator that never ends.  These checks import no torch; the memory
+check (`check_memory`) sizes the trial with the workers' estimate, as a worker does, before the
+data is loaded or the model built.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from archhpo.errors import ArchhpoError
+from archhpo.models import Family, get_family
+from archhpo.schema import ARCH_KEYS, ARCH_RECORD, PARAM_COUNT, PLAN_PARAMS, TRAINING
+
+BEST_KEYS = frozenset({
+    # best_summary's keys (report/_export.py), its flops_summary's, and those of a confirmed or paired study
+    "experiment", "budget", "best_params", "best_value", "n_trials_completed", "n_trials_pruned", "timestamp",
+    "study_name", "optuna_version", "architecture", "family", "best_trial", "plan_slot", "n_trials_failed",
+    "n_trials_planned", "baseline_val_loss", "data", "options", "info", "choices", "seed",
+    "flops_spent", "flops_full_plan", "confirmation", "chosen_on", "reverses_trial", "paired",
+})
+OBJECT_KEYS = ("data", "options", "info", "choices")  # each a JSON object when present
+
+# A generated data set is made whole in host memory before the first step, so its size settings
+# are capped: 2e9 tokens are 16 GB as int64 windows (the lm family), 1e7 rows, series or steps are
+# far beyond any study archhpo plans on generated data.  A file's size is its own (re-read here).
+DATA_CAPS = {"tokens": 2_000_000_000, "n": 10_000_000, "series": 10_000_000, "steps": 10_000_000,
+             "symbols": 1_000_000, "length": 1_000_000, "features": 100_000, "channels": 100_000}
+
+
+def _refuse(path: str, what: str) -> ArchhpoError:
+    return ArchhpoError(f"{path}: {what}")
+
+
+def load_best(path: str) -> dict[str, Any]:
+    """The best JSON at `path` as a dict; a missing, unreadable, corrupt or non-object file is refused."""
+    try:
+        best = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise ArchhpoError(f"Best-config file {path} does not exist; pass a *_best.json from `archhpo run`.") from None
+    except (OSError, UnicodeDecodeError, ValueError):
+        best = None
+    if not isinstance(best, dict):  # corrupt, or JSON that is not an object: one sentence for both
+        raise ArchhpoError(f"{path} does not hold a best-config JSON object; pass a *_best.json written by "
+                           "`archhpo run` or `archhpo export`.")
+    return best
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _unknown(path: str, where: str, keys: Mapping[str, Any], known: tuple[str, ...] | frozenset[str]) -> None:
+    extra = sorted(set(keys) - set(known))
+    if extra:
+        shown = ", ".join(f"{where}{k}" for k in extra)
+        raise _refuse(path, f"unknown key{'s' if len(extra) > 1 else ''} {shown} (archhpo writes none such); "
+                            "remove it or export the study again.")
+
+
+def check_best(best: dict[str, Any], path: str, family_flag: str | None = None) -> Family:
+    """The file's family, once its keys, types and training values are what archhpo writes;
+    `family_flag` is a --family given on the line, which must agree with the file's."""
+    _unknown(path, "", best, BEST_KEYS)
+    if not best.get("architecture") or not best.get("best_params"):
+        raise ArchhpoError(f"{path} has no winning trial (architecture/best_params are empty); "
+                           "wait for a trial to complete and export again.")
+    name = best.get("family")
+    if not isinstance(name, str):
+        raise _refuse(path, f"family must be a family's name, got {name!r}; export the study again.")
+    fam = get_family(name)  # an unknown name: the registry's one sentence
+    if family_flag is not None and family_flag != fam.name:
+        raise ArchhpoError(f"--family {family_flag} disagrees with the file's family {fam.name}; "
+                           f"drop --family or pass a {family_flag} best JSON.")
+    for key in OBJECT_KEYS:
+        if best.get(key) is not None and not isinstance(best[key], dict):
+            raise _refuse(path, f"{key} must be a JSON object, got {type(best[key]).__name__}; export the study again.")
+    for key, least in (("seed", 0), ("plan_slot", 0)):
+        value = best.get(key)
+        if value is not None and not (_is_int(value) and value >= least):
+            raise _refuse(path, f"{key} must be a whole number of at least {least} or null, got {value!r}.")
+    check_architecture(best["architecture"], path)
+    check_params(best["best_params"], path)
+    return fam
+
+
+def check_architecture(arch: Any, path: str) -> None:
+    """architecture: an object of the four dimensions (positive integers) and the parameter count."""
+    if not isinstance(arch, dict):
+        raise _refuse(path, f"architecture must be a JSON object, got {type(arch).__name__}; export the study again.")
+    _unknown(path, "architecture.", arch, ARCH_RECORD)
+    missing = [k for k in ARCH_KEYS if k not in arch]
+    if missing:
+        raise _refuse(path, f"architecture lacks {', '.join(missing)}; export the study again.")
+    for key in (*ARCH_KEYS, PARAM_COUNT):
+        value = arch.get(key, 1)
+        if not (_is_int(value) and value >= 1):
+            raise _refuse(path, f"architecture.{key} must be a positive integer, got {value!r}.")
+
+
+def check_params(params: Any, path: str) -> None:
+    """best_params: the plan's parameters, each of its type; rates finite and positive."""
+    if not isinstance(params, dict):
+        raise _refuse(path, f"best_params must be a JSON object, got {type(params).__name__}; export the study again.")
+    _unknown(path, "best_params.", params, PLAN_PARAMS)
+    least = {"learning_rate": 0.0, "weight_decay": 0.0, "epochs": 1, "batch_size": 1, "warmup_steps": 0}
+    for p in TRAINING:
+        if p.name not in params:
+            continue
+        value = params[p.name]
+        typed = _is_int(value) if p.type is int else _is_number(value)
+        if not typed:
+            raise _refuse(path, f"best_params.{p.name} must be {'an integer' if p.type is int else 'a number'}, "
+                                f"got {value!r}.")
+        low = least[p.name]
+        positive = p.name == "learning_rate"
+        if not math.isfinite(value) or value < low or (positive and value <= low):
+            bound = "positive" if positive else f"at least {low}"
+            raise _refuse(path, f"best_params.{p.name} must be a finite number {bound}, got {value!r}.")
+
+
+def check_data(fam: Family, spec: Any, options: Mapping[str, Any], path: str) -> None:
+    """A generated data spec: settings the family's data takes, of their types, under DATA_CAPS,
+    and as a whole accepted by the family's own parser (the --data syntax, rebuilt from the spec).
+    A file's spec is checked against the file once it is read again (`check_file_data`)."""
+    if not isinstance(spec, dict) or not isinstance(spec.get("kind"), str):
+        raise _refuse(path, f"data must be a JSON object with a kind, got {spec!r}; export the study again.")
+    if "path" in spec:
+        if not isinstance(spec["path"], str):
+            raise _refuse(path, f"data.path must be a file's path, got {spec['path']!r}.")
+        return
+    kind = spec["kind"]
+    try:
+        default = fam.parse_data(kind, options)
+    except ArchhpoError:
+        raise _refuse(path, f"data.kind {kind!r} is not a data set the {fam.name} family generates; "
+                            "pass --data or export the study again.") from None
+    for key, value in spec.items():
+        _check_setting(fam, kind, default, key, value, options, path)
+    text = f"{kind}:" + ",".join(f"{k}={v}" for k, v in spec.items() if k != "kind")
+    try:
+        fam.parse_data(text, options)
+    except ArchhpoError as exc:
+        raise _refuse(path, f"the {fam.name} family refuses its data ({exc})") from None
+
+
+def _check_setting(fam: Family, kind: str, default: Mapping[str, Any], key: str, value: Any,
+                   options: Mapping[str, Any], path: str) -> None:
+    """One setting of a generated data spec: known to the family's parser, an integer (or text
+    where the default is text), at most its DATA_CAPS entry."""
+    if key == "kind":
+        return
+    if key not in default:  # an optional setting (lm's classes) is known if the parser takes it alone
+        try:
+            fam.parse_data(f"{kind}:{key}={value}", options)
+        except ArchhpoError:
+            settings = ", ".join(k for k in default if k != "kind")
+            raise _refuse(path, f"data.{key} is not a setting of the {fam.name} family's {kind} data "
+                                f"({settings}); remove it or pass --data.") from None
+    text = isinstance(default.get(key), str)
+    if not (isinstance(value, str) if text else _is_int(value)):
+        raise _refuse(path, f"data.{key} must be {'text' if text else 'an integer'}, got {value!r}.")
+    cap = DATA_CAPS.get(key)
+    if cap is not None and value > cap:
+        raise _refuse(path, f"data.{key} = {value:,} is beyond {cap:,}, the most archhpo generates in host memory "
+                            "before training; lower it or train on a file with --data.")
+
+
+def check_file_data(spec: Mapping[str, Any], parsed: Mapping[str, Any], path: str) -> None:
+    """A file's spec against the spec the family's parser writes for that file now: no other keys."""
+    _unknown(path, "data.", spec, tuple(parsed))
+
+
+def check_config(fam: Family, arch: Mapping[str, Any], info: Mapping[str, Any], path: str) -> Any:
+    """The family's config of the architecture under the data's facts (the family's own ranges:
+    check_arch, n_heads dividing d_model, its flags' bounds); refused in the config's sentence."""
+    try:
+        return fam.config_for(arch, info)
+    except ArchhpoError as exc:
+        raise _refuse(path, str(exc)) from None
+    except (TypeError, ValueError, KeyError) as exc:
+        raise _refuse(path, f"its info and choices do not make a {fam.name} configuration ({exc}); "
+                            "export the study again.") from None
+
+
+__all__ = ["BEST_KEYS", "DATA_CAPS", "check_best", "check_config", "check_data", "check_file_data", "load_best"]
