@@ -90,6 +90,11 @@ class FlagSpec:
     help: str
 
 
+def per_sample(kind: str | None) -> str:
+    """``Family.loss_per`` of a family whose loss is a mean over samples, whatever its data."""
+    return "sample"
+
+
 @dataclass(frozen=True)
 class Family:
     """Everything archhpo needs to count, build, feed and score one model family.
@@ -112,6 +117,11 @@ class Family:
       {"learning_rate": 3e-4, "eval_every": 20}).
     - ``flops_per_sample(config)`` is the closed-form forward+backward FLOPs of one training
       sample, counted like ``torch.utils.flop_counter.FlopCounterMode`` (matmuls and attention).
+
+    - ``data_help`` and ``task_options`` are what ``--family NAME --help`` says of ``--data``, and
+      the study's task options its data reads (the help leaves the others out).
+    - ``logits_per_sample`` and ``loss_per`` are what the memory plan and the report ask of the
+      head and the loss (see each field), so no code outside models/ tells families by name.
 
     A built module may define ``extra_loss() -> Tensor``; the trainer adds it to the training
     loss (e.g. an orthogonality penalty), never to the validation loss.
@@ -140,6 +150,21 @@ class Family:
     data_unit: str = "samples"
     """What a study's data budget counts (``--tokens-per-param`` or ``--samples-per-param``): "tokens"
     for families that read a sequence of tokens per sample (``tokens(config)`` of them), else "samples"."""
+
+    data_help: str = ""
+    """The forms ``--data`` accepts, as ``--family NAME --help`` prints them (what ``parse_data``
+    reads); empty: the generic help."""
+    task_options: tuple[str, ...] = ()
+    """The study's task options (the command line's TASK_OPTIONS: "horizon", "threshold") that this
+    family's data labelling reads; its help lists only these, though every one is accepted."""
+    logits_per_sample: Callable[[Any], int] | None = None
+    """Logits one sample's head writes, when they are a sequence's (lm: seq_len x vocab_size): the
+    memory plan adds them to the layers' estimate, which leaves a (B, L, V) head out.  None for a
+    head per sample (a class or a value), which the estimate already covers."""
+    loss_per: Callable[[str | None], str] = per_sample
+    """What one loss value is a mean over ("sample", "token", "byte", ...: the report prints
+    "nats per" it), given the studies' data kind (a data spec's ``kind``; None when it is unknown or
+    the studies' kinds differ)."""
 
     def units_per_sample(self, config: Any) -> int:
         """Data units (tokens or samples, see ``data_unit``) in one training sample."""

@@ -96,5 +96,6 @@ FAMILY = Family(
     tokens=lambda c: c.max_len,
     flops_per_sample=flops_per_sample,
     data_unit="tokens",
+    data_help="synthetic[:n=N,seed=S] or a CSV path with text and label columns",
     description="Character-level [CLS] transformer classifying short strings such as domain names.",
 )

@@ -15,7 +15,9 @@ from archhpo.models._family import Family, Lazy, check_arch
 from archhpo.models._flops import block_params, encoder_layer_flops, linear_flops
 from archhpo.models.data import panel
 from archhpo.models.ft_transformer_spec import (
+    PANEL_DATA_HELP,
     PANEL_FLAGS,
+    PANEL_TASK_OPTIONS,
     categorical_tokens_flops,
     categorical_tokens_params,
     check_panel_fields,
@@ -91,5 +93,7 @@ FAMILY = Family(
     flags=PANEL_FLAGS,
     tokens=lambda c: 2 + len(c.cat_cardinalities) + c.seq_len,  # both paths' tokens, held together
     flops_per_sample=flops_per_sample,
+    data_help=PANEL_DATA_HELP,
+    task_options=PANEL_TASK_OPTIONS,
     description="Dual-path transformer: categorical tokens and per-step numerical tokens, joint [CLS] head.",
 )

@@ -122,6 +122,10 @@ def config_for(arch: Mapping[str, int], info: Mapping[str, Any]) -> FTTransforme
     )
 
 
+# The panel families' --data (models/data/panel.py) and the task options its labels read.
+PANEL_DATA_HELP = ("synthetic[:symbols=N,sectors=N,features=N,steps=N,seed=S] or a CSV/Parquet panel "
+                   "(symbol, sector, price, numeric feature columns, optional date)")
+PANEL_TASK_OPTIONS = ("horizon", "threshold")  # the label: price[t+h]/price[t] - 1 > threshold
 PANEL_FLAGS = (
     FlagSpec("num_numerical", int, panel.DEFAULT_FEATURES, "numerical features per time step N"),
     FlagSpec("cat_cardinalities", parse_cardinalities, panel.DEFAULT_CARDINALITIES,
@@ -146,6 +150,8 @@ FAMILY = Family(
            *PANEL_FLAGS),
     tokens=lambda c: 1 + len(c.cat_cardinalities) + c.num_numerical * (c.seq_len if c.variant == "sequence" else 1),
     flops_per_sample=flops_per_sample,
+    data_help=PANEL_DATA_HELP,
+    task_options=PANEL_TASK_OPTIONS,
     description="FT-Transformer on panel data: a token per feature (and step) + categorical tokens, "
     "[CLS] head.",
 )

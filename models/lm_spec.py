@@ -16,7 +16,7 @@ from archhpo.models._flops import block_params, encoder_layer_flops, linear_flop
 from archhpo.models.data import language
 
 __all__ = ["FAMILY", "GPU_DATA", "GPU_ROWS", "LMConfig", "config_for", "flops_per_sample", "flops_per_token",
-           "gpu_config", "param_count"]
+           "gpu_config", "loss_per", "param_count"]
 
 # GPU scale (issue 33): a GPT-2-sized vocabulary over the synthetic language (see
 # archhpo.models.data.language: 32 classes written as 50,257 tokens) at GPT-2's context of 1024
@@ -79,6 +79,16 @@ def flops_per_token(cfg: LMConfig) -> int:
     return total // cfg.seq_len
 
 
+def loss_per(kind: str | None) -> str:
+    """The loss is a mean over predicted tokens: a text file's tokens are its bytes (``kind`` "text"),
+    and on data of unknown or mixed kind the report says both."""
+    if kind == "text":
+        return "byte"
+    if kind == "synthetic":
+        return "token"
+    return "token (a byte, on a text file)"
+
+
 def gpu_config(row: str, seq_len: int = GPU_SEQ_LEN, vocab_size: int = language.GPT2_VOCAB) -> LMConfig:
     """A GPU-scale configuration: a row of ``GPU_ROWS`` at GPT-2's vocabulary and a context of 1024."""
     return LMConfig(**GPU_ROWS[row], vocab_size=vocab_size, seq_len=seq_len)
@@ -116,6 +126,9 @@ FAMILY = Family(
     tokens=lambda c: c.seq_len,
     flops_per_sample=flops_per_sample,
     data_unit="tokens",
+    data_help="synthetic[:vocab=V,order=K,tokens=T,...] or a UTF-8 text file (read as bytes)",
+    logits_per_sample=lambda c: c.seq_len * c.vocab_size,  # a next-token head: (L, V) logits a window
+    loss_per=loss_per,
     description="Causal decoder-only language model (nanoGPT-style, tied head) predicting the next token.",
     train_defaults={
         # Small batches: on CPU budgets the count of optimizer steps, not tokens per step, decides

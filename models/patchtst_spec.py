@@ -97,5 +97,7 @@ FAMILY = Family(
     estimate=estimate,
     tokens=lambda cfg: cfg.n_patches,
     flops_per_sample=flops_per_sample,
+    data_help="synthetic[:features=N,steps=N,seed=S] or a CSV/Parquet path (a price column and numeric features)",
+    task_options=("horizon", "threshold"),  # its labels: price[t+h]/price[t] - 1 > threshold
     description="PatchTST-style transformer classifying 60-step multivariate windows (binary).",
 )

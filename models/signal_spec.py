@@ -152,6 +152,8 @@ FAMILY = Family(
     tokens=lambda c: c.seq_len * (c.channels if c.encoder in ("cat", "ci") else 1),
     sequences=lambda c: c.channels if c.encoder == "ci" else 1,  # ci attends within each channel
     flops_per_sample=flops_per_sample,
+    logits_per_sample=lambda c: c.seq_len * c.num_bins,  # (T, K) bin logits a window, T <= seq_len
+    data_help="multisignal (or synthetic)[:series=N,length=N,channels=N,seed=S,num_bins=N] (embedded data only)",
     description="Causal multi-channel signal transformer predicting the next step's quantile bin.",
     train_defaults={
         "learning_rate": 3e-4, "weight_decay": 1e-4, "batch_size": 32, "warmup_steps": 0,

@@ -3,9 +3,10 @@
 The value of a trial is Optuna's objective value, the one the CSV, the dashboard and every figure and
 table show (issue 31): ``val_loss``, the validation cross-entropy in nats, averaged per predicted
 token for the ``lm`` family (per byte when it reads a text file, whose tokens are bytes) and per
-sample for the classification families.  A pruned trial's value is its score at the rung where it
-was stopped (under a WSD schedule that is the loss after the rung's cooldown), or the best
-validation loss it reached when it was stopped without a score.
+sample for the classification families: each family's ``Family.loss_per`` says which.  A pruned
+trial's value is its score at the rung where it was stopped (under a WSD schedule that is the loss
+after the rung's cooldown), or the best validation loss it reached when it was stopped without a
+score.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 
 import pandas as pd
 
+from archhpo.models import family_names, get_family
 from archhpo.schema import OBJECTIVE
 
 METRIC = OBJECTIVE  # the objective's name in Optuna (study.set_metric_names), the CSV and the report
@@ -37,18 +39,21 @@ def study_data(storage: Any, studies: dict[str, str]) -> list[dict[str, Any]]:
 
 
 def loss_unit(frame: pd.DataFrame) -> str:
-    """'nats per token', 'nats per byte' or 'nats per sample' for the experiment's family and data."""
+    """'nats per token', 'nats per byte' or 'nats per sample' for the experiment's family and data:
+    each family's ``loss_per`` of the studies' one data kind (None when unknown or several); 'nats'
+    when the families' units differ or none is known."""
     families = {str(f) for f in frame["family"].dropna()} if "family" in frame else set()
-    if families and "lm" not in families:
-        return "nats per sample"
     kinds = set(frame.attrs.get("data_kinds") or [])
-    if families == {"lm"} and kinds == {"text"}:
-        return "nats per byte"
-    if families == {"lm"} and (kinds == {"synthetic"} or frame.attrs.get("truth")):
-        return "nats per token"
-    if families == {"lm"}:
-        return "nats per token (a byte, on a text file)"
-    return "nats"  # mixed or unknown families
+    kind = next(iter(kinds)) if len(kinds) == 1 else None
+    if frame.attrs.get("truth") and kind != "text":
+        kind = "synthetic"  # a known entropy rate is a synthetic language's (report/_truth.py)
+    units = {_loss_per(name, kind) for name in families}
+    return f"nats per {units.pop()}" if len(units) == 1 else "nats"
+
+
+def _loss_per(family: str, kind: str | None) -> str:
+    """The family's ``loss_per``; a family no longer registered (an old CSV's) is read per sample."""
+    return get_family(family).loss_per(kind) if family in family_names() else "sample"
 
 
 def short_unit(frame: pd.DataFrame) -> str:

@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from archhpo.models import Family, get_family
 from archhpo.schema import Attr
 from archhpo.workers import _memory
 
@@ -48,12 +49,12 @@ LOGIT_BYTES = {"cuda": 16, "cpu": 12}
 EVAL_LOGITS_BYTES = 2**30  # an evaluation batch's logits (fp32 and bf16) stay under this
 
 
-def vocab_logits(family: str, cfg: Any) -> int:
-    """Logits per sample of a next-token head (the lm family: seq_len x vocab_size); 0 for a
-    family whose head is per sample (a class or a value), where the estimate already suffices."""
-    if family != "lm":
-        return 0
-    return int(cfg.vocab_size) * int(cfg.seq_len)
+def vocab_logits(family: str | Family, cfg: Any) -> int:
+    """Logits per sample of a sequence head, as the family (or the family of that name) counts them
+    (``Family.logits_per_sample``: an lm's seq_len x vocab_size); 0 for a family whose head is per
+    sample (a class or a value), where the estimate already suffices."""
+    fam = get_family(family) if isinstance(family, str) else family
+    return int(fam.logits_per_sample(cfg)) if fam.logits_per_sample is not None else 0
 
 
 def eval_batch(logits_per_sample: int, eval_batch_size: int) -> int:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import tomllib
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,7 +28,7 @@ from typing import Any
 from archhpo.config import field_default, field_help
 from archhpo.environment import Environment
 from archhpo.errors import ArchhpoError
-from archhpo.models import Family
+from archhpo.models import Family, family_names, get_family
 from archhpo.schema import (
     ARCH_HELP,
     ARCH_KEYS,
@@ -169,31 +169,42 @@ class Option:
 
 @dataclass(frozen=True)
 class FamilyData:
-    """What a built-in family's --data accepts, and the task options its data reads."""
+    """What a family's --data accepts, and the task options its data reads (its Family's
+    ``data_help`` and ``task_options``)."""
 
     forms: str
     task_options: tuple[str, ...] = ()
 
 
 TASK_OPTIONS = ("horizon", "threshold")  # study options only the labelling of some families' data reads
-_PANEL = FamilyData("synthetic[:symbols=N,sectors=N,features=N,steps=N,seed=S] or a CSV/Parquet panel "
-                    "(symbol, sector, price, numeric feature columns, optional date)", TASK_OPTIONS)
-# Per family, as its parse_data (models/data/) reads --data; a family registered elsewhere shows the
-# generic help and every option.
-FAMILY_DATA: dict[str, FamilyData] = {
-    "patchtst": FamilyData("synthetic[:features=N,steps=N,seed=S] or a CSV/Parquet path (a price column and "
-                           "numeric features)", TASK_OPTIONS),
-    "ft_transformer": _PANEL,
-    "csn_transformer": _PANEL,
-    "char_cls": FamilyData("synthetic[:n=N,seed=S] or a CSV path with text and label columns"),
-    "signal": FamilyData("multisignal (or synthetic)[:series=N,length=N,channels=N,seed=S,num_bins=N] "
-                         "(embedded data only)"),
-    "lm": FamilyData("synthetic[:vocab=V,order=K,tokens=T,...] or a UTF-8 text file (read as bytes)"),
-}
 
 
 def family_data(family: Family | None) -> FamilyData | None:
-    return FAMILY_DATA.get(family.name) if family is not None else None
+    """`family`'s --data forms and task options; None without a family or for one that states no
+    forms (it shows the generic help and every option)."""
+    if family is None or not family.data_help:
+        return None
+    return FamilyData(family.data_help, family.task_options)
+
+
+class _FamilyDataTable(Mapping[str, FamilyData]):
+    """FAMILY_DATA: each registered family's FamilyData, read from its Family record when asked,
+    so the forms are written once, beside the family's parse_data (models/*_spec.py)."""
+
+    def __getitem__(self, name: str) -> FamilyData:
+        data = family_data(get_family(name)) if name in family_names() else None
+        if data is None:
+            raise KeyError(name)
+        return data
+
+    def __iter__(self) -> Iterator[str]:
+        return (name for name in family_names() if get_family(name).data_help)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
+FAMILY_DATA: Mapping[str, FamilyData] = _FamilyDataTable()
 
 
 def study_option(name: str, type: Callable[[str], Any] | None, commands: tuple[str, ...], **kw: Any) -> Option:

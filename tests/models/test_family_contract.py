@@ -8,7 +8,11 @@ A new family registered in archhpo/models/__init__.py gets every test here witho
 - config validation: every family refuses a head count that does not divide d_model and a
   non-positive dimension with one ConfigError sentence;
 - data: the quick synthetic data loads deterministically (same spec, same tensors) with the
-  shapes ``data_info`` promised to ``config_for``.
+  shapes ``data_info`` promised to ``config_for``;
+- what code outside models/ asks of a family (tests/test_family_names.py): its --data help names a
+  form its parse_data reads, its task options are exactly those that change its data, a head with
+  a sequence axis counts its logits (``logits_per_sample``, the memory plan's) and nothing else
+  does, and its loss has a unit on every data kind.
 A family's own behaviour (variants, masks, encoders) is tested in its own file.
 """
 
@@ -110,6 +114,59 @@ def test_quick_synthetic_data_is_deterministic_and_fits_the_config(name: str) ->
         loss = family.loss(model(*(t[:4] for t in first.val_inputs)), first.val_target[:4])
     assert torch.isfinite(loss)
     assert family.baseline_loss(first) > 0
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_the_data_help_names_a_form_the_family_reads(name: str) -> None:
+    from archhpo.cli._options import TASK_OPTIONS
+
+    family = get_family(name)
+    assert family.data_help, f"{name} must set Family.data_help (its --data forms, for --help)"
+    first = family.data_help.split("[")[0].split()[0]  # "synthetic", "multisignal": the first form
+    assert family.parse_data(first, QUICK)["kind"]
+    assert set(family.task_options) <= set(TASK_OPTIONS)
+
+
+@pytest.mark.parametrize(("option", "value"), [("horizon", 3), ("threshold", 0.005)])
+@pytest.mark.parametrize("name", FAMILIES)
+def test_the_task_options_a_family_lists_are_those_its_data_reads(name: str, option: str, value: float) -> None:
+    family = get_family(name)
+    first = _data(name)
+    options = {**QUICK, option: value}
+    again = family.load_data(family.parse_data("synthetic", options), options)
+    tensors = [(a, b) for a, b in zip((*first.train_inputs, first.train_target, *first.val_inputs, first.val_target),
+                                      (*again.train_inputs, again.train_target, *again.val_inputs, again.val_target),
+                                      strict=True)]
+    same = all(a.shape == b.shape and torch.equal(a, b) for a, b in tensors)
+    assert same != (option in family.task_options), (name, option, family.task_options)
+
+
+@pytest.mark.parametrize("row", SMALL_ROWS[:2], ids=lambda r: "-".join(map(str, r.values())))
+@pytest.mark.parametrize("name", FAMILIES)
+def test_logits_per_sample_counts_a_sequence_head(name: str, row: dict[str, int]) -> None:
+    """A head with a sequence axis ((B, T, K): a next-token or per-step head) writes logits the
+    layers' memory estimate leaves out, so the family counts them; a class or value per sample
+    ((B,) or (B, K)) does not."""
+    family = get_family(name)
+    data = _data(name)
+    cfg = family.config_for(row, data.info)
+    model = family.build(cfg).eval()
+    with torch.no_grad():
+        logits = model(*(t[:2] for t in data.val_inputs))
+    if logits.dim() > 2:
+        assert family.logits_per_sample is not None, f"{name} must set Family.logits_per_sample"
+        assert family.logits_per_sample(cfg) == logits.numel() // 2 > 0
+    else:
+        assert family.logits_per_sample is None, (name, tuple(logits.shape))
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_the_loss_has_a_unit_on_every_data_kind(name: str) -> None:
+    family = get_family(name)
+    kind = family.parse_data("synthetic", QUICK)["kind"]
+    for k in (kind, "text", None):
+        unit = family.loss_per(k)
+        assert unit and unit == unit.strip() and not unit.startswith("per"), (name, k, unit)
 
 
 @pytest.mark.parametrize(("row", "seq_len"), [("124M", 1024), ("124M", 2048), ("200M", 1024), ("2B", 1024)])
