@@ -15,7 +15,9 @@ import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import torch
 
 from archhpo.cli._options import default
 from archhpo.cli._train_file import check_best, check_config, check_data, check_file_data, load_best
@@ -23,12 +25,17 @@ from archhpo.errors import ArchhpoError
 from archhpo.models import Family, get_family
 from archhpo.schema import ARCH_KEYS, TRAINING_PARAMS, schedule_options
 from archhpo.search._space import FULL_SPACE, QUICK_SPACE
-
-if TYPE_CHECKING:
-    import torch
-
-    from archhpo.workers import TrainConfig, TrialSpec
-    from archhpo.workers._batch import BatchPlan
+from archhpo.workers import (
+    TrainConfig,
+    TrialSpec,
+    build_trial,
+    describe_result,
+    resolve_device,
+    train,
+    trial_shape,
+)
+from archhpo.workers._batch import BatchPlan, eval_batch, plan_batch, use_plan, vocab_logits
+from archhpo.workers._memory import tensor_bytes
 
 
 def _options_from(args: argparse.Namespace, fam: Any, best: dict[str, Any] | None
@@ -102,8 +109,6 @@ def trial_spec_from_args(args: argparse.Namespace) -> TrialSpec:
     for key in TRAINING_PARAMS:
         if getattr(args, key, None) is not None:
             params[key] = getattr(args, key)
-    from archhpo.workers import TrialSpec
-
     return TrialSpec(family=fam.name, data=spec, options=options, info=info, arch=arch, params=params,
                      slot=slot, seed=int(seed) if seed is not None else None)
 
@@ -113,10 +118,6 @@ def fit_memory(trial: TrialSpec, cfg: Any, tcfg: TrainConfig, device: torch.devi
     """The micro-batch plan a worker makes for this trial (workers/_batch.py): MemoryRefused, with
     the estimate, when not one sample fits `device`.  Without `data` (before it is loaded) the
     batches are the configured ones and no dataset counts; with it, exactly the worker's sizes."""
-    from archhpo.workers import trial_shape
-    from archhpo.workers._batch import eval_batch, plan_batch, vocab_logits
-    from archhpo.workers._memory import tensor_bytes
-
     fam = get_family(trial.family)
     logits = vocab_logits(fam.name, cfg)  # an lm's (L, V) logits: the estimate leaves them out
     batch, evals = int(tcfg.batch_size), eval_batch(logits, int(tcfg.eval_batch_size))
@@ -130,12 +131,14 @@ def fit_memory(trial: TrialSpec, cfg: Any, tcfg: TrainConfig, device: torch.devi
     return plan_batch(shape, device, what, logits)
 
 
-def _check_memory(trial: TrialSpec, device: torch.device, what: str) -> Any:
-    """Refuse a trial that cannot fit before its data is loaded; the family's config, for the header."""
+def _check_memory(trial: TrialSpec, device: torch.device, source: str) -> tuple[Any, str]:
+    """Refuse a trial that cannot fit before its data is loaded; the family's config, and the
+    trial in words for the worker's check on the loaded data."""
     fam = get_family(trial.family)
     cfg = fam.config_for(trial.arch, trial.model_info())
+    what = f"The architecture of {source} ({fam.param_count(cfg):,} parameters)"
     fit_memory(trial, cfg, trial.train_config(fam), device, what)
-    return cfg
+    return cfg, what
 
 
 def _say(text: str) -> None:
@@ -162,15 +165,9 @@ def _header(trial: TrialSpec, cfg: Any, device: torch.device, source: str) -> st
 
 def train_command(args: argparse.Namespace) -> dict[str, Any]:
     trial = trial_spec_from_args(args)  # the file checked: nothing of torch is built yet
-    import torch
-
-    from archhpo.workers import build_trial, resolve_device
-    from archhpo.workers._batch import eval_batch, use_plan, vocab_logits
-
     device = resolve_device(args.device)
     source = args.from_json or "the flags"
-    what = f"The architecture of {source} ({trial.arch['d_model']} wide, {trial.arch['n_layers']} layers)"
-    cfg = _check_memory(trial, device, what)
+    cfg, what = _check_memory(trial, device, source)
     if getattr(args, "threads", None):
         torch.set_num_threads(int(args.threads))
     if device.type == "cuda":  # the worker's CUDA settings (TF32 outside bf16 autocast)
@@ -189,10 +186,6 @@ def train_command(args: argparse.Namespace) -> dict[str, Any]:
 
 def _train_built(args: argparse.Namespace, trial: TrialSpec, built: Any) -> dict[str, Any]:
     """Train the built trial, a progress line per validation; the result (saved with --save)."""
-    import torch
-
-    from archhpo.workers import TrainConfig, describe_result, train
-
     fam, cfg = built.family, built.config
     start = time.perf_counter()
     unit = "interval" if built.data_budget is not None else "epoch"

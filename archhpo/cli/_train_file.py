@@ -4,7 +4,7 @@
 A replay trusts nothing in the file: a key archhpo does not write, a value of the wrong type or
 outside what the family's config accepts, or a generated data set too large to hold is refused
 in one sentence (ArchhpoError: exit 2, nothing written), not met later as a traceback, an
-allocation of 128 GB or a generator that never ends.  These checks import no torch; the memory
+allocation of 128 GB or a generator that never ends.  These checks need no torch; the memory
 check (`check_memory`) sizes the trial with the workers' estimate, as a worker does, before the
 data is loaded or the model built.
 """
