@@ -10,7 +10,6 @@ import json
 import logging
 import os
 import random
-import re
 import time
 import warnings
 from collections.abc import Callable, Iterator
@@ -22,6 +21,7 @@ import sqlalchemy
 from optuna.storages import RDBStorage
 from sqlalchemy import orm
 
+from archhpo._urls import mask_url, split_password
 from archhpo.environment import Environment
 from archhpo.errors import StorageError
 from archhpo.search._optuna_private import ALEMBIC_TABLE, TESTED_SCHEMA_VERSIONS, TRIALS_TABLE
@@ -88,21 +88,17 @@ def _missing_driver(url: str, module: str | None) -> StorageError:
 def take_password(url: str) -> str:
     """Move a password out of the URL into PGPASSWORD (read by libpq) and return the URL without it.
 
-    Everything downstream (Ray task arguments, study attributes, logs, process lists) then only
-    ever sees the password-free URL; Ray workers started from this process inherit PGPASSWORD.
+    Every form counts (archhpo/_urls.py: user:pass@ with an unencoded '@' inside, ?password=,
+    &password=, percent-encoded).  Everything downstream (Ray task arguments, study attributes,
+    logs, process lists) then only ever sees the password-free URL; Ray workers started from this
+    process inherit PGPASSWORD.
     """
-    m = re.match(r"^(?P<head>[^:]+://[^:/@]+):(?P<pw>[^@]*)@(?P<tail>.*)$", url)
-    if not m or not url.startswith(("postgresql", "mysql")):
+    if not url.startswith(("postgresql", "mysql")):
         return url
-    from urllib.parse import unquote
-
-    os.environ["PGPASSWORD"] = unquote(m.group("pw"))
-    return f"{m.group('head')}@{m.group('tail')}"
-
-
-def mask_url(url: str) -> str:
-    """The URL with any password replaced by ***, safe for logs, errors and files."""
-    return re.sub(r"(://[^:/@]+:)[^@]*@", r"\1***@", url)
+    bare, password = split_password(url)
+    if password is not None:
+        os.environ["PGPASSWORD"] = password
+    return bare
 
 
 def is_sqlite(url: str) -> bool:
@@ -211,30 +207,29 @@ def _check_url(url: str) -> None:
 def open_storage(url: str, create: bool = True, timing: Environment | None = None) -> RDBStorage:
     """Open the storage, or raise StorageError with a clear sentence before writing anything.
 
-    create=True (launch, run) creates Optuna's tables in a new or empty database; create=False
-    (worker, export, dashboard) refuses a database that has none.  Either way a database whose
-    Optuna schema version archhpo was not tested with is refused (check_schema).  `timing` (an
+    create=True (launch, run) creates Optuna's tables in a new or empty database, under the schema
+    lock so that any number of first launches at once create them once; create=False (worker,
+    export, dashboard) refuses a database that has none.  Either way a database whose Optuna
+    schema version archhpo was not tested with is refused (check_schema).  `timing` (an
     Environment, default: the defaults) sets the heartbeat, the grace and the patience.
     """
     url = with_driver(url)
     _check_url(url)
     env = timing or DEFAULT_TIMING
-
-    def rdb() -> RDBStorage:
-        check_schema(url, create)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            return RDBStorage(
-                url,
-                engine_kwargs=_engine_kwargs(url),
-                heartbeat_interval=env.heartbeat_s,
-                grace_period=env.grace_s,
-            )
-
     try:
         # A server that answered and then dropped us (pg_terminate_backend, a restart beginning) is
         # retried; one that refuses or cannot be reached fails at once with the sentence below.
-        storage = resilient(rdb, "opening the study database", env.db_patience_s, transient=_dropped)
+        with contextlib.ExitStack() as stack:
+            resilient(lambda: stack.enter_context(schema_lock(url, create)), "locking the study database",
+                      env.db_patience_s, transient=_dropped)
+            storage = resilient(lambda: _rdb(url, create, env), "opening the study database",
+                                env.db_patience_s, transient=_dropped)
+            if is_sqlite(url):
+                # WAL lets readers (the progress display, the dashboard) read while a worker writes.
+                with storage.engine.connect() as conn:
+                    conn.exec_driver_sql("PRAGMA journal_mode=WAL")
+            if create:
+                resilient(lambda: ensure_indexes(storage), "creating archhpo's indexes", env.db_patience_s)
     except (sqlalchemy.exc.OperationalError, sqlalchemy.exc.DatabaseError) as exc:
         reason = str(getattr(exc, "orig", exc)).strip().splitlines()[0] if str(exc) else type(exc).__name__
         raise StorageError(
@@ -245,13 +240,73 @@ def open_storage(url: str, create: bool = True, timing: Environment | None = Non
         raise _missing_driver(url, exc.name) from None
     except sqlalchemy.exc.NoSuchModuleError:
         raise _missing_driver(url, None) from None
-    if is_sqlite(url):
-        # WAL lets readers (the progress display, the dashboard) read while a worker writes.
-        with storage.engine.connect() as conn:
-            conn.exec_driver_sql("PRAGMA journal_mode=WAL")
-    if create:
-        resilient(lambda: ensure_indexes(storage), "creating archhpo's indexes", env.db_patience_s)
     return storage
+
+
+# The errors of two processes creating Optuna's tables at once (a creator that is not archhpo, or
+# an older archhpo, takes no schema lock): the table is there by now, so opening again succeeds.
+SCHEMA_RACE = ("already exists", "pg_type_typname_nsp_index", "pg_class_relname_nsp_index",
+               "unique constraint failed: alembic_version", "alembic_version_pkc", "duplicate key value")
+
+
+def _rdb(url: str, create: bool, env: Environment) -> RDBStorage:
+    """Check the schema and construct Optuna's storage (which creates the tables when missing);
+    one more try when that lost a race with a creator outside the schema lock."""
+    for attempt in (1, 2):
+        check_schema(url, create)
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                return RDBStorage(url, engine_kwargs=_engine_kwargs(url), heartbeat_interval=env.heartbeat_s,
+                                  grace_period=env.grace_s)
+        except (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.ProgrammingError,
+                sqlalchemy.exc.OperationalError) as exc:
+            if attempt == 2 or not any(k in str(exc).lower() for k in SCHEMA_RACE):
+                raise
+            log.info("another process created the study tables at the same time; opening again")
+            time.sleep(0.5)
+    raise AssertionError("unreachable")
+
+
+# The key of the schema lock (PostgreSQL advisory locks are per database, so one constant serves).
+SCHEMA_LOCK_KEY = int.from_bytes(hashlib.sha256(b"archhpo:schema").digest()[:8], "big", signed=True)
+
+
+@contextlib.contextmanager
+def schema_lock(url: str, create: bool) -> Iterator[None]:
+    """Serialise the creation of Optuna's tables across processes (first launches at once).
+
+    PostgreSQL: creators take the advisory lock exclusively, readers (create=False) shared, so a
+    reader never sees a half-made schema (the tables before their version row).  SQLite: creators
+    take an flock on the plan lock's file beside the database; readers take none (the dashboard
+    may read a folder it cannot write).  Entered only once the URL was checked.
+    """
+    if is_sqlite(url):
+        path = sqlite_path(url)
+        if not create or path is None:
+            yield
+            return
+        with open(f"{path}.lock", "a+") as fh:
+            fcntl.flock(fh, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(fh, fcntl.LOCK_UN)
+        return
+    engine = sqlalchemy.create_engine(url, poolclass=sqlalchemy.pool.NullPool,
+                                      connect_args=_engine_kwargs(url)["connect_args"])
+    kind = "" if create else "_shared"
+    try:
+        with engine.connect() as conn:
+            conn.execute(sqlalchemy.text(f"SELECT pg_advisory_lock{kind}(:k)"), {"k": SCHEMA_LOCK_KEY})
+            conn.commit()
+            try:
+                yield
+            finally:
+                conn.execute(sqlalchemy.text(f"SELECT pg_advisory_unlock{kind}(:k)"), {"k": SCHEMA_LOCK_KEY})
+                conn.commit()
+    finally:
+        engine.dispose()
 
 
 # Indexes archhpo adds to Optuna's tables (named archhpo_*; created by launch/run, idempotent), so

@@ -19,7 +19,7 @@ from tests.conftest import REPO
 # cli (archhpo/cli) -> cluster -> report -> search -> budgets -> workers -> models
 LAYERS = {"cli": 0, "cluster": 1, "report": 2, "search": 3, "budgets": 4, "workers": 5, "models": 6}
 FOLDERS = {"cli": REPO / "archhpo" / "cli", **{name: REPO / name for name in LAYERS if name != "cli"}}
-ROOT_MODULES = ("errors", "schema", "config", "environment", "_io")  # shared definitions every layer may import
+ROOT_MODULES = ("errors", "schema", "config", "environment", "_io", "_urls")  # shared definitions every layer may import
 # ... and which of them may import a layer: only the entry point (the command line's option table
 # lives in archhpo/cli/_options.py; archhpo/config.py, the typed study config, imports no layer).
 ROOT_IMPORTS = {"__main__.py": {"cli"}}
