@@ -217,7 +217,7 @@ def fit_isoflops(computes: Sequence[float], n: Sequence[float], loss: Sequence[f
     return out
 
 
-def _points(frame: pd.DataFrame) -> pd.DataFrame:
+def isoflop_points(frame: pd.DataFrame) -> pd.DataFrame:
     """One point per (C, architecture): its mean loss over seeds; the best architecture per planned
     size (``isoflop_size``) where the frame records it (--shapes K)."""
     done = frame[(frame["state"] == "COMPLETE") & frame["val_loss"].notna()].copy()
@@ -241,7 +241,7 @@ def isoflop_fit(frame: pd.DataFrame, nd: Mapping[str, Any] | None = None, n_boot
         out: dict[str, Any] = {"status": "none", "reason": "no trial records a compute budget: not an IsoFLOP study",
                                "a": {"estimate": None, "ci95": None}, "vertices": [], "recentre": []}
     else:
-        pts = _points(frame)
+        pts = isoflop_points(frame)
         flops = pts["train_flops"] / (pts["param_count"] * pts["train_tokens"])
         k = float(flops.median()) if flops.notna().any() else None
         out = fit_isoflops(pts[COLUMN], pts["param_count"], pts["val_loss"], k=k, n_boot=n_boot, seed=seed)
@@ -289,5 +289,5 @@ def collinear(tokens_per_param: Sequence[float]) -> str | None:
             "cannot separate its N and D terms; add a second --tokens-per-param or plan an IsoFLOP study.")
 
 
-__all__ = ["agreement", "collinear", "fit_exponent", "fit_isoflops", "fit_profile", "isoflop_fit", "nd_exponent",
+__all__ = ["agreement", "collinear", "fit_exponent", "fit_isoflops", "fit_profile", "isoflop_fit", "isoflop_points", "nd_exponent",
            "recentre", "robust_parabola"]

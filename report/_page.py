@@ -43,6 +43,7 @@ from archhpo.report._export import RESULTS_CSV
 from archhpo.report._fit import fit_json, fit_scaling_law
 from archhpo.report._frame import load_curves, ranked, trials_frame
 from archhpo.report._html import render_html
+from archhpo.report._isoflop import isoflop_fit
 from archhpo.report._law import fit_line
 from archhpo.report._notes import _write_notes, budget_note
 from archhpo.report._summary import SUMMARY_COLUMNS, budget_summary, confirmation
@@ -129,6 +130,7 @@ def report_frame(frame: pd.DataFrame, out: str | Path = "results", experiment: s
     nd.update(frame.attrs.get("truth") or {})
     nd["compute_optimal"] = compute_answer(frame, nd, compute)
     fit["nd_fit"] = nd  # its bootstrap samples stay in memory (figures); fit_json drops them
+    fit["isoflop_fit"] = isoflop_fit(frame, nd, n_boot)  # Approach 2 (report/_isoflop.py)
     choices = choice_table(frame, reference)
     files: list[Path] = []
 
