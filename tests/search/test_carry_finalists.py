@@ -105,7 +105,7 @@ def _ladder(carry: bool, budgets: tuple[str, ...] = ("200K", "500K", "1M")) -> A
     base = keyword_config("cf", n_trials=8, data=TINY_DATA, quick=True, seed=0, fixed_params={"epochs": 3},
                           confirm=LADDER_FINALISTS, confirm_seeds=1, sequential_confirm=True)
     return replace(base, budgets=budgets, ladder=True, pruning=replace(base.pruning, rule="halving",
-                                                                      carry_finalists=carry))
+                                                                      confirm_at_rung=True, carry_finalists=carry))
 
 
 def _settings(config: Any) -> list[Any]:
@@ -237,3 +237,65 @@ def test_a_real_ladder_trains_the_carried_finalists_and_extremes_once_at_full_le
         assert sorted(t.intermediate_values) == [1, 2, 3], "full length"
         assert t.user_attrs[Attr.FLOPS_SPENT] == t.user_attrs[Attr.FLOPS_FULL]
         assert not t.user_attrs.get(Attr.RUNG_SCORES) and t.user_attrs.get(Attr.CONFIRM_RUNG) is None
+
+
+def _value(arch_idx: int) -> float:
+    return 1.0 + 0.01 * (arch_idx % 7)
+
+
+def _play(q: TrialQueue, claims: list[Any]) -> None:
+    """Settle every claim as a worker would, each rung score ordered as the finals are (so the
+    smallest budget's rungs are trusted): parked where the plan stops, ended at a confirmation's
+    rung, else finished at full length; every claim's plan kept in `claims`."""
+    for _ in range(50):
+        while (c := q.claim({"host": "t", "device": "cpu"})) is not None:
+            claims.append(c.plan)
+            v = _value(int(c.params["arch_idx"]))
+            if c.plan.ends:
+                scores = [v + 0.1 * (3 - r) for r in range(len(c.plan.score_at))]
+                q.finish(c, TrialState.PRUNED, scores[-1], {Attr.RUNG_SCORES: scores, Attr.RUNG: len(scores) - 1})
+            elif c.plan.stop_after is not None:
+                assert q.park(c, v + 0.1 * (2 - c.rung), {})
+            else:
+                done = len(c.plan.scores)
+                scores = [*c.plan.scores, *(v + 0.1 * (2 - done - i) for i in range(len(c.plan.score_at))), v]
+                q.finish(c, TrialState.COMPLETE, v, {Attr.RUNG_SCORES: scores} if c.plan.scored else {})
+        if q.maintain().done:
+            return
+    raise AssertionError("the plan did not finish")
+
+
+def test_the_largest_budget_prunes_at_no_trusted_rung_and_confirms_at_full_length(sqlite_url: str) -> None:
+    """The same ladder, whose smallest budget's rungs are trusted: without the setting its largest
+    budget parks trials at a rung and confirms there; with it every claim trains to full length,
+    scoring nothing on the way, and so does every confirmation run."""
+    from archhpo.search import launch
+    from archhpo.search._upkeep import PHASE3_KEY
+
+    seen: dict[bool, tuple[dict[str, Any], list[Any], list[dict[str, Any]], list[Finished], list[GridRow]]] = {}
+    for carry in (False, True):
+        config = replace(_ladder(carry, ("200K", "500K")), experiment=f"t{int(carry)}", trials=12,
+                         fixed_params={"epochs": 9})
+        small = prepare_settings(config, "200K")
+        large = prepare_settings(config, "500K", ladder_below=[small.study_name])
+        launch(sqlite_url, small)
+        launch(sqlite_url, large)
+        _play(TrialQueue(sqlite_url, small.study_name), [])
+        q, claims = TrialQueue(sqlite_url, large.study_name), []
+        _play(q, claims)
+        below = [Finished(float(t.value), t.number, int(t.user_attrs["d_model"]), int(t.user_attrs["n_layers"]),
+                          (int(t.params["arch_idx"]),), PARAMS, n_heads=int(t.user_attrs["n_heads"]),
+                          d_ff=int(t.user_attrs["d_ff"]))
+                 for t in q.storage.get_all_trials(TrialQueue(sqlite_url, small.study_name).study_id, deepcopy=False,
+                                                   states=(TrialState.COMPLETE,))]
+        seen[carry] = (q.upkeep.study_attr(LADDER_KEY), claims, q.upkeep.study_attr(PHASE3_KEY), below,
+                       [GridRow(**a) for a in large.archs])
+    record, claims, ranks, _, _ = seen[False]
+    assert record["trust"]["trusted"], "the smaller budget's rungs are trusted"
+    assert any(p.stop_after is not None for p in claims) and any(r.get("at_rung") is not None for r in ranks)
+    record, claims, ranks, below, rows = seen[True]
+    assert record["trust"]["trusted"] == [] and record["trust"]["carry_finalists"]
+    assert [a["arch_idx"] for a in record["assignments"]] == [r.arch_idx for r in finalist_rows(rows, below)]
+    assert claims and all(p.stop_after is None and p.score_at == () and not p.ends for p in claims)
+    assert ranks and all(r.get("at_rung") is None for r in ranks), "confirmed at full length"
+    assert "; fidelity: every trial trained to full length (--carry-finalists)" in describe(record)
