@@ -149,7 +149,7 @@ def fit_exponent(computes: np.ndarray, profiles: list[dict[str, Any]]) -> dict[s
                            "n_vertices": len(keep)}
     if len(keep) < MIN_VERTICES:
         out["reason"] = (f"{len(keep)} of {len(profiles)} compute budgets have their vertex inside the sizes "
-                         f"(at least {MIN_VERTICES} are needed); re-centre the others (recentre)")
+                         f"(at least {MIN_VERTICES} are needed); re-centre the edge budgets (recentre)")
         return out
     x = np.log(computes[keep])
     y = np.array([math.log(profiles[i]["n_opt"]["estimate"]) for i in keep])
@@ -289,5 +289,33 @@ def collinear(tokens_per_param: Sequence[float]) -> str | None:
             "cannot separate its N and D terms; add a second --tokens-per-param or plan an IsoFLOP study.")
 
 
-__all__ = ["agreement", "collinear", "fit_exponent", "fit_isoflops", "fit_profile", "isoflop_fit", "isoflop_points", "nd_exponent",
+def _n_text(n_opt: Mapping[str, Any]) -> str:
+    est, (lo, hi) = n_opt["estimate"], n_opt["ci95"]
+    side = lambda v: f"{v:.3g}" if v is not None and math.isfinite(v) else "open"  # noqa: E731
+    return f"{side(est)} [{side(lo)}, {side(hi)}]"
+
+
+def isoflop_lines(iso: Mapping[str, Any]) -> list[str]:
+    """The fit in words, for the page and the terminal: the law or why none, each vertex (edge ones
+    said so), the command that would re-centre each edge budget, and the agreement of the two a's."""
+    if iso.get("status") == "none":
+        return []
+    if iso.get("status") == "fitted":
+        a, (lo, hi) = iso["a"]["estimate"], iso["a"]["ci95"]
+        k = f"{iso['k']:.3g}" if iso.get("k") else "k"
+        lines = [f"IsoFLOP (Approach 2): N_opt = {iso['G']:.3g}·C^{a:.3f}, a's 95% interval [{lo:.3f}, {hi:.3f}], over "
+                 f"{iso['n_vertices']} compute budgets; D_opt = C/({k}·N_opt)."]
+    else:
+        lines = [f"IsoFLOP (Approach 2): no law: {iso.get('reason')}."]
+    for v in iso.get("vertices") or []:
+        edge = " (edge: the optimum is not inside the sizes)" if v["edge"] else ""
+        lines.append(f"C = {v['compute_budget']:.3g}: N_opt = {_n_text(v['n_opt'])}{edge}")
+    for r in iso.get("recentre") or []:
+        sizes = ", ".join(f"{x:.3g}" for x in r["sizes"])
+        lines.append(f"re-centre C = {r['compute_budget']:.3g} on {r['why']}: {r['command']} (sizes {sizes})")
+    said = (iso.get("agreement") or {}).get("sentence")
+    return [*lines, *([said] if said else [])]
+
+
+__all__ = ["agreement", "collinear", "fit_exponent", "fit_isoflops", "fit_profile", "isoflop_fit", "isoflop_lines", "isoflop_points", "nd_exponent",
            "recentre", "robust_parabola"]

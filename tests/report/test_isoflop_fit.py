@@ -145,3 +145,18 @@ def test_the_fit_reads_a_trials_frame_with_a_compute_budget_column(tmp_path: Pat
     assert set(fit) >= {"status", "reason", "a", "vertices", "recentre", "agreement"}
     del frame["compute_budget"]
     assert isoflop_fit(frame)["status"] == "none"
+
+
+def test_the_fit_in_words_names_the_law_the_edges_and_the_recentring_command() -> None:
+    from archhpo.report._isoflop import isoflop_lines
+
+    fitted = fit_isoflops(*table(0), k=6.0, n_boot=100)
+    fitted["agreement"] = agreement(fitted, None)
+    lines = isoflop_lines(fitted)
+    assert lines[0].startswith("IsoFLOP (Approach 2): N_opt = ") and "over 5 compute budgets" in lines[0]
+    assert len(lines) == 1 + 5 + 1 and lines[-1].startswith("The two estimates of a cannot be compared")
+    edge = fit_isoflops(*table(0, centre=lambda c: 10 * n_opt(c)), k=6.0, n_boot=100)
+    lines = isoflop_lines(edge)
+    assert lines[0].startswith("IsoFLOP (Approach 2): no law: 0 of 5 compute budgets")
+    assert sum("(edge: the optimum is not inside the sizes)" in x for x in lines) == 5
+    assert sum(x.startswith("re-centre C = ") and "--isoflop " in x for x in lines) == 5
