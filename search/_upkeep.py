@@ -170,13 +170,14 @@ class PlanUpkeep:
         may overwrite WAITING: a trial parked at a rung (or requeued, or requeued and claimed
         again) between its read and its write became FAIL, its retry skipped the rung and the
         rung was never decided (a study hung with every worker idle).  Here the rows are locked
-        (PostgreSQL; SQLite's write transaction holds the database) and read again first."""
+        (PostgreSQL; SQLite's write transaction holds the database) and read again first; a row
+        another transaction holds locked (a stalled worker's) is skipped, reaped by a later upkeep."""
         if not candidates or self._grace is None:
             return []
         T, H = m.TrialModel, m.TrialHeartbeatModel
         with session_scope(self.storage) as s:
             q = sa.select(T.trial_id).where(T.trial_id.in_(candidates), T.state == TrialState.RUNNING)
-            running = list(s.execute(q.with_for_update() if self._postgres else q).scalars())
+            running = list(s.execute(q.with_for_update(skip_locked=True) if self._postgres else q).scalars())
             cutoff = db_now(s) - self._grace
             stale = list(s.execute(
                 sa.select(H.trial_id).where(H.trial_id.in_(running), H.heartbeat < cutoff)

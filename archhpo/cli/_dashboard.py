@@ -4,7 +4,8 @@ Before serving, every archhpo study gets its objective's name (``val_loss``, Opt
 so the dashboard never says "Objective 0") and a note that says what the importance plot is worth
 with its number of trials; studies made by older versions are fixed the same way.  The server reads
 the storage through `ArchFirstStorage`, which lists each trial's architecture keys (and choices)
-before ``arch_idx`` and the training parameters, as the report does.
+before ``arch_idx`` and the training parameters, as the report does.  It answers only requests
+addressed to itself (`HostCheck`): a foreign ``Host:`` header, as DNS rebinding sends, gets 403.
 """
 
 from __future__ import annotations
@@ -100,8 +101,57 @@ def prepare_studies(storage: RDBStorage) -> int:
     return n
 
 
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+WILDCARD = ("0.0.0.0", "::", "")
+
+
+def _bare(name: str) -> str:
+    """A Host header's or --host's name, lower case, without port or IPv6 brackets."""
+    name = name.strip().lower()
+    if name.startswith("["):
+        return name[1:].split("]", 1)[0]
+    return name.rsplit(":", 1)[0] if name.count(":") == 1 else name
+
+
+def allowed_hosts(host: str) -> frozenset[str]:
+    """The names a request may address the dashboard by: loopback, --host itself, and for a
+    wildcard --host (0.0.0.0, ::) this machine's own names and addresses.  Any port: the one a
+    browser shows may be forwarded (compose's DASHBOARD_PORT, `ssh -L`)."""
+    import socket
+
+    names = {*LOOPBACK, _bare(host)}
+    if _bare(host) in WILDCARD:
+        try:
+            me = socket.gethostname()
+            names |= {me, socket.getfqdn(me), *(str(a[4][0]) for a in socket.getaddrinfo(me, None))}
+        except OSError:
+            pass
+    return frozenset(n.lower() for n in names if n and n not in WILDCARD)
+
+
+class HostCheck:
+    """WSGI middleware: a request whose Host header names something else gets 403.  A page on
+    another site whose name the attacker re-points at this address (DNS rebinding) sends its own
+    name as Host, so it can neither read the studies nor use the unauthenticated write API."""
+
+    def __init__(self, app: Any, allowed: frozenset[str]) -> None:
+        self.app, self.allowed = app, allowed
+
+    def __call__(self, environ: dict[str, Any], start_response: Any) -> Any:
+        given = environ.get("HTTP_HOST", "")
+        if _bare(given) in self.allowed:
+            return self.app(environ, start_response)
+        body = (f"archhpo dashboard: refused a request for Host {given or '(none)'!r}; it answers only to "
+                f"{', '.join(sorted(self.allowed))}: open it by one of these names, or start it with --host "
+                "set to the name you use.\n").encode()
+        start_response("403 Forbidden", [("Content-Type", "text/plain; charset=utf-8"),
+                                         ("Content-Length", str(len(body)))])
+        return [body]
+
+
 def serve(storage_url: str | None, host: str, port: int) -> None:
-    from optuna_dashboard import run_server
+    from bottle import run
+    from optuna_dashboard import wsgi
 
     url = resolve_storage_url(storage_url)
     storage = open_storage(url, create=False)  # a clear error before the server starts
@@ -109,7 +159,7 @@ def serve(storage_url: str | None, host: str, port: int) -> None:
         prepare_studies(storage)
     except Exception as exc:  # a read-only database is still worth viewing
         print(f"warning: objective names and notes not written ({type(exc).__name__}: {exc})", file=sys.stderr)
-    if host not in ("127.0.0.1", "localhost", "::1"):
+    if host not in LOOPBACK:
         print(f"warning: the dashboard on {host} is reachable by others and has no login.", file=sys.stderr)
     print(f"optuna-dashboard for {mask_url(url)} on http://{host}:{port}/ (Ctrl-C to stop)", file=sys.stderr)
-    run_server(ArchFirstStorage(storage), host=host, port=port)
+    run(HostCheck(wsgi(ArchFirstStorage(storage)), allowed_hosts(host)), host=host, port=port)

@@ -258,27 +258,49 @@ def _complete(args: argparse.Namespace, family: Family | None, config: dict[str,
 
 def _hide_passwords_from_ps() -> None:
     """Mask a password given in --storage in this process's command line (ps, /proc, and Ray's
-    record of the driver's entrypoint).  It was visible while Python started; PGPASSWORD or
-    ~/.pgpass never are."""
+    record of the driver's entrypoint) before anything heavy is imported: it was visible while
+    Python started and this module loaded; PGPASSWORD, ~/.pgpass or ARCHHPO_STORAGE never are."""
     if not any("://" in a for a in sys.argv):
-        return  # no URL, no password: and `grid`/`--help` do not import the storage layer
-    from archhpo.search._storage import mask_url
+        return  # no URL, no password
+    from archhpo._urls import mask_url  # imports nothing heavy
 
     masked = [mask_url(a) for a in sys.argv]
     if masked == sys.argv:
         return
     sys.argv[:] = masked
+    if _mask_argv_memory(mask_url):
+        return
+    from archhpo.cluster._ray_private import setproctitle
+
+    set_title = setproctitle()  # ships with Ray; rewrites the argv memory ps reads
     try:
         with open("/proc/self/cmdline", "rb") as fh:
             words = [w.decode(errors="replace") for w in fh.read().split(b"\0") if w]
     except OSError:
         return
-    from archhpo.cluster._ray_private import setproctitle
+    if set_title is not None:
+        set_title(" ".join(mask_url(w) for w in words))
 
-    set_title = setproctitle()  # ships with Ray; rewrites the argv memory ps reads
-    if set_title is None:
-        return
-    set_title(" ".join(mask_url(w) for w in words))
+
+def _mask_argv_memory(mask: Callable[[str], str]) -> bool:
+    """Overwrite, in place, the argv memory that ps and /proc/PID/cmdline read (its bounds are
+    arg_start and arg_end of /proc/self/stat), each word masked, cut to its length and padded with
+    NULs.  False where there is no such file (not Linux) or the memory cannot be read."""
+    import ctypes
+
+    try:
+        with open("/proc/self/stat", "rb") as fh:
+            fields = fh.read().rsplit(b")", 1)[1].split()
+        start, end = int(fields[45]), int(fields[46])  # fields 48 and 49 of proc(5), from field 3 on
+        old = ctypes.string_at(start, end - start)
+    except (OSError, IndexError, ValueError):
+        return False
+    words = [(w, mask(w.decode(errors="surrogateescape")).encode(errors="surrogateescape")[:len(w)])
+             for w in old.split(b"\0")]
+    new = b"\0".join(m.ljust(len(w), b"\0") for w, m in words)
+    if new != old:
+        ctypes.memmove(start, new, len(old))
+    return True
 
 
 def _attach_negative_values(argv: list[str]) -> list[str]:
