@@ -128,9 +128,10 @@ class IsoflopTrial:
         return self.train_tokens / self.param_count
 
     def user_attrs(self) -> dict[str, Any]:
-        """What every planned trial stores (Optuna user attributes)."""
+        """What every planned trial stores (Optuna user attributes); ``isoflop_size`` lets the fit
+        take the best of a size's K shapes (report/_isoflop.py)."""
         return {"compute_budget": float(self.compute_budget), "param_count": int(self.param_count),
-                "train_tokens": int(self.train_tokens)}
+                "train_tokens": int(self.train_tokens), "isoflop_size": int(self.size)}
 
 
 @dataclass(frozen=True)

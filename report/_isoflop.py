@@ -14,7 +14,7 @@ optimum, and `recentre` names the sizes that would (the law's N_opt(C) when it i
 vertex, at most one span away, else the lower-loss edge). log N_opt = log G + a log C is fitted by
 weighted least squares (weights 1/variance of each log vertex) over the non-edge vertices; a's 95%
 interval refits the line on each bootstrap draw of the vertices. Status ``fitted`` needs at least 3
-non-edge vertices and a's interval finite and inside (0, 1).
+non-edge vertices, 95% of the replicates with every vertex finite, and a's interval inside (0, 1).
 """
 
 from __future__ import annotations
@@ -161,7 +161,10 @@ def fit_exponent(computes: np.ndarray, profiles: list[dict[str, Any]]) -> dict[s
     out.update(a={"estimate": float(slope), "ci95": _interval(boot)}, G=float(math.exp(intercept)),
                bootstrap_draws=int(ok.sum()))
     lo, hi = out["a"]["ci95"]
-    if not (math.isfinite(lo) and math.isfinite(hi) and 0 < lo and hi < 1):
+    if ok.mean() < 0.95:
+        out["reason"] = (f"{int((~ok).sum())} of {len(ok)} bootstrap replicates put a vertex out of reach (a "
+                         "parabola opening downward): a's interval is not resolved; add sizes or seeds")
+    elif not (math.isfinite(lo) and math.isfinite(hi) and 0 < lo and hi < 1):
         out["reason"] = f"a's 95% interval [{lo:.3g}, {hi:.3g}] is not inside (0, 1): the vertices do not resolve it"
     return out
 

@@ -53,7 +53,7 @@ def test_every_trial_trains_whole_windows_within_one_percent_of_its_compute(comp
         assert abs(t.train_flops - compute) / compute <= 0.01
         assert t.flops_per_param_token == pytest.approx(per_sample / cfg.seq_len / t.param_count)
         assert t.user_attrs() == {"compute_budget": compute, "param_count": t.param_count,
-                                  "train_tokens": t.train_tokens}
+                                  "train_tokens": t.train_tokens, "isoflop_size": t.size}
 
 
 def test_each_size_takes_its_own_row_within_half_a_log_step() -> None:

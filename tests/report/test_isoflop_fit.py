@@ -160,3 +160,16 @@ def test_the_fit_in_words_names_the_law_the_edges_and_the_recentring_command() -
     assert lines[0].startswith("IsoFLOP (Approach 2): no law: 0 of 5 compute budgets")
     assert sum("(edge: the optimum is not inside the sizes)" in x for x in lines) == 5
     assert sum(x.startswith("re-centre C = ") and "--isoflop " in x for x in lines) == 5
+
+
+def test_with_several_shapes_per_size_the_fit_takes_each_sizes_best(tmp_path: Path) -> None:
+    """--shapes 2: a worse shape (+0.05 loss) beside each size's best, both recorded with the
+    planned size; the vertices are those of the best shapes alone."""
+    rows = isoflop_rows()
+    worse = [{**r, "trial": r["trial"] + 100, "d_model": 2 * r["d_model"], "val_loss": r["val_loss"] + 0.05,
+              "param_count": r["param_count"] + 1} for r in rows]
+    for r in rows + worse:
+        r["isoflop_size"] = r["budget"]
+    both = isoflop_fit(trials_frame(None, csv=_write(rows + worse, tmp_path / "both.csv")), n_boot=100)
+    best = isoflop_fit(trials_frame(None, csv=_write(rows, tmp_path / "best.csv")), n_boot=100)
+    assert [v["n_opt"]["estimate"] for v in both["vertices"]] == [v["n_opt"]["estimate"] for v in best["vertices"]]
