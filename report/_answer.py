@@ -15,6 +15,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from archhpo.report._fit import known_floor, seed_noise
+from archhpo.report._frame import ranked
 from archhpo.report._ndfit import allocation, fit_nd_law
 
 
@@ -36,7 +38,9 @@ def nd_fit(frame: pd.DataFrame, n_boot: int = 1000) -> dict[str, Any]:
                 "reason": "no study of this experiment states its data per parameter (--tokens-per-param)",
                 "samples": np.empty((0, 5))}
     return fit_nd_law(pts["param_count"], pts["train_tokens"], pts["val_loss"], pts["train_flops"],
-                      budgets=[float(v) for v in pts["budget_value"]], n_boot=n_boot)
+                      budgets=[float(v) for v in pts["budget_value"]], n_boot=n_boot,
+                      noise=seed_noise(ranked(frame, include_confirmation=True)),
+                      floor=known_floor(frame.attrs.get("truth")))
 
 
 def _shape(row: Any) -> str:

@@ -3,46 +3,44 @@
 Fit (after Hoffmann et al. 2022 and the replication of Besiroglu et al. 2024): parameters
 e = log E, a = log A and alpha; the predicted log loss is logsumexp(e, a - alpha log N); the
 objective is the Huber loss (delta 1e-3) of the residuals log L_pred - log L_obs, minimised by
-L-BFGS-B from a grid of starting points (the best end point wins).  95% intervals: percentile
-intervals over bootstrap refits on budget points resampled with replacement (resamples with
-fewer than three distinct budgets cannot identify three parameters and are drawn again), each
-budget's point itself redrawn from a resample of that budget's trials (seeds, where there are
-any, as whole units), so three budgets give real intervals.
+L-BFGS-B from a grid of starting points (the best end point wins).  95% intervals: a parametric
+bootstrap around the fit: each refit sees the fitted log losses plus Gaussian noise at the same
+parameter counts (budgets are never resampled: a resample of 6 points holds 3-4 distinct budgets,
+on which E is not identified).  The noise sd is the residuals' (sum of squares over the residual
+degrees of freedom, points minus 3) where there are at least 2 of those, else the seed noise the
+study measured (pooled over repeated runs), else the residuals' single degree of freedom; each
+refit draws its sd from that estimate's scaled inverse chi-square, so the intervals carry the
+uncertainty of the noise itself (Student-t intervals, exactly, for a linear model).
 
-``status`` says what the fit can claim, the first that applies (``reason`` lists every failed
-condition):
-
-- ``too_few_budgets``: under three budgets, no fit at all;
-- ``no_scaling``: no measurable trend: the 95% interval of the loss ratio between the largest and
-  the smallest budget includes 1 (or lies above it), or A is not distinguishable from 0;
-- ``interpolation``: no more points than the law's 3 free parameters (L(N) needs 4 budgets): a
-  curve through the points is an interpolation, not a fit;
-- ``unresolved``: an exponent's interval touches a bound of its range, a prefactor's interval
-  reaches the bound of its (log) range (it is not finite), E's interval reaches 0 (under 0.1% of
-  the lowest loss: no irreducible loss is resolved), or the intervals collapse to a point;
-- ``fitted``: none of these. Only a ``fitted`` law is printed as a law anywhere.
+``status`` (the first that applies; ``reason`` lists every failed condition): ``too_few_budgets``
+(under three budgets, no fit); ``no_scaling`` (the loss ratio's interval between the largest and
+smallest budget includes 1 or lies above it, or A is not distinguishable from 0);
+``interpolation`` (no residual degree of freedom: at most 3 points); ``unresolved``: fewer than 2
+residual degrees of freedom, an exponent not resolved (its 95% interval touches a bound of its
+range or its ends differ more than 3-fold), E's estimate below the data's known floor, E's
+interval reaching 0, A's not finite, or intervals collapsed to a point; ``fitted``: none of
+these. Only a ``fitted`` law is printed as a law anywhere.
 """
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
-import itertools
 import math
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
-from scipy.optimize import minimize
+
+from archhpo.report._fitopt import ALPHA_BOUNDS as _ALPHA_BOUNDS
+from archhpo.report._fitopt import _bounds, _fit_once, _lm_batch, _one_blas_thread, _starts
 
 LAW = "L(N) = E + A * N^-alpha"
 DELTA = 1e-3
 N_BOOT = 1000
 MIN_BUDGETS = 3  # the least points a fit is attempted on
 N_PARAMS = 3  # E, A, alpha: a law is fitted only on more points than this
-_ALPHA_BOUNDS = (1e-4, 4.0)
-LOG_FLOOR = -30.0  # the bottom of every prefactor's log range (E, A, B): e^-30 stands for 0
 NEGLIGIBLE = 1e-3  # a loss term under 0.1% of the observed loss counts as none (A's reducible loss, E)
+MIN_DOF = 2  # residual degrees of freedom (points minus free parameters) a law needs
+RESOLVED_RATIO = 3.0  # an exponent is resolved when its 95% interval's ends differ at most this much
+FLOOR_TOL = 1e-4  # E's estimate may lie this fraction below the known floor (rounding), no more
 STATUSES = ("fitted", "unresolved", "interpolation", "no_scaling", "too_few_budgets")
 
 
@@ -53,145 +51,6 @@ def touches(interval: Any, lo: float, hi: float, rel: float = 0.005) -> bool:
         return True
     margin = rel * (hi - lo)
     return a <= lo + margin or b >= hi - margin
-
-
-@contextlib.contextmanager
-def _one_blas_thread() -> Iterator[None]:
-    """OpenBLAS threads make L-BFGS-B's tiny BLAS calls slow (on a busy 2-core machine ~10x):
-    run the fit with one BLAS thread in every OpenBLAS this process loaded, then restore."""
-    restore = []
-    try:
-        with open("/proc/self/maps") as fh:
-            paths = {line.split()[-1] for line in fh if "openblas" in line.lower() and "/" in line}
-    except OSError:
-        paths = set()
-    for path in sorted(paths):
-        try:
-            lib = ctypes.CDLL(path)
-        except OSError:
-            continue
-        for get, put in (("scipy_openblas_get_num_threads64_", "scipy_openblas_set_num_threads64_"),
-                         ("scipy_openblas_get_num_threads", "scipy_openblas_set_num_threads"),
-                         ("openblas_get_num_threads", "openblas_set_num_threads")):
-            if hasattr(lib, get) and hasattr(lib, put):
-                before = getattr(lib, get)()
-                getattr(lib, put)(1)
-                restore.append((getattr(lib, put), before))
-                break
-    try:
-        yield
-    finally:
-        for put_fn, before in restore:
-            put_fn(before)
-
-
-def _objective(theta: np.ndarray, logn: np.ndarray, logl: np.ndarray, delta: float) -> tuple[float, np.ndarray]:
-    e, a, alpha = theta
-    t = a - alpha * logn
-    pred = np.logaddexp(e, t)
-    r = pred - logl
-    absr = np.abs(r)
-    # Huber, divided by delta so its scale does not depend on delta (gradients of order 1).
-    inner = absr <= delta
-    loss = np.where(inner, 0.5 * r * r / delta, absr - 0.5 * delta).sum()
-    dr = np.where(inner, r / delta, np.sign(r))
-    w_e = np.exp(e - pred)  # d pred / d e
-    w_t = 1.0 - w_e  # d pred / d t
-    grad = np.array([(dr * w_e).sum(), (dr * w_t).sum(), -(dr * w_t * logn).sum()])
-    return float(loss), grad
-
-
-def _starts(logn: np.ndarray, logl: np.ndarray, coarse: bool) -> list[np.ndarray]:
-    lmin = float(np.exp(logl.min()))
-    n_mid = float(np.exp(np.median(logn)))
-    l_mid = float(np.exp(np.median(logl)))
-    fractions = (0.5, 0.9) if coarse else (0.1, 0.6, 0.9)
-    alphas = (0.1, 0.4) if coarse else (0.08, 0.2, 0.4, 0.8)
-    out = []
-    for frac, alpha in itertools.product(fractions, alphas):
-        e0 = frac * lmin
-        a0 = max(l_mid - e0, 1e-6 * l_mid) * n_mid**alpha
-        out.append(np.array([math.log(e0), math.log(a0), alpha]))
-    return out
-
-
-def _bounds(logn: np.ndarray, logl: np.ndarray) -> list[tuple[float, float]]:
-    top = float(logl.max()) + 1.0
-    return [(LOG_FLOOR, top), (LOG_FLOOR, top + _ALPHA_BOUNDS[1] * float(logn.max()) + 5.0), _ALPHA_BOUNDS]
-
-
-def _per_problem(theta: np.ndarray, logn: np.ndarray, logl: np.ndarray, weights: np.ndarray,
-                 delta: float) -> np.ndarray:
-    """The objective of B problems at once: theta (B, 3), weights (B, k) = each point's count;
-    logn and logl are (k,) points shared by every problem or (B, k), one row per problem."""
-    t = theta[:, 1:2] - theta[:, 2:3] * logn
-    r = np.logaddexp(theta[:, 0:1], t) - logl
-    absr = np.abs(r)
-    return (weights * np.where(absr <= delta, 0.5 * r * r / delta, absr - 0.5 * delta)).sum(1)
-
-
-def _lm_batch(logn: np.ndarray, logl: np.ndarray, weights: np.ndarray, theta0: np.ndarray, delta: float,
-              iters: int = 300) -> tuple[np.ndarray, np.ndarray]:
-    """Minimise the same Huber objective for B problems at once (the bootstrap refits) by
-    Levenberg-Marquardt steps on its iteratively reweighted least-squares form, vectorised in
-    numpy: a step is kept only where it lowers that problem's objective, so every problem
-    descends monotonically from its start.  logn/logl: (k,) shared points or (B, k) per problem."""
-    shape = (len(theta0), weights.shape[1])
-    logn, logl = np.broadcast_to(logn, shape), np.broadcast_to(logl, shape)
-    lo = np.array([b[0] for b in _bounds(logn, logl)])
-    hi = np.array([b[1] for b in _bounds(logn, logl)])
-    theta = np.clip(theta0.astype(float).copy(), lo, hi)
-    f = _per_problem(theta, logn, logl, weights, delta)
-    lam = np.full(len(theta), 1e-3)
-    eye = np.eye(3)[None]
-    active = np.ones(len(theta), dtype=bool)
-    for _ in range(iters):
-        if not active.any():
-            break
-        th, w, ln, ll = theta[active], weights[active], logn[active], logl[active]
-        e, a, alpha = th[:, 0:1], th[:, 1:2], th[:, 2:3]
-        pred = np.logaddexp(e, a - alpha * ln)
-        r = pred - ll
-        absr = np.abs(r)
-        irls = w * np.where(absr <= delta, 1.0 / delta, 1.0 / np.maximum(absr, delta))
-        w_e = np.exp(e - pred)
-        w_t = 1.0 - w_e
-        jac = np.stack([w_e, w_t, -w_t * ln], axis=-1)  # (b, k, 3)
-        grad = np.einsum("bk,bkj->bj", irls * r, jac)
-        hess = np.einsum("bk,bki,bkj->bij", irls, jac, jac)
-        diag = np.einsum("bii->bi", hess)[:, :, None] * eye
-        damped = hess + lam[active, None, None] * (diag + 1e-12 * eye)
-        try:
-            step = -np.linalg.solve(damped, grad[:, :, None])[:, :, 0]
-        except np.linalg.LinAlgError:
-            step = -grad * 1e-3
-        new = np.clip(th + step, lo, hi)
-        f_new = _per_problem(new, ln, ll, w, delta)
-        ok = f_new < f[active]
-        idx = np.flatnonzero(active)
-        theta[idx[ok]] = new[ok]
-        small = np.abs(step).max(1) < 1e-10
-        f[idx[ok]] = f_new[ok]
-        lam[idx[ok]] = np.maximum(lam[idx[ok]] * 0.3, 1e-9)
-        lam[idx[~ok]] *= 10.0
-        active[idx[small | (lam[idx] > 1e10)]] = False
-    return theta, f
-
-
-def _fit_once(logn: np.ndarray, logl: np.ndarray, starts: list[np.ndarray], delta: float) -> tuple[np.ndarray, float]:
-    """L-BFGS-B from every starting point of the grid; the best end point, polished by a few
-    Levenberg-Marquardt steps (which can only lower the objective)."""
-    bounds = _bounds(logn, logl)
-    best_x, best_f = None, math.inf
-    for x0 in starts:
-        x0 = np.clip(x0, [b[0] for b in bounds], [b[1] for b in bounds])
-        res = minimize(_objective, x0, args=(logn, logl, delta), jac=True, method="L-BFGS-B", bounds=bounds,
-                       options={"maxiter": 300})
-        if np.all(np.isfinite(res.x)) and res.fun < best_f:
-            best_x, best_f = res.x, float(res.fun)
-    assert best_x is not None
-    theta, f = _lm_batch(logn, logl, np.ones((1, len(logn))), best_x[None, :], delta)
-    return theta[0], float(f[0])
 
 
 def _natural(theta: np.ndarray) -> tuple[float, float, float]:
@@ -227,32 +86,35 @@ def fit_law(
     delta: float = DELTA,
     labels: list[str] | None = None,
     replicates: tuple[np.ndarray, np.ndarray] | None = None,
+    noise: tuple[float, int] | None = None,
+    floor: float | None = None,
 ) -> dict[str, Any]:
     """Fit L(N) = E + A N^-alpha to points (N, L); see the module docstring.
 
     `replicates` are resamples within each point's own data: (N, L) arrays of shape (R, k), row
-    r a redraw of every point (`within_budget_replicates`); bootstrap refit i uses row i mod R.
-    Returns the keys of ``{experiment}_scaling_fit.json`` (``status``, ``reason``, ``law``,
-    ``n_budgets``, ``points``, ``E``, ``A``, ``alpha`` as ``{"estimate", "ci95"}``,
-    ``loss_ratio``, ``method``) plus ``samples``, an (n_boot, 3) array of bootstrap (E, A,
-    alpha) (not written to JSON).
+    r a redraw of every point (`within_budget_replicates`); they give the loss ratio's interval.
+    `noise` is measured seed noise, (sd of log L, its degrees of freedom) (`seed_noise`), used
+    where the residuals have under 2 degrees of freedom; `floor` the data's known least loss
+    (E's estimate may not lie below it).  Returns the keys of ``{experiment}_scaling_fit.json``
+    (``status``, ``reason``, ``law``, ``n_budgets``, ``points``, ``E``, ``A``, ``alpha`` as
+    ``{"estimate", "ci95"}``, ``loss_ratio``, ``residual_dof``, ``noise``, ``method``) plus
+    ``samples``, an (n_boot, 3) array of bootstrap (E, A, alpha) (not written to JSON).
     """
     with _one_blas_thread():
-        return _fit_law(n, loss, n_boot, seed, delta, labels, replicates)
+        return _fit_law(n, loss, n_boot, seed, delta, labels, replicates, noise, floor)
 
 
 def _skeleton(n: np.ndarray, loss: np.ndarray, labels: list[str], n_boot: int, seed: int,
-              delta: float, within: bool) -> dict[str, Any]:
+              delta: float) -> dict[str, Any]:
     points = [{"budget": b, "param_count": int(x), "val_loss": float(v)} for b, x, v in zip(labels, n, loss, strict=True)]
-    resampled = ("the trials of each budget (seeds, where there are any, as whole units) and the budget points"
-                 if within else "the budget points")
     method: dict[str, Any] = {
         "objective": f"Huber loss (delta {delta:g}) of log(L_pred) - log(L_obs)",
         "parametrisation": "E = exp(e), A = exp(a); log L_pred = logsumexp(e, a - alpha log N)",
         "optimizer": "scipy.optimize.minimize L-BFGS-B from a grid of starting points",
-        "interval": f"95% percentile bootstrap, {n_boot} resamples of {resampled} "
-                    f"(resamples with fewer than {MIN_BUDGETS} distinct budgets redrawn), seed {seed}; "
-                    "each refit minimises the same objective from the full-data estimate and from a "
+        "interval": f"95% percentile parametric bootstrap, {n_boot} refits on the fitted log losses plus "
+                    "Gaussian noise at the same parameter counts (budgets not resampled), the noise sd of each "
+                    "refit drawn from its estimate's scaled inverse chi-square (see noise), seed "
+                    f"{seed}; each refit minimises the same objective from the full-data estimate and from a "
                     "grid start by vectorised Levenberg-Marquardt (IRLS) steps, keeping the better end",
     }
     return {"status": "too_few_budgets", "reason": None, "law": LAW, "n_budgets": len(points), "points": points,
@@ -267,33 +129,41 @@ def _too_few(out: dict[str, Any], ok: np.ndarray, n_distinct: int) -> dict[str, 
     return out
 
 
-def _draws(k: int, n_boot: int, rng: np.random.Generator) -> np.ndarray:
-    """Bootstrap counts of the k budget points, (R, k): resamples with fewer than three distinct
-    budgets cannot identify three parameters and are drawn again."""
-    chosen: list[np.ndarray] = []
-    draws = 0
-    while len(chosen) < n_boot and draws < 50 * n_boot:
-        draws += 1
-        idx = rng.integers(0, k, size=k)
-        if len(set(idx.tolist())) >= MIN_BUDGETS:
-            chosen.append(np.bincount(idx, minlength=k))
-    return np.array(chosen, dtype=float).reshape(-1, k)
+def residual_noise(resid: np.ndarray, n_params: int, measured: tuple[float, int] | None) -> dict[str, Any]:
+    """The noise the parametric bootstrap draws (module docstring): sd of log L, degrees of
+    freedom and source: the residuals with >= MIN_DOF degrees of freedom, else measured seed
+    noise, else the residuals' single degree of freedom, else none (sd 0). Shared with L(N, D)."""
+    dof = len(resid) - n_params
+    res_sd = math.sqrt(float(np.sum(resid**2)) / dof) if dof > 0 else 0.0
+    if dof >= MIN_DOF or (dof > 0 and measured is None):
+        return {"sd_log": res_sd, "dof": dof, "source": "residuals"}
+    if measured is not None:
+        return {"sd_log": float(measured[0]), "dof": int(measured[1]), "source": "seed noise"}
+    return {"sd_log": 0.0, "dof": 0, "source": None}
 
 
-def _bootstrap(logn: np.ndarray, logl: np.ndarray, theta: np.ndarray, weights: np.ndarray,
-               within: tuple[np.ndarray, np.ndarray] | None, delta: float) -> np.ndarray:
-    """(E, A, alpha) of every bootstrap refit: the budget counts `weights`, each row's points
-    redrawn within their budgets when `within` (log N, log L rows) is given."""
-    i = len(weights)
-    if not i:
+def noisy_losses(pred: np.ndarray, noise: dict[str, Any], n_boot: int, rng: np.random.Generator) -> np.ndarray:
+    """(n_boot, k) log losses: the fitted `pred` plus Gaussian noise whose sd each row draws from
+    the estimate's scaled inverse chi-square, sd * sqrt(dof / chi2(dof))."""
+    k = len(pred)
+    if noise["dof"] <= 0 or noise["sd_log"] <= 0:
+        return np.tile(pred, (n_boot, 1))
+    sig = noise["sd_log"] * np.sqrt(noise["dof"] / rng.chisquare(noise["dof"], n_boot))
+    return pred[None, :] + sig[:, None] * rng.standard_normal((n_boot, k))
+
+
+def _bootstrap(logn: np.ndarray, theta: np.ndarray, noise: dict[str, Any], n_boot: int, seed: int,
+               delta: float) -> np.ndarray:
+    """(E, A, alpha) of every parametric bootstrap refit at the fixed log N (module docstring)."""
+    if not n_boot:
         return np.empty((0, 3))
-    start = _starts(logn, logl, coarse=True)[0]
-    if within is not None:
-        rows = np.arange(i) % len(within[0])
-        logn, logl = within[0][rows], within[1][rows]
+    pred = np.logaddexp(theta[0], theta[1] - theta[2] * logn)
+    logl = noisy_losses(pred, noise, n_boot, np.random.default_rng(seed))
+    weights = np.ones_like(logl)
+    start = _starts(logn, pred, coarse=True)[0]
     # every refit from the full-data estimate and from a second start; each keeps its better end
-    best_t, best_f = _lm_batch(logn, logl, weights, np.tile(theta, (i, 1)), delta)
-    t2, f2 = _lm_batch(logn, logl, weights, np.tile(start, (i, 1)), delta)
+    best_t, best_f = _lm_batch(logn, logl, weights, np.tile(theta, (n_boot, 1)), delta)
+    t2, f2 = _lm_batch(logn, logl, weights, np.tile(start, (n_boot, 1)), delta)
     better = f2 < best_f
     best_t[better] = t2[better]
     return np.column_stack([np.exp(best_t[:, 0]), np.exp(best_t[:, 1]), best_t[:, 2]])
@@ -317,17 +187,39 @@ def _ratio(logn: np.ndarray, logl: np.ndarray, within: tuple[np.ndarray, np.ndar
     return {"estimate": est, "ci95": [float(lo), float(hi)]}
 
 
+def exponent_unresolved(name: str, ci: Any, bounds: tuple[float, float]) -> list[str]:
+    """Why an exponent is not resolved, or []: its 95% interval touches a bound of its range, or
+    its ends differ more than RESOLVED_RATIO-fold. Shared by L(N) and L(N, D)."""
+    lo, hi = (float(x) for x in ci)
+    if touches(ci, *bounds):
+        return [f"{name}'s 95% interval [{lo:.3g}, {hi:.3g}] touches a bound of its range "
+                f"[{bounds[0]:g}, {bounds[1]:g}]"]
+    if hi > RESOLVED_RATIO * lo:
+        return [f"{name}'s 95% interval [{lo:.3g}, {hi:.3g}] is not resolved: its ends differ "
+                f"{hi / lo:.3g}-fold (at most {RESOLVED_RATIO:g}-fold is resolved)"]
+    return []
+
+
+def floor_unresolved(e: float, floor: float | None) -> list[str]:
+    """Why E contradicts the data's known floor, or []: its estimate lies below the least loss any
+    model can reach (within FLOOR_TOL), so the points do not follow this law to its limit."""
+    if floor is None or not math.isfinite(floor) or e >= floor * (1.0 - FLOOR_TOL):
+        return []
+    return [f"E {e:.4g} lies below the known floor {floor:.4g}: no model reaches that loss, so these points "
+            "do not follow this law to its limit (undertrained models, or a law that does not describe them)"]
+
+
 def _verdict(theta: np.ndarray, samples: np.ndarray, ratio: dict[str, Any], logn: np.ndarray,
-             logl: np.ndarray) -> tuple[list[str], list[str]]:
+             logl: np.ndarray, floor: float | None) -> tuple[list[str], list[str]]:
     """(why there is no measurable trend, why the law is not resolved); both empty: fitted."""
     flat, unresolved = [], []
     alpha = float(theta[2])
     lo, hi = _ALPHA_BOUNDS
-    if len(samples) and touches(np.percentile(samples[:, 2], [2.5, 97.5]), lo, hi):
-        a_lo, a_hi = np.percentile(samples[:, 2], [2.5, 97.5])
-        unresolved.append(f"alpha's 95% interval [{a_lo:.3g}, {a_hi:.3g}] touches a bound of its range [{lo:g}, {hi:g}]")
-    elif alpha <= lo * 1.01 or alpha >= hi * 0.99:
+    if len(samples):
+        unresolved += exponent_unresolved("alpha", np.percentile(samples[:, 2], [2.5, 97.5]), _ALPHA_BOUNDS)
+    if not unresolved and (alpha <= lo * 1.01 or alpha >= hi * 0.99):
         unresolved.append(f"alpha = {alpha:.3g} sits at a bound of its range [{lo:g}, {hi:g}]")
+    unresolved += floor_unresolved(math.exp(float(theta[0])), floor)
     a_top = _bounds(logn, logl)[1][1]
     if len(samples):
         unresolved += e_unresolved(samples[:, 0], math.exp(float(logl.min())))
@@ -342,14 +234,17 @@ def _verdict(theta: np.ndarray, samples: np.ndarray, ratio: dict[str, Any], logn
         flat.append(f"A is not distinguishable from 0: the reducible loss A·N^-alpha at the smallest budget "
                     f"is {reducible:.3g} (95% interval down to {low:.3g}), under {NEGLIGIBLE:.1%} of the loss there")
     if not len(samples) or np.ptp(samples[:, 2]) <= 1e-9 * max(abs(alpha), 1.0):
-        unresolved.append("the 95% intervals collapse to a point: no budget has a second trial or seed to resample "
-                          "and the budget points alone cannot be resampled")
+        unresolved.append(COLLAPSED)
     r_lo, r_hi = ratio["ci95"]
     where = "includes 1" if r_lo <= 1.0 else "lies above 1: the largest budget's loss is higher than the smallest's"
     if r_hi >= 1.0:
         flat.append(f"the 95% interval of the loss ratio between the largest and the smallest budget, "
                     f"[{r_lo:.4g}, {r_hi:.4g}], {where}")
     return flat, unresolved
+
+
+COLLAPSED = ("the 95% intervals collapse to a point: there is no noise to draw (no residual degree of freedom, "
+             "or residuals of 0, and no measured seed noise)")
 
 
 def e_unresolved(e_draws: np.ndarray, lowest_loss: float) -> list[str]:
@@ -365,18 +260,23 @@ def e_unresolved(e_draws: np.ndarray, lowest_loss: float) -> list[str]:
 
 
 def law_status(flat: list[str], unresolved: list[str], n_points: int, n_params: int) -> tuple[str, str | None]:
-    """The status and reason of a fit (module docstring), shared by L(N) and L(N, D)."""
+    """The status and reason of a fit (module docstring), shared by L(N) and L(N, D): a law needs
+    at least MIN_DOF residual degrees of freedom (points minus free parameters)."""
+    dof = n_points - n_params
     few = ([f"{n_points} points for {n_params} free parameters: a curve through them is an interpolation, not a "
-            f"fit (at least {n_params + 1} are needed)"] if n_points <= n_params else [])
-    reasons = [*flat, *few, *unresolved]
-    status = ("no_scaling" if flat else "interpolation" if few else "unresolved" if unresolved else "fitted")
+            f"fit (at least {n_params + 1} are needed)"] if dof <= 0 else [])
+    thin = ([f"{dof} residual degree{'s' if dof > 1 else ''} of freedom (needs {MIN_DOF}: at least "
+             f"{n_params + MIN_DOF} points for {n_params} free parameters)"] if 0 < dof < MIN_DOF else [])
+    reasons = [*flat, *few, *thin, *unresolved]
+    status = ("no_scaling" if flat else "interpolation" if few else "unresolved" if thin or unresolved else "fitted")
     return status, "; ".join(reasons) if reasons else None
 
 
 def _fit_law(n: Any, loss: Any, n_boot: int, seed: int, delta: float, labels: list[str] | None,
-             replicates: tuple[np.ndarray, np.ndarray] | None) -> dict[str, Any]:
+             replicates: tuple[np.ndarray, np.ndarray] | None, measured: tuple[float, int] | None,
+             floor: float | None) -> dict[str, Any]:
     n, loss = np.asarray(n, dtype=float), np.asarray(loss, dtype=float)
-    out = _skeleton(n, loss, labels or [str(int(x)) for x in n], n_boot, seed, delta, replicates is not None)
+    out = _skeleton(n, loss, labels or [str(int(x)) for x in n], n_boot, seed, delta)
     ok = np.isfinite(n) & np.isfinite(loss) & (n > 0) & (loss > 0)
     n_distinct = len(set(n[ok].tolist()))
     if n_distinct < MIN_BUDGETS:
@@ -388,15 +288,17 @@ def _fit_law(n: Any, loss: Any, n_boot: int, seed: int, delta: float, labels: li
         within = (np.log(rn), np.log(rl))
     starts = _starts(logn, logl, coarse=False)
     theta, fun = _fit_once(logn, logl, starts, delta)
-    weights = _draws(len(logn), n_boot, np.random.default_rng(seed))
-    samples = _bootstrap(logn, logl, theta, weights, within, delta)
+    resid = logl - np.logaddexp(theta[0], theta[1] - theta[2] * logn)
+    out["noise"] = residual_noise(resid, N_PARAMS, measured)
+    samples = _bootstrap(logn, theta, out["noise"], n_boot, seed, delta)
     e, a, alpha = _natural(theta)
     for name, est, col in (("E", e, 0), ("A", a, 1), ("alpha", alpha, 2)):
         lo, hi = (np.percentile(samples[:, col], [2.5, 97.5]) if len(samples) else (math.nan, math.nan))
         out[name] = {"estimate": est, "ci95": [float(lo), float(hi)]}
     out["method"].update(starts=len(starts), bootstrap_resamples=len(samples))
     out["loss_ratio"] = _ratio(logn, logl, within, samples)
-    flat, unresolved = _verdict(theta, samples, out["loss_ratio"], logn, logl)
+    flat, unresolved = _verdict(theta, samples, out["loss_ratio"], logn, logl, floor)
+    out["residual_dof"] = int(len(logn) - N_PARAMS)
     out["status"], out["reason"] = law_status(flat, unresolved, len(logn), N_PARAMS)
     out["objective"] = fun
     if out["status"] == "fitted":
@@ -433,11 +335,38 @@ def _units(group: Any) -> tuple[np.ndarray, np.ndarray]:
     return group["param_count"].to_numpy(dtype=float), group["val_loss"].to_numpy(dtype=float)
 
 
+def seed_noise(pool: Any) -> tuple[float, int] | None:
+    """The measured seed noise of a study in log L: the standard deviation pooled over every
+    configuration (architecture, choices and training parameters, within a budget) that ran more
+    than once, confirmation retrains included, with its degrees of freedom; None where none did."""
+    from archhpo.report._columns import ARCH_COLUMNS, TRAINING_COLUMNS
+    from archhpo.search._noise import pooled_std
+
+    keys = [c for c in ("budget", *ARCH_COLUMNS, "choice", *TRAINING_COLUMNS) if c in pool.columns]
+    ok = pool[pool["val_loss"].notna() & (pool["val_loss"] > 0)]
+    if ok.empty:
+        return None
+    groups = ok.groupby(keys, dropna=False)["val_loss"]
+    return pooled_std([math.log(float(v)) for v in values] for _, values in groups)
+
+
+def known_floor(truth: Any) -> float | None:
+    """The least loss the data allow, from a study's known truth (``loss_floor``, else
+    ``entropy_rate``: report/_truth.py), or None where it is not known."""
+    truth = truth or {}
+    for key in ("loss_floor", "entropy_rate"):
+        if isinstance(truth.get(key), (int, float)) and math.isfinite(truth[key]):
+            return float(truth[key])
+    return None
+
+
 def fit_scaling_law(frame: Any, *, n_boot: int = N_BOOT, seed: int = 0, delta: float = DELTA) -> dict[str, Any]:
     """Fit L(N) = E + A N^-alpha to the best trial of each budget of a `trials_frame` frame
     (N = its exact parameter count).  Budgets without a finished trial are left out; with
-    fewer than three points E, A and alpha are None and ``reason`` says why.  Intervals
-    resample the trials of each budget (`within_budget_replicates`) as well as the budgets.
+    fewer than three points E, A and alpha are None and ``reason`` says why.  The intervals draw
+    the residuals' noise, or the frame's measured seed noise (`seed_noise`) where the residuals
+    have too few degrees of freedom; the loss ratio's interval resamples the trials of each budget
+    (`within_budget_replicates`); the frame's known floor (``attrs["truth"]``) bounds E.
     The returned dict is what ``{experiment}_scaling_fit.json`` holds, plus ``samples``
     (bootstrap (E, A, alpha) rows) for drawing the band with `band`."""
     from archhpo.report._frame import best_and_runner_up, ranked
@@ -453,7 +382,9 @@ def fit_scaling_law(frame: Any, *, n_boot: int = N_BOOT, seed: int = 0, delta: f
         trials.append(int(best["trial"]))
         units.append(_units(pool[(pool["budget"] == budget) & pool["param_count"].notna()]))
     replicates = within_budget_replicates(units, n_boot, seed) if units else None
-    out = fit_law(ns, losses, n_boot=n_boot, seed=seed, delta=delta, labels=labels, replicates=replicates)
+    out = fit_law(ns, losses, n_boot=n_boot, seed=seed, delta=delta, labels=labels, replicates=replicates,
+                  noise=seed_noise(ranked(frame, include_confirmation=True)),
+                  floor=known_floor(frame.attrs.get("truth")))
     for point, trial in zip(out["points"], trials, strict=True):
         point["trial"] = trial
     return out
@@ -473,4 +404,5 @@ def fit_json(fit: dict[str, Any]) -> dict[str, Any]:
     return clean(fit)
 
 
-__all__ = ["LAW", "STATUSES", "law_status", "touches", "band", "fit_json", "fit_law", "fit_scaling_law", "predict", "within_budget_replicates"]
+__all__ = ["LAW", "STATUSES", "exponent_unresolved", "floor_unresolved", "known_floor", "law_status",
+           "noisy_losses", "residual_noise", "seed_noise", "touches", "band", "fit_json", "fit_law", "fit_scaling_law", "predict", "within_budget_replicates"]

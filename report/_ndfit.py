@@ -4,7 +4,10 @@ Fitted as Epoch AI's replication of Chinchilla's approach 3 does (Besiroglu et a
 2404.10102): parameters e = log E, a = log A, b = log B, alpha, beta; log L_pred =
 logsumexp(e, a - alpha log N, b - beta log D); the Huber loss (delta 1e-3) of log L_pred - log
 L_obs, minimised by L-BFGS-B from a grid of starting points (the best end point wins); 95%
-percentile intervals over bootstrap refits on the (N, D) points resampled with replacement.
+percentile intervals over a parametric bootstrap as for L(N) (`archhpo.report._fit`): refits on the
+fitted log losses plus Gaussian noise at the same (N, D), the noise sd from the residuals (points
+minus 5 degrees of freedom, where there are at least 2), else from measured seed noise, drawn per
+refit from its scaled inverse chi-square.
 
 A point is the best trial of one (budget, tokens per parameter) study: N its exact parameter count,
 D the tokens it trained on, C its exact training FLOPs (archhpo's count, attention included).
@@ -16,8 +19,9 @@ bootstrap refits.
 
 Status as for L(N) (`archhpo.report._fit.law_status`): ``too_few_points`` (not enough different
 D: at least two per budget, or D varying with N over at least 4 points), ``interpolation`` (no
-more points than the 5 free parameters), ``unresolved`` (an exponent's interval touches its range,
-a prefactor's reaches its bound, E's reaches 0), or ``fitted``.
+more points than the 5 free parameters), ``unresolved`` (under 2 residual degrees of freedom, an
+exponent's interval touching its range or its ends more than 3-fold apart, E's estimate below the
+data's known floor, a prefactor's interval reaching its bound, E's reaching 0), or ``fitted``.
 """
 
 from __future__ import annotations
@@ -29,7 +33,17 @@ from typing import Any
 import numpy as np
 from scipy.optimize import minimize
 
-from archhpo.report._fit import DELTA, LOG_FLOOR, N_BOOT, _one_blas_thread, e_unresolved, law_status, touches
+from archhpo.report._fit import (
+    DELTA,
+    N_BOOT,
+    e_unresolved,
+    exponent_unresolved,
+    floor_unresolved,
+    law_status,
+    noisy_losses,
+    residual_noise,
+)
+from archhpo.report._fitopt import LOG_FLOOR, _one_blas_thread
 
 LAW = "L(N, D) = E + A/N^alpha + B/D^beta"
 N_PARAMS = 5
@@ -126,19 +140,6 @@ def _refits(logn: np.ndarray, logd: np.ndarray, logl: np.ndarray, theta: np.ndar
     return th
 
 
-def _draws(logn: np.ndarray, logd: np.ndarray, n_boot: int, rng: np.random.Generator) -> np.ndarray:
-    """Point counts of the bootstrap resamples that can still tell N from D: at least two distinct N,
-    two distinct D and three distinct points (others are drawn again)."""
-    k, tries = len(logn), 0
-    out: list[np.ndarray] = []
-    while len(out) < n_boot and tries < 50 * n_boot:
-        tries += 1
-        idx = rng.integers(0, k, size=k)
-        if len(set(logn[idx].round(9))) >= 2 and len(set(logd[idx].round(9))) >= 2 and len(set(idx)) >= 3:
-            out.append(np.bincount(idx, minlength=k))
-    return np.array(out, dtype=float).reshape(-1, k)
-
-
 def enough_data(n: np.ndarray, d: np.ndarray, budgets: list[Any]) -> str | None:
     """None when the points can separate N from D; else why not (module docstring)."""
     per_budget: dict[Any, set[float]] = {}
@@ -171,46 +172,63 @@ def allocation(samples: np.ndarray, k: float, compute: float) -> dict[str, Any]:
 
 
 def fit_nd_law(n: Any, d: Any, loss: Any, flops: Any, *, budgets: list[Any] | None = None, n_boot: int = N_BOOT,
-               seed: int = 0, delta: float = DELTA) -> dict[str, Any]:
+               seed: int = 0, delta: float = DELTA, noise: tuple[float, int] | None = None,
+               floor: float | None = None) -> dict[str, Any]:
     """Fit L(N, D) to points (N, D, L) with C their training FLOPs; the ``nd_fit`` of
-    ``{experiment}_scaling_fit.json`` plus ``samples`` (bootstrap rows) and ``k``."""
+    ``{experiment}_scaling_fit.json`` plus ``samples`` (bootstrap rows) and ``k``. `noise`
+    (measured seed noise: sd of log L, degrees of freedom) and `floor` (the data's known least
+    loss) as for `archhpo.report._fit.fit_law`."""
     with _one_blas_thread():
-        return _fit_nd(n, d, loss, flops, budgets, n_boot, seed, delta)
+        return _fit_nd(n, d, loss, flops, budgets, n_boot, seed, delta, noise, floor)
+
+
+def _nd_skeleton(n: np.ndarray, d: np.ndarray, loss: np.ndarray, flops: np.ndarray, delta: float,
+                 seed: int) -> dict[str, Any]:
+    return {"law": LAW, "status": "too_few_points", "reason": None, "n_points": int(len(n)),
+            "points": [{"param_count": int(a), "train_tokens": int(b), "val_loss": float(c), "train_flops": float(f)}
+                       for a, b, c, f in zip(n, d, loss, flops, strict=True)],
+            **{k: None for k in ("E", "A", "B", "alpha", "beta", "compute_optimal")},
+            "method": {"objective": f"Huber loss (delta {delta:g}) of log(L_pred) - log(L_obs)",
+                       "optimizer": "L-BFGS-B from a grid of starting points",
+                       "interval": "95% percentile parametric bootstrap: refits on the fitted log losses plus "
+                                   "Gaussian noise at the same (N, D) points, the noise sd of each refit drawn from "
+                                   f"its estimate's scaled inverse chi-square (see noise), seed {seed}"}}
+
+
+def _nd_unresolved(out: dict[str, Any], boot: np.ndarray, bounds: list[tuple[float, float]], loss: np.ndarray,
+                   floor: float | None) -> list[str]:
+    """Why L(N, D) is not resolved (the exponents, E against the floor, the prefactors, E's interval)."""
+    unresolved = [r for name in ("alpha", "beta") for r in exponent_unresolved(name, out[name]["ci95"], EXP_BOUNDS)]
+    unresolved += floor_unresolved(out["E"]["estimate"], floor)
+    unresolved += [f"{name}'s 95% interval reaches the bound of its range: the prefactor is not finite"
+                   for name, col in (("A", 1), ("B", 2)) if len(boot) and boot[:, col].max() >= bounds[col][1] - 1e-6]
+    if len(boot):
+        unresolved += e_unresolved(np.exp(boot[:, 0]), float(loss.min()))
+    return unresolved
 
 
 def _fit_nd(n: Any, d: Any, loss: Any, flops: Any, budgets: list[Any] | None, n_boot: int, seed: int,
-            delta: float) -> dict[str, Any]:
+            delta: float, measured: tuple[float, int] | None, floor: float | None) -> dict[str, Any]:
     n, d, loss, flops = (np.asarray(x, dtype=float) for x in (n, d, loss, flops))
-    out: dict[str, Any] = {"law": LAW, "status": "too_few_points", "reason": None, "n_points": int(len(n)),
-                           "points": [{"param_count": int(a), "train_tokens": int(b), "val_loss": float(c),
-                                       "train_flops": float(f)} for a, b, c, f in zip(n, d, loss, flops, strict=True)],
-                           **{k: None for k in ("E", "A", "B", "alpha", "beta", "compute_optimal")},
-                           "method": {"objective": f"Huber loss (delta {delta:g}) of log(L_pred) - log(L_obs)",
-                                      "optimizer": "L-BFGS-B from a grid of starting points",
-                                      "interval": f"95% percentile bootstrap over the (N, D) points, seed {seed}"}}
+    out = _nd_skeleton(n, d, loss, flops, delta, seed)
     why = enough_data(n, d, budgets or list(range(len(n))))
     if why:
         out["reason"], out["samples"] = why, np.empty((0, 5))
         return out
     logn, logd, logl = np.log(n), np.log(d), np.log(loss)
     theta = _fit_once(logn, logd, logl, delta, _starts(logn, logd, logl))
-    weights = _draws(logn, logd, n_boot, np.random.default_rng(seed))
-    boot = _refits(logn, logd, logl, theta, weights, delta) if len(weights) else np.empty((0, 5))
+    pred = _pred(theta[None, :], logn, logd)[0][0]
+    out["noise"] = residual_noise(logl - pred, N_PARAMS, measured)
+    draws = noisy_losses(pred, out["noise"], n_boot, np.random.default_rng(seed))
+    boot = _refits(logn, logd, draws, theta, np.ones_like(draws), delta) if n_boot else np.empty((0, 5))
     natural = lambda t: np.column_stack([np.exp(t[:, :3]), t[:, 3:]])  # noqa: E731
     samples = natural(np.vstack([theta[None, :], boot]))
     for i, name in enumerate(("E", "A", "B", "alpha", "beta")):
         out[name] = {"estimate": float(samples[0, i]), "ci95": _interval(samples[1:, i])}
-    bounds = _bounds(logn, logd, logl)
-    unresolved = [f"{name}'s 95% interval [{out[name]['ci95'][0]:.3g}, {out[name]['ci95'][1]:.3g}] touches a "
-                  f"bound of its range [{EXP_BOUNDS[0]:g}, {EXP_BOUNDS[1]:g}]"
-                  for name in ("alpha", "beta") if touches(out[name]["ci95"], *EXP_BOUNDS)]
-    unresolved += [f"{name}'s 95% interval reaches the bound of its range: the prefactor is not finite"
-                   for name, col in (("A", 1), ("B", 2)) if len(boot) and boot[:, col].max() >= bounds[col][1] - 1e-6]
-    if len(boot):
-        unresolved += e_unresolved(samples[1:, 0], float(loss.min()))
+    unresolved = _nd_unresolved(out, boot, _bounds(logn, logd, logl), loss, floor)
+    out["residual_dof"] = int(len(n) - N_PARAMS)
     out["status"], out["reason"] = law_status([], unresolved, len(n), N_PARAMS)
-    k = float(np.median(flops / (n * d)))
-    out["flops_per_param_token"] = k
+    out["flops_per_param_token"] = float(np.median(flops / (n * d)))
     out["samples"] = samples
     out["method"]["bootstrap_resamples"] = int(len(boot))
     return out

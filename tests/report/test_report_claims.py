@@ -62,7 +62,8 @@ def test_a_flat_experiment_says_no_measurable_scaling_everywhere(tmp_path: Path,
 
 
 def test_a_real_trend_is_fitted_and_printed_as_a_law(tmp_path: Path) -> None:
-    path = _write(_rows("law"), tmp_path / "law.csv")
+    # six budgets: a law needs 2 residual degrees of freedom beyond its 3 parameters (issue 54)
+    path = _write(_rows("law", budgets={"200K": 2e5, "1M": 1e6, "5M": 5e6, "25M": 2.5e7, "125M": 1.25e8, "625M": 6.25e8}), tmp_path / "law.csv")
     report = write_report(None, csv=path, out=tmp_path / "r", n_boot=200)
     assert report.fit["status"] == "fitted" and report.fit["reason"] is None
     e, a, alpha = (report.fit[k] for k in ("E", "A", "alpha"))
@@ -73,7 +74,7 @@ def test_a_real_trend_is_fitted_and_printed_as_a_law(tmp_path: Path) -> None:
     lo, hi = report.fit["loss_ratio"]["ci95"]
     assert lo < hi < 1  # resampled within each budget's twelve trials: a real interval
     html = report.html.read_text()
-    assert "L(N) = E + A·N^-alpha fitted to the best trial of 4 budgets" in html
+    assert "L(N) = E + A·N^-alpha fitted to the best trial of 6 budgets" in html
     frame = trials_frame("law", csv=path)
     fig = plot_loss_vs_params(frame, report.fit)
     labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
