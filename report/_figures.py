@@ -445,21 +445,10 @@ def make_figures(frame: pd.DataFrame, fit: dict[str, Any] | None = None,
     }
     if fit and (fit.get("nd_fit") or {}).get("status") == "fitted":
         plots["isoflops"] = lambda: plot_isoflops(frame, fit["nd_fit"])
-    plots.update(_isoflop_plots(frame, (fit or {}).get("isoflop_fit") or {}))
+    from archhpo.report._isoflop_figures import isoflop_plots  # it imports this module
+
+    plots.update(isoflop_plots(frame, (fit or {}).get("isoflop_fit") or {}))
     return {name: draw() for name, draw in plots.items() if name not in skip}
-
-
-def _isoflop_plots(frame: pd.DataFrame, iso: dict[str, Any]) -> dict[str, Any]:
-    """An IsoFLOP study's profiles (any vertex) and frontier (a fitted law): report/_isoflop_figures.py."""
-    from archhpo.report import _isoflop_figures as figs
-    from archhpo.report._isoflop import isoflop_points
-
-    out: dict[str, Any] = {}
-    if iso.get("vertices"):
-        out["isoflop_profiles"] = lambda: figs.plot_isoflop_profiles(iso, isoflop_points(frame))
-    if iso.get("status") == "fitted":
-        out["frontier"] = lambda: figs.plot_frontier(iso)
-    return out
 
 
 @_styled

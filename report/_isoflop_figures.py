@@ -99,4 +99,17 @@ def plot_frontier(iso: dict[str, Any], extrapolate_to: float | None = None) -> F
     return fig
 
 
-__all__ = ["plot_frontier", "plot_isoflop_profiles"]
+def isoflop_plots(frame: Any, iso: dict[str, Any]) -> dict[str, Any]:
+    """The report's IsoFLOP figures, by file stem, as functions that draw them: the profiles (any
+    vertex) and the frontier (a fitted law); `frame` the trials frame the points come from."""
+    from archhpo.report._isoflop import isoflop_points
+
+    out: dict[str, Any] = {}
+    if iso.get("vertices"):
+        out["isoflop_profiles"] = lambda: plot_isoflop_profiles(iso, isoflop_points(frame))
+    if iso.get("status") == "fitted":
+        out["frontier"] = lambda: plot_frontier(iso)
+    return out
+
+
+__all__ = ["isoflop_plots", "plot_frontier", "plot_isoflop_profiles"]
