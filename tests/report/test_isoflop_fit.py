@@ -173,3 +173,25 @@ def test_with_several_shapes_per_size_the_fit_takes_each_sizes_best(tmp_path: Pa
     both = isoflop_fit(trials_frame(None, csv=_write(rows + worse, tmp_path / "both.csv")), n_boot=100)
     best = isoflop_fit(trials_frame(None, csv=_write(rows, tmp_path / "best.csv")), n_boot=100)
     assert [v["n_opt"]["estimate"] for v in both["vertices"]] == [v["n_opt"]["estimate"] for v in best["vertices"]]
+
+
+def test_the_planners_lm_grid_through_a_known_law_gives_back_a() -> None:
+    """The planner's trials (5 budgets 1e13-1e15, the prior centre, the grid's exact N and whole
+    windows of D) scored by the known law with 0.3% noise: a within 0.05, the truth inside every
+    interval over 5 seeds."""
+    from archhpo.budgets._isoflop import plan_isoflops
+    from archhpo.models import get_family
+
+    lm = get_family("lm")
+    plans = plan_isoflops(lm, lm.data_info(lm.parse_data("synthetic", {}), {}), list(1e13 * 10 ** np.linspace(0, 2, 5)))
+    trials = [t for p in plans for t in p.trials]
+    c = np.array([t.compute_budget for t in trials])
+    n = np.array([t.param_count for t in trials], dtype=float)
+    d = np.array([t.train_tokens for t in trials], dtype=float)
+    k = float(np.median([t.flops_per_param_token for t in trials]))
+    for seed in range(5):
+        loss = _law(n, d) * (1 + np.random.default_rng(seed).normal(0, 0.003, len(n)))
+        fit = fit_isoflops(c, n, loss, k=k, n_boot=200, seed=seed)
+        assert fit["status"] == "fitted", fit["reason"]
+        assert abs(fit["a"]["estimate"] - A_TRUE) <= 0.05
+        assert fit["a"]["ci95"][0] <= A_TRUE <= fit["a"]["ci95"][1]
