@@ -29,7 +29,7 @@ def data_kinds(infos: Iterable[Mapping[str, Any]]) -> list[str]:
 
 def study_data(storage: Any, studies: dict[str, str]) -> list[dict[str, Any]]:
     """The data spec (``kind``, ...) of each study, read from its stored settings."""
-    from archhpo.search._study import StudySettings
+    from archhpo.search._settings import StudySettings
 
     out = []
     for name in studies.values():

@@ -6,6 +6,7 @@ starts workers is `archhpo.cluster`; the command line is `archhpo.cli`."""
 from archhpo.errors import StorageError, StudyError
 from archhpo.search._plan import PlanEntry, make_plan, plan_sizes, spread_order
 from archhpo.search._queue import Claim, PlanStatus, TrialQueue
+from archhpo.search._settings import StudySettings
 from archhpo.search._space import FULL_SPACE, PARAM_NAMES, QUICK_SPACE, SearchSpace
 from archhpo.search._storage import (
     DEFAULT_STORAGE,
@@ -17,7 +18,6 @@ from archhpo.search._storage import (
 )
 from archhpo.search._study import (
     LaunchResult,
-    StudySettings,
     experiment_studies,
     keyword_config,
     launch,

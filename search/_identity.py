@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from archhpo.schema import StoredOptions
 
 if TYPE_CHECKING:
-    from archhpo.search._study import StudySettings
+    from archhpo.search._settings import StudySettings
 
 # Settings that must agree when a study is launched again (data may be re-resolved to the
 # same absolute path; everything that changes the plan or the results must match).

@@ -1,4 +1,4 @@
-"""A --ladder budget's record (search/_study.py LADDER_KEY): what is carried up from the smaller
+"""A --ladder budget's record (search/_settings.py LADDER_KEY): what is carried up from the smaller
 budgets' finished trials (search/_ladder.py `carry_up`) and which rungs the budget may prune at
 (search/_trust.py), built once by the upkeep under the plan lock and stored before any of the
 budget's trials is enqueued (PlanUpkeep._fill_ladder), so every claim and rung decision reads one."""
@@ -7,21 +7,37 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from optuna.trial import TrialState
 
 from archhpo.budgets import GridRow
 from archhpo.schema import TRAINING_PARAMS, Attr
 from archhpo.search._ladder import Finished, carry_up
-from archhpo.search._study import LADDER_KEY
+from archhpo.search._settings import LADDER_KEY
 from archhpo.search._trust import FOR_ABOVE, TRUST_THRESHOLD, ArchRuns, rung_trust
 
 if TYPE_CHECKING:
-    from archhpo.search._upkeep import PlanUpkeep
+    from optuna.storages import RDBStorage
+
+    from archhpo.search._rules import StoppingRule
+    from archhpo.search._settings import StudySettings
 
 
-def ladder_record(upkeep: PlanUpkeep, below: Sequence[PlanUpkeep]) -> dict[str, Any]:
+class Upkeep(Protocol):
+    """What a budget's record reads of a budget: search/_upkeep.py's PlanUpkeep passes itself and
+    the smaller budgets' upkeeps, and this module imports nothing of the upkeep (no circle)."""
+
+    name: str
+    settings: StudySettings
+    storage: RDBStorage
+    study_id: int
+    rule: StoppingRule
+
+    def study_attr(self, key: str) -> Any: ...
+
+
+def ladder_record(upkeep: Upkeep, below: Sequence[Upkeep]) -> dict[str, Any]:
     """carry_up from the next smaller budget's COMPLETE phase-1/2 trials; the learning-rate
     exponent is fitted on every smaller budget's (search/_lrfit.py), its prior's regime read
     from whether the study trains on a fixed data per parameter (--tokens-per-param)."""
@@ -39,14 +55,14 @@ def ladder_record(upkeep: PlanUpkeep, below: Sequence[PlanUpkeep]) -> dict[str, 
     return {**out, "from": smaller.name, "from_budget": smaller.settings.budget}
 
 
-def _no_rung(smaller: PlanUpkeep) -> dict[str, Any]:
+def _no_rung(smaller: Upkeep) -> dict[str, Any]:
     """--carry-finalists' trust at the ladder's largest budget: measured (so nothing is scored in
     passing) and trusting no rung, so every trial, confirmation included, trains to full length."""
     return {"trusted": [], "rungs": [], "threshold": TRUST_THRESHOLD, "carry_finalists": True,
             "reason": f"--carry-finalists: the finalists of {smaller.settings.budget} and the extremes"}
 
 
-def _trust(upkeep: PlanUpkeep, below: Sequence[PlanUpkeep]) -> dict[str, Any]:
+def _trust(upkeep: Upkeep, below: Sequence[Upkeep]) -> dict[str, Any]:
     """The rung trust, measured on the smallest budget, trained to the end; under
     --trust-each-budget on the next smaller budget where its trials scored their rungs in passing
     for it, or carried from it where it pruned at a trusted rung (its survivors are a selected
@@ -65,7 +81,7 @@ def _trust(upkeep: PlanUpkeep, below: Sequence[PlanUpkeep]) -> dict[str, Any]:
     return trust
 
 
-def _arch_runs(upkeep: PlanUpkeep, below: int) -> list[ArchRuns]:
+def _arch_runs(upkeep: Upkeep, below: int) -> list[ArchRuns]:
     """A budget's COMPLETE trials as the rung trust reads them: per architecture, each trial's
     scores at the `below` rungs under full length (recorded in passing) and its full-length value."""
     runs: dict[int, tuple[list[list[float]], list[float]]] = {}
@@ -81,7 +97,7 @@ def _arch_runs(upkeep: PlanUpkeep, below: int) -> list[ArchRuns]:
     return [ArchRuns((k,), rungs, finals) for k, (rungs, finals) in sorted(runs.items())]
 
 
-def _finished(upkeep: PlanUpkeep) -> list[Finished]:
+def _finished(upkeep: Upkeep) -> list[Finished]:
     """A budget's COMPLETE trials with a finite value (confirmation included: the top is ranked
     on means, and a confirmed architecture's seeds are the best evidence of it; --lr-probe's runs
     marked, read for the learning rate only)."""

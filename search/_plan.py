@@ -35,7 +35,6 @@ from typing import Any
 
 from archhpo.budgets import GridRow
 from archhpo.errors import BudgetError
-from archhpo.search._rules import prunable  # noqa: F401 - which trials a rule may stop; kept importable here
 from archhpo.search._space import SearchSpace
 
 PHASE1_SHARE = 0.4  # of the trials, in architectures (each run twice): 50 trials → 20 archs

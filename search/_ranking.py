@@ -13,9 +13,9 @@ from optuna.trial import TrialState
 
 from archhpo.schema import TRAINING_PARAMS, Attr
 from archhpo.search._optuna_private import models as m
+from archhpo.search._settings import StudySettings
 from archhpo.search._status import _LightTrial
 from archhpo.search._storage import read_scope
-from archhpo.search._study import StudySettings
 
 
 def rank_architectures(storage: RDBStorage, study_id: int, settings: StudySettings,

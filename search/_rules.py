@@ -31,7 +31,7 @@ from archhpo.search._halving import Halving, parse_fraction, promotions
 from archhpo.search._trust import EVERY_RUNG, RungTrust
 
 if TYPE_CHECKING:
-    from archhpo.search._study import StudySettings
+    from archhpo.search._settings import StudySettings
 
 __all__ = ["RULES", "MedianRule", "NoStopping", "StoppingRule", "SuccessiveHalving", "claim_plan", "make_rule",
            "on_ladder", "prunable", "register_rule", "unregister_rule"]

@@ -17,9 +17,9 @@ from optuna.trial import TrialState
 
 from archhpo.schema import Attr
 from archhpo.search._rules import StoppingRule, on_ladder, prunable
+from archhpo.search._settings import LADDER_KEY
 from archhpo.search._status import _LightTrial, _rung_scores
 from archhpo.search._storage import session_scope
-from archhpo.search._study import LADDER_KEY
 from archhpo.search._tables import add_value, end_trials, set_attrs, study_attr
 from archhpo.search._trust import EVERY_RUNG, RungTrust
 

@@ -28,6 +28,7 @@ from archhpo.search._optuna_private import study_id_of
 from archhpo.search._ranking import best_phase1_params, rank_architectures
 from archhpo.search._rules import make_rule
 from archhpo.search._rungs import RungDecisions
+from archhpo.search._settings import LADDER_KEY, StudySettings, load_study, settings_attr
 from archhpo.search._space import PARAM_NAMES
 from archhpo.search._status import (
     OOM_SHARED_KEY,
@@ -50,7 +51,7 @@ from archhpo.search._storage import (
     resilient,
     session_scope,
 )
-from archhpo.search._study import LADDER_KEY, StudySettings, enqueue_missing, load_study, settings_attr
+from archhpo.search._study import enqueue_missing
 from archhpo.search._tables import db_now, end_trials, study_attr
 
 PHASE3_KEY = settings_attr("phase3")  # the confirmation assignment (StudySettings.phase3), once ranked

@@ -19,7 +19,7 @@ from archhpo.errors import BudgetError
 from archhpo.report import CSV_COLUMNS, SPEC_COLUMNS, confirmation_summary, export_studies
 from archhpo.report._export import csv_text
 from archhpo.search import PlanEntry, TrialQueue, launch, open_storage, prepare_settings
-from archhpo.search._plan import prunable
+from archhpo.search._rules import prunable
 from archhpo.search._space import PARAM_NAMES
 from archhpo.search._study import MedianRule
 from tests.conftest import TINY_DATA
