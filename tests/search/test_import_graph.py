@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Mapping
-from pathlib import Path
 
 from tests.conftest import REPO
 
