@@ -116,14 +116,16 @@ def trial_spec_from_args(args: argparse.Namespace) -> TrialSpec:
 def fit_memory(trial: TrialSpec, cfg: Any, tcfg: TrainConfig, device: torch.device, what: str,
                data: Any = None) -> BatchPlan:
     """The micro-batch plan a worker makes for this trial (workers/_batch.py): MemoryRefused, with
-    the estimate, when not one sample fits `device`.  Without `data` (before it is loaded) the
-    batches are the configured ones and no dataset counts; with it, exactly the worker's sizes."""
+    the estimate, when not one sample fits `device`.  With the loaded `data`, exactly the worker's
+    sizes; without it (before loading) a lower bound, as `run`'s capacity check (cluster/_capacity.py)
+    takes: one evaluation sample, no dataset, so nothing the worker would train is refused."""
     fam = get_family(trial.family)
     logits = vocab_logits(fam.name, cfg)  # an lm's (L, V) logits: the estimate leaves them out
-    batch, evals = int(tcfg.batch_size), eval_batch(logits, int(tcfg.eval_batch_size))
+    batch, evals = int(tcfg.batch_size), 1
     on_device = 0
     if data is not None:
-        batch, evals = min(batch, data.n_train), min(evals, max(1, data.n_val))
+        evals = min(eval_batch(logits, int(tcfg.eval_batch_size)), max(1, data.n_val))
+        batch = min(batch, data.n_train)
         if device.type == "cuda":
             on_device = tensor_bytes(*data.train_inputs, data.train_target, *data.val_inputs, data.val_target)
     arch = {**trial.arch, "param_count": fam.param_count(cfg)}  # counted, not the file's word
