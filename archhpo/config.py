@@ -47,7 +47,7 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 
 def check_experiment(name: str) -> str:
     """An experiment name that can name studies and files, or a StudyError."""
-    if not isinstance(name, str) or not _NAME.match(name):
+    if not isinstance(name, str) or not _NAME.fullmatch(name):  # not match: "$" also matches before a final "\n"
         raise StudyError(
             f"Experiment name {name!r} must start with a letter or digit and use only letters, digits, "
             "'_', '.' and '-'; pick another --experiment."
