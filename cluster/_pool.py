@@ -71,6 +71,7 @@ class _Pool:
             statuses = {n: q.maintain(blocking=False) for n, q in self.queues.items()}  # also reaps
             self._whole_gpu_retry(ready, statuses)
             self._replace_unhealthy(ready, statuses)
+            _stop_on_full_disk(ready)
             ready = [r for r in ready if r in self.refs]  # a replaced worker's ref is gone
             final = sum(s.final for s in statuses.values())
             if final != exported and time.monotonic() >= next_export:
@@ -152,3 +153,17 @@ def given_back(refs: list[Any]) -> int:
             continue
         total += int(result.get("requeued", 0)) if isinstance(result, dict) else 0
     return total
+
+
+def _stop_on_full_disk(ready: list[Any]) -> None:
+    """A worker stopped by a full checkpoint disk gave its trial back: the run stops as on Ctrl-C
+    (the others would stop the same way, one trial at a time) with that worker's one sentence."""
+    import ray
+
+    for ref in ready:
+        try:
+            result = ray.get(ref)
+        except Exception:  # noqa: BLE001 - a task that died: surfaced once every task is done
+            continue
+        if isinstance(result, dict) and result.get("disk_full"):
+            raise OutputError(str(result["disk_full"]))

@@ -19,6 +19,7 @@ from optuna.storages import RDBStorage
 from optuna.trial import FrozenTrial, TrialState
 
 from archhpo._io import atomic_write
+from archhpo.errors import DiskFull
 from archhpo.report._columns import SPEED_COLUMNS
 from archhpo.report._confirm import CHOSEN_ON_MEAN, CHOSEN_ON_TRIAL, confirmation_summary, paired_summary
 from archhpo.schema import ARCH_RECORD, TRAINING_PARAMS, Attr
@@ -222,7 +223,7 @@ def export_studies(storage: RDBStorage, names: list[str], out_dir: Path) -> list
         study = _loaded_study(storage, name)
         settings[name] = StudySettings.from_attrs(study.user_attrs, name)
         path = best_path(out_dir, settings[name])
-        atomic_write(path, json.dumps(best_summary(study, settings[name]), indent=2) + "\n")
+        _write(path, json.dumps(best_summary(study, settings[name]), indent=2) + "\n")
         written.append(path)
     everything = list(names)
     for experiment in dict.fromkeys(s.experiment for s in settings.values()):
@@ -234,8 +235,20 @@ def export_studies(storage: RDBStorage, names: list[str], out_dir: Path) -> list
     csv_path = out_dir / RESULTS_CSV
     ours = {str(s.experiment) for s in settings.values()}
     with _folder_lock(out_dir):  # two experiments exporting into one folder at once: neither loses rows
-        atomic_write(csv_path, csv_text([*other_experiments_rows(csv_path, ours), *rows]))
+        _write(csv_path, csv_text([*other_experiments_rows(csv_path, ours), *rows]))
     return [csv_path, *written]
+
+
+def _write(path: Path, text: str) -> None:
+    """One results file, whole or not at all; a write that fails for lack of space raises DiskFull
+    (its one sentence names the folder: `run` stops as on Ctrl-C, `export` exits 2)."""
+    try:
+        atomic_write(path, text)
+    except OSError as exc:
+        full = DiskFull.of(exc, path.parent, len(text.encode("utf-8")))
+        if full is None:
+            raise
+        raise full from None
 
 
 @contextlib.contextmanager

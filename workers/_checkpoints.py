@@ -26,6 +26,7 @@ from typing import Any, BinaryIO
 import torch
 
 from archhpo._io import atomic_write
+from archhpo.errors import DiskFull
 from archhpo.workers._claim import QueueLike
 
 log = logging.getLogger("archhpo.worker")
@@ -64,6 +65,8 @@ def _write(obj: dict[str, Any], fh: BinaryIO) -> None:
 
 
 def _atomic_save(obj: dict[str, Any], path: Path) -> None:
+    """Write `obj` to `path` whole or not at all; a write that fails for lack of space raises
+    DiskFull (the worker gives the trial back and stops) rather than torch's opaque error."""
     for last in (False, True):
         try:
             atomic_write(path, lambda fh: _write(obj, fh))
@@ -71,6 +74,22 @@ def _atomic_save(obj: dict[str, Any], path: Path) -> None:
         except FileNotFoundError:  # another worker just removed the folder it found empty: once more
             if last:
                 raise
+        except (OSError, RuntimeError) as exc:
+            full = DiskFull.of(exc, path, HEADER + _state_bytes(obj))
+            if full is None:
+                raise
+            raise full from exc
+
+
+def _state_bytes(obj: Any) -> int:
+    """The bytes of the tensors in a state (what torch.save writes, less its small zip records)."""
+    if isinstance(obj, torch.Tensor):
+        return obj.nelement() * obj.element_size()
+    if isinstance(obj, dict):
+        return sum(_state_bytes(v) for v in obj.values())
+    if isinstance(obj, list | tuple):
+        return sum(_state_bytes(v) for v in obj)
+    return 0
 
 
 def _unsafe_reason(exc: pickle.UnpicklingError) -> str:

@@ -12,6 +12,9 @@ Stopping and fencing:
 - A trial reaped while this worker was paused or cut off from the database is no longer ours:
   the heartbeat (fenced on the claim) notices within one beat, the trainer stops, and the worker
   never writes to that trial or to its retry's checkpoint again.
+- A checkpoint that cannot be written for lack of space (``DiskFull``) is a pause, not a verdict:
+  the trial goes back (WAITING, same attempt), the worker logs the one sentence and stops, and
+  its summary's ``disk_full`` says so; the same command resumes once space returns.
 - Checkpoints belong to one attempt (``slotNNNNN.attemptK.pt``); a retry resumes from an earlier
   attempt's file (read only), and files are deleted only once the finish is committed.
 """
@@ -33,7 +36,7 @@ from typing import Any
 import torch
 from optuna.trial import TrialState
 
-from archhpo.errors import TrialLost, TrialStopped
+from archhpo.errors import DiskFull, TrialLost, TrialStopped
 from archhpo.models import get_family
 from archhpo.schema import Attr, gpu_share
 from archhpo.workers import _device
@@ -74,6 +77,7 @@ class WorkerSummary:
     parked: int = 0  # scored at a rung (its plan's stop_after) and held there for the rung's decision
     signal: int | None = None  # the signal that stopped the worker (SIGTERM 15, SIGINT 2), if any
     unhealthy: str | None = None  # a sticky CUDA fault stopped the worker: exit non-zero, never reuse
+    disk_full: str | None = None  # no space for a checkpoint: its trial went back, the worker stopped
     trials: list[int] = field(default_factory=list)
 
 
@@ -105,6 +109,7 @@ class Worker:
         self.stop_event = threading.Event()
         self.signal_received: int | None = None
         self.unhealthy: str | None = None  # a sticky CUDA fault: the worker stops, its process exits
+        self.disk_full: str | None = None  # DiskFull's sentence: the worker stops, its trial went back
         self.attrs = {
             Attr.HOST: socket.gethostname(), Attr.DEVICE: self._device_name(), Attr.PID: os.getpid(),
             Attr.THREADS: torch.get_num_threads(),  # a CPU replay (`train --threads`) is exact with the same
@@ -166,15 +171,19 @@ class Worker:
         summary = WorkerSummary()
         with self._signals():
             pending = list(self.queues)
-            while pending and not self.stop_event.is_set() and self.unhealthy is None:
+            while pending and not self._halted():
                 claim, queue = self._next(pending)
                 if claim is None:
                     break
                 self.idle.claimed()
                 self._run_trial(queue, claim, summary)
         summary.signal = self.signal_received
-        summary.unhealthy = self.unhealthy
+        summary.unhealthy, summary.disk_full = self.unhealthy, self.disk_full
         return summary
+
+    def _halted(self) -> bool:
+        """Asked to stop, or stopped by a CUDA fault or a full checkpoint disk: claim nothing more."""
+        return self.stop_event.is_set() or self.unhealthy is not None or self.disk_full is not None
 
     def _next(self, pending: list[QueueLike]) -> tuple[Any, Any]:
         """First claim from any study with waiting work; drop studies whose plan is done."""
@@ -229,6 +238,9 @@ class Worker:
             self._train(run, built)
         except TrialStopped:
             raise
+        except DiskFull as full:  # not the trial's fault: it goes back, and this worker stops
+            run.outcome, self.disk_full = "disk_full", str(full)
+            log.error("%s", full)
         except Exception as exc:  # noqa: BLE001 - every failure is classified below
             self._classify_failure(run, exc)
 
@@ -321,13 +333,14 @@ class Worker:
         if run.outcome == "lost":
             summary.lost += 1  # never write to it again; its files now belong to the retry
             return
-        if run.outcome in ("requeue", "unhealthy"):
-            why = (self.unhealthy if run.outcome == "unhealthy" else
-                   signal.Signals(self.signal_received).name if self.signal_received else "worker stopped")
+        if run.outcome in ("requeue", "unhealthy", "disk_full"):
+            why = {"unhealthy": self.unhealthy, "disk_full": self.disk_full}.get(run.outcome) or (
+                signal.Signals(self.signal_received).name if self.signal_received else "worker stopped")
             spent = {k: run.attrs[k] for k in (Attr.FLOPS_SPENT,) if k in run.attrs}
             if queue.requeue(claim, str(why)[:500], spent):  # same attempt; its compute is counted
                 summary.requeued += 1
-                log.warning("trial %s given back to the queue (%s)", claim.number, why)
+                log.warning("trial %s given back to the queue (%s)", claim.number,
+                            "no space for its checkpoint" if run.outcome == "disk_full" else why)
             else:
                 summary.lost += 1
             return

@@ -17,10 +17,11 @@ from typing import Any
 from archhpo.cli._family import _family_values
 from archhpo.cli._options import ARCH_OPTIONS
 from archhpo.config import Data, StudyConfig, family_options_of
-from archhpo.errors import ArchhpoError, BudgetError, OutputError
+from archhpo.errors import ArchhpoError, BudgetError, DiskFull, OutputError
 from archhpo.models import get_family
 
 EXIT_UNHEALTHY = 3  # `worker`: a sticky CUDA fault; do not reuse this process or its GPU context
+EXIT_DISK_FULL = 2  # `worker`: no space for a checkpoint; its trial went back: rerun once space returns
 EXIT_ALL_FAILED = 1  # `run`: every trial failed (the report says why); rerunning the same would too
 
 
@@ -112,6 +113,11 @@ def _all_settings(args: argparse.Namespace) -> list[Any]:
     from archhpo.search._study import prepare_settings
 
     config = _study_config(args)
+    if config.isoflop.computes:  # one study per compute budget C (archhpo/cli/_isoflop.py)
+        from archhpo.cli._isoflop import isoflop_all
+        from archhpo.search._storage import resolve_storage_url
+
+        return isoflop_all(config, resolve_storage_url(args.storage, args.env))
     _check_distinct(config.budgets, parse_budget)
     out: list[Any] = []
     for part in config.per_ratio():
@@ -231,10 +237,13 @@ def cmd_worker(args: argparse.Namespace) -> int:
     summary = Worker(queues, device=args.device, threads=args.threads, checkpoint_dir=args.checkpoint_dir,
                      checkpoint_every=args.checkpoint_every, handle_signals=True,
                      on_idle=lambda note: print(f"worker idle: {note}", file=sys.stderr, flush=True)).run()
-    state = "unhealthy" if summary.unhealthy else "stopped" if summary.signal else "done"
+    state = ("unhealthy" if summary.unhealthy else "disk full" if summary.disk_full
+             else "stopped" if summary.signal else "done")
     print(json.dumps({"worker": state, **summary.__dict__}), file=sys.stderr)
     if summary.unhealthy:  # its trial is back in the queue; a supervisor starts a fresh process
         return EXIT_UNHEALTHY
+    if summary.disk_full:  # the sentence was logged; the same command resumes once space returns
+        return EXIT_DISK_FULL
     return 128 + summary.signal if summary.signal else 0
 
 
@@ -295,6 +304,9 @@ def _export_or_stop(export: Callable[..., Any], storage: Any, names: list[str], 
         export(storage, names, out_dir)
     except OSError as exc:
         where = exc.filename or out_dir
+        full = DiskFull.of(exc, where)  # a full disk: a pause, said as such (the same command resumes)
+        if full is not None:
+            raise full from None
         raise OutputError(f"Cannot write the results to {where} ({exc.strerror or exc}); the run stopped and "
                           "gave its trials back: make room or pass another --out, then run the same command "
                           "to resume.") from None
