@@ -17,7 +17,7 @@ from typing import Any
 from archhpo.cli._family import _family_values
 from archhpo.cli._options import ARCH_OPTIONS
 from archhpo.config import Data, StudyConfig, family_options_of
-from archhpo.errors import ArchhpoError, BudgetError, DiskFull, OutputError
+from archhpo.errors import ArchhpoError, BudgetError, OutputError
 from archhpo.models import get_family
 
 EXIT_UNHEALTHY = 3  # `worker`: a sticky CUDA fault; do not reuse this process or its GPU context
@@ -304,9 +304,6 @@ def _export_or_stop(export: Callable[..., Any], storage: Any, names: list[str], 
         export(storage, names, out_dir)
     except OSError as exc:
         where = exc.filename or out_dir
-        full = DiskFull.of(exc, where)  # a full disk: a pause, said as such (the same command resumes)
-        if full is not None:
-            raise full from None
         raise OutputError(f"Cannot write the results to {where} ({exc.strerror or exc}); the run stopped and "
                           "gave its trials back: make room or pass another --out, then run the same command "
                           "to resume.") from None

@@ -28,6 +28,7 @@ from archhpo.schema import Attr
 from archhpo.search import TrialQueue
 from archhpo.workers import Worker
 from archhpo.workers import _loop as loop
+from tests.conftest import run_cli
 from tests.workers.test_build import _tiny_study
 
 DATA = "synthetic:tokens=4000"  # an lm validates, and checkpoints, every epoch
@@ -162,3 +163,28 @@ def test_only_a_lack_of_space_is_a_full_disk(tmp_path: Path) -> None:
     import pickle
 
     assert str(pickle.loads(pickle.dumps(full))) == str(full), "crosses a process boundary whole"
+
+
+@pytest.mark.ray
+def test_run_on_a_full_checkpoint_disk_stops_as_on_ctrl_c_and_the_same_command_finishes(tmp_path: Path) -> None:
+    """`archhpo run` (a real local Ray): its worker stops for want of space and gives its trial
+    back, so the run stops as Ctrl-C stops it, exit 2, the sentence last; with space, it finishes."""
+    url = f"sqlite:///{tmp_path / 'run.db'}"
+    with _full_tmpfs(tmp_path / "small", "8m", 10_000) as disk:
+        command = ("run", "--experiment", "full", "--family", "lm", "--budget", "100K", "--trials", "2", "--quick",
+                   "--data", DATA, "--seq-len", "16", "--workers", "1", "--storage", url,
+                   "--checkpoint-dir", str(disk / "ck"), "--out", str(tmp_path / "results"))
+        stopped = run_cli(*command, cwd=tmp_path)
+        assert stopped.returncode == 2, stopped.stderr
+        last = stopped.stderr.strip().splitlines()[-1]
+        assert last.startswith(f"archhpo: error: No space left on the device holding {disk / 'ck'}/full_100K/slot0")
+        assert last.endswith("free some space and run the same command to resume.")
+        assert "Stopped: the workers saved and gave back 1 trial(s)" in stopped.stderr
+        q = TrialQueue(url, "full_100K")
+        trials = q.storage.get_all_trials(q.study_id)
+        assert {t.state for t in trials} == {TrialState.WAITING}, "given back, nothing FAILed"
+        assert all(t.user_attrs.get(Attr.ATTEMPT, 1) == 1 for t in trials), "no attempt spent"
+        (disk / "filler").unlink()
+        finished = run_cli(*command, cwd=tmp_path)
+    assert finished.returncode == 0, finished.stderr
+    assert "full_100K: 2 complete, 0 pruned, 0 failed" in finished.stderr
