@@ -264,6 +264,7 @@ __all__ = [
     "SCHEDULES",
     "StoredOptions",
     "check_schedule",
+    "isoflop_key",
     "schedule_options",
     "ARCH_HELP",
     "ARCH_INDEX",
@@ -360,6 +361,14 @@ def schedule_options(schedule: str, cooldown: float) -> dict[str, Any]:
 
 
 # ----------------------------------------------------------------------------- a study's stored options
+def isoflop_key(arch: Mapping[str, Any]) -> str:
+    """An architecture's key in an IsoFLOP study's planned samples: its dimensions, then its choices
+    ('64-2-4-256'), so a best JSON's architecture replays the same data."""
+    choices = arch.get("choices") or {}
+    tail = [f"{k}={choices[k]}" for k in sorted(choices)]
+    return "-".join([*(str(int(arch[k])) for k in ARCH_KEYS), *tail])
+
+
 @dataclass(frozen=True, eq=False)
 class StoredOptions:
     """A study's options as it stores them (``StudySettings.options``; a worker's ``TrialSpec``
@@ -404,6 +413,8 @@ class StoredOptions:
     """the data per parameter as stored (DataBudget.as_option; `budget` reads it)"""
     data_seed: int | None = None
     """the one seed every trial's data is made and split with; None: the study's or a paired seed's"""
+    isoflop: Mapping[str, Any] | None = None
+    """an IsoFLOP study's compute budget and plan ({"compute_budget", "centre", "centre_source", "span", "sizes", "shapes", "samples": {shape key: training samples}}: each architecture's own data, `planned_samples`)"""
     family: Mapping[str, Any] = field(default_factory=dict)
     """the family's scalar options (seq_len, vocab_size; any key not named above)"""
     keys: tuple[str, ...] = field(default=(), repr=False)
@@ -463,6 +474,13 @@ class StoredOptions:
     def scored_for_above(self) -> bool:
         """Whether a budget above reads this one's rung scores (--trust-each-budget, not the largest)."""
         return self.trust_each_budget and not (self.ladder or {}).get("largest", True)
+
+    def planned_samples(self, arch: Mapping[str, Any]) -> int | None:
+        """The training samples an IsoFLOP study planned for architecture `arch` (its FLOPs within 1% of
+        the study's C: budgets/_isoflop.py), or None (not an IsoFLOP study, or an architecture it did not plan)."""
+        samples = (self.isoflop or {}).get("samples") or {}
+        found = samples.get(isoflop_key(arch))
+        return None if found is None else int(found)
 
     @property
     def budget(self) -> DataBudget | None:

@@ -151,11 +151,14 @@ class IsoflopPlan:
         return f"C{self.compute_budget:.3g}"
 
 
-def _band_rows(family: Family, info: Mapping[str, Any], target: float, half_step: float) -> list[GridRow]:
-    """Rows whose exact count lies within half a log step of `target`: [target/r, target·r)."""
+def _band_rows(family: Family, info: Mapping[str, Any], target: float, half_step: float,
+               pins: Mapping[str, Sequence[int]] | None = None) -> list[GridRow]:
+    """Rows whose exact count lies within half a log step of `target`: [target/r, target·r), and
+    whose dimensions lie in `pins`' lists where given (--n-heads 2,4,8 filters the grid)."""
     tolerance = min(0.99, half_step - 1.0)
     rows = build_grid(family, max(1, round(target)), info, tolerance) if tolerance > 0 else []
-    return [r for r in rows if target / half_step <= r.param_count < target * half_step]
+    return [r for r in rows if target / half_step <= r.param_count < target * half_step
+            and all(getattr(r, dim) in values for dim, values in (pins or {}).items())]
 
 
 def _samples(compute: float, row: GridRow, intervals: int, family: str) -> int:
@@ -175,11 +178,13 @@ def _samples(compute: float, row: GridRow, intervals: int, family: str) -> int:
 
 def plan_isoflop(family: Family, info: Mapping[str, Any], compute: float, *, sizes: int = DEFAULT_SIZES,
                  span: float = DEFAULT_SPAN, centre: float | None = None, law: Mapping[str, Any] | None = None,
-                 shape: ShapeTarget | None = None, shapes: int = 1, intervals: int = 1) -> IsoflopPlan:
+                 shape: ShapeTarget | None = None, shapes: int = 1, intervals: int = 1,
+                 pins: Mapping[str, Sequence[int]] | None = None) -> IsoflopPlan:
     """The trials of compute budget `compute` (FLOPs): `sizes` sizes log-spaced over `span` around
     `centre` (else `law`'s N_opt(C), else `prior_centre`), `shapes` rows per size nearest `shape`
     (default `ShapeTarget()`), each trained on the whole samples that put its FLOPs within 1% of C.
-    `info` is the data's shape facts (``family.data_info``). Raises BudgetError with one sentence."""
+    `info` is the data's shape facts (``family.data_info``); `pins` lists the values a dimension may take.
+    Raises BudgetError with one sentence."""
     compute = _positive(compute, "An IsoFLOP compute budget C")
     if not isinstance(shapes, int) or isinstance(shapes, bool) or shapes < 1:
         raise BudgetError(f"--shapes {shapes!r} must be a positive integer (shapes searched per size).")
@@ -192,7 +197,7 @@ def plan_isoflop(family: Family, info: Mapping[str, Any], compute: float, *, siz
     shape = shape or ShapeTarget()
     trials: list[IsoflopTrial] = []
     for i, target in enumerate(targets):
-        rows = sorted(_band_rows(family, info, target, half_step), key=lambda r: shape.key(r, target))
+        rows = sorted(_band_rows(family, info, target, half_step, pins), key=lambda r: shape.key(r, target))
         if not rows:
             raise BudgetError(
                 f"No {family.name} architecture of the grid has between {target / half_step:,.0f} and "

@@ -20,7 +20,7 @@ NUMERIC_EXTRA = (
     "train_loss", "best_epoch", "duration_s", "flops_per_sample", "train_flops", "samples_per_s",
     "baseline_val_loss", "mfu", "peak_memory_gib", "rung", "flops_spent", "flops_full",
     "train_tokens", "train_samples", "tokens_per_param", "samples_per_param", "data_passes",
-    *SPEED_COLUMNS, "lr_probe", "confirm_rung",
+    *SPEED_COLUMNS, "lr_probe", "confirm_rung", "compute_budget", "isoflop_size",
 )
 FRAME_COLUMNS = (
     "experiment", "study", "budget", "budget_value", "trial", "state", "phase", "plan_slot", "seed",
@@ -33,6 +33,7 @@ FRAME_COLUMNS = (
     # the step's MFU (timed steps) and the trial's (wall clock); micro-batch and accumulation steps
     # where memory cut the batch (workers/_batch.py)
     *SPEED_COLUMNS,
+    "compute_budget", "isoflop_size",  # an IsoFLOP trial's C and its size's position (--isoflop)
 )
 STATES = ("COMPLETE", "PRUNED", "FAIL")
 # Trial attributes that are bookkeeping, not metrics, although they start with "val_".

@@ -32,12 +32,15 @@ SPEC_COLUMNS = (
 )
 # The data a trial trained on (--tokens-per-param studies; train_tokens for every token family).
 DATA_COLUMNS = (Attr.TRAIN_TOKENS, Attr.TOKENS_PER_PARAM)
+# An IsoFLOP trial's compute budget C and its size's position (--isoflop: search/_isoflop_study.py).
+ISOFLOP_COLUMNS = ("compute_budget", "isoflop_size")
 # Appended after docs/design.md §8's columns (which stay first and unchanged); readers must cope without them.
 EXTRA_COLUMNS = (
     "state", "phase", "plan_slot", "seed", "family", "choices", "best_epoch", "flops_per_sample",
     "train_flops", "samples_per_s", "val_curve", "baseline_val_loss", Attr.RUNG, Attr.RUNG_SCORES, Attr.FLOPS_SPENT,
     Attr.FLOPS_FULL, Attr.CONFIRM_RUNG,
-    Attr.BASELINE, Attr.LR_PROBE, Attr.TRAIN_SAMPLES, Attr.SAMPLES_PER_PARAM, Attr.DATA_PASSES, *SPEED_COLUMNS,
+    Attr.BASELINE, Attr.LR_PROBE, Attr.TRAIN_SAMPLES, Attr.SAMPLES_PER_PARAM, Attr.DATA_PASSES, *ISOFLOP_COLUMNS,
+    *SPEED_COLUMNS,
 )
 # Then each family metric a trial recorded (``val_accuracy``, ...), sorted by name.
 CSV_COLUMNS = SPEC_COLUMNS + DATA_COLUMNS + EXTRA_COLUMNS
@@ -91,7 +94,7 @@ def result_rows(study: optuna.Study, settings: StudySettings) -> list[dict[str, 
             Attr.RUNG_SCORES: json.dumps([float(v) for v in t.user_attrs.get(Attr.RUNG_SCORES) or []]),
             Attr.CONFIRM_RUNG: t.user_attrs.get(Attr.CONFIRM_RUNG),
             **{k: t.user_attrs.get(k) for k in (*DATA_COLUMNS, Attr.TRAIN_SAMPLES, Attr.SAMPLES_PER_PARAM,
-                                                Attr.DATA_PASSES, *SPEED_COLUMNS, Attr.LR_PROBE)},
+                                                Attr.DATA_PASSES, *SPEED_COLUMNS, Attr.LR_PROBE, *ISOFLOP_COLUMNS)},
             **_family_metrics(t.user_attrs),
         }
         rows.append(row)

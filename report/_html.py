@@ -18,6 +18,7 @@ from archhpo.report._compute import compute_rows, compute_text, data_rows, data_
 from archhpo.report._confirm import MIN_PAIRS
 from archhpo.report._decisions import decision_accuracy, decision_rows
 from archhpo.report._frame import best_and_runner_up
+from archhpo.report._isoflop import isoflop_lines
 from archhpo.report._law import law_text, nd_text
 from archhpo.report._notes import _arch_text, gap_text
 from archhpo.report._probe import probe_notes
@@ -108,8 +109,9 @@ def _first_screen(frame: pd.DataFrame, summary: pd.DataFrame, fit: dict[str, Any
                      f"<b>{_fmt(best['val_loss'])}</b> {html.escape(unit)}{tie}</li>")
     failed = frame.attrs.get("all_failed")  # every trial failed: why comes first (issue 31 part 3)
     lead = [f"<p class='failed'><b>No result.</b> {html.escape(failed)}</p>"] if failed else []
+    iso = [f"<p class='law isoflop'>{html.escape(line)}</p>" for line in isoflop_lines(fit.get("isoflop_fit") or {})]
     return ["<div class='first'><h2>The answer</h2>", *lead, f"<ul>{''.join(items)}</ul>",
-            f"<p class='law'><b>Scaling law.</b> {html.escape(law_text(fit))}</p></div>"]
+            f"<p class='law'><b>Scaling law.</b> {html.escape(law_text(fit))}</p>", *iso, "</div>"]
 
 
 def _answer_section(frame: pd.DataFrame, summary: pd.DataFrame, fit: dict[str, Any]) -> list[str]:

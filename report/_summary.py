@@ -33,8 +33,10 @@ ARCH = ARCH_KEYS
 _INT_COLUMNS = (
     "best_trial", *ARCH, "param_count", "n_complete", "n_pruned", "n_failed", "runner_up_trial",
     *(f"runner_up_{k}" for k in (*ARCH, "param_count")), "epochs", "batch_size", "warmup_steps", "best_epoch",
-    "train_flops", "confirm_n", "reverses_trial", "chosen_n",
+    "confirm_n", "reverses_trial", "chosen_n",
 )
+# Floats although whole: a training run's FLOPs pass Int64's 9.2e18 (a 1e20-FLOP IsoFLOP budget).
+_FLOAT_COLUMNS = ("train_flops",)
 
 
 # ----------------------------------------------------------------------------- numbers
@@ -173,6 +175,8 @@ def budget_summary(frame: pd.DataFrame, confirm: dict[str, dict[str, Any]] | Non
     table = pd.DataFrame(rows, columns=columns)
     for col in (c for c in _INT_COLUMNS if c in table):  # whole numbers stay whole although some budgets lack them
         table[col] = pd.to_numeric(table[col], errors="coerce").round().astype("Int64")
+    for col in (c for c in _FLOAT_COLUMNS if c in table):
+        table[col] = pd.to_numeric(table[col], errors="coerce").astype(float)
     return table
 
 

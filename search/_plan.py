@@ -56,6 +56,7 @@ class PlanEntry:
     rank: int | None = None  # phase 3: 0 = the best architecture of phases 1-2
     baseline: str | None = None  # phase 3 with --baselines: the rule whose shape this slot trains
     lr_probe: float | None = None  # phase 3 with --lr-probe: the factor of rank 0's learning rate it trains at
+    attrs: dict[str, Any] | None = None  # user attributes its trial starts with (an IsoFLOP trial's C, N and D)
 
     @property
     def extra(self) -> bool:
@@ -69,7 +70,7 @@ class PlanEntry:
     def as_dict(self) -> dict[str, Any]:
         """The stored form (a study's plan is a list of these, so old studies load)."""
         d = asdict(self)
-        for key in ("rank", "baseline", "lr_probe"):  # absent when unset, so older plans keep their identity
+        for key in ("rank", "baseline", "lr_probe", "attrs"):  # absent when unset: older plans keep their identity
             if d[key] is None:
                 del d[key]
         return d

@@ -338,7 +338,7 @@ def enqueue_missing(
             arch_idx, training = assigned["arch_idx"], assigned["params"]
         if training is None or arch_idx is None:
             raise StudyError(f"Phase-{phase} entry {entry.slot} has no architecture or training parameters.")
-        attrs: dict[str, Any] = {"plan_slot": entry.slot, "phase": entry.phase, "attempt": 1}
+        attrs: dict[str, Any] = {**(entry.attrs or {}), "plan_slot": entry.slot, "phase": entry.phase, "attempt": 1}
         if entry.seed is not None:
             attrs["seed"] = entry.seed
         if entry.rank is not None:

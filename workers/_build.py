@@ -145,6 +145,9 @@ class TrialSpec:
         if budget is not None:
             units = fam.units_per_sample(fam.config_for(self.arch, self.model_info()))
             values["epoch_samples"] = budget.samples_per_interval(units, int(values.get("epochs", 1)))
+        planned = options.planned_samples(self.arch)  # an IsoFLOP study: this architecture's own samples
+        if planned is not None:
+            values["epoch_samples"] = max(1, -(-planned // int(values.get("epochs", 1))))
         return TrainConfig(**values, seed=self.seeds().batches)
 
 

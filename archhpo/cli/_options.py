@@ -258,6 +258,12 @@ OPTIONS: tuple[Option, ...] = (
     study_option("trust_each_budget", None, STUDY_COMMANDS, switch=True),
     study_option("confirm_at_rung", None, STUDY_COMMANDS, switch=True, negatable=True,
                  shown_default="on with --ladder" if LADDER_CONFIRM_AT_RUNG else "off"),
+    study_option("isoflop", float, STUDY_COMMANDS, repeat=True, metavar="C", default=None),
+    study_option("sizes", int, STUDY_COMMANDS, metavar="N"),
+    study_option("span", float, STUDY_COMMANDS, metavar="S"),
+    study_option("centre", float, STUDY_COMMANDS, repeat=True, metavar="N", default=None),
+    study_option("centre_from", str, STUDY_COMMANDS, metavar="EXPERIMENT"),
+    study_option("shapes", int, STUDY_COMMANDS, metavar="K"),
     *(Option(name, None, int, f"{name} of the architecture ({ARCH_HELP[name]}); launch/run/worker/export: "
         "pin it (a comma-separated list pins several values) instead of or within a budget; grid: list only "
         "the budget's rows with these values, as a study pinning them within the budget plans them",

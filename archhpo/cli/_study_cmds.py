@@ -342,6 +342,7 @@ def _report_after_run(args: argparse.Namespace, url: str, names: list[str]) -> b
     warning (the trials are done and exported), never a failed run.  True when every trial of
     `names` failed: the report then leads with why."""
     from archhpo.report._failures import why_all_failed
+    from archhpo.report._isoflop import isoflop_lines
     from archhpo.report._page import fit_line, write_report
 
     try:
@@ -357,6 +358,8 @@ def _report_after_run(args: argparse.Namespace, url: str, names: list[str]) -> b
               f"`archhpo report --experiment {args.experiment}` retries it", file=sys.stderr)
         return failed is not None
     print(fit_line(report.fit), file=sys.stderr)
+    for line in isoflop_lines(report.fit.get("isoflop_fit") or {}):  # an IsoFLOP study's Approach 2
+        print(line, file=sys.stderr)
     if report.compute:
         print(report.compute, file=sys.stderr)
     for line in report.baselines:
