@@ -303,8 +303,9 @@ def schema_lock(url: str, create: bool) -> Iterator[None]:
             try:
                 yield
             finally:
-                conn.execute(sqlalchemy.text(f"SELECT pg_advisory_unlock{kind}(:k)"), {"k": SCHEMA_LOCK_KEY})
-                conn.commit()
+                with contextlib.suppress(sqlalchemy.exc.DBAPIError):  # a lost session released it
+                    conn.execute(sqlalchemy.text(f"SELECT pg_advisory_unlock{kind}(:k)"), {"k": SCHEMA_LOCK_KEY})
+                    conn.commit()
     finally:
         engine.dispose()
 

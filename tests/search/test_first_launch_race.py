@@ -112,3 +112,23 @@ def test_four_launch_commands_at_once_on_a_fresh_database_all_exit_zero(pg_url: 
     assert [p.returncode for p in procs] == [0] * AT_ONCE, [err for _, err in outs if err]
     assert sum("created study race_200K" in err for _, err in outs) == 1, "one of them created it"
     _planned_once(pg_url)
+
+
+@pytest.mark.postgres
+def test_a_reader_waits_for_the_schema_a_launch_is_creating(pg_url: str) -> None:
+    """A worker or export opening the database while a first launch creates the tables waits for
+    them (a shared advisory lock) instead of refusing a half-made schema."""
+    import threading
+
+    from archhpo.environment import Environment
+    from archhpo.search._storage import _rdb, open_storage, schema_lock
+
+    opened: list[object] = []
+    reader = threading.Thread(target=lambda: opened.append(open_storage(pg_url, create=False)), daemon=True)
+    with schema_lock(pg_url, create=True):
+        reader.start()
+        reader.join(2)
+        assert reader.is_alive() and not opened, "the reader waits while the schema is made"
+        _rdb(pg_url, True, Environment()).engine.dispose()
+    reader.join(60)
+    assert len(opened) == 1, "then it opens the finished schema"
