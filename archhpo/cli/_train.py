@@ -20,7 +20,14 @@ from typing import Any
 import torch
 
 from archhpo.cli._options import default
-from archhpo.cli._train_file import check_best, check_config, check_data, check_file_data, load_best
+from archhpo.cli._train_file import (
+    check_best,
+    check_config,
+    check_data,
+    check_file_data,
+    check_params,
+    load_best,
+)
 from archhpo.errors import ArchhpoError
 from archhpo.models import Family, get_family
 from archhpo.schema import ARCH_KEYS, TRAINING_PARAMS, schedule_options
@@ -106,9 +113,9 @@ def trial_spec_from_args(args: argparse.Namespace) -> TrialSpec:
         space = QUICK_SPACE if options.get("quick") else FULL_SPACE
         params = {**space.default(), **dict(fam.train_defaults)}
         slot, seed = 0, None
-    for key in TRAINING_PARAMS:
-        if getattr(args, key, None) is not None:
-            params[key] = getattr(args, key)
+    flagged = {key: getattr(args, key) for key in TRAINING_PARAMS if getattr(args, key, None) is not None}
+    check_params(flagged, None, flags=True)  # a flag over the file's value: the same bounds
+    params.update(flagged)
     return TrialSpec(family=fam.name, data=spec, options=options, info=info, arch=arch, params=params,
                      slot=slot, seed=int(seed) if seed is not None else None)
 
@@ -160,9 +167,9 @@ def _progress(total: int, unit: str, start: float) -> Any:
 def _header(trial: TrialSpec, cfg: Any, device: torch.device, source: str) -> str:
     fam = get_family(trial.family)
     d, layers, heads, ff = (trial.arch[k] for k in ARCH_KEYS)
-    shape = f"d{d}-L{layers}-h{heads}-ff{ff}"
-    return (f"archhpo train: {fam.name} {shape} ({fam.param_count(cfg):,} parameters) from {source}, "
-            f"{trial.params.get('epochs', fam.train_defaults.get('epochs', '?'))} epochs on {device.type}")
+    unit = "validation intervals" if trial.data_budget is not None else "epochs"
+    return (f"archhpo train: {fam.name} d{d}-L{layers}-h{heads}-ff{ff} ({fam.param_count(cfg):,} parameters) "
+            f"from {source}, {trial.train_config(fam).epochs} {unit} on {device.type}")
 
 
 def train_command(args: argparse.Namespace) -> dict[str, Any]:

@@ -13,13 +13,24 @@ from __future__ import annotations
 
 import json
 import math
+import types
+import typing
 from collections.abc import Mapping
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
 from archhpo.errors import ArchhpoError
 from archhpo.models import Family, get_family
-from archhpo.schema import ARCH_KEYS, ARCH_RECORD, PARAM_COUNT, PLAN_PARAMS, TRAINING
+from archhpo.schema import (
+    ARCH_KEYS,
+    ARCH_RECORD,
+    PARAM_COUNT,
+    PLAN_PARAMS,
+    TRAINING,
+    DataBudget,
+    StoredOptions,
+)
 
 BEST_KEYS = frozenset({
     # best_summary's keys (report/_export.py), its flops_summary's, and those of a confirmed or paired study
@@ -35,6 +46,9 @@ OBJECT_KEYS = ("data", "options", "info", "choices")  # each a JSON object when 
 # far beyond any study archhpo plans on generated data.  A file's size is its own (re-read here).
 DATA_CAPS = {"tokens": 2_000_000_000, "n": 10_000_000, "series": 10_000_000, "steps": 10_000_000,
              "symbols": 1_000_000, "length": 1_000_000, "features": 100_000, "channels": 100_000}
+# Training values past these are no study's (archhpo's spaces top at 100 epochs and batch 256):
+# the micro-batch plan tries every split of a batch, and each epoch validates once.
+PARAM_CAPS = {"epochs": 100_000, "batch_size": 2**20, "warmup_steps": 10**9}
 
 
 def _refuse(path: str, what: str) -> ArchhpoError:
@@ -94,6 +108,8 @@ def check_best(best: dict[str, Any], path: str, family_flag: str | None = None) 
             raise _refuse(path, f"{key} must be a whole number of at least {least} or null, got {value!r}.")
     check_architecture(best["architecture"], path)
     check_params(best["best_params"], path)
+    check_options(best.get("options") or {}, path)
+    _unknown(path, "choices.", best.get("choices") or {}, tuple(f.name for f in fam.flags))
     return fam
 
 
@@ -111,25 +127,69 @@ def check_architecture(arch: Any, path: str) -> None:
             raise _refuse(path, f"architecture.{key} must be a positive integer, got {value!r}.")
 
 
-def check_params(params: Any, path: str) -> None:
-    """best_params: the plan's parameters, each of its type; rates finite and positive."""
+def check_params(params: Any, path: str | None, flags: bool = False) -> None:
+    """best_params (or, `flags`, the training flags given): the plan's parameters, each of its
+    type, rates finite and positive, counts within PARAM_CAPS."""
     if not isinstance(params, dict):
-        raise _refuse(path, f"best_params must be a JSON object, got {type(params).__name__}; export the study again.")
-    _unknown(path, "best_params.", params, PLAN_PARAMS)
+        raise _refuse(str(path), f"best_params must be a JSON object, got {type(params).__name__}; "
+                                 "export the study again.")
+    _unknown(str(path), "best_params.", params, PLAN_PARAMS)
     least = {"learning_rate": 0.0, "weight_decay": 0.0, "epochs": 1, "batch_size": 1, "warmup_steps": 0}
     for p in TRAINING:
         if p.name not in params:
             continue
-        value = params[p.name]
+        value, shown = params[p.name], f"--{p.name.replace('_', '-')}" if flags else f"best_params.{p.name}"
         typed = _is_int(value) if p.type is int else _is_number(value)
+        low, cap, positive = least[p.name], PARAM_CAPS.get(p.name, math.inf), p.name == "learning_rate"
         if not typed:
-            raise _refuse(path, f"best_params.{p.name} must be {'an integer' if p.type is int else 'a number'}, "
-                                f"got {value!r}.")
-        low = least[p.name]
-        positive = p.name == "learning_rate"
-        if not math.isfinite(value) or value < low or (positive and value <= low):
-            bound = "positive" if positive else f"at least {low}"
-            raise _refuse(path, f"best_params.{p.name} must be a finite number {bound}, got {value!r}.")
+            what = f"{shown} must be {'an integer' if p.type is int else 'a number'}, got {value!r}."
+        elif not math.isfinite(value) or value < low or (positive and value <= low):
+            what = f"{shown} must be a finite number {'above 0' if positive else f'of at least {low}'}, got {value!r}."
+        elif value > cap:
+            what = f"{shown} = {value:,} is beyond {cap:,}, more than any study trains; lower it."
+        else:
+            continue
+        raise ArchhpoError(what) if path is None else _refuse(path, what)
+
+
+def _type_name(hint: Any) -> str:
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        return " or ".join(_type_name(a) for a in typing.get_args(hint))
+    names = {int: "an integer", float: "a number", bool: "true or false", str: "text", type(None): "null"}
+    origin = typing.get_origin(hint) or hint
+    return names.get(origin, "a list" if origin is tuple else "an object")
+
+
+def _fits(value: Any, hint: Any) -> bool:
+    """`value` (as JSON gives it) of the annotated type `hint` (int, float, bool, str, None, a
+    Mapping, a tuple, or a union of them)."""
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        return any(_fits(value, a) for a in typing.get_args(hint))
+    checks = {int: _is_int, float: _is_number, bool: lambda v: isinstance(v, bool),
+              str: lambda v: isinstance(v, str), type(None): lambda v: v is None, tuple: lambda v: isinstance(v, list),
+              Mapping: lambda v: isinstance(v, dict)}
+    return checks.get(origin or hint, lambda v: True)(value)
+
+
+def check_options(options: Mapping[str, Any], path: str) -> None:
+    """options: every option a study stores (archhpo.schema.StoredOptions) of its type, seeds and
+    counts not negative, the data budget readable; a family's own options its data parser checks."""
+    hints = typing.get_type_hints(StoredOptions)
+    for f in fields(StoredOptions):
+        if f.name in ("family", "keys") or f.name not in options:
+            continue
+        value = options[f.name]
+        if not _fits(value, hints[f.name]):
+            raise _refuse(path, f"options.{f.name} must be {_type_name(hints[f.name])}, got {value!r}.")
+        if _is_number(value) and not (math.isfinite(value) and (f.name == "threshold" or value >= 0)):
+            bound = "" if f.name == "threshold" else " of at least 0"
+            raise _refuse(path, f"options.{f.name} must be a finite number{bound}, got {value!r}.")
+    try:
+        DataBudget.of(options)
+    except (ArchhpoError, KeyError, TypeError, ValueError) as exc:
+        raise _refuse(path, f"options.data_budget {options.get('data_budget')!r} is not one archhpo writes "
+                            f"({exc!r}); export the study again.") from None
 
 
 def check_data(fam: Family, spec: Any, options: Mapping[str, Any], path: str) -> None:
@@ -145,9 +205,8 @@ def check_data(fam: Family, spec: Any, options: Mapping[str, Any], path: str) ->
     kind = spec["kind"]
     try:
         default = fam.parse_data(kind, options)
-    except ArchhpoError:
-        raise _refuse(path, f"data.kind {kind!r} is not a data set the {fam.name} family generates; "
-                            "pass --data or export the study again.") from None
+    except ArchhpoError as exc:
+        raise _refuse(path, f"the {fam.name} family generates no {kind!r} data under these options ({exc})") from None
     for key, value in spec.items():
         _check_setting(fam, kind, default, key, value, options, path)
     text = f"{kind}:" + ",".join(f"{k}={v}" for k, v in spec.items() if k != "kind")
@@ -196,4 +255,5 @@ def check_config(fam: Family, arch: Mapping[str, Any], info: Mapping[str, Any], 
                             "export the study again.") from None
 
 
-__all__ = ["BEST_KEYS", "DATA_CAPS", "check_best", "check_config", "check_data", "check_file_data", "load_best"]
+__all__ = ["BEST_KEYS", "DATA_CAPS", "PARAM_CAPS", "check_best", "check_config", "check_data", "check_file_data",
+           "check_options", "check_params", "load_best"]

@@ -76,9 +76,9 @@ REFUSALS: dict[str, tuple[tuple[str, ...], Any, str]] = {
     "a list architecture": (("architecture",), [32, 1, 4, 64], "architecture must be a JSON object, got list"),
     "a float epochs": (("best_params", "epochs"), 2.5, "best_params.epochs must be an integer"),
     "a negative learning rate": (("best_params", "learning_rate"), -1e-3,
-                                 "best_params.learning_rate must be a finite number positive"),
+                                 "best_params.learning_rate must be a finite number above 0"),
     "a zero learning rate": (("best_params", "learning_rate"), 0.0,
-                             "best_params.learning_rate must be a finite number positive"),
+                             "best_params.learning_rate must be a finite number above 0"),
     "a string learning rate": (("best_params", "learning_rate"), "fast", "best_params.learning_rate must be a number"),
     "n_heads not dividing d_model": (("architecture", "n_heads"), 3, "n_heads (3) must divide d_model (32)"),
     "dropout outside [0, 1)": (("info", "dropout"), 1.5, "dropout must be in [0, 1), got 1.5"),
@@ -88,6 +88,14 @@ REFUSALS: dict[str, tuple[tuple[str, ...], Any, str]] = {
     "data its family refuses": (("data", "tokens"), 10, "the lm family refuses its data (tokens=10 is too few"),
     "a negative seed": (("seed",), -1, "seed must be a whole number of at least 0 or null"),
     "an unknown family": (("family",), "gpt", "Unknown family 'gpt'"),
+    "a batch past the cap": (("best_params", "batch_size"), 10**9, "best_params.batch_size = 1,000,000,000 is beyond"),
+    "epochs past the cap": (("best_params", "epochs"), 10**9, "best_params.epochs = 1,000,000,000 is beyond 100,000"),
+    "a string option": (("options", "seed"), "x", "options.seed must be an integer, got 'x'"),
+    "a switch that is not a bool": (("options", "quick"), "yes", "options.quick must be true or false"),
+    "a negative option": (("options", "paired_seeds"), -2, "options.paired_seeds must be a finite number of at least 0"),
+    "a malformed data budget": (("options", "data_budget"), {"unit": "tokens"}, "options.data_budget"),
+    "an option the data refuses": (("options", "seq_len"), "long", "the lm family generates no 'synthetic' data"),
+    "a choice the family has no flag for": (("choices", "encoder"), "sum", "unknown key choices.encoder"),
     "a d_model of 1e9": (("architecture", "d_model"), 10**9, "needs about"),
     "n_layers of 1e6": (("architecture", "n_layers"), 10**6, "needs about"),
 }
@@ -113,7 +121,19 @@ def test_a_nan_learning_rate_is_refused(tmp_path: Path, monkeypatch: pytest.Monk
     raw = json.dumps(_changed(("best_params", "learning_rate"), float("nan")))
     assert "NaN" in raw  # Python's json writes (and reads) NaN: the file is valid to json.loads
     err = _refused(tmp_path, monkeypatch, capsys, None, raw=raw)
-    assert "best_params.learning_rate must be a finite number positive, got nan" in err
+    assert "best_params.learning_rate must be a finite number above 0, got nan" in err
+
+
+@pytest.mark.parametrize(("flag", "sentence"), [
+    (("--batch-size", "0"), "--batch-size must be a finite number of at least 1, got 0."),
+    (("--learning-rate", "nan"), "--learning-rate must be a finite number above 0, got nan."),
+    (("--epochs", str(10**9)), "--epochs = 1,000,000,000 is beyond 100,000"),
+])
+def test_a_training_flag_over_the_file_is_held_to_the_same_bounds(
+        flag: tuple[str, str], sentence: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    err = _refused(tmp_path, monkeypatch, capsys, TINY, *flag)
+    assert err.startswith(f"archhpo: error: {sentence}"), err
 
 
 def test_a_corrupt_file_and_a_json_list_get_the_same_sentence(
