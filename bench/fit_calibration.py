@@ -38,18 +38,14 @@ def study(k: int, noise: float, rng: np.random.Generator) -> tuple[np.ndarray, n
 def coverage(k: int, studies: int, n_boot: int, noise: float = 0.005, seed: int = 0) -> dict[str, Any]:
     """The share of `studies` synthetic studies whose 95% intervals of E, A and alpha hold the
     truth, and the share `fitted`."""
-    from archhpo.report._fit import fit_law
+    from archhpo.report._fit import fit_laws
 
     rng = np.random.default_rng(seed + 1000 * k)
-    hits = {"E": 0, "A": 0, "alpha": 0}
-    fitted = 0
-    for i in range(studies):
-        n, loss, measured = study(k, noise, rng)
-        fit = fit_law(n, loss, n_boot=n_boot, seed=i, noise=measured)
-        fitted += fit["status"] == "fitted"
-        for name, truth in zip(("E", "A", "alpha"), LAW, strict=True):
-            lo, hi = fit[name]["ci95"]
-            hits[name] += bool(lo <= truth <= hi)
+    drawn = [study(k, noise, rng) for _ in range(studies)]
+    fits = fit_laws([(n, loss) for n, loss, _ in drawn], n_boot=n_boot, noise=[m for _, _, m in drawn])
+    hits = {name: sum(bool(f[name]["ci95"][0] <= truth <= f[name]["ci95"][1]) for f in fits)
+            for name, truth in zip(("E", "A", "alpha"), LAW, strict=True)}
+    fitted = sum(f["status"] == "fitted" for f in fits)
     return {"budgets": k, "studies": studies, **{name: v / studies for name, v in hits.items()},
             "fitted": fitted / studies}
 

@@ -1,7 +1,8 @@
 """The optimiser behind the L(N) fit (report/_fit.py): the Huber objective of log L in the
-parametrisation (log E, log A, alpha), its starting grid and bounds, L-BFGS-B for the full-data
-fit and vectorised Levenberg-Marquardt (IRLS) steps for many bootstrap refits at once, and one
-BLAS thread while they run."""
+parametrisation (log E, log A, alpha), its starting grid and bounds, and vectorised
+Levenberg-Marquardt (IRLS) steps that minimise it for many problems at once (every start of many
+studies' full-data fits, every bootstrap refit), each within its own bounds; and one BLAS thread
+while they run."""
 
 from __future__ import annotations
 
@@ -12,7 +13,6 @@ import math
 from collections.abc import Iterator
 
 import numpy as np
-from scipy.optimize import minimize
 
 ALPHA_BOUNDS = (1e-4, 4.0)
 LOG_FLOOR = -30.0  # the bottom of every prefactor's log range (E, A, B): e^-30 stands for 0
@@ -94,15 +94,18 @@ def _per_problem(theta: np.ndarray, logn: np.ndarray, logl: np.ndarray, weights:
 
 
 def _lm_batch(logn: np.ndarray, logl: np.ndarray, weights: np.ndarray, theta0: np.ndarray, delta: float,
-              iters: int = 300) -> tuple[np.ndarray, np.ndarray]:
+              iters: int = 300, box: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Minimise the same Huber objective for B problems at once (the bootstrap refits) by
     Levenberg-Marquardt steps on its iteratively reweighted least-squares form, vectorised in
     numpy: a step is kept only where it lowers that problem's objective, so every problem
-    descends monotonically from its start.  logn/logl: (k,) shared points or (B, k) per problem."""
+    descends monotonically from its start.  logn/logl: (k,) shared points or (B, k) per problem;
+    `box`: each problem's (lo, hi) bounds, (B, 3) each (default: `_bounds` of all the points)."""
     shape = (len(theta0), weights.shape[1])
     logn, logl = np.broadcast_to(logn, shape), np.broadcast_to(logl, shape)
-    lo = np.array([b[0] for b in _bounds(logn, logl)])
-    hi = np.array([b[1] for b in _bounds(logn, logl)])
+    if box is None:
+        box = (np.array([b[0] for b in _bounds(logn, logl)])[None, :].repeat(shape[0], 0),
+               np.array([b[1] for b in _bounds(logn, logl)])[None, :].repeat(shape[0], 0))
+    lo, hi = box
     theta = np.clip(theta0.astype(float).copy(), lo, hi)
     f = _per_problem(theta, logn, logl, weights, delta)
     lam = np.full(len(theta), 1e-3)
@@ -128,7 +131,7 @@ def _lm_batch(logn: np.ndarray, logl: np.ndarray, weights: np.ndarray, theta0: n
             step = -np.linalg.solve(damped, grad[:, :, None])[:, :, 0]
         except np.linalg.LinAlgError:
             step = -grad * 1e-3
-        new = np.clip(th + step, lo, hi)
+        new = np.clip(th + step, lo[active], hi[active])
         f_new = _per_problem(new, ln, ll, w, delta)
         ok = f_new < f[active]
         idx = np.flatnonzero(active)
@@ -141,20 +144,28 @@ def _lm_batch(logn: np.ndarray, logl: np.ndarray, weights: np.ndarray, theta0: n
     return theta, f
 
 
-def _fit_once(logn: np.ndarray, logl: np.ndarray, starts: list[np.ndarray], delta: float) -> tuple[np.ndarray, float]:
-    """L-BFGS-B from every starting point of the grid; the best end point, polished by a few
-    Levenberg-Marquardt steps (which can only lower the objective)."""
+def box_of(logn: np.ndarray, logl: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The (lo, hi) bounds of one study's parameters, as (3,) arrays (`_bounds`)."""
     bounds = _bounds(logn, logl)
-    best_x, best_f = None, math.inf
-    for x0 in starts:
-        x0 = np.clip(x0, [b[0] for b in bounds], [b[1] for b in bounds])
-        res = minimize(_objective, x0, args=(logn, logl, delta), jac=True, method="L-BFGS-B", bounds=bounds,
-                       options={"maxiter": 300})
-        if np.all(np.isfinite(res.x)) and res.fun < best_f:
-            best_x, best_f = res.x, float(res.fun)
-    assert best_x is not None
-    theta, f = _lm_batch(logn, logl, np.ones((1, len(logn))), best_x[None, :], delta)
-    return theta[0], float(f[0])
+    return np.array([b[0] for b in bounds]), np.array([b[1] for b in bounds])
 
 
-__all__ = ["ALPHA_BOUNDS", "LOG_FLOOR"]
+def fit_batch(logn: np.ndarray, logl: np.ndarray, delta: float) -> tuple[np.ndarray, np.ndarray, int]:
+    """The full-data fits of S studies at once, logn/logl (S, k): vectorised Levenberg-Marquardt
+    from every point of each study's starting grid (`_starts`), within its own bounds; each study
+    keeps its best end point (the lowest objective).  Returns theta (S, 3), objective (S,) and the
+    number of starts per study."""
+    starts = [_starts(ln, ll, coarse=False) for ln, ll in zip(logn, logl, strict=True)]
+    m = len(starts[0])
+    boxes = [box_of(ln, ll) for ln, ll in zip(logn, logl, strict=True)]
+    lo = np.repeat(np.array([b[0] for b in boxes]), m, 0)
+    hi = np.repeat(np.array([b[1] for b in boxes]), m, 0)
+    theta0 = np.array([x for st in starts for x in st])
+    rows_n, rows_l = np.repeat(logn, m, 0), np.repeat(logl, m, 0)
+    theta, f = _lm_batch(rows_n, rows_l, np.ones_like(rows_l), theta0, delta, box=(lo, hi))
+    f = np.where(np.all(np.isfinite(theta), 1), f, np.inf).reshape(len(logn), m)
+    best = np.argmin(f, 1)
+    return theta.reshape(len(logn), m, 3)[np.arange(len(logn)), best], f[np.arange(len(logn)), best], m
+
+
+__all__ = ["ALPHA_BOUNDS", "LOG_FLOOR", "box_of", "fit_batch"]

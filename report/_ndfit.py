@@ -5,8 +5,8 @@ Fitted as Epoch AI's replication of Chinchilla's approach 3 does (Besiroglu et a
 logsumexp(e, a - alpha log N, b - beta log D); the Huber loss (delta 1e-3) of log L_pred - log
 L_obs, minimised by L-BFGS-B from a grid of starting points (the best end point wins); 95%
 percentile intervals over a parametric bootstrap as for L(N) (`archhpo.report._fit`): refits on the
-fitted log losses plus Gaussian noise at the same (N, D), the noise sd from the residuals (points
-minus 5 degrees of freedom, where there are at least 2), else from measured seed noise, drawn per
+fitted log losses plus Gaussian noise at the same (N, D), the noise sd from the least-squares
+residuals (points minus 5 degrees of freedom, where there are at least 2), else from measured seed noise, drawn per
 refit from its scaled inverse chi-square.
 
 A point is the best trial of one (budget, tokens per parameter) study: N its exact parameter count,
@@ -35,6 +35,7 @@ from scipy.optimize import minimize
 
 from archhpo.report._fit import (
     DELTA,
+    LS_DELTA,
     N_BOOT,
     e_unresolved,
     exponent_unresolved,
@@ -218,7 +219,8 @@ def _fit_nd(n: Any, d: Any, loss: Any, flops: Any, budgets: list[Any] | None, n_
     logn, logd, logl = np.log(n), np.log(d), np.log(loss)
     theta = _fit_once(logn, logd, logl, delta, _starts(logn, logd, logl))
     pred = _pred(theta[None, :], logn, logd)[0][0]
-    out["noise"] = residual_noise(logl - pred, N_PARAMS, measured)
+    ls = _refits(logn, logd, logl, theta, np.ones((1, len(logl))), LS_DELTA)  # the noise from least squares
+    out["noise"] = residual_noise(logl - _pred(ls, logn, logd)[0][0], N_PARAMS, measured)
     draws = noisy_losses(pred, out["noise"], n_boot, np.random.default_rng(seed))
     boot = _refits(logn, logd, draws, theta, np.ones_like(draws), delta) if n_boot else np.empty((0, 5))
     natural = lambda t: np.column_stack([np.exp(t[:, :3]), t[:, 3:]])  # noqa: E731

@@ -152,3 +152,23 @@ def test_a_law_without_an_irreducible_loss_is_unresolved() -> None:
     fit = fit_nd_law(n, d, loss, 6 * n * d, budgets=list(n), n_boot=400)
     assert fit["status"] == "unresolved"
     assert fit["reason"].startswith("E's 95% interval [9.36e-14, ") and "reaches 0" in fit["reason"]
+
+
+def test_six_points_leave_one_residual_degree_of_freedom_and_no_law() -> None:
+    """Issue 54: L(N, D) needs 2 residual degrees of freedom beyond its 5 parameters."""
+    n, r = (a.ravel() for a in np.meshgrid(N[:3], R[:2]))
+    d = r * n
+    loss = _law(n, d) * (1 + np.random.default_rng(0).normal(0, 0.003, len(n)))
+    fit = fit_nd_law(n, d, loss, 6 * n * d, budgets=list(n), n_boot=200)
+    assert fit["status"] == "unresolved" and fit["residual_dof"] == 1
+    assert "1 residual degree of freedom (needs 2: at least 7 points for 5 free parameters)" in fit["reason"]
+
+
+@pytest.mark.parametrize(("floor", "status"), [(1.9, "unresolved"), (1.5, "fitted")])
+def test_an_e_below_the_known_floor_is_no_l_n_d_law(floor: float, status: str) -> None:
+    n, d, loss = _table()
+    fit = fit_nd_law(n, d, loss, 6 * n * d, budgets=list(n), n_boot=200, floor=floor)
+    assert fit["status"] == status, fit["reason"]
+    assert fit["noise"]["source"] == "residuals" and fit["noise"]["dof"] == 7
+    below = f"E {fit['E']['estimate']:.4g} lies below the known floor {floor:.4g}"
+    assert (below in (fit["reason"] or "")) is (status == "unresolved")
