@@ -5,8 +5,8 @@ A replay trusts nothing in the file: a key archhpo does not write, a value of th
 outside what the family's config accepts, or a generated data set too large to hold is refused
 in one sentence (ArchhpoError: exit 2, nothing written), not met later as a traceback, an
 allocation of 128 GB or a generator that never ends.  These checks need no torch; the memory
-check (`check_memory`) sizes the trial with the workers' estimate, as a worker does, before the
-data is loaded or the model built.
+check (cli/_train.py, `fit_memory`) then sizes the trial with the workers' estimate, as a worker
+does, before the data is loaded and again before the model is built.
 """
 
 from __future__ import annotations
@@ -81,8 +81,9 @@ def _unknown(path: str, where: str, keys: Mapping[str, Any], known: tuple[str, .
     extra = sorted(set(keys) - set(known))
     if extra:
         shown = ", ".join(f"{where}{k}" for k in extra)
-        raise _refuse(path, f"unknown key{'s' if len(extra) > 1 else ''} {shown} (archhpo writes none such); "
-                            "remove it or export the study again.")
+        many = len(extra) > 1
+        raise _refuse(path, f"unknown key{'s' if many else ''} {shown} (archhpo writes none such); "
+                            f"remove {'them' if many else 'it'} or export the study again.")
 
 
 def check_best(best: dict[str, Any], path: str, family_flag: str | None = None) -> Family:
