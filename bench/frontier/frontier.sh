@@ -1,0 +1,158 @@
+#!/usr/bin/env bash
+# The two real IsoFLOP frontiers of issue 55 part 5 (bench/frontier/README.md): at each compute
+# budget C, 7 lm sizes over 10x trained on D = C/(k·N) tokens (`archhpo launch --isoflop C`), one
+# study per C, on the synthetic language (exact entropy rate) and on Shakespeare's bytes.
+#
+# They take hours of a 2-core machine, so they run as studies in parts, as bench/truths/truths.sh
+# does: a working copy outside the checkout, one niced worker per task in the background, and a copy
+# of the database and checkpoints back into the checkout every 15 minutes and at every stop.
+#
+#   bench/frontier/frontier.sh start           # both tasks in the background, each C in increasing order
+#   bench/frontier/frontier.sh start syn       # or one task (syn: synthetic language, shk: Shakespeare)
+#   bench/frontier/frontier.sh status syn      # trials per study and state
+#   bench/frontier/frontier.sh stop            # SIGTERM the workers (each running trial saved between two steps), save all
+#   bench/frontier/frontier.sh save syn        # copy the live database and checkpoints into bench/frontier/studies/
+#   bench/frontier/frontier.sh table syn       # bench/frontier/syn.csv (every finished trial), its sha256 and cost
+#
+# Re-running `start` after a stop (or on a new machine, from the committed copy) resumes: finished
+# trials stay finished and interrupted ones resume from the step where they stopped.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+ROOT=$PWD
+ARCHHPO=${ARCHHPO:-$ROOT/.venv/bin/archhpo}
+WORK=${FRONTIER_WORK:-/work/frontier}    # the live copy (outside the checkout)
+SAVED=$ROOT/bench/frontier/studies       # the committed copy
+export RAY_USAGE_STATS_ENABLED=0
+TASKS=(syn shk)
+
+sql() { sqlite3 -cmd ".timeout 60000" "$@"; }  # waits for a busy database instead of failing
+
+# Shared by both tasks: the truths' training (fixed data, WSD with a 20% cooldown, learning rate 3e-3,
+# batch 16, 128-token windows, 2, 4 or 8 heads), 7 sizes over 10x per C, 3 validation intervals.
+COMMON=(--family lm --data-seed 0 --seed 0 --schedule wsd --cooldown 0.2 --learning-rate 3e-3 --batch-size 16
+        --seq-len 128 --n-heads 2,4,8 --sizes 7 --span 10 --epochs 3)
+# The compute budgets, trained in this order: the issue brief's two decades 1e11-1e13 first (about
+# 1e14 FLOPs per task), then 3e13 and 1e14, which carry the frontier to where the grid brackets the
+# prior's optimum at every C (README: why).
+COMPUTES=(1e11 3e11 1e12 3e12 1e13 3e13 1e14)
+
+args_for() {  # the task's data and its centre per C (the order of COMPUTES)
+  local c centres=()
+  case "$1" in
+    # The prior's N_c = sqrt(C/120) (budgets/_isoflop.py), raised where it lies so low that the smallest
+    # size would fall below the lm grid's smallest architecture (77K with vocab 32, 92K with vocab 256).
+    syn) centres=(2.2e5 2.2e5 2.2e5 2.2e5 2.89e5 5e5 9.13e5); echo --data synthetic ;;
+    shk) centres=(2.6e5 2.6e5 2.6e5 2.6e5 2.89e5 5e5 9.13e5); echo --data "$WORK/shakespeare.txt" ;;
+    *) echo "unknown task '$1' (syn or shk)" >&2; exit 2 ;;
+  esac
+  for c in "${COMPUTES[@]}"; do echo --isoflop "$c"; done
+  for c in "${centres[@]}"; do echo --centre "$c"; done
+  echo "${COMMON[@]}"
+}
+
+restore() {  # the working copy: from the committed one when this machine has none
+  local t=$1
+  mkdir -p "$WORK"
+  if [[ ! -s $WORK/$t.db && -f $SAVED/$t.db ]]; then
+    cp "$SAVED/$t.db" "$WORK/$t.db"
+    rm -rf "$WORK/${t}_ck" && if [[ -d $SAVED/${t}_ck ]]; then cp -r "$SAVED/${t}_ck" "$WORK/${t}_ck"; fi
+    echo "restored $t from $SAVED" >&2
+  fi
+  if [[ $t == shk && ! -f $WORK/shakespeare.txt ]]; then bash "$ROOT/bench/truths/shakespeare.sh" "$WORK/shakespeare.txt"; fi
+}
+
+save() {
+  local t=$1
+  mkdir -p "$SAVED"
+  [[ -f $WORK/$t.db ]] || { echo "no $WORK/$t.db to save" >&2; return 1; }
+  sql "$WORK/$t.db" ".backup '$SAVED/$t.db.tmp'" && mv "$SAVED/$t.db.tmp" "$SAVED/$t.db"
+  rm -rf "$SAVED/${t}_ck.tmp"
+  if [[ -d $WORK/${t}_ck ]]; then cp -r "$WORK/${t}_ck" "$SAVED/${t}_ck.tmp"; else mkdir -p "$SAVED/${t}_ck.tmp"; fi
+  rm -rf "$SAVED/${t}_ck" && mv "$SAVED/${t}_ck.tmp" "$SAVED/${t}_ck"
+  echo "$(date -u +%FT%TZ) saved $t" >&2
+}
+
+open_trials() {  # WAITING or RUNNING trials of study $2 in task $1's database
+  sql "$WORK/$1.db" "select count(*) from trials join studies using (study_id)
+    where study_name = '$2' and state in ('WAITING','RUNNING')"
+}
+
+chain() {  # task $1: launch every C (idempotent), then train each C's study to the end, smallest C first
+  local t=$1 c n rc=0
+  restore "$t"
+  # shellcheck disable=SC2046
+  "$ARCHHPO" launch --experiment "$t" $(args_for "$t") --storage "sqlite:///$WORK/$t.db"
+  ( while sleep 900; do save "$t" || true; done ) >>"$WORK/$t.saver.log" 2>&1 &
+  echo $! >"$WORK/$t.saver.pid"
+  for c in "${COMPUTES[@]}"; do
+    n="${t}_C${c}"
+    if (($(open_trials "$t" "$n") == 0)); then echo "$n: finished" >&2; continue; fi
+    nice -n 10 "$ARCHHPO" worker --study "$n" --storage "sqlite:///$WORK/$t.db" --threads 1 \
+      --checkpoint-dir "$WORK/${t}_ck" >>"$WORK/$t.worker.log" 2>&1 &
+    echo $! >"$WORK/$t.worker.pid"
+    wait "$!" || { rc=$?; echo "$n: the worker stopped (exit $rc); the chain ends here" >&2; break; }
+    echo "$(date -u +%FT%TZ) $n: done" >&2
+  done
+  kill "$(cat "$WORK/$t.saver.pid")" 2>/dev/null || true
+  rm -f "$WORK/$t.worker.pid" "$WORK/$t.saver.pid"
+  save "$t"
+  return "$rc"
+}
+
+start() {  # each task's chain in the background: bench/frontier/frontier.sh start [syn] [shk]
+  local t pid tasks=("$@")
+  ((${#tasks[@]})) || tasks=("${TASKS[@]}")
+  mkdir -p "$WORK"
+  for t in "${tasks[@]}"; do
+    if [[ -f $WORK/$t.chain.pid ]] && pid=$(cat "$WORK/$t.chain.pid") && kill -0 "$pid" 2>/dev/null; then
+      echo "$t is already running (chain $pid)" >&2; continue
+    fi
+    nohup "$0" chain "$t" >>"$WORK/$t.chain.log" 2>&1 &
+    echo $! >"$WORK/$t.chain.pid"
+    echo "$(date -u +%FT%TZ) started $t (log $WORK/$t.chain.log)" >&2
+  done
+}
+
+stop() {  # SIGTERM each worker (its running trial is saved between two steps), then save every task
+  local t pid
+  for t in "${TASKS[@]}"; do
+    if [[ -f $WORK/$t.chain.pid ]]; then kill "$(cat "$WORK/$t.chain.pid")" 2>/dev/null || true; rm -f "$WORK/$t.chain.pid"; fi
+    if [[ -f $WORK/$t.worker.pid ]]; then
+      pid=$(cat "$WORK/$t.worker.pid"); kill -TERM "$pid" 2>/dev/null || true
+      while kill -0 "$pid" 2>/dev/null; do sleep 1; done
+      rm -f "$WORK/$t.worker.pid"
+    fi
+    if [[ -f $WORK/$t.saver.pid ]]; then kill "$(cat "$WORK/$t.saver.pid")" 2>/dev/null || true; rm -f "$WORK/$t.saver.pid"; fi
+    if [[ -f $WORK/$t.db ]]; then save "$t"; fi
+  done
+  return 0
+}
+
+status() {
+  local t=$1
+  [[ -s $WORK/$t.db ]] || { echo "no working copy $WORK/$t.db yet: \`start $t\` makes it" >&2; return 1; }
+  sql "$WORK/$t.db" "select s.study_name, t.state, count(*) from trials t join studies s using (study_id)
+    group by 1, 2 order by 1, 2;"
+  sql "$WORK/$t.db" "select printf('%.2f trial-hours so far (duration_s of the finished trials)', coalesce(sum(json_extract(a.value_json, '\$')), 0) / 3600.0)
+    from trial_user_attributes a join trials t using (trial_id) where a.key = 'duration_s' and t.state = 'COMPLETE';"
+}
+
+table() {  # every finished trial of task $1 (experiment_results.csv's columns), with its sha256 and cost
+  local t=$1 out
+  out=$(mktemp -d)
+  "$ARCHHPO" export --experiment "$t" --storage "sqlite:///$WORK/$t.db" --out "$out" >/dev/null
+  cp "$out/experiment_results.csv" "bench/frontier/$t.csv"
+  rm -rf "$out"
+  sha256sum "bench/frontier/$t.csv"
+  status "$t" | tail -1
+}
+
+case "${1:-}" in
+  start) shift; start "$@" ;;
+  chain) chain "$2" ;;
+  stop) stop ;;
+  save) save "$2" ;;
+  status) status "$2" ;;
+  table) table "$2" ;;
+  *) echo "usage: $0 start [syn|shk]... | stop | save TASK | status TASK | table TASK" >&2; exit 2 ;;
+esac
