@@ -105,7 +105,7 @@ def replay_spread(budgets: list[Budget], repeats: int, seed: int, sequential: bo
     ratios, within = [], []
     for k in range(repeats):  # each its own plan seed and noise (search_efficiency.replay, one repeat)
         one = se.replay(budgets, 1, seed + k, trials, sequential=sequential, each_budget=each_budget,
-                        at_rung=at_rung)["archhpo"]
+                        at_rung=at_rung, carry_finalists=False)["archhpo"]  # every real run predates the option
         ratios.append(one["flops_ratio"])
         within.append(one["within_1std_per_budget"])
     ratios.sort()
