@@ -145,7 +145,7 @@ def _check_memory(trial: TrialSpec, device: torch.device, source: str) -> tuple[
     trial in words for the worker's check on the loaded data."""
     fam = get_family(trial.family)
     cfg = fam.config_for(trial.arch, trial.model_info())
-    what = f"The architecture of {source} ({fam.param_count(cfg):,} parameters)"
+    what = f"The architecture from {source} ({fam.param_count(cfg):,} parameters)"
     fit_memory(trial, cfg, trial.train_config(fam), device, what)
     return cfg, what
 
@@ -175,7 +175,7 @@ def _header(trial: TrialSpec, cfg: Any, device: torch.device, source: str) -> st
 def train_command(args: argparse.Namespace) -> dict[str, Any]:
     trial = trial_spec_from_args(args)  # the file checked: nothing of torch is built yet
     device = resolve_device(args.device)
-    source = args.from_json or "the flags"
+    source = args.from_json or "the command line"
     cfg, what = _check_memory(trial, device, source)
     if getattr(args, "threads", None):
         torch.set_num_threads(int(args.threads))

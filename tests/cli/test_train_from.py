@@ -112,8 +112,18 @@ def test_a_best_json_train_cannot_trust_is_refused_in_one_sentence(
 def test_a_too_large_architecture_is_refused_with_the_workers_estimate(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     err = _refused(tmp_path, monkeypatch, capsys, _changed(("architecture", "d_model"), 10**9))
-    assert err.startswith(f"archhpo: error: The architecture of {tmp_path / 'tiny_10K_best.json'} (")
+    assert err.startswith(f"archhpo: error: The architecture from {tmp_path / 'tiny_10K_best.json'} (")
     assert "parameters) needs about" in err and "GiB to train but cpu has" in err and "lower the batch size" in err
+
+
+def test_a_too_large_architecture_on_the_command_line_is_refused_alike(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(tmp_path)
+    code = cli_main(["train", "--family", "lm", "--d-model", str(10**9), "--n-layers", "2", "--n-heads", "4",
+                     "--d-ff", "64", "--device", "cpu", "--save", "m.pt"])
+    out, err = capsys.readouterr()
+    assert code == 2 and out == "" and list(tmp_path.iterdir()) == []
+    assert err.startswith("archhpo: error: The architecture from the command line (") and "needs about" in err
 
 
 def test_a_nan_learning_rate_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
