@@ -20,7 +20,6 @@ from __future__ import annotations
 import ast
 import dataclasses
 import functools
-import math
 import re
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -28,6 +27,7 @@ from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any, ClassVar
 
+from archhpo._isoflop_config import Isoflop, check_isoflop
 from archhpo.errors import BudgetError, ConfigError, StudyError
 from archhpo.schema import (
     ARCH_KEYS,
@@ -192,55 +192,6 @@ class Data:
         return ratios[0]
 
 
-@dataclass(frozen=True)
-class Isoflop:
-    """An IsoFLOP study: at each compute budget C, models of several sizes trained on D = C/(k·N) tokens
-    (budgets/_isoflop.py plans them; docs/compute-optimal.md)."""
-
-    computes: tuple[float, ...] = ()
-    """plan an IsoFLOP study at compute budget C training FLOPs (1e13, 3e12); repeat for several C, one study each named {experiment}_C{C}: --sizes sizes log-spaced over --span around N_c(C), each trained on the whole samples that put its FLOPs within 1% of C, one fixed set of training parameters, no pruning; instead of --budget and --tokens-per-param"""
-    sizes: int = 7
-    """with --isoflop: model sizes per compute budget (at least 5, for the parabola of loss in log N)"""
-    span: float = 10.0
-    """with --isoflop: the largest size over the smallest at each compute budget"""
-    centres: tuple[float, ...] = ()
-    """with --isoflop: the size N_c the sizes are centred on, one per --isoflop C in the order given or one for all (default: Chinchilla's prior N_c = sqrt(C/120), or --centre-from's law)"""
-    centre_from: str | None = None
-    """with --isoflop: centre each C's sizes on this earlier experiment's fitted IsoFLOP law N_opt = G·C^a (read from the database, as its report fits it)"""
-    shapes: int = 1
-    """with --isoflop: the architectures trained at each size, the grid rows nearest the target shape (Kaplan's aspect ratio 100, 4x FFN, 64-wide heads); the fit keeps each size's best"""
-
-    def __post_init__(self) -> None:
-        _check_types(self)
-        object.__setattr__(self, "computes", tuple(float(c) for c in self.computes))
-        object.__setattr__(self, "centres", tuple(float(c) for c in self.centres))
-        for c in self.computes:
-            if not (math.isfinite(c) and c > 0):
-                raise BudgetError(f"--isoflop {c:g} must be a positive number of training FLOPs, e.g. --isoflop 1e13.")
-        if len(set(self.computes)) != len(self.computes):
-            raise BudgetError("--isoflop lists a compute budget twice; give each C once.")
-        if self.sizes < 5:
-            raise BudgetError(f"--sizes {self.sizes}: an IsoFLOP profile needs at least 5 sizes per compute "
-                              "budget to fit its parabola; give --sizes 5 or more.")
-        if not (math.isfinite(self.span) and self.span > 1):
-            raise BudgetError(f"--span {self.span:g} must be above 1 (the largest size over the smallest, e.g. 10).")
-        if self.shapes < 1:
-            raise BudgetError(f"--shapes {self.shapes} must be at least 1 (architectures per size).")
-        if any(not (math.isfinite(c) and c > 0) for c in self.centres):
-            raise BudgetError("--centre must be a positive parameter count, e.g. --centre 2e5.")
-        if self.centres and len(self.centres) not in (1, len(self.computes)):
-            raise BudgetError(f"--centre is given {len(self.centres)} times for {len(self.computes)} --isoflop "
-                              "budgets; give one per --isoflop C, in the same order, or one for all.")
-        if self.centres and self.centre_from:
-            raise BudgetError("Give --centre or --centre-from, not both.")
-
-    def centre_of(self, compute: float) -> float | None:
-        """The stated centre of compute budget `compute` (None: the prior's or the law's)."""
-        if not self.centres:
-            return None
-        return self.centres[0] if len(self.centres) == 1 else self.centres[self.computes.index(compute)]
-
-
 # ----------------------------------------------------------------------------- family options
 class FamilyOptions:
     """A family's flags as a frozen dataclass (built by `family_options_class`): a field per flag,
@@ -397,7 +348,9 @@ class StudyConfig:
     def __post_init__(self) -> None:
         _check_types(self)
         object.__setattr__(self, "budgets", tuple(self.budgets))
-        self._check_isoflop()
+        if self.isoflop.computes:  # its own sizes, data and training parameters; never pruned
+            check_isoflop(self)
+            object.__setattr__(self, "pruning", dataclasses.replace(self.pruning, rule="none"))
         if self.ladder and (len(self.budgets) < 2 or {"d_model", "n_layers"} & set(self.pins)):
             raise StudyError("--ladder needs at least two --budget values and d_model, n_layers unpinned (--n-heads, "
                              "--d-ff lists only filter the grid): it plans each larger budget from the smaller ones.")
@@ -436,26 +389,6 @@ class StudyConfig:
         if self.family_options is not None and self.family_options.FAMILY != self.family:
             raise ConfigError(f"The options of the {self.family_options.FAMILY} family cannot configure a "
                               f"{self.family} study; build them for --family {self.family}.")
-
-    def _check_isoflop(self) -> None:
-        """--isoflop plans its own sizes and data, one set of training parameters, no early stopping:
-        refused beside the options that plan otherwise; its pruner is none unless stated otherwise."""
-        if not self.isoflop.computes:
-            return
-        clash = [flag for flag, on in (("--budget", self.budgets), ("--tokens-per-param", self.data.tokens_per_param),
-                                       ("--samples-per-param", self.data.samples_per_param),
-                                       ("--ladder", self.ladder), ("--paired-seeds", self.paired_seeds),
-                                       ("--confirm", self.confirm.top),
-                                       ("--d-model", "d_model" in self.pins), ("--n-layers", "n_layers" in self.pins))
-                 if on]
-        if clash:
-            raise StudyError(f"--isoflop plans each compute budget's sizes and data itself, so it takes no "
-                             f"{' or '.join(clash)}; drop {'them' if len(clash) > 1 else 'it'} (--n-heads and "
-                             "--d-ff lists may filter its grid).")
-        if "pruner" in self.given and self.pruning.rule != "none":
-            raise StudyError(f"--pruner {self.pruning.rule} would stop an IsoFLOP study's trials before their FLOPs "
-                             "reach C; drop --pruner (IsoFLOP trials always train to the end).")
-        object.__setattr__(self, "pruning", dataclasses.replace(self.pruning, rule="none"))
 
     @classmethod
     def from_options(cls, values: Mapping[str, Any], *, given: Sequence[str] = (),
