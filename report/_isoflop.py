@@ -26,6 +26,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from archhpo.schema import ARCH_KEYS
+
 N_BOOT = 1000
 MIN_SIZES = 5
 MIN_VERTICES = 3
@@ -226,7 +228,7 @@ def isoflop_points(frame: pd.DataFrame) -> pd.DataFrame:
     done = frame[(frame["state"] == "COMPLETE") & frame["val_loss"].notna()].copy()
     done[COLUMN] = pd.to_numeric(done[COLUMN], errors="coerce")
     done = done[done[COLUMN].notna() & done["param_count"].notna()]
-    keys = [COLUMN, "param_count", *(c for c in ("d_model", "n_layers", "n_heads", "d_ff") if c in done)]
+    keys = [COLUMN, "param_count", *(c for c in ARCH_KEYS if c in done)]
     cols = {"val_loss": "mean", "train_tokens": "mean", "train_flops": "mean"}
     if SIZE_COLUMN in done:
         cols[SIZE_COLUMN] = "first"
