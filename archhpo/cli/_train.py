@@ -72,7 +72,9 @@ def _data_spec(args: argparse.Namespace, fam: Family, best: dict[str, Any] | Non
                options: dict[str, Any]) -> dict[str, Any]:
     """The data spec: --data's, else the file's (checked; a data file re-validated and re-hashed here)."""
     if not best or args.data is not None:
-        return fam.parse_data(args.data or "synthetic", options)
+        spec = fam.parse_data(args.data or "synthetic", options)
+        check_data(fam, spec, options, "--data")  # a generated data set's caps hold for the flag too
+        return spec
     spec = dict(best["data"] or {})
     check_data(fam, spec, options, args.from_json)
     if "path" in spec:

@@ -126,6 +126,13 @@ def test_a_too_large_architecture_on_the_command_line_is_refused_alike(
     assert err.startswith("archhpo: error: The architecture from the command line (") and "needs about" in err
 
 
+def test_generated_data_past_its_cap_is_refused_on_the_command_line_too(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    err = _refused(tmp_path, monkeypatch, capsys, TINY, "--data", f"synthetic:tokens={10**12}")
+    assert err == ("archhpo: error: --data: data.tokens = 1,000,000,000,000 is beyond 2,000,000,000, the most "
+                   "archhpo generates in host memory before training; lower it or train on a file with --data.\n")
+
+
 def test_a_nan_learning_rate_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                         capsys: pytest.CaptureFixture[str]) -> None:
     raw = json.dumps(_changed(("best_params", "learning_rate"), float("nan")))
