@@ -312,14 +312,16 @@ def _prepare(n: Any, loss: Any, labels: list[str] | None, replicates: tuple[np.n
 def _fit_many(items: list[tuple[Any, ...]], n_boot: int, delta: float, floor: float | None) -> list[dict[str, Any]]:
     """The fits of several studies (n, loss, labels, replicates, measured noise, seed): the
     full-data fits and then the bootstrap refits of all studies with as many points in one batch."""
-    studies = [_prepare(*item[:5], item[5], n_boot, delta) for item in items]
+    studies = [_prepare(n, loss, labels, reps, measured, seed, n_boot, delta)
+               for n, loss, labels, reps, measured, seed in items]
     live = [st for st in studies if not st["done"]]
     for k in sorted({len(st["logn"]) for st in live}):
         group = [st for st in live if len(st["logn"]) == k]
         logn, logl = np.array([st["logn"] for st in group]), np.array([st["logl"] for st in group])
         theta, fun, m = fit_batch(logn, logl, delta)
         # the noise sd from least-squares residuals (the Huber fit's sum of squares runs 10-15% high)
-        box = tuple(np.array(b) for b in zip(*(box_of(ln, ll) for ln, ll in zip(logn, logl, strict=True)), strict=True))
+        boxes = [box_of(ln, ll) for ln, ll in zip(logn, logl, strict=True)]
+        box = (np.array([b[0] for b in boxes]), np.array([b[1] for b in boxes]))
         ls, _ = _lm_batch(logn, logl, np.ones_like(logl), theta, LS_DELTA, box=box)
         resid = logl - np.logaddexp(ls[:, 0:1], ls[:, 1:2] - ls[:, 2:3] * logn)
         for st, t, f, r in zip(group, theta, fun, resid, strict=True):
