@@ -158,7 +158,7 @@ def _study_rows(storage: Any, study_id: int, settings: Any, curves: bool = True)
             "rung_scores": [float(v) for v in ua.get("rung_scores") or []],
             "timestamp": done.astimezone().isoformat() if done else None,  # Optuna stores naive local time
             "fail_reason": ua.get("fail_reason"),
-            **{k: ua.get(k) for k in (*NUMERIC_EXTRA, "host", "device", "gpu_name")},
+            **{k: ua.get(k) for k in (*NUMERIC_EXTRA, "host", "device", "gpu_name", "isoflop_size")},
         }
         for k, v in ua.items():
             if k.startswith("val_") and k not in _NOT_METRICS and isinstance(v, int | float):

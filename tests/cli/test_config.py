@@ -42,7 +42,11 @@ def test_config_sits_on_the_ground_floor() -> None:
     tree = ast.parse((REPO / "archhpo" / "config.py").read_text())
     modules = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     modules |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
-    assert {m for m in modules if m.startswith("archhpo")} == {"archhpo.schema", "archhpo.errors"}
+    # archhpo/_isoflop_config.py, its IsoFLOP section, is on the same floor (it imports archhpo.errors alone)
+    assert {m for m in modules if m.startswith("archhpo")} == {"archhpo.schema", "archhpo.errors", "archhpo._isoflop_config"}
+    side = ast.parse((REPO / "archhpo" / "_isoflop_config.py").read_text())
+    assert {n.module for n in ast.walk(side) if isinstance(n, ast.ImportFrom) and (n.module or "").startswith("archhpo")} \
+        == {"archhpo.errors"}
 
 
 def test_defaults_and_help_are_the_command_lines() -> None:
@@ -50,7 +54,7 @@ def test_defaults_and_help_are_the_command_lines() -> None:
     for name in OPTION_FIELDS:
         o = by_name[name]
         assert o.help == field_help(name) != "", name
-        if name not in ("experiment", "budget", "tokens_per_param", "samples_per_param"):  # no default shown
+        if name not in ("experiment", "budget", "tokens_per_param", "samples_per_param", "isoflop", "centre"):  # no default shown
             assert o.default == field_default(name) == default(name), name
     config = StudyConfig("e")
     assert (config.trials, config.family, config.pruning.rule, config.schedule.name) == (

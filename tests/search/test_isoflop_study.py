@@ -155,7 +155,7 @@ def test_a_real_isoflop_run_trains_each_size_to_within_one_percent_of_c(tmp_path
     out = tmp_path / "results"
     res = run_cli("run", "--experiment", "iso", *LINE[:4], *LINE[6:], "--workers", "1",
                   "--storage", f"sqlite:///{tmp_path / 's.db'}", "--out", str(out),
-                  "--checkpoint-dir", str(tmp_path / "ck"), cwd=tmp_path, timeout=240)
+                  "--checkpoint-dir", str(tmp_path / "ck"), cwd=tmp_path, timeout=480)
     assert res.returncode == 0, res.stderr[-3000:]
     assert "iso_C1e10: 5 complete, 0 pruned, 0 failed" in res.stderr
     assert "IsoFLOP (Approach 2): no law:" in res.stderr and "C = 1e+10: N_opt = " in res.stderr
@@ -163,6 +163,10 @@ def test_a_real_isoflop_run_trains_each_size_to_within_one_percent_of_c(tmp_path
         rows = list(csv.DictReader(fh))
     assert len(rows) == 5 and {r["compute_budget"] for r in rows} == {"10000000000.0"}
     assert sorted(int(r["isoflop_size"]) for r in rows) == [0, 1, 2, 3, 4]
+    from archhpo.report._frame import trials_frame
+
+    frame = trials_frame("iso", storage=f"sqlite:///{tmp_path / 's.db'}")  # the report's read of the database
+    assert sorted(frame["isoflop_size"]) == [0, 1, 2, 3, 4] and set(frame["compute_budget"]) == {1e10}
     for r in rows:
         assert abs(float(r["train_flops"]) - 1e10) <= 0.01 * 1e10, r
         assert int(r["train_samples"]) * int(float(r["flops_per_sample"])) == int(float(r["train_flops"]))
