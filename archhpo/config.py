@@ -33,6 +33,7 @@ from archhpo.schema import (
     ARCH_KEYS,
     DEFAULT_ETA,
     DEFAULT_MIN_FRACTION,
+    LADDER_CARRY_FINALISTS,
     LADDER_CONFIRM_AT_RUNG,
     LADDER_CONFIRM_SEEDS,
     LADDER_FINALISTS,
@@ -107,10 +108,11 @@ class Pruning:
     # None until StudyConfig.__post_init__ resolves it: the default needs --ladder and the confirmation,
     # which a Pruning alone does not see (compare a resolved config with confirm_at_rung=False, not None).
     confirm_at_rung: bool | None = None
-    """with --ladder: a budget that prunes at a trusted rung also confirms its finalists there (each new seed trained to the lowest trusted rung and scored by its cooldown branch, the winner chosen on the finalists' mean scores at that rung, search runs' included), about a third of a full-length confirmation; on by default where --ladder halves and confirms (docs/searching.md, "Choosing the defaults"); --no-confirm-at-rung trains every confirmation run to full length"""
+    """with --ladder: a budget that prunes at a trusted rung also confirms its finalists there (each new seed trained to the lowest trusted rung and scored by its cooldown branch, the winner chosen on the finalists' mean scores at that rung, search runs' included), about a third of a full-length confirmation; off by default (docs/searching.md, "Choosing the defaults"): every confirmation run trains to full length"""
 
-    carry_finalists: bool = False
-    """with --ladder: the largest budget trains only the next smaller budget's 3 best architectures (by the mean of their full-length runs, confirmation included), each carried to the grid row of the nearest shape (aspect ratio, head dimension, d_ff ratio), and the grid's extremes centred on the best's head dimension and d_ff ratio, each once to full length (no rung pruning there), then its usual confirmation; the budgets below are searched as without it"""
+    # None until StudyConfig.__post_init__ resolves it (the default needs --ladder).
+    carry_finalists: bool | None = None
+    """with --ladder: the largest budget trains only the next smaller budget's 3 best architectures (by the mean of their full-length runs, confirmation included), each carried to the grid row of the nearest shape (aspect ratio, head dimension, d_ff ratio), and the grid's extremes centred on the best's head dimension and d_ff ratio, each once to full length (no rung pruning there), then its usual confirmation; the budgets below are searched as without it; on by default with --ladder (docs/searching.md, "Choosing the defaults"); --no-carry-finalists plans the largest budget as the others"""
 
     def __post_init__(self) -> None:
         _check_types(self)
@@ -370,6 +372,9 @@ class StudyConfig:
             # default, and its paired evidence: docs/searching.md, "Choosing the defaults").
             at_rung = LADDER_CONFIRM_AT_RUNG and self.ladder and self.pruning.rule == "halving" and bool(self.confirm.top)
             object.__setattr__(self, "pruning", dataclasses.replace(self.pruning, confirm_at_rung=at_rung))
+        if self.pruning.carry_finalists is None:  # ... and its largest budget trains the finalists carried up
+            carry = LADDER_CARRY_FINALISTS and self.ladder
+            object.__setattr__(self, "pruning", dataclasses.replace(self.pruning, carry_finalists=carry))
         self.confirm.check_extras(self.ladder)
         for name, sentence, on in _COMPANIONS:
             if name in self.given and not on(self):

@@ -253,6 +253,7 @@ __all__ = [
     "DEFAULT_ETA",
     "DEFAULT_INTERVALS",
     "DEFAULT_MIN_FRACTION",
+    "LADDER_CARRY_FINALISTS",
     "LADDER_CONFIRM_AT_RUNG",
     "LADDER_CONFIRM_SEEDS",
     "LADDER_SEQUENTIAL",
@@ -301,11 +302,14 @@ LADDER_CONFIRM_SEEDS = 1
 # within the first two's pooled seed noise of their leader.  On the replays (docs/searching.md) this cut
 # the confirmation's FLOPs at every table and left every share within 1 std unchanged at the evaluation seed.
 LADDER_SEQUENTIAL = True
-# ... and, where a ladder budget prunes at a rung its trust measured (search/_trust.py), confirmed at
-# the lowest such rung instead of at full length (search/_confirmation.py `mark_rung`).  Chosen by the
-# rule of docs/searching.md ("Choosing the defaults"): on 500 paired replays of each truth it lost no
-# share and cost no FLOPs on any, and on T3 it saved 0.024 of the design's FLOPs at 3 points more share.
-LADDER_CONFIRM_AT_RUNG = True
+# --ladder's two options chosen by the rule of docs/searching.md ("Choosing the defaults"), read on
+# replays graded on noise they never saw (--noise fresh):
+# - confirming at a trusted rung (search/_confirmation.py `mark_rung`) is off: every confirmation run
+#   trains to full length (--confirm-at-rung turns it on);
+# - the largest budget trains the next smaller budget's finalists and the centred extremes, once each
+#   at full length (search/_ladder.py `finalist_rows`; --no-carry-finalists plans it as the others).
+LADDER_CONFIRM_AT_RUNG = False
+LADDER_CARRY_FINALISTS = True
 # --lr-probe's rates (search/_lrfit.py): the best architecture of each ladder budget below the largest
 # retrained at its rate times each factor, one run each, so that with its own run(s) at the rate itself
 # it has MIN_RATES_FOR_QUADRATIC (4) rates and the budget *locates* its best rate.  Lopsided towards low

@@ -17,14 +17,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from archhpo.schema import LADDER_CONFIRM_AT_RUNG
+from archhpo.schema import LADDER_CARRY_FINALISTS, LADDER_CONFIRM_AT_RUNG
 
 # (--trust-each-budget, --confirm-at-rung, --carry-finalists) as `archhpo run --ladder` runs without any of them
-DEFAULT = (False, LADDER_CONFIRM_AT_RUNG, False)
+DEFAULT = (False, LADDER_CONFIRM_AT_RUNG, LADDER_CARRY_FINALISTS)
 Setting = tuple[bool, bool, bool]
 
 
-def flags(each_budget: bool, at_rung: bool, carry_finalists: bool = False) -> str:
+def flags(each_budget: bool, at_rung: bool, carry_finalists: bool = DEFAULT[2]) -> str:
     """The flags that make `archhpo run --ladder` run with these settings ("" for the default's)."""
     out = ["--trust-each-budget"] if each_budget != DEFAULT[0] else []
     if at_rung != DEFAULT[1]:

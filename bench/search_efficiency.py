@@ -139,6 +139,7 @@ from _replay_table import (  # noqa: E402
 )
 
 from archhpo.schema import (  # noqa: E402
+    LADDER_CARRY_FINALISTS,
     LADDER_CONFIRM_AT_RUNG,
     LADDER_CONFIRM_SEEDS,
     LADDER_FINALISTS,
@@ -165,6 +166,8 @@ TUNING_SEED, EVALUATION_SEED = 0, 20261126  # plan seeds: archhpo tuned at the f
 FINALISTS, CONFIRM_SEEDS, SEQUENTIAL = LADDER_FINALISTS, LADDER_CONFIRM_SEEDS, LADDER_SEQUENTIAL
 # ... and, where a budget prunes at a trusted rung, confirmed at the lowest such rung (--confirm-at-rung)
 AT_RUNG = LADDER_CONFIRM_AT_RUNG
+# ... and whether its largest budget trains the finalists carried from below (--carry-finalists)
+CARRY = LADDER_CARRY_FINALISTS
 # carry_up reads the training parameters off the smaller budget's best trial; a truth has one set of
 # them (a paired study), so these stand in for it and no strategy's choice depends on them.
 FIXED_PARAMS = {"learning_rate": 3e-3, "weight_decay": 1e-4, "epochs": 9, "batch_size": 16, "warmup_steps": 50}
@@ -404,7 +407,7 @@ def confirmed(budget: Budget, planned: Sequence[Trial], finished: list[Trial], n
 
 def archhpo(budget: Budget, smaller: Budget | None, below: Outcome | None, step: int, noise: Noise,
             design: list[Trial], n_trials: int, seed: int, sequential: bool = SEQUENTIAL,
-            for_above: bool = False, at_rung: bool = AT_RUNG, carry: bool = False) -> Outcome:
+            for_above: bool = False, at_rung: bool = AT_RUNG, carry: bool = CARRY) -> Outcome:
     """The default `archhpo run --ladder` at one budget (module docstring): the smallest budget's
     design trained to full length measures the rung trust; a larger budget's ladder plan is halved at
     the trusted rungs only; the finalists are confirmed at every budget.  `for_above`
@@ -526,7 +529,7 @@ def option_outcome(name: str, budgets: list[Budget], step: int, below: Outcome |
 def replay(budgets: list[Budget], repeats: int, seed: int, n_trials: int = 50, topk: int = 5,
            held_out: bool = True, sequential: bool | Sequence[bool] = SEQUENTIAL, each_budget: bool = False,
            at_rung: bool = AT_RUNG, options: Sequence[str] = (), noise_mode: str = "table", rho: float = 1.0,
-           carry_finalists: bool = False) -> dict[str, Any]:
+           carry_finalists: bool = CARRY) -> dict[str, Any]:
     """Every strategy on every budget, `repeats` studies, each with its own plan seed and noise
     (`held_out` False: judged by the mean of all seeds, the seed the trials saw included); archhpo
     confirms in two waves or, `sequential` False, every finalist at once (a run launched before the
@@ -835,7 +838,7 @@ def command(args: argparse.Namespace) -> str:
     """The command line that makes this replay again (the noise and its settings spelled out)."""
     noise = {"fresh": f"--noise fresh --rho {args.rho:g}", "split": "--noise split",
              "table": f"--noise table --truth-mean {args.truth_mean}"}[args.noise]
-    named = flags(args.trust_each_budget, _at_rung(args), args.carry_finalists)
+    named = flags(args.trust_each_budget, _at_rung(args), _carry(args))
     return (f"python bench/search_efficiency.py --truth {args.truth} --repeats {args.repeats} --seed {args.seed}"
             f" --trials {args.trials} --topk {args.topk} {noise}" + (f" {named}" if named else "")
             + (" --compare-options" if args.compare_options else ""))
@@ -873,6 +876,11 @@ def _at_rung(args: argparse.Namespace) -> bool:
     return AT_RUNG if args.confirm_at_rung is None else bool(args.confirm_at_rung)
 
 
+def _carry(args: argparse.Namespace) -> bool:
+    """--carry-finalists as stated, else --ladder's default."""
+    return CARRY if args.carry_finalists is None else bool(args.carry_finalists)
+
+
 def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     """The command line, checked: bad input is refused with one sentence before anything is written."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -896,9 +904,10 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--confirm-at-rung", action=argparse.BooleanOptionalAction, default=None,
                     help="replay archhpo run --ladder with or without confirming at a trusted rung (a budget that "
                          f"trusts a rung confirms its finalists there; default: as --ladder does, {'with' if AT_RUNG else 'without'})")
-    ap.add_argument("--carry-finalists", action="store_true",
-                    help="replay archhpo run --ladder --carry-finalists: the largest budget trains the budget below's "
-                         "top 3 (nearest grid rows) and the centred extremes once each, then confirms")
+    ap.add_argument("--carry-finalists", action=argparse.BooleanOptionalAction, default=None,
+                    help="replay archhpo run --ladder with or without --carry-finalists (the largest budget trains the "
+                         "budget below's top 3, nearest grid rows, and the centred extremes once each, then confirms; "
+                         f"default: as --ladder does, {'with' if CARRY else 'without'})")
     ap.add_argument("--compare-options", action="store_true",
                     help="also replay archhpo under every other setting of --trust-each-budget, --confirm-at-rung "
                          "and --carry-finalists, on the same plans and draws as its default, and print each one's "
@@ -913,7 +922,8 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
         raise TableError("--truth-mean applies to --noise table only (fresh and split grade on seeds no trial saw): "
                          "leave it out or add --noise table.")
     args.truth_mean = args.truth_mean or "held-out"
-    if args.compare_options and (args.trust_each_budget or args.confirm_at_rung is not None or args.carry_finalists):
+    if args.compare_options and (args.trust_each_budget or args.confirm_at_rung is not None
+                                 or args.carry_finalists is not None):
         raise TableError("--compare-options compares every option with the default: leave out --trust-each-budget, "
                          "--(no-)confirm-at-rung and --carry-finalists.")
     return args
@@ -927,7 +937,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     result = replay(budgets, args.repeats, args.seed, args.trials, args.topk, held_out,
                     each_budget=args.trust_each_budget, at_rung=_at_rung(args),
                     options=tuple(OPTIONS) if args.compare_options else (), noise_mode=args.noise, rho=args.rho,
-                    carry_finalists=args.carry_finalists)
+                    carry_finalists=_carry(args))
     ceiling = noise_ceiling(budgets, args.repeats, args.seed, held_out, mode=args.noise, rho=args.rho)
     best = oracle(budgets, args.repeats, args.seed, args.noise, held_out, args.rho)
     ceilings = truth_ceilings(budgets, args.seed)

@@ -20,8 +20,13 @@ _IDENTITY = ("family", "tolerance", "data", "options", "n_trials", "pruner", "bu
 # Options a newer archhpo stores by default where an older one stored nothing, by their path in the
 # stored options, with that default: a study launched before keeps its own behaviour (every worker
 # reads the stored settings), so the same command that launched it relaunches (resumes) it.
-# (--ladder's two-wave confirmation; its confirmation at a trusted rung, a ladder budget's.)
-_ADDED_BY_DEFAULT: dict[tuple[str, ...], Any] = {("confirm_sequential",): True, ("ladder", "confirm"): "rung"}
+# (--ladder's two-wave confirmation; its confirmation at a trusted rung, a ladder budget's, the default
+# from 2026-11-29 to 2026-12-02; its largest budget's carried finalists, the default since 2026-12-02.)
+_ADDED_BY_DEFAULT: dict[tuple[str, ...], Any] = {("confirm_sequential",): True, ("ladder", "confirm"): "rung",
+                                                  ("ladder", "carry"): "finalists"}
+# Options an older archhpo stored by default where this one stores nothing, with that former default:
+# a study launched under it keeps it when the same command relaunches it.
+_DROPPED_BY_DEFAULT: dict[tuple[str, ...], Any] = {("ladder", "confirm"): "rung"}
 
 
 def _short(value: Any) -> str:
@@ -29,21 +34,32 @@ def _short(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+def _parents(old: dict[str, Any], now: dict[str, Any], parents: list[str]) -> tuple[Any, Any] | None:
+    """The dicts of `old` and `now` at the path `parents`, or None where either lacks one."""
+    was: Any = old
+    new: Any = now
+    for part in parents:
+        was, new = was.get(part), new.get(part)
+        if not isinstance(was, dict) or not isinstance(new, dict):
+            return None
+    return was, new
+
+
 def _as_stored_before(old: dict[str, Any], now: dict[str, Any]) -> dict[str, Any]:
     """The options `now` less each one `_ADDED_BY_DEFAULT` names where `old` lacks it and `now` holds
-    its default: what this archhpo would have stored when `old` was launched."""
+    its default, plus each one `_DROPPED_BY_DEFAULT` names where `old` holds the former default and
+    `now` nothing: what this archhpo would have stored when `old` was launched."""
     now = copy.deepcopy(now)
     for path, default in _ADDED_BY_DEFAULT.items():
         *parents, leaf = path
-        was: Any = old
-        new: Any = now
-        for part in parents:
-            was, new = was.get(part), new.get(part)
-            if not isinstance(was, dict) or not isinstance(new, dict):
-                break
-        else:
-            if leaf not in was and new.get(leaf) == default:
-                del new[leaf]
+        at = _parents(old, now, parents)
+        if at is not None and leaf not in at[0] and at[1].get(leaf) == default:
+            del at[1][leaf]
+    for path, former in _DROPPED_BY_DEFAULT.items():
+        *parents, leaf = path
+        at = _parents(old, now, parents)
+        if at is not None and at[0].get(leaf) == former and leaf not in at[1]:
+            at[1][leaf] = former
     return now
 
 

@@ -114,7 +114,7 @@ def test_a_fresh_run_is_its_architectures_mean_shifted_by_the_seed_std(rho: floa
 def test_under_split_noise_the_truth_seed_is_never_trained(monkeypatch: pytest.MonkeyPatch) -> None:
     budgets = se.load_table(T3)
     made = _recording(monkeypatch)
-    se.replay(budgets, 4, 2, options=("carry_finalists",), noise_mode="split")
+    se.replay(budgets, 4, 2, options=("no_carry_finalists",), noise_mode="split")
     held = []
     for noise, seen in made:
         assert set(noise.held) == set(noise.truth)
@@ -200,7 +200,7 @@ def test_carry_finalists_plans_the_top_3_by_mean_at_their_nearest_rows_and_the_c
 
 def test_carry_finalists_changes_only_the_largest_budget_which_trains_its_plan_once_then_confirms() -> None:
     budgets = se.load_table(T3)
-    default = se.replay(budgets, 3, 4, noise_mode="fresh")["archhpo"]
+    default = se.replay(budgets, 3, 4, noise_mode="fresh", carry_finalists=False)["archhpo"]
     carry = se.replay(budgets, 3, 4, noise_mode="fresh", carry_finalists=True)["archhpo"]
     assert carry["flops_ratio_per_budget"][:-1] == default["flops_ratio_per_budget"][:-1]
     assert carry["regret_std_per_budget"][:-1] == default["regret_std_per_budget"][:-1]
@@ -219,12 +219,13 @@ def test_carry_finalists_changes_only_the_largest_budget_which_trains_its_plan_o
 
 def test_the_command_names_its_noise_and_refuses_bad_settings(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "o.json"
-    assert se.main(["--truth", str(T3), "--repeats", "2", "--noise", "split", "--carry-finalists", "--json", str(out)]) == 0
+    assert se.main(["--truth", str(T3), "--repeats", "2", "--noise", "split", "--no-carry-finalists", "--json",
+                    str(out)]) == 0
     doc = json.loads(out.read_text())
     assert (doc["noise"], doc["rho"], doc["noise_data"]) == ("split", None, "fixed data")
-    assert doc["command"].endswith("--noise split --carry-finalists")
+    assert doc["command"].endswith("--noise split --no-carry-finalists")
     assert doc["strategies"]["archhpo"] == {k: v for k, v in se.replay(
-        se.load_table(T3), 2, 0, noise_mode="split", carry_finalists=True)["archhpo"].items() if k in se.MEASURES}
+        se.load_table(T3), 2, 0, noise_mode="split", carry_finalists=False)["archhpo"].items() if k in se.MEASURES}
     assert set(doc["oracle"]) >= {"share_within_1std", "regret_std", "regret_nats", "regret_std_top"}
     assert "| table-best oracle |" in capsys.readouterr().out
     for argv, message in ((["--rho", "1.5"], "--rho is a correlation"),

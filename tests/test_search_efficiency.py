@@ -17,6 +17,8 @@ from typing import Any
 
 import pytest
 
+from archhpo.schema import LADDER_CARRY_FINALISTS, LADDER_CONFIRM_AT_RUNG
+
 BENCH = Path(__file__).resolve().parents[1] / "bench"
 
 
@@ -376,13 +378,16 @@ def test_the_committed_truth_under_a_real_studys_noise(tmp_path: Path) -> None:
 
 
 # ------------------------------------------------------------------------------ issue 32 part 5: archhpo
-def _budgets_of_one_repeat(budgets: list[Any], seed: int = 0, rep: int = 0) -> list[dict[str, Any]]:
-    """Every strategy's Outcome at each budget of one replayed study, as replay() runs it."""
+def _budgets_of_one_repeat(budgets: list[Any], seed: int = 0, rep: int = 0, at_rung: bool = se.AT_RUNG
+                           ) -> list[dict[str, Any]]:
+    """Every strategy's Outcome at each budget of one replayed study, as replay() runs it (without
+    --carry-finalists: the largest budget planned as the others)."""
     below: dict[str, Any] = {}
     out = []
     for step, budget in enumerate(budgets):
         noise = se.draw(budget, rep, se.noise_rng(seed, rep, budget))
-        below = se.strategies(budget, budgets[step - 1] if step else None, below, step, noise, 50, 5, seed)
+        below = se.strategies(budget, budgets[step - 1] if step else None, below, step, noise, 50, 5, seed,
+                              at_rung=at_rung)
         out.append(below)
     return out
 
@@ -398,18 +403,18 @@ def test_archhpo_halves_at_the_rungs_its_smallest_budget_trusts(tmp_path: Path, 
     # epochs, and 2 confirmation runs for each of 2 finalists (the counts are set here, not the defaults): 22 x 10.
     monkeypatch.setattr(se, "FINALISTS", 2)
     monkeypatch.setattr(se, "CONFIRM_SEEDS", 2)
-    small, large = _budgets_of_one_repeat(budgets)
+    small, large = _budgets_of_one_repeat(budgets, at_rung=True)
     a = small["archhpo"]
     assert (a.flops, small["design"].flops) == (22 * 10, 18 * 9)
     # The larger budget: the ladder's 8 trials (one per architecture of its region, 8 of the 9), halved at
     # both trusted rungs with hard cuts (the seeds changed the data: no seed noise within a repeat):
     # 8 x (1 + 0.25), 2 x (2 + 0.75), 1 x 6 to full length, arch 8, the one finalist, confirmed at rung 0,
-    # the lowest trusted (--confirm-at-rung, the default): 2 x (1 + 0.25) more.
+    # the lowest trusted (--confirm-at-rung): 2 x (1 + 0.25) more.
     assert large["archhpo"].pruned and large["archhpo"].flops == 8 * 1.25 + 2 * 2.75 + 1 * 6 + 2 * 1.25
     assert large["ladder"].flops == 8 * 9 and len(large["ladder"].finished) == 8
     assert [t.arch.idx for t in large["archhpo"].finished] == [8], "confirmation runs ended at the rung"
     assert large["archhpo"].winner.idx == large["ladder"].winner.idx == 8
-    result = se.replay(budgets, repeats=3, seed=0)
+    result = se.replay(budgets, repeats=3, seed=0, at_rung=True, carry_finalists=False)
     assert result["archhpo"]["regret_std_per_budget"] == [0.0, 0.0] and result["archhpo"]["share_within_1std"] == 1.0
     assert result["archhpo"]["fidelity"]["pruned_at_rung"] == [0.0, 1.0]
 
@@ -418,7 +423,7 @@ def test_no_confirm_at_rung_retrains_the_finalists_to_full_length(tmp_path: Path
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     # The table of the test above: under --no-confirm-at-rung the larger budget (trusting rungs 0 and 1)
     # confirms its one finalist's 2 new seeds at full length (10 each) instead of at rung 0 (1 epoch + its
-    # 0.25-epoch branch each, the default); the smallest budget, which measures the trust, confirms at full
+    # 0.25-epoch branch each, under --confirm-at-rung); the smallest budget, which measures the trust, confirms at full
     # length either way.
     monkeypatch.setattr(se, "FINALISTS", 2)
     monkeypatch.setattr(se, "CONFIRM_SEEDS", 2)
@@ -434,9 +439,12 @@ def test_no_confirm_at_rung_retrains_the_finalists_to_full_length(tmp_path: Path
     a = large["archhpo"]
     assert a.pruned and a.flops == 8 * 1.25 + 2 * 2.75 + 1 * 6 + 2 * 10
     assert [t.arch.idx for t in a.finished] == [8, 8, 8] and a.winner.idx == 8, "confirmation runs at full length"
-    once, at = (se.replay(budgets, repeats=3, seed=0, at_rung=r)["archhpo"] for r in (False, True))
+    once, at = (se.replay(budgets, repeats=3, seed=0, at_rung=r, carry_finalists=False)["archhpo"]
+                for r in (False, True))
     assert at["flops_ratio"] < once["flops_ratio"] and at["share_within_1std"] == once["share_within_1std"] == 1.0
-    assert at == se.replay(budgets, repeats=3, seed=0)["archhpo"], "the replay's default is --ladder's"
+    default = se.replay(budgets, repeats=3, seed=0, at_rung=LADDER_CONFIRM_AT_RUNG,
+                        carry_finalists=LADDER_CARRY_FINALISTS)["archhpo"]
+    assert default == se.replay(budgets, repeats=3, seed=0)["archhpo"], "the replay's default is --ladder's"
 
 
 def test_archhpo_trains_full_length_where_the_rungs_rank_the_other_way(tmp_path: Path) -> None:
@@ -525,10 +533,12 @@ def test_trust_each_budget_prunes_where_a_larger_budgets_rungs_predict(tmp_path:
     trusted and nothing is pruned; measured again at the middle budget (--trust-each-budget), whose
     region then pays its cooldown branches (10/9 of its FLOPs: 1 epoch of branches per 9), the
     largest budget prunes at both rungs in every repeat. The largest scores nothing in passing: on a
-    two-budget ladder the option changes nothing."""
+    two-budget ladder the option changes nothing. (Without --carry-finalists, which plans the largest
+    budget without pruning.)"""
     three = {"1M": 1_000_000, "2M": 2_000_000, "4M": 4_000_000}
     budgets = se.load_table(_table(tmp_path, three, 9, {"1M": -1.0, "2M": 1.0, "4M": 1.0}))
-    once, each = (se.replay(budgets, repeats=3, seed=0, each_budget=e)["archhpo"] for e in (False, True))
+    once, each = (se.replay(budgets, repeats=3, seed=0, each_budget=e, carry_finalists=False)["archhpo"]
+                  for e in (False, True))
     assert once["fidelity"]["pruned_at_rung"] == [0.0, 0.0, 0.0] and once["fidelity"]["rung_trusted"] == [0.0, 0.0]
     assert each["fidelity"]["pruned_at_rung"] == [0.0, 0.0, 1.0] and each["fidelity"]["rung_trusted"] == [1.0, 1.0]
     # the trust the largest budget read: the smallest's by default, the middle's under the option
@@ -540,7 +550,8 @@ def test_trust_each_budget_prunes_where_a_larger_budgets_rungs_predict(tmp_path:
     assert each["flops_ratio_per_budget"][2] < once["flops_ratio_per_budget"][2] / 2
     assert each["flops_ratio"] < once["flops_ratio"] and each["share_within_1std"] == once["share_within_1std"] == 1.0
     two = se.load_table(_table(tmp_path, {"1M": 1_000_000, "2M": 2_000_000}, 9, {"1M": -1.0, "2M": 1.0}))
-    assert se.replay(two, repeats=3, seed=0, each_budget=True) == se.replay(two, repeats=3, seed=0)
+    assert (se.replay(two, repeats=3, seed=0, each_budget=True, carry_finalists=False)
+            == se.replay(two, repeats=3, seed=0, carry_finalists=False))
 
 
 def test_each_option_compared_on_the_defaults_draws_is_the_option_replayed_alone(tmp_path: Path) -> None:
@@ -553,18 +564,19 @@ def test_each_option_compared_on_the_defaults_draws_is_the_option_replayed_alone
     assert se.replay(budgets, repeats=4, seed=5) == {**result, "archhpo": {
         k: v for k, v in result["archhpo"].items() if k != "options"}}, "the options change nothing else"
     options = result["archhpo"]["options"]
-    assert list(options) == ["trust_each_budget", "no_confirm_at_rung", "carry_finalists",
-                             "trust_each_budget+no_confirm_at_rung", "trust_each_budget+carry_finalists",
-                             "no_confirm_at_rung+carry_finalists", "trust_each_budget+no_confirm_at_rung+carry_finalists"]
-    assert se.OPTIONS == {"trust_each_budget": (True, True, False), "no_confirm_at_rung": (False, False, False),
-                          "carry_finalists": (False, True, True),
-                          "trust_each_budget+no_confirm_at_rung": (True, False, False),
-                          "trust_each_budget+carry_finalists": (True, True, True),
-                          "no_confirm_at_rung+carry_finalists": (False, False, True),
-                          "trust_each_budget+no_confirm_at_rung+carry_finalists": (True, False, True)}, \
+    assert list(options) == ["trust_each_budget", "confirm_at_rung", "no_carry_finalists",
+                             "trust_each_budget+confirm_at_rung", "trust_each_budget+no_carry_finalists",
+                             "confirm_at_rung+no_carry_finalists", "trust_each_budget+confirm_at_rung+no_carry_finalists"]
+    assert po.DEFAULT == (False, LADDER_CONFIRM_AT_RUNG, LADDER_CARRY_FINALISTS) == (False, False, True)
+    assert se.OPTIONS == {"trust_each_budget": (True, False, True), "confirm_at_rung": (False, True, True),
+                          "no_carry_finalists": (False, False, False),
+                          "trust_each_budget+confirm_at_rung": (True, True, True),
+                          "trust_each_budget+no_carry_finalists": (True, False, False),
+                          "confirm_at_rung+no_carry_finalists": (False, True, False),
+                          "trust_each_budget+confirm_at_rung+no_carry_finalists": (True, True, False)}, \
         "every other setting, by its flags"
-    assert po.flags(*po.DEFAULT) == "" and po.flags(True, False) == "--trust-each-budget --no-confirm-at-rung"
-    assert po.flags(False, True, True) == "--carry-finalists"
+    assert po.flags(*po.DEFAULT) == "" and po.flags(True, True) == "--trust-each-budget --confirm-at-rung"
+    assert po.flags(False, False, False) == "--no-carry-finalists"
     for name, (each, at_rung, carry) in se.OPTIONS.items():
         alone = se.replay(budgets, repeats=4, seed=5, each_budget=each, at_rung=at_rung, carry_finalists=carry)["archhpo"]
         for key in ("flops_ratio", "share_within_1std", "flops_ratio_per_budget", "within_1std_per_budget",
@@ -572,9 +584,10 @@ def test_each_option_compared_on_the_defaults_draws_is_the_option_replayed_alone
             assert options[name][key] == alone[key], (name, key)
         for key in ("flops_ratio", "share_within_1std"):
             assert options[name]["interval"][key] == alone["interval"][key], (name, key)
-    # trusting the middle budget's rungs prunes the largest in every repeat: a saving in every resample,
-    # at the same share (every choice is the best here), so the rule reads "saves FLOPs, share tied"
-    each = options["trust_each_budget"]
+    # trusting the middle budget's rungs prunes the largest (planned as the others) in every repeat: a
+    # saving in every resample, at the same share (every choice is the best here): "saves FLOPs, share tied"
+    each = options["trust_each_budget+no_carry_finalists"]
+    assert options["no_carry_finalists"]["flops_ratio"] > each["flops_ratio"]
     assert each["flops_minus_default"] < 0 and each["interval"]["flops_minus_default"][1] < 0
     assert each["interval"]["share_minus_default"] == [0.0, 0.0]
     assert (each["flops"], each["share"]) == ("lower", "tied")
@@ -600,13 +613,13 @@ def test_compare_options_prints_and_writes_the_comparison_and_refuses_an_option_
     doc = json.loads(out.read_text())
     assert doc["command"].endswith("--compare-options") and set(doc["options"]) == set(se.OPTIONS)
     assert list(doc["strategies"]) == list(se.STRATEGIES) and "options" not in doc["per_budget"]["archhpo"]
-    assert "| --trust-each-budget --no-confirm-at-rung |" in capsys.readouterr().out
+    assert "| --trust-each-budget --confirm-at-rung |" in capsys.readouterr().out
     for flag in ("--trust-each-budget", "--confirm-at-rung", "--no-confirm-at-rung", "--carry-finalists"):
         with pytest.raises(SystemExit, match=r"leave out --trust-each-budget, --\(no-\)confirm-at-rung and --carry"):
             se.main(["--truth", str(path), "--compare-options", flag, "--json", str(tmp_path / "no.json")])
     assert not (tmp_path / "no.json").exists(), "nothing written"
     off = tmp_path / "off.json"
-    assert se.main(["--truth", str(path), "--repeats", "3", "--seed", "1", "--no-confirm-at-rung", "--json", str(off)]) == 0
-    assert json.loads(off.read_text())["command"].endswith("--noise fresh --rho 1 --no-confirm-at-rung")
-    alone = se.replay(se.load_table(path), 3, 1, at_rung=False, noise_mode="fresh")["archhpo"]
+    assert se.main(["--truth", str(path), "--repeats", "3", "--seed", "1", "--no-carry-finalists", "--json", str(off)]) == 0
+    assert json.loads(off.read_text())["command"].endswith("--noise fresh --rho 1 --no-carry-finalists")
+    alone = se.replay(se.load_table(path), 3, 1, carry_finalists=False, noise_mode="fresh")["archhpo"]
     assert json.loads(off.read_text())["strategies"]["archhpo"] == {k: alone[k] for k in se.MEASURES}

@@ -32,6 +32,7 @@ from archhpo.models import Family, family_names, get_family
 from archhpo.schema import (
     ARCH_HELP,
     ARCH_KEYS,
+    LADDER_CARRY_FINALISTS,
     LADDER_CONFIRM_AT_RUNG,
     PRUNERS,
     SCHEDULES,
@@ -258,6 +259,8 @@ OPTIONS: tuple[Option, ...] = (
     study_option("trust_each_budget", None, STUDY_COMMANDS, switch=True),
     study_option("confirm_at_rung", None, STUDY_COMMANDS, switch=True, negatable=True,
                  shown_default="on with --ladder" if LADDER_CONFIRM_AT_RUNG else "off"),
+    study_option("carry_finalists", None, STUDY_COMMANDS, switch=True, negatable=True,
+                 shown_default="on with --ladder" if LADDER_CARRY_FINALISTS else "off"),
     study_option("isoflop", float, STUDY_COMMANDS, repeat=True, metavar="C", default=None),
     study_option("sizes", int, STUDY_COMMANDS, metavar="N"),
     study_option("span", float, STUDY_COMMANDS, metavar="S"),
@@ -275,7 +278,6 @@ OPTIONS: tuple[Option, ...] = (
              (TRAIN, *STUDY_COMMANDS), stored=True, range_commands=STUDY_COMMANDS if p.kind == "log" else ())
       for name, p in zip(TRAINING_OPTIONS, TRAINING, strict=True)),
     Option("storage", None, str, "database URL (default $ARCHHPO_STORAGE, else sqlite:///archhpo.db)",
-    study_option("carry_finalists", None, STUDY_COMMANDS, switch=True, negatable=True),
            (*STUDY_COMMANDS, WORKER, EXPORT, DASHBOARD, REPORT)),
     Option("device", "auto", str, "auto, cpu or cuda", (WORKER, RUN, TRAIN)),
     Option("threads", None, int, "torch CPU threads (run: per worker; default cores / --workers)",

@@ -146,7 +146,8 @@ def test_from_options_splits_sections_and_ratios() -> None:
     config = StudyConfig.from_options({"experiment": "e", "budget": ["2M", "20M"], "pruner": "halving", "eta": 4,
                                        "tokens_per_param": [10, 20], "d_model": [64], "epochs": 3, "seeds": None,
                                        "family": "lm"}, given=["eta"])
-    assert config.budgets == ("2M", "20M") and config.pruning == Pruning("halving", 4, confirm_at_rung=False)
+    assert config.budgets == ("2M", "20M") and config.pruning == Pruning("halving", 4, confirm_at_rung=False,
+                                                                                      carry_finalists=False)
     assert config.pins == {"d_model": (64,)} and config.fixed_params == {"epochs": 3}
     assert config.confirm.seeds == 3 and config.given == {"eta"}
     assert [c.data.ratio for c in config.per_ratio()] == [(10.0, None), (20.0, None)]
@@ -238,31 +239,49 @@ def test_a_ladder_confirms_its_finalists_unless_confirm_or_seeds_is_stated() -> 
         field_help("ladder")), "the help says what the constants are"
 
 
-def test_a_ladder_confirms_at_a_trusted_rung_unless_stated_or_not_halving_and_confirming() -> None:
-    """--confirm-at-rung is on where --ladder halves and confirms (docs/searching.md, "Choosing the
-    defaults"), off elsewhere; --no-confirm-at-rung (or `confirm_at_rung = false`) turns it off."""
+def test_a_ladder_confirms_at_full_length_unless_confirm_at_rung_is_stated() -> None:
+    """--confirm-at-rung is off by default (docs/searching.md, "Choosing the defaults"); stated with
+    --ladder's halving and confirmation it is on; --no-confirm-at-rung keeps it off."""
     from archhpo.cli._main import _complete, build_parser
     from archhpo.cli._study_cmds import _study_config
 
     budgets = {"experiment": "e", "budget": ["200K", "500K"], "ladder": True}
     given = ["ladder", "budget"]
-    assert StudyConfig.from_options(budgets, given=given).pruning.confirm_at_rung is True
-    off = StudyConfig.from_options({**budgets, "confirm_at_rung": False}, given=[*given, "confirm_at_rung"])
-    assert off.pruning.confirm_at_rung is False
-    assert dataclasses.replace(off, seed=1).pruning.confirm_at_rung is False, "a stated opt-out survives a copy"
-    median = StudyConfig.from_options({**budgets, "pruner": "median"}, given=[*given, "pruner"])
-    unconfirmed = StudyConfig.from_options({**budgets, "confirm": 0}, given=[*given, "confirm"])
-    assert median.pruning.confirm_at_rung is unconfirmed.pruning.confirm_at_rung is False
+    assert StudyConfig.from_options(budgets, given=given).pruning.confirm_at_rung is False
+    on = StudyConfig.from_options({**budgets, "confirm_at_rung": True}, given=[*given, "confirm_at_rung"])
+    assert on.pruning.confirm_at_rung is True
+    assert dataclasses.replace(on, seed=1).pruning.confirm_at_rung is True, "a stated choice survives a copy"
     assert StudyConfig("e").pruning.confirm_at_rung is False, "off the ladder: off"
     with pytest.raises(ArchhpoError, match="--confirm-at-rung and --no-confirm-at-rung choose where a ladder "
                                            "budget confirms its finalists, so they need --ladder"):
         StudyConfig.from_options({"experiment": "e", "confirm_at_rung": False}, given=["confirm_at_rung"])
     fam = get_family("patchtst")
     line = ["run", "--experiment", "e", "--budget", "200K", "--budget", "500K", "--ladder"]
-    for extra, expected in (([], True), (["--no-confirm-at-rung"], False), (["--confirm-at-rung"], True)):
+    for extra, expected in (([], False), (["--no-confirm-at-rung"], False), (["--confirm-at-rung"], True)):
         args = build_parser(fam).parse_args([*line, *extra])
         _complete(args, fam, {}, None)
         assert _study_config(args).pruning.confirm_at_rung is expected, extra
+
+
+def test_a_ladder_carries_its_finalists_to_the_largest_budget_unless_stated_otherwise() -> None:
+    """--carry-finalists is on by default with --ladder (docs/searching.md, "Choosing the defaults"),
+    off without it; --no-carry-finalists turns it off."""
+    from archhpo.cli._main import _complete, build_parser
+    from archhpo.cli._study_cmds import _study_config
+
+    budgets = {"experiment": "e", "budget": ["200K", "500K"], "ladder": True}
+    given = ["ladder", "budget"]
+    assert StudyConfig.from_options(budgets, given=given).pruning.carry_finalists is True
+    off = StudyConfig.from_options({**budgets, "carry_finalists": False}, given=[*given, "carry_finalists"])
+    assert off.pruning.carry_finalists is False
+    assert dataclasses.replace(off, seed=1).pruning.carry_finalists is False, "a stated opt-out survives a copy"
+    assert StudyConfig("e").pruning.carry_finalists is False, "off the ladder: off"
+    fam = get_family("patchtst")
+    line = ["run", "--experiment", "e", "--budget", "200K", "--budget", "500K", "--ladder"]
+    for extra, expected in (([], True), (["--no-carry-finalists"], False), (["--carry-finalists"], True)):
+        args = build_parser(fam).parse_args([*line, *extra])
+        _complete(args, fam, {}, None)
+        assert _study_config(args).pruning.carry_finalists is expected, extra
 
 
 def test_a_learning_rate_range_replaces_the_default_one_on_the_line_and_in_a_file(tmp_path: Path,

@@ -159,8 +159,8 @@ def test_the_setting_round_trips_through_a_study_file_the_stored_study_and_a_rel
     code, err = _launch(["launch", "--config", str(cfg), "--no-carry-finalists", "--storage", url])
     last = err.splitlines()[-1]
     assert code == 2 and last.startswith("archhpo: error: Study 'cft_500K' already exists with different settings "
-                                         "(options.ladder: stored {'below': ['cft_200K'], 'confirm': 'rung', 'carry'")
-    assert "now {'below': ['cft_200K'], 'confirm': 'rung'}); launch under a new --experiment name" in last
+                                         "(options.ladder: stored {'below': ['cft_200K'], 'carry': 'finalists'}")
+    assert "now {'below': ['cft_200K']}); launch under a new --experiment name" in last
     assert read_settings(storage, "cft_500K").to_attrs() == large.to_attrs(), "nothing written"
 
 
@@ -172,7 +172,7 @@ def test_run_and_launch_take_the_flag_and_its_negation() -> None:
     fam = get_family("patchtst")
     for command in ("run", "launch"):
         line = [command, "--experiment", "e", "--budget", "200K", "--budget", "500K", "--ladder"]
-        for extra, expected in (([], False), (["--carry-finalists"], True), (["--no-carry-finalists"], False)):
+        for extra, expected in (([], True), (["--carry-finalists"], True), (["--no-carry-finalists"], False)):
             args = build_parser(fam).parse_args([*line, *extra])
             _complete(args, fam, {}, None)
             assert _study_config(args).pruning.carry_finalists is expected, (command, extra)

@@ -64,9 +64,10 @@ def test_the_option_needs_a_ladder_and_is_stored_with_it() -> None:
 
 
 def test_a_ladder_budget_launched_before_the_default_resumes_as_stored(storage_url: str) -> None:
-    """A ladder budget stored without `"confirm": "rung"` (launched before it was --ladder's default)
-    relaunches with today's default command and keeps confirming at full length; a budget stored
-    with it is not relaunched with --no-confirm-at-rung."""
+    """A ladder budget stored without `"confirm": "rung"` (launched before 2026-11-29, when it became
+    --ladder's default) relaunches with --confirm-at-rung and keeps confirming at full length; a budget
+    stored with it (launched while it was the default, until 2026-12-02) relaunches with today's
+    default command, which no longer confirms at the rung, and keeps confirming at the rung."""
     from archhpo.errors import StudyError
 
     config = _config(3)
@@ -79,8 +80,13 @@ def test_a_ladder_budget_launched_before_the_default_resumes_as_stored(storage_u
     assert not TrialQueue(storage_url, today.study_name).settings.options.confirm_at_rung
     other = replace(config, experiment="cq")
     launch(storage_url, prepare_settings(other, "500K", ladder_below=[small.study_name]))
-    opted_out = replace(other, pruning=replace(other.pruning, confirm_at_rung=False))
-    with pytest.raises(StudyError, match=r"options.ladder: stored .*'confirm': 'rung'"):
+    default_now = replace(other, pruning=replace(other.pruning, confirm_at_rung=False))
+    again = launch(storage_url, prepare_settings(default_now, "500K", ladder_below=[small.study_name]))
+    assert again.settings.options.confirm_at_rung, "the stored behaviour is kept"
+    carried = replace(other, experiment="cc", pruning=replace(other.pruning, carry_finalists=True))
+    launch(storage_url, prepare_settings(carried, "500K", ladder_below=[small.study_name]))
+    with pytest.raises(StudyError, match=r"options.ladder: stored .*'carry': 'final"):
+        opted_out = replace(carried, pruning=replace(carried.pruning, carry_finalists=False))
         launch(storage_url, prepare_settings(opted_out, "500K", ladder_below=[small.study_name]))
 
 

@@ -23,7 +23,8 @@ export RAY_USAGE_STATS_ENABLED=0
 source bench/truths/realrun/parts.sh
 
 launch() {
-  exec nice -n 10 .venv/bin/archhpo run --ladder --no-confirm-at-rung --experiment t1lrreal --family lm --data synthetic --seq-len 128 \
+  # --no-carry-finalists: launched before --carry-finalists became --ladder's default (2026-12-02).
+  exec nice -n 10 .venv/bin/archhpo run --ladder --no-confirm-at-rung --no-carry-finalists --experiment t1lrreal --family lm --data synthetic --seq-len 128 \
     --tokens-per-param 10 --data-seed 0 --seed 7 --tolerance 0.15 --n-heads 2,4,8 --schedule wsd --cooldown 0.2 \
     --learning-rate 1e-3:3e-2 --weight-decay 1e-4 --batch-size 16 --warmup-steps 50 --epochs 9 \
     --budget 100K --budget 200K --budget 400K --budget 800K --trials 12 --workers 1 --threads 1 \

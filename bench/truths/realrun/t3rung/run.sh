@@ -10,7 +10,8 @@ cd "$(dirname "$0")/../../../.."
 WORK=${WORK:-/tmp/t3rung}
 mkdir -p "$WORK"
 export RAY_USAGE_STATS_ENABLED=0
-exec nice -n 10 .venv/bin/archhpo run --ladder --confirm-at-rung --experiment t3rung --family lm --data synthetic \
+# --no-carry-finalists: launched before --carry-finalists became --ladder's default (2026-12-02).
+exec nice -n 10 .venv/bin/archhpo run --ladder --confirm-at-rung --no-carry-finalists --experiment t3rung --family lm --data synthetic \
   --order 5 --vocab-size 12 --seq-len 128 --tokens-per-param 10 --data-seed 0 --seed 7 --tolerance 0.15 \
   --n-heads 2,4,8 --schedule wsd --cooldown 0.2 --learning-rate 3e-3 --weight-decay 1e-4 --batch-size 16 \
   --warmup-steps 50 --epochs 9 --budget 100K --budget 150K --budget 250K --budget 400K --trials 50 --workers 2 \
