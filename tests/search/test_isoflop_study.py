@@ -170,3 +170,16 @@ def test_a_real_isoflop_run_trains_each_size_to_within_one_percent_of_c(tmp_path
     for r in rows:
         assert abs(float(r["train_flops"]) - 1e10) <= 0.01 * 1e10, r
         assert int(r["train_samples"]) * int(float(r["flops_per_sample"])) == int(float(r["train_flops"]))
+
+
+def test_the_budget_summary_keeps_train_flops_above_int64s_range_as_a_float(tmp_path: Path) -> None:
+    """A 1e20-FLOP IsoFLOP trial: the summary's train_flops is a float (an Int64 cast overflowed at 9.2e18)."""
+    from archhpo.report._frame import trials_frame
+    from archhpo.report._summary import budget_summary
+    from tests.report.test_isoflop_figures import isoflop_rows
+    from tests.report.test_report import _write
+
+    rows = [{**r, "train_flops": r["compute_budget"] * 1e6} for r in isoflop_rows()]  # 1e19 to 1e21
+    summary = budget_summary(trials_frame(None, csv=_write(rows, tmp_path / "big.csv")))
+    assert summary["train_flops"].dtype == float
+    assert set(summary["train_flops"]) == {1e19, 1e20, 1e21}
