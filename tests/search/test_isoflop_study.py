@@ -183,3 +183,15 @@ def test_the_budget_summary_keeps_train_flops_above_int64s_range_as_a_float(tmp_
     summary = budget_summary(trials_frame(None, csv=_write(rows, tmp_path / "big.csv")))
     assert summary["train_flops"].dtype == float
     assert set(summary["train_flops"]) == {1e19, 1e20, 1e21}
+
+
+def test_centre_from_an_experiment_without_a_fitted_law_is_one_sentence_and_writes_nothing(sqlite_url: str) -> None:
+    assert _launch(["launch", "--experiment", "iso", *LINE, "--storage", sqlite_url])[0] == 0
+    line = [x for x in LINE if x not in ("--centre", "1.3e5")]
+    code, err = _launch(["launch", "--experiment", "next", *line, "--centre-from", "iso", "--storage", sqlite_url])
+    assert code == 2 and err.count("\n") == 1
+    assert err.startswith("archhpo: error: --centre-from iso: neither its IsoFLOP law (no trial records a compute "
+                          "budget: not an IsoFLOP study) nor its L(N, D) law (")
+    assert err.rstrip().endswith("is fitted; give --centre instead.")
+    storage = open_storage(sqlite_url, create=False)
+    assert [s.study_name for s in storage.get_all_studies()] == ["iso_C1e10", "iso_C2e10"]
