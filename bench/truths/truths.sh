@@ -9,6 +9,7 @@
 #
 #   bench/truths/truths.sh start        # in the background, in ORDER (below): stages such as t1:100K,200K,400K
 #   bench/truths/truths.sh start t3     # or named stages (a truth, or truth:budgets), each to the end
+#   TRUTHS_WORKERS=1 bench/truths/truths.sh start t4   # with 1 niced worker (default 2)
 #   bench/truths/truths.sh status t1    # trials per study and state
 #   bench/truths/truths.sh stop         # SIGTERM the workers (each running trial saved between two steps), save all
 #   bench/truths/truths.sh save t1      # copy the live database and checkpoints into bench/truths/studies/
@@ -37,7 +38,7 @@ LADDER=(--budget 100K --budget 200K --budget 400K --budget 800K)
 # The order of the work (`start` with no arguments): the budgets up to 400K of every truth first, so
 # that complete truths (T3) and the lower ladders exist days before the 800K budgets (36 trials of
 # about 80 minutes each per truth at this machine's measured 11 GFLOP/s per worker) are done.
-ORDER=(t1:100K,200K,400K t1lr:400K t3 t2:100K,200K,400K t1:800K t1lr:800K t2:800K)
+ORDER=(t1:100K,200K,400K t1lr:400K t3 t2:100K,200K,400K t1:800K t1lr:800K t2:800K t4)
 
 args_for() {
   case "$1" in
@@ -48,7 +49,11 @@ args_for() {
     # T3: another language: order 5 (longer dependencies), vocab 12; a 4x ladder.
     t3) echo --family lm --data synthetic --order 5 --vocab-size 12 --budget 100K --budget 150K --budget 250K \
           --budget 400K "${COMMON[@]}" ;;
-    *) echo "unknown truth '$1' (t1, t2 or t3)" >&2; exit 2 ;;
+    # T4 (pre-registered, docs/searching.md): the King James Bible as bytes (vocab 256), fetched by
+    # bench/truths/t4_text.sh; T3's 4x ladder, about 15 trial-hours at 11 GFLOP/s per worker.
+    t4) echo --family lm --data "$WORK/kjv.txt" --budget 100K --budget 150K --budget 250K --budget 400K \
+          "${COMMON[@]}" ;;
+    *) echo "unknown truth '$1' (t1, t2, t3 or t4)" >&2; exit 2 ;;
   esac
 }
 
@@ -62,6 +67,7 @@ restore() {  # the working copy: from the committed one when this machine has no
     echo "restored $t from $SAVED" >&2
   fi
   if [[ $t == t2 && ! -f $WORK/shakespeare.txt ]]; then bash "$ROOT/bench/truths/shakespeare.sh" "$WORK/shakespeare.txt"; fi
+  if [[ $t == t4 && ! -f $WORK/kjv.txt ]]; then bash "$ROOT/bench/truths/t4_text.sh" "$WORK/kjv.txt"; fi
 }
 
 save() {
@@ -181,7 +187,7 @@ stop() {  # SIGTERM every worker (each running trial is saved between two steps)
     rm -f "$f"
   done
   for f in "$WORK"/t*.saver.pid; do [[ -f $f ]] && kill "$(cat "$f")" 2>/dev/null; rm -f "$f"; done
-  for t in t1 t2 t3 t1lr; do [[ -f $WORK/$t.db ]] && save "$t"; done
+  for t in t1 t2 t3 t4 t1lr; do [[ -f $WORK/$t.db ]] && save "$t"; done
   return 0
 }
 
@@ -202,6 +208,6 @@ table() {
 case "${1:-}" in
   start|chain) cmd=$1; shift; if (($# == 0)); then set -- "${ORDER[@]}"; fi; "$cmd" "$@" ;;
   stop) stop ;;
-  save|status|table|restore|work|sweep) "$1" "${2:?which truth (t1, t2, t3, t1lr) or, for sweep, which T1 budget}" ;;
-  *) sed -n '2,18p' "$0"; exit 2 ;;
+  save|status|table|restore|work|sweep) "$1" "${2:?which truth (t1, t2, t3, t4, t1lr) or, for sweep, which T1 budget}" ;;
+  *) sed -n '2,19p' "$0"; exit 2 ;;
 esac
