@@ -3,14 +3,15 @@
 Fit (after Hoffmann et al. 2022 and the replication of Besiroglu et al. 2024): parameters
 e = log E, a = log A and alpha; the predicted log loss is logsumexp(e, a - alpha log N); the
 objective is the Huber loss (delta 1e-3) of the residuals log L_pred - log L_obs, minimised by
-Levenberg-Marquardt steps from a grid of 12 starting points (the best end point wins).  95% intervals: a parametric
-bootstrap around the fit: each refit sees the fitted log losses plus Gaussian noise at the same
+Levenberg-Marquardt steps from a grid of 12 starting points (the best end point wins).  95%
+intervals: a parametric bootstrap around the fit: each refit sees the fitted log losses plus Gaussian noise at the same
 parameter counts (budgets are never resampled: a resample of 6 points holds 3-4 distinct budgets,
-on which E is not identified).  The noise sd is the residuals' (the least-squares fit's sum of
-squares over the residual degrees of freedom, points minus 3) where there are at least 2 of those, else the seed noise the
-study measured (pooled over repeated runs), else the residuals' single degree of freedom; each
-refit draws its sd from that estimate's scaled inverse chi-square, so the intervals carry the
-uncertainty of the noise itself (Student-t intervals, exactly, for a linear model).
+on which E is not identified).  The noise sd is the study's measured seed noise (the seed std of
+log L pooled over repeated runs) where it has one, unless the residuals are significantly larger
+(an F test at 95%: the points carry more than seed noise); else the residuals' (the least-squares
+fit's sum of squares over the residual degrees of freedom, points minus 3).  The draws' sd is that
+estimate widened by t(0.975, dof) / z(0.975) for the degrees of freedom it rests on (for a linear
+model the percentile interval is then the Student-t interval exactly).
 
 ``status`` (the first that applies; ``reason`` lists every failed condition): ``too_few_budgets``
 (under three budgets, no fit); ``no_scaling`` (the loss ratio's interval between the largest and
@@ -94,8 +95,8 @@ def fit_law(
 
     `replicates` are resamples within each point's own data: (N, L) arrays of shape (R, k), row
     r a redraw of every point (`within_budget_replicates`); they give the loss ratio's interval.
-    `noise` is measured seed noise, (sd of log L, its degrees of freedom) (`seed_noise`), used
-    where the residuals have under 2 degrees of freedom; `floor` the data's known least loss
+    `noise` is measured seed noise, (sd of log L, its degrees of freedom) (`seed_noise`), drawn
+    unless the residuals are significantly larger (`residual_noise`); `floor` the data's known least loss
     (E's estimate may not lie below it).  Returns the keys of ``{experiment}_scaling_fit.json``
     (``status``, ``reason``, ``law``, ``n_budgets``, ``points``, ``E``, ``A``, ``alpha`` as
     ``{"estimate", "ci95"}``, ``loss_ratio``, ``residual_dof``, ``noise``, ``method``) plus
@@ -113,8 +114,8 @@ def _skeleton(n: np.ndarray, loss: np.ndarray, labels: list[str], n_boot: int, s
         "parametrisation": "E = exp(e), A = exp(a); log L_pred = logsumexp(e, a - alpha log N)",
         "optimizer": "vectorised Levenberg-Marquardt (IRLS) steps from every point of a grid of starts, the best end",
         "interval": f"95% percentile parametric bootstrap, {n_boot} refits on the fitted log losses plus "
-                    "Gaussian noise at the same parameter counts (budgets not resampled), the noise sd of each "
-                    "refit drawn from its estimate's scaled inverse chi-square (see noise), seed "
+                    "Gaussian noise at the same parameter counts (budgets not resampled), of the sd in noise widened "
+                    "by t(0.975, dof) / z(0.975), seed "
                     f"{seed}; each refit minimises the same objective from the full-data estimate and from a "
                     "grid start by vectorised Levenberg-Marquardt (IRLS) steps, keeping the better end",
     }
@@ -132,25 +133,34 @@ def _too_few(out: dict[str, Any], ok: np.ndarray, n_distinct: int) -> dict[str, 
 
 def residual_noise(resid: np.ndarray, n_params: int, measured: tuple[float, int] | None) -> dict[str, Any]:
     """The noise the parametric bootstrap draws (module docstring): sd of log L, degrees of
-    freedom and source: the residuals with >= MIN_DOF degrees of freedom, else measured seed
-    noise, else the residuals' single degree of freedom, else none (sd 0). Shared with L(N, D)."""
+    freedom and source.  Measured seed noise where the study has it, unless the residuals are
+    significantly larger (lack of fit: F test at 95%, the points carry more than seed noise); else
+    the residuals; none (sd 0) without either. Shared with L(N, D)."""
+    from scipy import stats
+
     dof = len(resid) - n_params
     res_sd = math.sqrt(float(np.sum(resid**2)) / dof) if dof > 0 else 0.0
-    if dof >= MIN_DOF or (dof > 0 and measured is None):
+    if measured is not None and measured[1] > 0:
+        sd, m_dof = float(measured[0]), int(measured[1])
+        if dof <= 0 or res_sd**2 <= sd**2 * float(stats.f.ppf(0.95, dof, m_dof)):
+            return {"sd_log": sd, "dof": m_dof, "source": "seed noise"}
+        return {"sd_log": res_sd, "dof": dof, "source": "residuals (significantly above the seed noise)"}
+    if dof > 0:
         return {"sd_log": res_sd, "dof": dof, "source": "residuals"}
-    if measured is not None:
-        return {"sd_log": float(measured[0]), "dof": int(measured[1]), "source": "seed noise"}
     return {"sd_log": 0.0, "dof": 0, "source": None}
 
 
 def noisy_losses(pred: np.ndarray, noise: dict[str, Any], n_boot: int, rng: np.random.Generator) -> np.ndarray:
-    """(n_boot, k) log losses: the fitted `pred` plus Gaussian noise whose sd each row draws from
-    the estimate's scaled inverse chi-square, sd * sqrt(dof / chi2(dof))."""
+    """(n_boot, k) log losses: the fitted `pred` plus Gaussian noise of sd the estimate's sd times
+    t(0.975, dof) / z(0.975): the Student-t widening for an sd estimated on `dof` degrees of
+    freedom (for a linear model the percentile interval is then the t interval exactly)."""
     k = len(pred)
     if noise["dof"] <= 0 or noise["sd_log"] <= 0:
         return np.tile(pred, (n_boot, 1))
-    sig = noise["sd_log"] * np.sqrt(noise["dof"] / rng.chisquare(noise["dof"], n_boot))
-    return pred[None, :] + sig[:, None] * rng.standard_normal((n_boot, k))
+    from scipy import stats
+
+    widen = float(stats.t.ppf(0.975, noise["dof"]) / stats.norm.ppf(0.975))
+    return pred[None, :] + noise["sd_log"] * widen * rng.standard_normal((n_boot, k))
 
 
 def _bootstrap(studies: list[dict[str, Any]], n_boot: int, delta: float) -> list[np.ndarray]:
@@ -407,8 +417,8 @@ def fit_scaling_law(frame: Any, *, n_boot: int = N_BOOT, seed: int = 0, delta: f
     """Fit L(N) = E + A N^-alpha to the best trial of each budget of a `trials_frame` frame
     (N = its exact parameter count).  Budgets without a finished trial are left out; with
     fewer than three points E, A and alpha are None and ``reason`` says why.  The intervals draw
-    the residuals' noise, or the frame's measured seed noise (`seed_noise`) where the residuals
-    have too few degrees of freedom; the loss ratio's interval resamples the trials of each budget
+    the frame's measured seed noise (`seed_noise`), or the residuals' where the frame has none or
+    they are significantly larger; the loss ratio's interval resamples the trials of each budget
     (`within_budget_replicates`); the frame's known floor (``attrs["truth"]``) bounds E.
     The returned dict is what ``{experiment}_scaling_fit.json`` holds, plus ``samples``
     (bootstrap (E, A, alpha) rows) for drawing the band with `band`."""

@@ -5,9 +5,8 @@ Fitted as Epoch AI's replication of Chinchilla's approach 3 does (Besiroglu et a
 logsumexp(e, a - alpha log N, b - beta log D); the Huber loss (delta 1e-3) of log L_pred - log
 L_obs, minimised by L-BFGS-B from a grid of starting points (the best end point wins); 95%
 percentile intervals over a parametric bootstrap as for L(N) (`archhpo.report._fit`): refits on the
-fitted log losses plus Gaussian noise at the same (N, D), the noise sd from the least-squares
-residuals (points minus 5 degrees of freedom, where there are at least 2), else from measured seed noise, drawn per
-refit from its scaled inverse chi-square.
+fitted log losses plus Gaussian noise at the same (N, D), the noise sd the measured seed noise or
+the least-squares residuals' (points minus 5 degrees of freedom), widened by the Student-t factor.
 
 A point is the best trial of one (budget, tokens per parameter) study: N its exact parameter count,
 D the tokens it trained on, C its exact training FLOPs (archhpo's count, attention included).
@@ -192,8 +191,8 @@ def _nd_skeleton(n: np.ndarray, d: np.ndarray, loss: np.ndarray, flops: np.ndarr
             "method": {"objective": f"Huber loss (delta {delta:g}) of log(L_pred) - log(L_obs)",
                        "optimizer": "L-BFGS-B from a grid of starting points",
                        "interval": "95% percentile parametric bootstrap: refits on the fitted log losses plus "
-                                   "Gaussian noise at the same (N, D) points, the noise sd of each refit drawn from "
-                                   f"its estimate's scaled inverse chi-square (see noise), seed {seed}"}}
+                                   "Gaussian noise at the same (N, D) points, of the sd in noise widened by "
+                                   f"t(0.975, dof) / z(0.975), seed {seed}"}}
 
 
 def _nd_unresolved(out: dict[str, Any], boot: np.ndarray, bounds: list[tuple[float, float]], loss: np.ndarray,

@@ -192,23 +192,35 @@ def test_the_bootstrap_noise_is_the_least_squares_residual_sd_over_its_degrees_o
     from scipy.optimize import least_squares
 
     n, loss = _six(0.005, seed=7, k=8)
-    fit = fit_law(n, loss, n_boot=100, noise=(0.5, 4))  # measured noise is not used: 5 residual dof
+    fit = fit_law(n, loss, n_boot=100)  # no measured seed noise
     model = lambda t: np.logaddexp(t[0], t[1] - t[2] * np.log(n)) - np.log(loss)  # noqa: E731
     ls = least_squares(model, [math.log(1.7), math.log(380.0), 0.32], xtol=1e-14, ftol=1e-14)
     assert fit["noise"]["source"] == "residuals" and fit["noise"]["dof"] == 5
     assert fit["noise"]["sd_log"] == pytest.approx(math.sqrt(float(np.sum(ls.fun**2)) / 5), rel=1e-4)
 
 
+@pytest.mark.parametrize(("measured", "source"), [((0.005, 16), "seed noise"),
+                                                ((0.0005, 16), "residuals (significantly above the seed noise)")])
+def test_measured_seed_noise_is_drawn_unless_the_residuals_are_significantly_larger(
+        measured: tuple[float, int], source: str) -> None:
+    """Eight budgets at 0.5% noise: seed noise of the same size is drawn (its 16 degrees of
+    freedom); seed noise a tenth of the residuals' fails the F test, so the residuals are drawn."""
+    n, loss = _six(0.005, seed=7, k=8)
+    fit = fit_law(n, loss, n_boot=100, noise=measured)
+    assert fit["noise"]["source"] == source
+    assert fit["noise"]["dof"] == (16 if source == "seed noise" else 5)
+
+
 @pytest.mark.parametrize(("k", "status"), [(4, "unresolved"), (5, "fitted")])
 def test_a_law_needs_two_residual_degrees_of_freedom(k: int, status: str) -> None:
     """Four budgets leave one residual degree of freedom: never a law, whatever the intervals; five
-    leave two. With one, the intervals draw the measured seed noise."""
+    leave two. Both draw the measured seed noise (the residuals are not significantly larger)."""
     n, loss = _six(seed=1, k=k)
     fit = fit_law(n, loss, n_boot=300, noise=(0.002, 8))
     assert fit["status"] == status, fit["reason"]
     thin = "1 residual degree of freedom (needs 2: at least 5 points for 3 free parameters)"
     assert (thin in (fit["reason"] or "")) is (k == 4)
-    assert fit["noise"]["source"] == ("seed noise" if k == 4 else "residuals")
+    assert fit["noise"]["source"] == "seed noise" and fit["noise"]["dof"] == 8
     assert fit["alpha"]["ci95"][0] <= 0.32 <= fit["alpha"]["ci95"][1]
 
 
