@@ -21,7 +21,7 @@ cd "$(dirname "$0")/../.."
 ROOT=$PWD
 ARCHHPO=${ARCHHPO:-$ROOT/.venv/bin/archhpo}
 WORK=${FRONTIER_WORK:-/work/frontier}    # the live copy (outside the checkout)
-SAVED=$ROOT/bench/frontier/studies       # the committed copy
+SAVED=${FRONTIER_SAVED:-$ROOT/bench/frontier/studies}   # the committed copy
 export RAY_USAGE_STATS_ENABLED=0
 TASKS=(syn shk)
 
