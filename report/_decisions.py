@@ -17,7 +17,9 @@ import pandas as pd
 
 from archhpo.report._frame import budgets_in, ranked
 
-MIN_SHAPES = 3  # fewer matched shapes say nothing: reported as such
+MIN_SHAPES = 3  # fewer matched shapes have no agreement to compute
+MIN_PAIRS = 5  # the table shows a budget pair from 5 pairs of shapes on (see `decision_left_out`)
+MIN_PAIRS_SHAPES = 4  # the fewest shapes that make MIN_PAIRS pairs (4 shapes: 6 pairs)
 SHAPE = ("n_layers", "n_heads", "choice")
 
 
@@ -60,13 +62,26 @@ def decision_accuracy(frame: pd.DataFrame, n_boot: int = 1000, seed: int = 0) ->
     return out
 
 
+def _shown(r: dict[str, Any]) -> bool:
+    return r["accuracy"] is not None and r["pairs"] >= MIN_PAIRS
+
+
 def decision_rows(result: list[dict[str, Any]]) -> list[list[str]]:
-    """Rows for the report's table: budgets, matched shapes, agreement [interval] or why there is none."""
-    rows = []
-    for r in result:
-        if r["accuracy"] is None:
-            text = f"not enough matched shapes ({r['shapes']}; {MIN_SHAPES} needed)"
-        else:
-            text = f"{r['accuracy']:.0%} [{r['ci95'][0]:.0%}, {r['ci95'][1]:.0%}] of {r['pairs']} pairs"
-        rows.append([f"{r['small']} → {r['large']}", str(r["shapes"]), text])
-    return rows
+    """Rows for the report's table: budgets, matched shapes, agreement [interval] of `MIN_PAIRS`
+    pairs or more; the other budget pairs are left out (`decision_left_out` says which)."""
+    return [[f"{r['small']} → {r['large']}", str(r["shapes"]),
+             f"{r['accuracy']:.0%} [{r['ci95'][0]:.0%}, {r['ci95'][1]:.0%}] of {r['pairs']} pairs"]
+            for r in result if _shown(r)]
+
+
+def decision_left_out(result: list[dict[str, Any]]) -> str | None:
+    """The sentence under the table naming each budget pair left out of it, with its matched
+    shapes, and why (None when none is): under `MIN_PAIRS` pairs the agreement moves in steps of a
+    third or more and its bootstrap interval collapses (0% [0%, 0%] of 3 pairs says nothing)."""
+    out = [f"{r['small']} → {r['large']} ({r['shapes']} matched shape{'' if r['shapes'] == 1 else 's'})"
+           for r in result if not _shown(r)]
+    if not out:
+        return None
+    return (f"Left out: {', '.join(out)}: fewer than {MIN_PAIRS} pairs of shapes to compare (that takes "
+            f"{MIN_PAIRS_SHAPES} matched shapes); with so few the agreement moves in steps of a third or more "
+            "and its interval collapses.")

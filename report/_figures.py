@@ -19,6 +19,7 @@ matplotlib.use("Agg")  # no display, ever (before anything imports pyplot)
 
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
+from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
 from archhpo.report._frame import TRAINING_COLUMNS, best_and_runner_up, budgets_in, ranked  # noqa: E402
@@ -58,9 +59,55 @@ def _styled(func: Any) -> Any:
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Figure:
         with matplotlib.rc_context(_STYLE):
-            return func(*args, **kwargs)
+            fig = func(*args, **kwargs)
+            fit_legends(fig)
+            return fig
 
     return wrapper
+
+
+def fit_legends(fig: Figure, pad: float = 0.08) -> None:
+    """Grow the canvas until every legend lies inside it, `pad` inches clear of each edge.
+
+    The margins are fixed in inches (`_figure`), but a legend's width is only known once its
+    labels are laid out: a long label ("extrapolation (to 2x the largest N)") or many budgets
+    would run past the PNG's edge.  Hinted text is not exactly proportional to the resolution,
+    so the legends are measured at each of `_MEASURE_DPIS` (the page's PNG and the PDF among
+    them).  Each axes keeps its size in inches; the canvas grows on the side a legend overflows
+    and every axes (legends, colorbars, texts with it) shifts inside."""
+    w, h = fig.get_size_inches()
+    boxes = _legend_boxes(fig)
+    if not boxes:
+        return
+    left, bottom = (max(0.0, pad - min(b[i] for b in boxes)) for i in (0, 1))
+    right, top = (max(0.0, max(b[i] for b in boxes) + pad - size) for i, size in ((2, w), (3, h)))
+    if not any((left, bottom, right, top)):
+        return
+    new_w, new_h = w + left + right, h + bottom + top
+    for ax in fig.axes:
+        box = ax.get_position()
+        ax.set_position(((box.x0 * w + left) / new_w, (box.y0 * h + bottom) / new_h,
+                         box.width * w / new_w, box.height * h / new_h))
+    fig.set_size_inches(new_w, new_h)
+
+
+_MEASURE_DPIS = (72, 100, 110, 150, 200)
+
+
+def _legend_boxes(fig: Figure) -> list[tuple[float, float, float, float]]:
+    """Every legend's (x0, y0, x1, y1) in inches from the canvas' lower left, at each measured dpi."""
+    canvas = fig.canvas if isinstance(fig.canvas, FigureCanvasAgg) else FigureCanvasAgg(fig)  # Figure() has none
+    legends = [leg for ax in fig.axes if (leg := ax.get_legend()) is not None]
+    dpi, boxes = fig.dpi, []
+    try:
+        for at in _MEASURE_DPIS if legends else ():
+            fig.set_dpi(at)
+            renderer = canvas.get_renderer()
+            boxes += [(b.x0 / at, b.y0 / at, b.x1 / at, b.y1 / at)
+                      for b in (leg.get_window_extent(renderer) for leg in legends)]
+    finally:
+        fig.set_dpi(dpi)
+    return boxes
 
 
 def _figure(width: float = 6.4, height: float = 4.2, wspace: float = 0.3, hspace: float = 0.5,
@@ -192,16 +239,34 @@ def _legend(ax: Any, fontsize: float = 7) -> None:
     ax.legend(fontsize=fontsize, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
 
 
+def law_not_drawn(fit: dict[str, Any] | None) -> str | None:
+    """Why loss_vs_params draws no law, in a few words (None when it draws one: the fit's status
+    is ``fitted``); the figure's title and the page's caption both say it."""
+    status = str((fit or {}).get("status"))
+    if status == "fitted":
+        return None
+    return {"no_scaling": "no measurable scaling", "interpolation": "an interpolation, not a fit",
+            "unresolved": "law not resolved", "too_few_budgets": "too few budgets for a law"}.get(status, "no law fitted")
+
+
+def caption(name: str, fit: dict[str, Any] | None = None) -> str:
+    """The page's caption of figure `name`: `FIGURES`' text, and for loss_vs_params what it
+    draws of the law (the law and its band only when fitted; otherwise that it is not drawn, and why)."""
+    text = FIGURES[name]
+    if name != "loss_vs_params":
+        return text
+    what = law_not_drawn(fit)
+    return f"{text}, with the fitted law and its 95% band" if what is None else f"{text}; the law is not drawn: {what}"
+
+
 def _draw_law(ax: Any, frame: pd.DataFrame, fit: dict[str, Any] | None) -> None:
     """The law and its band only when the fit's status is ``fitted``; otherwise say why not."""
     from archhpo.report._fit import band, predict
 
     if not fit:
         return
-    if fit.get("status") != "fitted":
+    if (what := law_not_drawn(fit)) is not None:
         # The reason is long (it is in the page and the JSON); a short title keeps the points clear.
-        what = {"no_scaling": "no measurable scaling", "interpolation": "an interpolation, not a fit",
-                "unresolved": "law not resolved"}.get(str(fit.get("status")), "no law fitted")
         ax.set_title(f"{what}: no law drawn (reason in the report)", fontsize=8, loc="left", color="0.25")
         return
     counts = _finished(frame)["param_count"]
@@ -393,7 +458,7 @@ def plot_loss_vs_compute(frame: pd.DataFrame, max_points: int = MAX_POINTS) -> F
 
 
 FIGURES = {
-    "loss_vs_params": "Validation loss against exact parameter count, with the fitted law",
+    "loss_vs_params": "Validation loss against exact parameter count",  # `caption` adds the law's status
     "arch_plane": "Best loss over the (d_model, n_layers) plane, per budget",
     "loss_vs_depth_width": "Validation loss against depth-to-width ratio",
     "val_curves": "Validation curves of each budget's five best complete trials (fewer where fewer finished)",
@@ -405,9 +470,31 @@ FIGURES = {
 }
 
 
-def left_out(frame: pd.DataFrame) -> dict[str, str]:
-    """The figures with nothing to compare (a single point per panel, a fixed value), by file
-    stem, each with the one-line reason the page prints instead of drawing it."""
+def left_out(frame: pd.DataFrame, fit: dict[str, Any] | None = None) -> dict[str, str]:
+    """Every figure of `FIGURES` that `make_figures` does not draw, by file stem, each with the
+    one-line reason the page prints instead: nothing to compare (a single point per panel, a
+    fixed value) or, for the IsoFLOP figures, no fit to draw (`fit` as `make_figures` takes it)."""
+    return {**_nothing_to_compare(frame), **_no_fit_to_draw(fit)}
+
+
+def _no_fit_to_draw(fit: dict[str, Any] | None) -> dict[str, str]:
+    """The figures drawn from a fit (isoflops: a fitted L(N, D); isoflop_profiles: an IsoFLOP
+    vertex; frontier: a fitted N_opt(C)) that the fit does not allow, with why."""
+    fit = fit or {}
+    nd, iso = fit.get("nd_fit") or {}, fit.get("isoflop_fit") or {}
+    out: dict[str, str] = {}
+    if nd.get("status") != "fitted":
+        out["isoflops"] = f"no fitted L(N, D) to draw (its status: {nd.get('status') or 'not fitted'})"
+    why = str(iso.get("reason") or "no trial records a compute budget: not an IsoFLOP study").rstrip(".")
+    if not iso.get("vertices"):
+        out["isoflop_profiles"] = f"no IsoFLOP profile to draw ({why})"
+    if iso.get("status") != "fitted":
+        out["frontier"] = f"no fitted N_opt(C) to draw ({why})"
+    return out
+
+
+def _nothing_to_compare(frame: pd.DataFrame) -> dict[str, str]:
+    """The frame's figures with nothing to compare, with why (see `left_out`)."""
     done = _finished(frame)
     out: dict[str, str] = {}
     if done["param_count"].nunique() < 2:
@@ -434,7 +521,7 @@ def make_figures(frame: pd.DataFrame, fit: dict[str, Any] | None = None,
                  max_points: int = MAX_POINTS) -> dict[str, Figure]:
     """Every report figure with something to compare, by file stem (see `FIGURES`; `left_out`
     names the others and why)."""
-    skip = left_out(frame)
+    skip = left_out(frame, fit)
     plots = {
         "loss_vs_params": lambda: plot_loss_vs_params(frame, fit, max_points),
         "arch_plane": lambda: plot_arch_plane(frame),
@@ -485,7 +572,10 @@ def plot_isoflops(frame: pd.DataFrame, nd: dict[str, Any]) -> Figure:
 __all__ = [
     "FIGURES",
     "baseline_loss",
+    "caption",
+    "fit_legends",
     "known_floor",
+    "law_not_drawn",
     "left_out",
     "make_figures",
     "plot_arch_plane",

@@ -16,7 +16,7 @@ from archhpo.report._arch import arch_fields, arch_html
 from archhpo.report._choices import _diff_text
 from archhpo.report._compute import compute_rows, compute_text, data_rows, data_text
 from archhpo.report._confirm import MIN_PAIRS
-from archhpo.report._decisions import decision_accuracy, decision_rows
+from archhpo.report._decisions import decision_accuracy, decision_left_out, decision_rows
 from archhpo.report._frame import best_and_runner_up
 from archhpo.report._isoflop import isoflop_lines
 from archhpo.report._law import law_text, nd_text
@@ -143,14 +143,7 @@ def _answer_section(frame: pd.DataFrame, summary: pd.DataFrame, fit: dict[str, A
     if truth_text(fit):
         flag = " style='color:#b00020'" if below_floor(fit) else ""
         parts.append(f"<p class='truth'{flag}>{html.escape(truth_text(fit))}</p>")
-    accuracy = decision_accuracy(frame)
-    if accuracy:
-        parts += ["<h3>Decision accuracy: does a smaller budget's ranking hold at a larger one?</h3>",
-                  _table(["budgets", "matched shapes", "rankings that agree [95% interval]"], decision_rows(accuracy)),
-                  "<p class='muted'>A shape is a number of layers and heads (and a choice) found at both budgets; "
-                  "a pair of shapes agrees when the same one has the lower mean loss at both (DataDecide's "
-                  "measure). High agreement is the evidence for planning larger budgets from smaller ones "
-                  "(--ladder); 50% is chance.</p>"]
+    parts += _decisions_section(frame)
     parts += _ladder_section(frame)
     if data_text(frame):
         parts += ["<h3>Data: tokens per parameter and passes</h3>",
@@ -159,6 +152,25 @@ def _answer_section(frame: pd.DataFrame, summary: pd.DataFrame, fit: dict[str, A
     if compute_text(frame):
         parts += [f"<p class='compute'>{html.escape(_sentence(str(compute_text(frame))))}.</p>",
                   _table(["budget", "FLOPs spent", "FLOPs of the full plan", "share"], compute_rows(frame), {1, 2, 3})]
+    return parts
+
+
+def _decisions_section(frame: pd.DataFrame) -> list[str]:
+    """The decision-accuracy table of the budget pairs with enough matched shapes, and one line
+    naming those left out and why (the line alone when every pair is left out)."""
+    accuracy = decision_accuracy(frame)
+    if not accuracy:
+        return []
+    rows, dropped = decision_rows(accuracy), decision_left_out(accuracy)
+    parts = ["<h3>Decision accuracy: does a smaller budget's ranking hold at a larger one?</h3>"]
+    if rows:
+        parts += [_table(["budgets", "matched shapes", "rankings that agree [95% interval]"], rows),
+                  "<p class='muted'>A shape is a number of layers and heads (and a choice) found at both budgets; "
+                  "a pair of shapes agrees when the same one has the lower mean loss at both (DataDecide's "
+                  "measure). High agreement is the evidence for planning larger budgets from smaller ones "
+                  "(--ladder); 50% is chance.</p>"]
+    if dropped:
+        parts.append(f"<p class='decisions-left-out'>{html.escape(dropped)}</p>")
     return parts
 
 
@@ -179,19 +191,22 @@ def _sentence(text: str) -> str:
     return text[:1].upper() + text[1:]
 
 
-def _figures_section(images: dict[str, bytes], omitted: dict[str, str] | None = None) -> list[str]:
-    """The figures drawn, then one line per figure left out for having nothing to compare."""
-    from archhpo.report._figures import FIGURES
+def _figures_section(images: dict[str, bytes], omitted: dict[str, str] | None = None,
+                     fit: dict[str, Any] | None = None) -> list[str]:
+    """The figures drawn, each captioned with what it draws (of the law: `fit`), then one line per
+    figure left out (nothing to compare, or no fit to draw), with why."""
+    from archhpo.report import _figures
 
     parts = ["<h2>Figures</h2>"]
-    for name, caption in FIGURES.items():
+    for name in _figures.FIGURES:
         if name not in images:
             continue
+        caption = _figures.caption(name, fit)
         data = base64.b64encode(images[name]).decode("ascii")
         parts.append(f"<figure><img alt='{html.escape(caption)}' src='data:image/png;base64,{data}'>"
                      f"<figcaption>{html.escape(caption)} ({html.escape(name)}.png / .pdf)</figcaption></figure>")
     if omitted:
-        parts.append("<p>Left out, with nothing to compare:</p><ul class='omitted'>" + "".join(
+        parts.append("<p>Left out:</p><ul class='omitted'>" + "".join(
             f"<li>{html.escape(name)}: {html.escape(why)}.</li>" for name, why in omitted.items()) + "</ul>")
     return parts
 
@@ -217,7 +232,7 @@ def render_html(experiment: str, frame: pd.DataFrame, summary: pd.DataFrame, fit
     those `omitted`, with why) and the linked file list."""
     parts = [*_head(experiment, frame, summary), *_first_screen(frame, summary, fit),
              *_answer_section(frame, summary, fit), *confirmation_html(confirm), *choices_html(choices),
-             *_figures_section(images, omitted), *_files_section(files, missing, experiment), "</body></html>\n"]
+             *_figures_section(images, omitted, fit), *_files_section(files, missing, experiment), "</body></html>\n"]
     return "\n".join(parts)
 
 

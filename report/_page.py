@@ -166,7 +166,7 @@ def _write_figures(frame: pd.DataFrame, fit: dict[str, Any], fig_dir: Path, png_
     earlier report are removed, so the folder holds what the page shows."""
     from archhpo.report._figures import left_out, make_figures
 
-    omitted = left_out(frame)
+    omitted = left_out(frame, fit)
     for name in omitted:
         for ext in ("png", "pdf"):
             (fig_dir / f"{name}.{ext}").unlink(missing_ok=True)
