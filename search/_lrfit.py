@@ -66,7 +66,6 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from scipy import stats
 
 from archhpo.budgets import budget_label
 
@@ -249,7 +248,10 @@ def _slope(rates: Sequence[tuple[int, float]]) -> float:
 
 def _slope_interval(rates: Sequence[tuple[int, float]], slope: float) -> tuple[float, float]:
     """The t-based CONFIDENCE interval of the least-squares slope of log lr against log N (n - 2
-    degrees of freedom)."""
+    degrees of freedom).  SciPy is imported here, not with the module: a worker's queue imports
+    this module (through the upkeep) and fits a slope only when it plans a ladder's budget."""
+    from scipy import stats
+
     x = np.log(np.array([n for n, _ in rates], dtype=float))
     y = np.log(np.array([lr for _, lr in rates], dtype=float))
     n = len(x)

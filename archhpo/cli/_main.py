@@ -29,6 +29,7 @@ from typing import Any
 
 from archhpo.cli._family import _family_from_argv, _family_values
 from archhpo.cli._options import (
+    EXPORT,
     FAMILY_COMMANDS,
     GRID,
     LAUNCH,
@@ -36,6 +37,7 @@ from archhpo.cli._options import (
     RUN,
     STUDY_COMMANDS,
     TRAIN,
+    WORKER,
     argv_value,
     config_values,
     default,
@@ -157,10 +159,39 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
+    from archhpo.cli._train_file import trial_fields
+
+    fields = trial_fields(args)  # the line and the --from file checked: no torch, no Optuna yet
+    _optuna_verbosity(args.verbose)
     from archhpo.cli._train import train_command
 
-    print(json.dumps(train_command(args)))
+    print(json.dumps(train_command(args, fields)))
     return 0
+
+
+def _optuna_verbosity(verbose: bool) -> None:
+    """Optuna's log level (INFO with -v, else WARNING); importing Optuna is the heavy part."""
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.INFO if verbose else optuna.logging.WARNING)
+
+
+def _check_line(args: argparse.Namespace) -> None:
+    """The checks of a study command's line that need no database, run before anything heavy is
+    imported (the command runs them again in its place; they are cheap): launch's --experiment,
+    the study's configuration and each --budget (run's too, its own checks first in cmd_run);
+    worker's and export's addressing of their studies."""
+    from archhpo.budgets import parse_budget
+    from archhpo.cli._study_cmds import _check_addressing, _check_distinct, _study_config, require_experiment
+
+    if args.command == LAUNCH:
+        require_experiment(args)
+    if args.command in (LAUNCH, RUN) and args.experiment:  # run without one: cmd_run's checks first
+        config = _study_config(args)
+        if not config.isoflop.computes:
+            _check_distinct(config.budgets, parse_budget)
+    elif args.command in (WORKER, EXPORT):
+        _check_addressing(args)
 
 
 # ----------------------------------------------------------------------------- commands and parser
@@ -364,10 +395,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         _complete(args, family, config, config_path, Environment.read())  # the one read of ARCHHPO_*
         logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                             format="%(asctime)s %(name)s %(levelname)s %(message)s")
-        if args.command not in (GRID, PARAMS):  # these two count in closed form: no Optuna, no torch
-            import optuna
-
-            optuna.logging.set_verbosity(optuna.logging.INFO if args.verbose else optuna.logging.WARNING)
+        _check_line(args)  # a typo is refused before Optuna, torch or Ray is imported
+        if args.command not in (GRID, PARAMS, TRAIN):  # grid, params: closed form; train: cmd_train
+            _optuna_verbosity(args.verbose)
         code = int(args.func(args) or 0)
         sys.stdout.flush()  # a reader gone (`| head`) shows here, not as a traceback at exit
         return code

@@ -57,13 +57,17 @@ def _study_config(args: argparse.Namespace) -> StudyConfig:
     return StudyConfig.from_options(vars(args), given=sorted(args.given), family_options=family)
 
 
+def require_experiment(args: argparse.Namespace) -> None:
+    if not args.experiment:
+        raise ArchhpoError("--experiment is required; give it on the line or as `experiment` in --config.")
+
+
 def _launch_all(args: argparse.Namespace, check: Callable[[list[Any]], None] | None = None) -> list[str]:
     """Create or reload every study; `check(settings)` may refuse them before anything is written."""
     from archhpo.search._storage import mask_url, open_storage, resolve_storage_url
     from archhpo.search._study import launch
 
-    if not args.experiment:
-        raise ArchhpoError("--experiment is required; give it on the line or as `experiment` in --config.")
+    require_experiment(args)
     url = resolve_storage_url(args.storage, args.env)
     settings = _all_settings(args)  # validate all before writing
     _check_outputs(url)

@@ -19,19 +19,9 @@ from typing import Any
 
 import torch
 
-from archhpo.cli._options import default
-from archhpo.cli._train_file import (
-    check_best,
-    check_config,
-    check_data,
-    check_file_data,
-    check_params,
-    load_best,
-)
-from archhpo.errors import ArchhpoError
-from archhpo.models import Family, get_family
-from archhpo.schema import ARCH_KEYS, TRAINING_PARAMS, schedule_options
-from archhpo.search._space import FULL_SPACE, QUICK_SPACE
+from archhpo.cli._train_file import trial_fields
+from archhpo.models import get_family
+from archhpo.schema import ARCH_KEYS
 from archhpo.workers import (
     TrainConfig,
     TrialSpec,
@@ -45,81 +35,10 @@ from archhpo.workers._batch import BatchPlan, eval_batch, plan_batch, use_plan, 
 from archhpo.workers._memory import tensor_bytes
 
 
-def _options_from(args: argparse.Namespace, fam: Any, best: dict[str, Any] | None
-                  ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The trial's options (a best JSON's, unless a flag says otherwise) and the family flags given."""
-    options: dict[str, Any] = dict(best.get("options") or {}) if best else {}
-    for key in ("horizon", "threshold", "seed"):
-        if getattr(args, key, None) is not None:
-            options[key] = getattr(args, key)
-    for key in ("horizon", "threshold", "seed"):
-        options.setdefault(key, default(key))  # one definition: archhpo/_options.py
-    for key in ("quick", "compile"):  # switches: a flag turns one on; a best JSON keeps its study's
-        if getattr(args, key, False):
-            options[key] = True
-    schedule, cooldown = (getattr(args, k, None) for k in ("schedule", "cooldown"))
-    schedule = schedule if schedule is not None else options.pop("schedule", default("schedule"))
-    cooldown = cooldown if cooldown is not None else options.pop("cooldown", default("cooldown"))
-    options = {k: v for k, v in options.items() if k not in ("schedule", "cooldown")}
-    options.update(schedule_options(schedule, cooldown))
-    flag_values = {f.name: getattr(args, f"fam_{f.name}") for f in fam.flags
-                   if getattr(args, f"fam_{f.name}", None) is not None}
-    options.update(flag_values)
-    return options, flag_values
-
-
-def _data_spec(args: argparse.Namespace, fam: Family, best: dict[str, Any] | None,
-               options: dict[str, Any]) -> dict[str, Any]:
-    """The data spec: --data's, else the file's (checked; a data file re-validated and re-hashed here)."""
-    if not best or args.data is not None:
-        spec = fam.parse_data(args.data or "synthetic", options)
-        check_data(fam, spec, options, "--data")  # a generated data set's caps hold for the flag too
-        return spec
-    spec = dict(best["data"] or {})
-    check_data(fam, spec, options, args.from_json)
-    if "path" in spec:
-        parsed = fam.parse_data(spec["path"], options)
-        check_file_data(spec, parsed, args.from_json)
-        return parsed
-    return spec
-
-
-def trial_spec_from_args(args: argparse.Namespace) -> TrialSpec:
-    """The TrialSpec `train` runs: a best JSON's trial (plan slot, seed, choices), or the flags'."""
-    best = load_best(args.from_json) if args.from_json else None
-    if best is not None:
-        given = getattr(args, "given", None)
-        flag = args.family if given is None or "family" in given else None
-        fam = check_best(best, args.from_json, flag)
-    else:
-        fam = get_family(args.family)
-    options, flag_values = _options_from(args, fam, best)
-    spec = _data_spec(args, fam, best, options)
-    info = {**flag_values, **fam.data_info(spec, options)}  # the data wins on shapes
-    if best:
-        info = {**(best.get("info") or {}), **info}
-        row = best["architecture"]
-        arch: dict[str, Any] = {k: row[k] for k in ARCH_KEYS}
-        # What the export writes (contract): top-level "choices", "seed" and "plan_slot".
-        arch["choices"] = dict(best.get("choices") or {})
-        params = {k: v for k, v in dict(best["best_params"]).items() if k != "arch_idx"}
-        slot = int(best.get("plan_slot") or 0)
-        seed = best.get("seed")
-        check_config(fam, arch, {**info, **arch["choices"]}, args.from_json)
-    else:
-        arch = {"d_model": args.d_model, "n_layers": args.n_layers, "n_heads": args.n_heads, "d_ff": args.d_ff}
-        missing = [k for k, v in arch.items() if v is None]
-        if missing:
-            raise ArchhpoError(f"Missing {', '.join('--' + k.replace('_', '-') for k in missing)}; "
-                               "give the architecture or --from a best JSON.")
-        space = QUICK_SPACE if options.get("quick") else FULL_SPACE
-        params = {**space.default(), **dict(fam.train_defaults)}
-        slot, seed = 0, None
-    flagged = {key: getattr(args, key) for key in TRAINING_PARAMS if getattr(args, key, None) is not None}
-    check_params(flagged, None, flags=True)  # a flag over the file's value: the same bounds
-    params.update(flagged)
-    return TrialSpec(family=fam.name, data=spec, options=options, info=info, arch=arch, params=params,
-                     slot=slot, seed=int(seed) if seed is not None else None)
+def trial_spec_from_args(args: argparse.Namespace, fields: dict[str, Any] | None = None) -> TrialSpec:
+    """The TrialSpec `train` runs: a best JSON's trial (plan slot, seed, choices), or the flags';
+    `fields` are cli/_train_file.py's `trial_fields(args)` when the caller checked them already."""
+    return TrialSpec(**(fields if fields is not None else trial_fields(args)))
 
 
 def fit_memory(trial: TrialSpec, cfg: Any, tcfg: TrainConfig, device: torch.device, what: str,
@@ -174,8 +93,9 @@ def _header(trial: TrialSpec, cfg: Any, device: torch.device, source: str) -> st
             f"from {source}, {trial.train_config(fam).epochs} {unit} on {device.type}")
 
 
-def train_command(args: argparse.Namespace) -> dict[str, Any]:
-    trial = trial_spec_from_args(args)  # the file checked: nothing of torch is built yet
+def train_command(args: argparse.Namespace, fields: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Train the trial of the line (or of `fields`, trial_fields(args) checked by the caller)."""
+    trial = trial_spec_from_args(args, fields)  # the file checked: nothing of torch is built yet
     device = resolve_device(args.device)
     source = args.from_json or "the command line"
     cfg, what = _check_memory(trial, device, source)

@@ -6,11 +6,14 @@ outside what the family's config accepts, or a generated data set too large to h
 in one sentence (ArchhpoError: exit 2, nothing written), not met later as a traceback, an
 allocation of 128 GB or a generator that never ends.  These checks need no torch; the memory
 check (cli/_train.py, `fit_memory`) then sizes the trial with the workers' estimate, as a worker
-does, before the data is loaded and again before the model is built.
+does, before the data is loaded and again before the model is built.  `trial_fields` reads the
+line and the file into the trial's fields here, so `archhpo train` refuses a bad one before torch
+or Optuna is imported (cli/_main.py cmd_train).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import types
@@ -20,6 +23,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
+from archhpo.cli._options import default
 from archhpo.errors import ArchhpoError
 from archhpo.models import Family, get_family
 from archhpo.schema import (
@@ -28,8 +32,10 @@ from archhpo.schema import (
     PARAM_COUNT,
     PLAN_PARAMS,
     TRAINING,
+    TRAINING_PARAMS,
     DataBudget,
     StoredOptions,
+    schedule_options,
 )
 
 BEST_KEYS = frozenset({
@@ -256,5 +262,86 @@ def check_config(fam: Family, arch: Mapping[str, Any], info: Mapping[str, Any], 
                             "export the study again.") from None
 
 
+def _options_from(args: argparse.Namespace, fam: Any, best: dict[str, Any] | None
+                  ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The trial's options (a best JSON's, unless a flag says otherwise) and the family flags given."""
+    options: dict[str, Any] = dict(best.get("options") or {}) if best else {}
+    for key in ("horizon", "threshold", "seed"):
+        if getattr(args, key, None) is not None:
+            options[key] = getattr(args, key)
+    for key in ("horizon", "threshold", "seed"):
+        options.setdefault(key, default(key))  # one definition: archhpo/_options.py
+    for key in ("quick", "compile"):  # switches: a flag turns one on; a best JSON keeps its study's
+        if getattr(args, key, False):
+            options[key] = True
+    schedule, cooldown = (getattr(args, k, None) for k in ("schedule", "cooldown"))
+    schedule = schedule if schedule is not None else options.pop("schedule", default("schedule"))
+    cooldown = cooldown if cooldown is not None else options.pop("cooldown", default("cooldown"))
+    options = {k: v for k, v in options.items() if k not in ("schedule", "cooldown")}
+    options.update(schedule_options(schedule, cooldown))
+    flag_values = {f.name: getattr(args, f"fam_{f.name}") for f in fam.flags
+                   if getattr(args, f"fam_{f.name}", None) is not None}
+    options.update(flag_values)
+    return options, flag_values
+
+
+def _data_spec(args: argparse.Namespace, fam: Family, best: dict[str, Any] | None,
+               options: dict[str, Any]) -> dict[str, Any]:
+    """The data spec: --data's, else the file's (checked; a data file re-validated and re-hashed here)."""
+    if not best or args.data is not None:
+        spec = fam.parse_data(args.data or "synthetic", options)
+        check_data(fam, spec, options, "--data")  # a generated data set's caps hold for the flag too
+        return spec
+    spec = dict(best["data"] or {})
+    check_data(fam, spec, options, args.from_json)
+    if "path" in spec:
+        parsed = fam.parse_data(spec["path"], options)
+        check_file_data(spec, parsed, args.from_json)
+        return parsed
+    return spec
+
+
+def trial_fields(args: argparse.Namespace) -> dict[str, Any]:
+    """The fields of the TrialSpec `train` runs (workers/_build.py), checked: a best JSON's trial
+    (plan slot, seed, choices), or the flags'.  Neither torch nor Optuna is imported here (the
+    flags' default parameters import the search space), so a bad line or file is refused fast."""
+    best = load_best(args.from_json) if args.from_json else None
+    if best is not None:
+        given = getattr(args, "given", None)
+        flag = args.family if given is None or "family" in given else None
+        fam = check_best(best, args.from_json, flag)
+    else:
+        fam = get_family(args.family)
+    options, flag_values = _options_from(args, fam, best)
+    spec = _data_spec(args, fam, best, options)
+    info = {**flag_values, **fam.data_info(spec, options)}  # the data wins on shapes
+    if best:
+        info = {**(best.get("info") or {}), **info}
+        row = best["architecture"]
+        arch: dict[str, Any] = {k: row[k] for k in ARCH_KEYS}
+        # What the export writes (contract): top-level "choices", "seed" and "plan_slot".
+        arch["choices"] = dict(best.get("choices") or {})
+        params = {k: v for k, v in dict(best["best_params"]).items() if k != "arch_idx"}
+        slot = int(best.get("plan_slot") or 0)
+        seed = best.get("seed")
+        check_config(fam, arch, {**info, **arch["choices"]}, args.from_json)
+    else:
+        arch = {"d_model": args.d_model, "n_layers": args.n_layers, "n_heads": args.n_heads, "d_ff": args.d_ff}
+        missing = [k for k, v in arch.items() if v is None]
+        if missing:
+            raise ArchhpoError(f"Missing {', '.join('--' + k.replace('_', '-') for k in missing)}; "
+                               "give the architecture or --from a best JSON.")
+        from archhpo.search._space import FULL_SPACE, QUICK_SPACE
+
+        space = QUICK_SPACE if options.get("quick") else FULL_SPACE
+        params = {**space.default(), **dict(fam.train_defaults)}
+        slot, seed = 0, None
+    flagged = {key: getattr(args, key) for key in TRAINING_PARAMS if getattr(args, key, None) is not None}
+    check_params(flagged, None, flags=True)  # a flag over the file's value: the same bounds
+    params.update(flagged)
+    return {"family": fam.name, "data": spec, "options": options, "info": info, "arch": arch, "params": params,
+            "slot": slot, "seed": int(seed) if seed is not None else None}
+
+
 __all__ = ["BEST_KEYS", "DATA_CAPS", "PARAM_CAPS", "check_best", "check_config", "check_data", "check_file_data",
-           "check_options", "check_params", "load_best"]
+           "check_options", "check_params", "load_best", "trial_fields"]
