@@ -327,7 +327,8 @@ def load_data(spec: Mapping[str, Any], options: Mapping[str, Any]) -> TensorData
     import torch
     seq_len, vf = _seq_len(options), _val_fraction(options)
     quick = bool(options.get("quick", False))
-    budget = DataBudget.of(options) is not None
+    # A data-budget or IsoFLOP study (its trials train their own D): the fixed, cheap validation set
+    budget = DataBudget.of(options) is not None or bool(options.get("isoflop"))
     info = data_info(spec, options)
     if spec.get("kind") == "synthetic":
         v, k, lang = int(spec["vocab"]), int(spec["order"]), int(spec["language"])

@@ -195,3 +195,20 @@ def test_centre_from_an_experiment_without_a_fitted_law_is_one_sentence_and_writ
     assert err.rstrip().endswith("is fitted; give --centre instead.")
     storage = open_storage(sqlite_url, create=False)
     assert [s.study_name for s in storage.get_all_studies()] == ["iso_C1e10", "iso_C2e10"]
+
+
+def test_an_isoflop_studys_trials_validate_on_the_fixed_budget_windows() -> None:
+    """Like a data-budget study's: 65,536 tokens of validation whatever the data's length (a tenth of
+    20M tokens, evaluated at every interval, cost more than a small C's training)."""
+    from archhpo.models.data.language import BUDGET_VAL_TOKENS
+
+    config = StudyConfig.from_options({"experiment": "x", "family": "lm", "isoflop": [2e10], "sizes": 5, "span": 3.0,
+                                       "centre": [1.3e5], "epochs": 1, "data": "synthetic:tokens=2000000"},
+                                      given=["isoflop", "sizes", "span", "centre"])
+    (study,) = isoflop_settings(config)
+    fam = get_family("lm")
+    data = fam.load_data(study.data, study.options.as_dict())
+    plain = fam.load_data(study.data, {k: v for k, v in study.options.as_dict().items() if k != "isoflop"})
+    seq_len = int(study.info["seq_len"])
+    assert len(data.val_target) == BUDGET_VAL_TOKENS // seq_len < len(plain.val_target)
+    assert data.n_train == plain.n_train
