@@ -8,7 +8,6 @@ and are rasterised in PDF output, so a 20,000-trial experiment stays quick and s
 
 from __future__ import annotations
 
-import functools
 import math
 from typing import Any
 
@@ -19,13 +18,12 @@ matplotlib.use("Agg")  # no display, ever (before anything imports pyplot)
 
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
-from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
+from archhpo.report._canvas import _figure, _grid, _legend, _styled  # noqa: E402
 from archhpo.report._frame import TRAINING_COLUMNS, best_and_runner_up, budgets_in, ranked  # noqa: E402
 
 MAX_POINTS = 3000
-_STYLE: Any = {"font.size": 9, "axes.titlesize": 10, "axes.grid": True, "grid.alpha": 0.3}
 
 
 def budget_colors(frame: pd.DataFrame) -> dict[str, Any]:
@@ -52,85 +50,6 @@ def _sample(df: pd.DataFrame, max_points: int, keep: pd.Index | None = None) -> 
         extra = df.loc[df.index.intersection(keep).difference(out.index)]
         out = pd.concat([out, extra])
     return out
-
-
-def _styled(func: Any) -> Any:
-    """Draw under the report's style (font sizes, grid) without touching global rcParams."""
-    @functools.wraps(func)
-    def wrapper(*args: Any, **kwargs: Any) -> Figure:
-        with matplotlib.rc_context(_STYLE):
-            fig = func(*args, **kwargs)
-            fit_legends(fig)
-            return fig
-
-    return wrapper
-
-
-def fit_legends(fig: Figure, pad: float = 0.08) -> None:
-    """Grow the canvas until every legend lies inside it, `pad` inches clear of each edge.
-
-    The margins are fixed in inches (`_figure`), but a legend's width is only known once its
-    labels are laid out: a long label ("extrapolation (to 2x the largest N)") or many budgets
-    would run past the PNG's edge.  Hinted text is not exactly proportional to the resolution,
-    so the legends are measured at each of `_MEASURE_DPIS` (the page's PNG and the PDF among
-    them).  Each axes keeps its size in inches; the canvas grows on the side a legend overflows
-    and every axes (legends, colorbars, texts with it) shifts inside."""
-    w, h = fig.get_size_inches()
-    boxes = _legend_boxes(fig)
-    if not boxes:
-        return
-    left, bottom = (max(0.0, pad - min(b[i] for b in boxes)) for i in (0, 1))
-    right, top = (max(0.0, max(b[i] for b in boxes) + pad - size) for i, size in ((2, w), (3, h)))
-    if not any((left, bottom, right, top)):
-        return
-    new_w, new_h = w + left + right, h + bottom + top
-    for ax in fig.axes:
-        box = ax.get_position()
-        ax.set_position(((box.x0 * w + left) / new_w, (box.y0 * h + bottom) / new_h,
-                         box.width * w / new_w, box.height * h / new_h))
-    fig.set_size_inches(new_w, new_h)
-
-
-_MEASURE_DPIS = (72, 100, 110, 150, 200)
-
-
-def _legend_boxes(fig: Figure) -> list[tuple[float, float, float, float]]:
-    """Every legend's (x0, y0, x1, y1) in inches from the canvas' lower left, at each measured dpi."""
-    canvas = fig.canvas if isinstance(fig.canvas, FigureCanvasAgg) else FigureCanvasAgg(fig)  # Figure() has none
-    legends = [leg for ax in fig.axes if (leg := ax.get_legend()) is not None]
-    dpi, boxes = fig.dpi, []
-    try:
-        for at in _MEASURE_DPIS if legends else ():
-            fig.set_dpi(at)
-            renderer = canvas.get_renderer()
-            boxes += [(b.x0 / at, b.y0 / at, b.x1 / at, b.y1 / at)
-                      for b in (leg.get_window_extent(renderer) for leg in legends)]
-    finally:
-        fig.set_dpi(dpi)
-    return boxes
-
-
-def _figure(width: float = 6.4, height: float = 4.2, wspace: float = 0.3, hspace: float = 0.5,
-            bottom: float = 0.55, right: float = 0.25, top: float = 0.6) -> Figure:
-    """A figure with fixed margins in inches (a constrained layout costs more than drawing at
-    20,000 trials, and these figures' labels are known in advance)."""
-    fig = Figure(figsize=(width, height))
-    fig.subplots_adjust(left=0.8 / width, right=1 - right / width, bottom=bottom / height, top=1 - top / height,
-                        wspace=wspace, hspace=hspace)
-    return fig
-
-
-def _grid(n_panels: int, width: float, height: float, **margins: Any) -> tuple[Figure, list[Any]]:
-    """Panels in rows of at most three; a figure of one or two panels is only as wide as they
-    are (no half-empty canvas); unused cells are hidden."""
-    n = max(n_panels, 1)
-    cols = n if n <= 3 else min(3, math.ceil(math.sqrt(n)))  # four panels: 2 x 2, not 3 + 1
-    rows = math.ceil(n / cols)
-    fig = _figure(width * cols + 0.4, height * rows + 0.6, **margins)
-    axes = list(fig.subplots(rows, cols, squeeze=False).ravel())
-    for ax in axes[n_panels:]:
-        ax.set_visible(False)
-    return fig, axes
 
 
 def baseline_loss(frame: pd.DataFrame, budget: str | None = None) -> float | None:
@@ -231,12 +150,6 @@ def plot_loss_vs_params(frame: pd.DataFrame, fit: dict[str, Any] | None = None,
     _legend(ax)
     fig.suptitle("Validation loss against parameter count")
     return fig
-
-
-def _legend(ax: Any, fontsize: float = 7) -> None:
-    """The legend beside the axes (the figure keeps a right margin for it): inside, it covers
-    some point or curve, and matplotlib's loc="best" searches every point (slow at 20,000)."""
-    ax.legend(fontsize=fontsize, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
 
 
 def law_not_drawn(fit: dict[str, Any] | None) -> str | None:
@@ -478,8 +391,7 @@ def left_out(frame: pd.DataFrame, fit: dict[str, Any] | None = None) -> dict[str
 
 
 def _no_fit_to_draw(fit: dict[str, Any] | None) -> dict[str, str]:
-    """The figures drawn from a fit (isoflops: a fitted L(N, D); isoflop_profiles: an IsoFLOP
-    vertex; frontier: a fitted N_opt(C)) that the fit does not allow, with why."""
+    """The figures drawn from a fit (isoflops, isoflop_profiles, frontier) it does not allow, with why."""
     fit = fit or {}
     nd, iso = fit.get("nd_fit") or {}, fit.get("isoflop_fit") or {}
     out: dict[str, str] = {}
@@ -573,7 +485,6 @@ __all__ = [
     "FIGURES",
     "baseline_loss",
     "caption",
-    "fit_legends",
     "known_floor",
     "law_not_drawn",
     "left_out",

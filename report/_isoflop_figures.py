@@ -17,7 +17,7 @@ import matplotlib
 import numpy as np
 from matplotlib.figure import Figure
 
-from archhpo.report._figures import _figure, _legend, _styled
+from archhpo.report._canvas import _figure, _legend, _styled
 
 TOKENS_PER_PARAM_REFERENCE = 20.0
 
