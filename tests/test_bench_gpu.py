@@ -1,4 +1,4 @@
-"""Issue 33 part 5: `bench/gpu.py --sections lm` runs end to end on CPU (`--dry-run`: tiny
+"""`bench/gpu.py --sections lm` runs end to end on CPU (`--dry-run`: tiny
 configs, compile with the eager backend) and prints the table that docs/benchmarks.md takes, with
 the SDPA op read from the profiler.  The GPU figures themselves need a GPU; nothing here is one."""
 

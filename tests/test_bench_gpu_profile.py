@@ -1,4 +1,4 @@
-"""Issue 33 part 3: `bench/gpu.py --sections profile`, the PatchTST kernel profile, on CPU.
+"""`bench/gpu.py --sections profile`, the PatchTST kernel profile, on CPU.
 
 The kernel arithmetic (busy share, gaps, kinds) is checked exactly on a made-up trace; the section
 itself runs end to end with ``--dry-run`` (a CPU has no kernels, so its GPU columns stay empty)."""

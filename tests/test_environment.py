@@ -1,4 +1,4 @@
-"""The ARCHHPO_* environment variables (issue 30): read in one module (archhpo/environment.py's
+"""The ARCHHPO_* environment variables: read in one module (archhpo/environment.py's
 `Environment`), once per process by the entry points, and passed down to the queue, the storage
 and `run`'s options; a library caller that passes nothing gets the defaults."""
 

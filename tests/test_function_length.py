@@ -1,6 +1,4 @@
-"""A readable core: no function in the package is longer than 50 lines (issue 14 part 4 asks for
-steps of about 50 and none over 80), no class longer than 300 and no module longer than 500
-(issue 30).
+"""A readable core: no function in the package is longer than 50 lines, no class longer than 300 and no module longer than 500.
 
 The limits count every line from ``def``/``class`` (or its first decorator) to the last line,
 docstrings and comments included, and every line of a module: split a longer function into named

@@ -185,7 +185,7 @@ def test_the_committed_sweep_table_is_remade_exactly_from_the_committed_database
 
 
 def test_t1s_learning_rate_target_at_800k(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """Issue 32 part 4 on T1 (docs/searching.md): the rate the committed learning-rate run stored for
+    """The rate the committed learning-rate run stored for
     800K (4.91e-3, an older rule's fitted N^+0.064) is x2.19 from the best architecture's swept best
     and so outside; the rate today's rule carries from the same run's smaller budgets (2.56e-3, Step
     Law's prior) is within x/÷1.5 of all three swept architectures' best rates."""

@@ -1,5 +1,5 @@
 """bench/search_efficiency.py's noise modes (bench/_replay_table.py `make_draw`), its regret measures
-and its --carry-finalists replay (issue 54 parts 1, 2 and 4): under fresh noise no value a trial
+and its --carry-finalists replay: under fresh noise no value a trial
 sees is a truth, under split the truth seed is never trained, the table-best oracle is graded as a
 strategy, and the largest budget under --carry-finalists trains exactly the rule's shapes."""
 

@@ -1,4 +1,4 @@
-"""The project's shell scripts: no pipe under `pipefail` ends in a reader that quits early (issue 31 part 8).
+"""The project's shell scripts: no pipe under `pipefail` ends in a reader that quits early.
 
 With `set -o pipefail` a pipe fails when any of its commands does. A reader that stops before
 its input ends (`head`, `grep -q`, `grep -m N`, `sed q`, `awk '{... exit}'`, `read`, `true`)

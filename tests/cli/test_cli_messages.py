@@ -1,4 +1,4 @@
-"""A newcomer's rough edges (issue 15 part 5), each with the exact command a user types: the exit
+"""A newcomer's rough edges, each with the exact command a user types: the exit
 code, one sentence that says what to do, and nothing written."""
 
 from __future__ import annotations

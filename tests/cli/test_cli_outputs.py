@@ -1,4 +1,4 @@
-"""Issue 31 part 2: the folders a command writes are checked before anything starts (one sentence,
+"""The folders a command writes are checked before anything starts (one sentence,
 exit 2, nothing written); a write that fails mid-run stops the run cleanly, naming the path; a
 reader that goes away (`archhpo grid | head`) ends the command quietly."""
 

@@ -1,6 +1,5 @@
 """`archhpo dashboard` serves optuna-dashboard on 127.0.0.1 and shows architecture attributes, the
-objective named val_loss, the architecture keys before arch_idx and a note on the importance plot
-(issue 31 part 5)."""
+objective named val_loss, the architecture keys before arch_idx and a note on the importance plot."""
 
 from __future__ import annotations
 

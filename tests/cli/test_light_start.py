@@ -1,7 +1,6 @@
 """A refused line costs no heavy import: `archhpo train --from` a bad file and `launch --budget 2Q`
 are refused before Optuna, SciPy, SQLAlchemy, Ray, Matplotlib, pandas or torch is imported, and
-`train --help` imports none of Optuna, SciPy or Ray (issue 59 part 5; the CPU it saves is measured
-by bench/cli_start.py, not here).
+`train --help` imports none of Optuna, SciPy or Ray.
 
 Each line runs in a fresh interpreter, so what other tests imported hides nothing; the probe reads
 ``sys.modules`` after ``archhpo.cli.main`` returns.

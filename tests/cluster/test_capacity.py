@@ -1,4 +1,4 @@
-"""Issue 31 part 3: a run no worker could train is refused when the plan is made (one sentence,
+"""A run no worker could train is refused when the plan is made (one sentence,
 exit 2, nothing written); a study whose trials all failed exits non-zero and says why first."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Preemption costs nothing (issue 7 part 2): SIGTERM or SIGINT to a real `archhpo worker`
+"""Preemption costs nothing: SIGTERM or SIGINT to a real `archhpo worker`
 process, and ray.cancel of a Ray worker task, give the running trial back to the queue within a
 few seconds (WAITING, same attempt, no FAIL, its checkpoint kept for the next claim), and the
 worker exits cleanly (exit code 128 + the signal: 143 for SIGTERM, 130 for SIGINT)."""

@@ -1,4 +1,4 @@
-"""Data integrity for every family (issue 7 part 7): a data file is pinned by its sha256 when the
+"""Data integrity for every family: a data file is pinned by its sha256 when the
 study is launched, and a worker whose copy differs refuses it, for every family's file format
 (PatchTST time series, FT-/CSN-Transformer panels, char_cls text CSVs, lm text files; signal reads no files)."""
 

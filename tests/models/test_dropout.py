@@ -1,4 +1,4 @@
-"""CPU dropout from hashed masks (issue 18 part 1): the drop rate, the 1/(1 - p) scaling,
+"""CPU dropout from hashed masks: the drop rate, the 1/(1 - p) scaling,
 reproducibility under a seed and across thread counts, attention dropout that is a dropout of the
 attention probabilities, the fused C kernels against the tensor path that computes the same masks,
 the fallback where no compiler builds them, PyTorch's own kernels off the CPU, and layers that

@@ -171,7 +171,7 @@ def test_the_loss_has_a_unit_on_every_data_kind(name: str) -> None:
 
 @pytest.mark.parametrize(("row", "seq_len"), [("124M", 1024), ("124M", 2048), ("200M", 1024), ("2B", 1024)])
 def test_lm_gpu_rows_count_and_flops_on_the_meta_device(row: str, seq_len: int) -> None:
-    """Issue 33: the lm family's GPU-scale rows (GPT-2's vocabulary, context 1024 and 2048): the
+    """The lm family's GPU-scale rows (GPT-2's vocabulary, context 1024 and 2048): the
     closed-form count and FLOPs (attention included) equal the built module's numel and
     FlopCounterMode's count, on the meta device (nothing is allocated or computed)."""
     from archhpo.models.lm_spec import gpu_config

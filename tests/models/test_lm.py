@@ -1,4 +1,4 @@
-"""The `lm` family (issue 16 part 1): a causal nanoGPT-style decoder and the languages it learns.
+"""The `lm` family: a causal nanoGPT-style decoder and the languages it learns.
 
 The synthetic language's entropy rate and loss floor are checked against independent brute-force
 computations on a tiny source and against a long sample; the model is causal, its head is tied

@@ -1,4 +1,4 @@
-"""The lm family at GPU scale (issue 33 part 1): GPT-2's vocabulary and context, exact counts and
+"""The lm family at GPU scale: GPT-2's vocabulary and context, exact counts and
 FLOPs of the 124M, 200M and 2B rows, the class-structured synthetic language, and the causal path
 that lets CUDA pick SDPA's flash kernel.  All on CPU (the big rows on the meta device)."""
 

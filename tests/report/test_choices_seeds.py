@@ -184,7 +184,7 @@ def test_relaunch_identity_covers_pins_seeds_and_confirmation(sqlite_url: str, t
 
 
 def test_paired_study_stays_paired_under_the_default_pruner(storage_url: str, tmp_path: Path) -> None:
-    """Issue 15 part 4: with the default (median) pruner, every (configuration, seed) of a paired
+    """With the default (median) pruner, every (configuration, seed) of a paired
     study trains to the end, and the choice table gives each difference over all pairs with its
     count (an interval only from 3 pairs on)."""
     import torch

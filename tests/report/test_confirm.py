@@ -325,7 +325,7 @@ def test_confirmation_end_to_end_with_a_real_worker(storage_url: str, tmp_path: 
 
 
 def test_every_confirmation_trial_finishes_under_the_default_pruner(storage_url: str, tmp_path: Path) -> None:
-    """Issue 20: `--confirm 2 --seeds 3` with the default (median) pruner and real workers ends with
+    """`--confirm 2 --seeds 3` with the default (median) pruner and real workers ends with
     2 architectures x 3 seeds trained to the end and a seed-by-seed comparison of rank 0 and 1."""
     import torch
 

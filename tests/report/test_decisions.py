@@ -1,4 +1,4 @@
-"""Decision accuracy (issue 17 part 3): how often a smaller budget's ranking of shapes holds at a
+"""Decision accuracy: how often a smaller budget's ranking of shapes holds at a
 larger budget, with a bootstrap interval, and an honest "not enough" below three shapes."""
 
 from __future__ import annotations

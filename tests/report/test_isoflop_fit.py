@@ -1,6 +1,6 @@
 """Approach 2 on IsoFLOP tables (report/_isoflop.py), and Approach 3 (the L(N, D) fit) on the same.
 
-Known truths (issue 55 part 4): tables drawn from Chinchilla's fitted law (Hoffmann et al. 2022:
+Known truths: tables drawn from Chinchilla's fitted law (Hoffmann et al. 2022:
 E 1.69, A 406.4, alpha 0.34, B 410.7, beta 0.28) with D = C/(6N), 5 compute budgets over 2
 decades, 7 sizes log-spaced over 10x around the planner's prior centre sqrt(C/120) (13-41% above
 the true N_opt: a realistic, not a perfect, centring), 0.3% Gaussian noise. The true a is

@@ -310,7 +310,7 @@ def test_end_to_end_from_a_sqlite_study_with_dashboard_notes(tmp_path: Path) -> 
 
 
 def test_paired_choices_from_a_sqlite_study(tmp_path: Path) -> None:
-    """A pinned-architecture study with --encoder sum,linear and --paired-seeds 3 (issue 10): the
+    """A pinned-architecture study with --encoder sum,linear and --paired-seeds 3: the
     table pairs each seed's values; the reference is the first encoder listed."""
     url = f"sqlite:///{tmp_path / 'paired.db'}"
     settings = prepare_settings("pair", None, family="signal", family_options={"encoder": ["sum", "linear"]},

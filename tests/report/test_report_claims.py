@@ -1,4 +1,4 @@
-"""Reports that never overclaim (issue 15 part 2) and a dashboard that speaks of architectures
+"""Reports that never overclaim and a dashboard that speaks of architectures
 (part 3): the fit's status on every surface, the trivial baseline, ties within noise, figures,
 file links, CSV input without --experiment, and architecture dimensions as Optuna params."""
 

@@ -1,4 +1,4 @@
-"""A report that shows what differs (issue 31 part 4): every architecture key and choice wherever an
+"""A report that shows what differs: every architecture key and choice wherever an
 architecture is named, with what is not the winner's marked; the loss's metric and unit; one value per
 pruned trial in the CSV, the tables and the figures; pruned trials drawn apart; the known floor drawn;
 figures with nothing to compare left out with a reason; the CSV and best JSONs linked; the answer and

@@ -1,4 +1,4 @@
-"""Pinned contracts with Optuna and Ray, and the storage guarantees around them (issue 7).
+"""Pinned contracts with Optuna and Ray, and the storage guarantees around them.
 
 - Every private Optuna/Ray part is used in one module each (search/_optuna_private.py,
   cluster/_ray_private.py).

@@ -1,4 +1,4 @@
-"""Fenced attempts (issue 7 part 3): a worker paused (SIGSTOP) past the grace period loses its
+"""Fenced attempts: a worker paused (SIGSTOP) past the grace period loses its
 trial to a retry; when it resumes (SIGCONT) it notices within one heartbeat, stops training,
 never writes to the old trial again and never touches the retry's checkpoint; the slot ends with
 exactly one finished trial, and every checkpoint is gone once that finish is committed."""

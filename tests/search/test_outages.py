@@ -1,4 +1,4 @@
-"""Database outages (issue 3, item 5): a PostgreSQL restart mid-study or connections killed with
+"""Database outages: a PostgreSQL restart mid-study or connections killed with
 pg_terminate_backend cost a retry, never a trial: nothing live is reaped, nothing is run twice,
 and the worker finishes the plan."""
 

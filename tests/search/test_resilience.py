@@ -1,4 +1,4 @@
-"""Exactly-once and crash recovery (issue 3): concurrent workers never duplicate or lose a
+"""Exactly-once and crash recovery: concurrent workers never duplicate or lose a
 planned trial; a SIGKILLed worker's trial is reaped within the grace period, retried once with
 the same parameters and resumed from its checkpoint; a killed driver resumes without duplicates."""
 

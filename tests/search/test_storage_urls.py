@@ -1,4 +1,4 @@
-"""Issue 31 part 1: the standard PostgreSQL URL (postgresql://, postgres://) is the psycopg2 driver
+"""The standard PostgreSQL URL (postgresql://, postgres://) is the psycopg2 driver
 archhpo ships with; a driver that really is missing is named in the one-sentence error."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 33 part 2: the batch is the largest the memory estimate allows, up to the study's; below
+"""The batch is the largest the memory estimate allows, up to the study's; below
 it, gradient accumulation keeps the study's batch per optimizer step.  A trial records a step MFU
 (timed steps) beside its trial MFU (wall clock)."""
 

@@ -1,4 +1,4 @@
-"""One way to build a trial (issue 7 part 1): the worker and `archhpo train --from X_best.json`
+"""One way to build a trial: the worker and `archhpo train --from X_best.json`
 build through workers._build.build_trial, so on a CPU with one thread the replay gives back
 EXACTLY the trial's value, for every family and every signal encoder.
 

@@ -1,4 +1,4 @@
-"""Checkpoints that cannot run code or lie (issue 57 part 5).
+"""Checkpoints that cannot run code or lie.
 
 A checkpoint is read with ``weights_only=True`` after its sha256 is checked: a crafted pickle
 builds nothing, and a file with flipped bits is not resumed. Either is set aside as

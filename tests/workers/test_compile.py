@@ -1,4 +1,4 @@
-"""torch.compile where it wins (issue 18 part 2): measured per family on a CPU it wins nowhere
+"""torch.compile where it wins: measured per family on a CPU it wins nowhere
 (BENCHMARKS.md §9), so no study compiles unless asked. `--compile` is a study option: stored only
 when on (a study launched without it keeps its identity), it compiles every trial's model in place
 (checkpoints keep the eager model's keys), a best JSON carries it, so `train --from` replays a

@@ -1,4 +1,4 @@
-"""A full disk is a pause, not a verdict (issue 57 part 6).
+"""A full disk is a pause, not a verdict.
 
 A checkpoint that cannot be written for lack of space stops the worker with one sentence naming
 the path and the cause; the trial goes back WAITING without spending an attempt, nothing FAILs,

@@ -1,4 +1,4 @@
-"""The GPU path (issue 9): device attributes and MFU, GPU placement on Ray, PyTorch-only hosts.
+"""The GPU path: device attributes and MFU, GPU placement on Ray, PyTorch-only hosts.
 
 Everything that can be checked without a GPU runs here on CPU: the peak table and the MFU
 arithmetic, the placement decision, Ray's placement of the chosen shares on *logical* GPUs

@@ -1,4 +1,4 @@
-"""GPU faults (issue 15 part 1), simulated on CPU: injected CUDA errors, a faked free-memory
+"""GPU faults, simulated on CPU: injected CUDA errors, a faked free-memory
 reading, measured CPU peaks against the memory estimate."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 33 part 2: a training step never waits for the device.
+"""A training step never waits for the device.
 
 A TorchFunctionMode spy counts every call that would make the host wait for a GPU (``.item()``,
 ``.cpu()``, ``.tolist()``, ``.numpy()``, and ``bool``/``float``/``int`` of a tensor, which is

@@ -1,4 +1,4 @@
-"""Packing is safe (issue 9 part 2), tested on a CPU with an injected out-of-memory error and
+"""Packing is safe, tested on a CPU with an injected out-of-memory error and
 fake worker attributes: an OOM of a trial that shared its GPU (gpu_share < 1) is retried once on
 a whole GPU (user attr whole_gpu), which workers sharing a GPU never claim; an OOM of a trial
 alone on its GPU stays final with its reason."""

@@ -1,4 +1,4 @@
-"""A stopped trial loses nothing and is counted whole (issue 18 part 5, a study run in parts).
+"""A stopped trial loses nothing and is counted whole.
 
 A worker asked to stop (SIGTERM, SIGINT, a cancelled Ray task) stops between two steps and saves
 the run as it is there: model, optimiser, schedule, RNG, the epoch's batch order and the step it

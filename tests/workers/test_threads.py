@@ -1,4 +1,4 @@
-"""Cores split sensibly (issue 18 part 3): `run --workers N` without `--threads` gives each local
+"""Cores split sensibly: `run --workers N` without `--threads` gives each local
 worker cores / N torch threads, `--threads` wins, and a bad `--threads` is refused before anything
 is written."""
 
