@@ -33,16 +33,17 @@ def _styled(func: Any) -> Any:
 
 
 def fit_legends(fig: Figure, pad: float = 0.08) -> None:
-    """Grow the canvas until every legend lies inside it, `pad` inches clear of each edge.
+    """Grow the canvas until every legend (and the title) lies inside it, `pad` inches clear of
+    each edge.
 
     The margins are fixed in inches (`_figure`), but a legend's width is only known once its
     labels are laid out: a long label ("extrapolation (to 2x the largest N)") or many budgets
-    would run past the PNG's edge.  Hinted text is not exactly proportional to the resolution,
+    would run past the PNG's edge, as would a long title over one narrow panel.  Hinted text is not exactly proportional to the resolution,
     so the legends are measured at each of `_MEASURE_DPIS` (the page's PNG and the PDF among
     them).  Each axes keeps its size in inches; the canvas grows on the side a legend overflows
     and every axes (legends, colorbars, texts with it) shifts inside."""
     w, h = fig.get_size_inches()
-    boxes = _legend_boxes(fig)
+    boxes = _text_boxes(fig)
     if not boxes:
         return
     left, bottom = (max(0.0, pad - min(b[i] for b in boxes)) for i in (0, 1))
@@ -60,10 +61,13 @@ def fit_legends(fig: Figure, pad: float = 0.08) -> None:
 _MEASURE_DPIS = (72, 100, 110, 150, 200)
 
 
-def _legend_boxes(fig: Figure) -> list[tuple[float, float, float, float]]:
-    """Every legend's (x0, y0, x1, y1) in inches from the canvas' lower left, at each measured dpi."""
+def _text_boxes(fig: Figure) -> list[tuple[float, float, float, float]]:
+    """Every legend's and the title's (x0, y0, x1, y1) in inches from the canvas' lower left, at
+    each measured dpi (none when the figure has no legend)."""
     canvas = fig.canvas if isinstance(fig.canvas, FigureCanvasAgg) else FigureCanvasAgg(fig)  # Figure() has none
-    legends = [leg for ax in fig.axes if (leg := ax.get_legend()) is not None]
+    legends: list[Any] = [leg for ax in fig.axes if (leg := ax.get_legend()) is not None]
+    title = getattr(fig, "_suptitle", None)  # matplotlib keeps the suptitle there; no public getter
+    legends += [title] if legends and title is not None and title.get_text() else []
     dpi, boxes = fig.dpi, []
     try:
         for at in _MEASURE_DPIS if legends else ():

@@ -1,4 +1,4 @@
-"""The report's figures as saved (issue 57 part 4): every legend inside the canvas, captions that
+"""The report's figures as saved: every legend inside the canvas, captions that
 say what is drawn of the law, and one "left out" line, with its reason, for each figure not drawn."""
 
 from __future__ import annotations
@@ -56,16 +56,17 @@ def reports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Any, An
     return out
 
 
-def test_every_legend_lies_inside_its_figure_at_the_reports_resolution(reports: dict[str, Any]) -> None:
+def test_every_legend_and_title_lies_inside_its_figure_at_the_reports_resolution(reports: dict[str, Any]) -> None:
     drawn: set[str] = set()
     for frame, fit, _ in reports.values():
         for name, fig in make_figures(frame, fit).items():
             legends = [leg for ax in fig.axes if (leg := ax.get_legend()) is not None and leg.get_visible()]
+            title = [fig._suptitle] if legends and fig._suptitle is not None else []  # a long title clips too
             for dpi in (REPORT_DPI, PDF_DPI):
                 fig.set_dpi(dpi)
                 fig.canvas.draw()  # the figures carry an Agg canvas: this lays out what savefig writes
                 renderer = fig.canvas.get_renderer()
-                for leg in legends:
+                for leg in legends + title:
                     box, page = leg.get_window_extent(renderer), fig.bbox
                     assert (box.x0 >= page.x0 and box.y0 >= page.y0 and box.x1 <= page.x1 and box.y1 <= page.y1), \
                         f"{name} at {dpi} dpi: legend {box.bounds} outside the canvas {page.bounds}"
