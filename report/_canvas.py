@@ -58,7 +58,7 @@ def fit_legends(fig: Figure, pad: float = 0.08) -> None:
     fig.set_size_inches(new_w, new_h)
 
 
-_MEASURE_DPIS = (72, 100, 110, 150, 200)
+_MEASURE_DPIS = (72, 110, 150)  # the PDF's text, the page's PNG, the PDF's raster
 
 
 def _text_boxes(fig: Figure) -> list[tuple[float, float, float, float]]:
