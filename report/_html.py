@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import html
+import os
 import urllib.parse
 from collections.abc import Sequence
 from typing import Any
@@ -215,8 +216,11 @@ def _files_section(files: Sequence[str], missing: str = "", experiment: str = ""
     """The files as links relative to the page (written beside it, or where the CSV and the best
     JSONs were found); a trials CSV, which holds every experiment exported into its folder, says
     which of its rows are this page's; `missing` says where those are when they were not found."""
+    from archhpo.report._export import RESULTS_CSV
+
     def rows(f: str) -> str:
-        return f" (this experiment's rows: experiment = {html.escape(experiment)})" if f.endswith(".csv") else ""
+        shared = os.path.basename(f) == RESULTS_CSV
+        return f" (this experiment's rows: experiment = {html.escape(experiment)})" if shared else ""
 
     links = "".join(f"<li><a href='{html.escape(urllib.parse.quote(f), quote=True)}'>{html.escape(f)}</a>"
                     f"{rows(f)}</li>" for f in files)
