@@ -1,4 +1,4 @@
-"""docker-compose.yml, Dockerfile, .env.example, .dockerignore (docs/design.md §9, issue 3 items 2 and 7).
+"""docker-compose.yml, Dockerfile, .env.example, .dockerignore (docs/design.md §9).
 
 No Docker engine is needed: the compose file is parsed with yaml.safe_load after the same
 `${VAR...}` interpolation Compose does, and the shell snippets the containers run (driver

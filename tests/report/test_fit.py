@@ -177,7 +177,7 @@ def _six(noise: float = 0.002, seed: int = 0, law: tuple[float, float, float] = 
 
 @pytest.mark.parametrize("seed", [0, 1, 2, 3, 4])
 def test_six_budgets_on_an_exact_law_at_0_2_percent_noise_are_fitted_with_the_truth_inside(seed: int) -> None:
-    """Issue 54: resampling 6 budget points drew sets of 3-4 distinct budgets, on which E is not
+    """Resampling 6 budget points drew sets of 3-4 distinct budgets, on which E is not
     identified ("unresolved", E in [9e-14, 2.46]); the parametric bootstrap keeps N fixed."""
     n, loss = _six(seed=seed)
     fit = fit_law(n, loss, seed=seed)

@@ -1,4 +1,4 @@
-"""Issue 54 part 6: the L(N) fit's 95% intervals are calibrated. Over 200 synthetic studies drawn
+"""The L(N) fit's 95% intervals are calibrated. Over 200 synthetic studies drawn
 from a known law with 0.5% noise (bench/fit_calibration.py) at 4, 6 and 8 budgets, the intervals
 of alpha and E hold the truth in 90-98% of them; every study counts, `fitted` or not. Each study measured its seed noise (3 seeds a
 budget), which the intervals draw unless the residuals are significantly larger.

@@ -155,7 +155,7 @@ def test_a_law_without_an_irreducible_loss_is_unresolved() -> None:
 
 
 def test_six_points_leave_one_residual_degree_of_freedom_and_no_law() -> None:
-    """Issue 54: L(N, D) needs 2 residual degrees of freedom beyond its 5 parameters."""
+    """L(N, D) needs 2 residual degrees of freedom beyond its 5 parameters."""
     n, r = (a.ravel() for a in np.meshgrid(N[:3], R[:2]))
     d = r * n
     loss = _law(n, d) * (1 + np.random.default_rng(0).normal(0, 0.003, len(n)))

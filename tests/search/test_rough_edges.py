@@ -1,4 +1,4 @@
-"""Issue 57 part 9, the rough edges: the reaper never waits on a stalled worker's row lock, the
+"""The rough edges: the reaper never waits on a stalled worker's row lock, the
 dashboard answers only requests addressed to itself (no DNS rebinding), and the command line
 masks a password in its own process title before anything heavy is imported."""
 
