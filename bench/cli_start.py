@@ -4,7 +4,8 @@
 with archhpo's own build_trial and trains it with archhpo's train (so the difference is the
 command line: its parser, checks and imports), N alternating repeats, the CPU time of each child
 (getrusage) and the ratio a/b per pair; (c) the wall time of a refused budget
-(`archhpo launch --experiment x --budget 2Q`), which must write nothing.
+(`archhpo launch --experiment x --budget 2Q`), which must write nothing; (d) what the command
+line's modules add, in modules and CPU seconds, to a process that imported the plain script's.
 
     python bench/cli_start.py [--repeats 5] [--steps 15] [--refusals 5] [--best F] [--before DIR]
 
@@ -124,11 +125,32 @@ def refusals(repeats: int, work: Path, old: str | None = None) -> list[tuple[flo
     return out
 
 
+EXTRA = """
+import sys, time
+import torch, archhpo.workers
+before = set(sys.modules)
+start = time.process_time()
+import archhpo.cli._main, archhpo.cli._train_file, archhpo.cli._train
+print(len(set(sys.modules) - before), time.process_time() - start)
+"""
+
+
+def extra_imports(repeats: int, work: Path, old: str | None = None) -> list[tuple[float, float]]:
+    """(d) modules and CPU seconds the train command's modules add to the plain script's imports."""
+    out = []
+    for _ in range(repeats):
+        done = child([sys.executable, "-c", EXTRA], work, old)[2]
+        modules, cpu = done.stdout.split()
+        out.append((float(modules), float(cpu)))
+    return out
+
+
 def _spread(values: list[float], fmt: str = ".2f") -> str:
     return f"{statistics.median(values):{fmt}} ({min(values):{fmt}}-{max(values):{fmt}})"
 
 
-def report(pairs: dict[str, Any], refused: dict[str, list[tuple[float, float]]], args: argparse.Namespace) -> None:
+def report(pairs: dict[str, Any], refused: dict[str, list[tuple[float, float]]], extra: dict[str, Any],
+           args: argparse.Namespace) -> None:
     cli, plain = pairs["runs"]["cli"], pairs["runs"]["plain"]
     ratios = [c[0] / p[0] for c, p in zip(cli, plain, strict=True)]
     load = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
@@ -152,6 +174,9 @@ def report(pairs: dict[str, Any], refused: dict[str, list[tuple[float, float]]],
     for name, runs in refused.items():
         print(f"| (c) `launch --budget 2Q` refused{name} | {_spread([c for c, _ in runs])} | "
               f"{_spread([w for _, w in runs])} |")
+    for name, runs in extra.items():
+        print(f"| (d) the train command's imports beyond (b)'s{name}: {int(runs[0][0])} modules | "
+              f"{_spread([c for _, c in runs], '.3f')} | |")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -169,7 +194,10 @@ def main(argv: list[str] | None = None) -> int:
         refused = {"": refusals(args.refusals, work)}
         if args.before:
             refused[", before"] = refusals(args.refusals, work, args.before)
-    report(pairs, refused, args)
+        extra = {"": extra_imports(args.refusals, work)}
+        if args.before:
+            extra[", before"] = extra_imports(args.refusals, work, args.before)
+    report(pairs, refused, extra, args)
     return 0
 
 
