@@ -145,6 +145,10 @@ def test_a_trial_stopped_mid_epoch_resumes_there_and_counts_whole(sqlite_url: st
     claim_flops, claim_s = attrs["claim_work"]  # the ETA's throughput: the last claim's work in its time
     assert claim_flops == attrs["flops_spent"] - spent_by_the_stopped_claim
     assert claim_s == pytest.approx(attrs["duration_s"] - saved["elapsed_s"], abs=0.002)
+    # the dashboard's Duration (Optuna's start to complete) is the last claim's, duration_s every claim's
+    # (docs/guide.md names both)
+    dashboard_s = (trial.datetime_complete - trial.datetime_start).total_seconds()
+    assert claim_s - 0.01 <= dashboard_s < attrs["duration_s"], (dashboard_s, claim_s, attrs["duration_s"])
     export_studies(q.storage, [q.name], tmp_path)
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
