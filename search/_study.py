@@ -250,9 +250,11 @@ def _space(
     fam: Family, quick: bool, fixed_params: dict[str, Any], paired_seeds: int,
     ranges: Mapping[str, tuple[float, float]] | None = None,
 ) -> tuple[SearchSpace, dict[str, Any] | None]:
-    """The study's search space (stated ranges replacing the default ones, fixed parameters one
-    point), and for a paired study the one set of training parameters."""
-    space = (QUICK_SPACE if quick else FULL_SPACE).within(ranges or {}).fixed(fixed_params)
+    """The study's search space (its learning-rate range moved onto the family's own rate where it
+    lies outside, `SearchSpace.bracketing`; stated ranges replacing the default ones, fixed
+    parameters one point), and for a paired study the one set of training parameters."""
+    space = (QUICK_SPACE if quick else FULL_SPACE).bracketing(fam.train_defaults.get("learning_rate"))
+    space = space.within(ranges or {}).fixed(fixed_params)
     if not paired_seeds:
         return space, None
     # one set of training parameters for every configuration and seed
