@@ -482,7 +482,9 @@ class StoredOptions:
     def planned_samples(self, arch: Mapping[str, Any]) -> int | None:
         """The training samples an IsoFLOP study planned for architecture `arch` (its FLOPs within 1% of
         the study's C: budgets/_isoflop.py), or None (not an IsoFLOP study, or an architecture it did not plan)."""
-        samples = (self.isoflop or {}).get("samples") or {}
+        samples = (self.isoflop or {}).get("samples")
+        if not samples:  # not an IsoFLOP study: the architecture needs no key (it may be partial)
+            return None
         found = samples.get(isoflop_key(arch))
         return None if found is None else int(found)
 

@@ -68,7 +68,7 @@ class _FakeWorker:
         _FakeWorker.queues = queues
 
     def run(self) -> Any:
-        return SimpleNamespace(unhealthy=False, signal=0)
+        return SimpleNamespace(unhealthy=False, disk_full=None, signal=0)
 
 
 def test_the_environment_reaches_the_queue_and_the_run_options(
