@@ -5,32 +5,21 @@ strategy, and the largest budget under --carry-finalists trains exactly the rule
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import statistics
 import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[1] / "bench"
+from tests.test_search_efficiency import BENCH, se, truth
+
 T3 = BENCH / "truths" / "t3.csv"
 
 
-def _load(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
-
-
-se = _load("search_efficiency")
-rt = sys.modules["_replay_table"]
+rt = sys.modules["_replay_table"]  # as search_efficiency (loaded by tests/test_search_efficiency.py) imported it
 
 
 def _recording(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, list[tuple[Any, dict[str, Any]]]]]:
@@ -130,7 +119,6 @@ def test_under_split_noise_the_truth_seed_is_never_trained(monkeypatch: pytest.M
 
 def _ab(tmp_path: Path) -> list[Any]:
     """A (1.0 on seed 0, else 2.0; mean 5/3) and B (1.5 on every seed): the table's best is B."""
-    truth = _load("search_truth")
     rows = [{"budget": "100K", "budget_params": 100_000, "arch_idx": a, "d_model": 64, "n_layers": 2 + a,
              "n_heads": 2, "d_ff": 128, "param_count": 100_000, "seed": s, "epochs": 3, "flops_per_epoch": 1,
              "loss": loss, "curve": ";".join(repr(loss + 2 - e) for e in (1, 2)) + f";{loss!r}",

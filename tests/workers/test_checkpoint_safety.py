@@ -52,6 +52,16 @@ def _finish(q: TrialQueue, ck: Path, caplog: pytest.LogCaptureFixture) -> tuple[
     return trial, [r.getMessage() for r in caplog.records if "checkpoint" in r.getMessage()]
 
 
+def _stopped_checkpoint(url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, Path, Path]:
+    """A one-trial study whose worker was stopped inside epoch 14: the queue, its checkpoint folder
+    and the one checkpoint file it left."""
+    q = _queue_with_one_trial(url)
+    ck = tmp_path / "ck"
+    _stopped_in_epoch_14(q, ck, monkeypatch)
+    (path,) = ck.rglob("*.pt")
+    return q, ck, path
+
+
 def _assert_trained_from_scratch(trial: Any, value: float) -> None:
     assert trial.state == TrialState.COMPLETE
     assert "resumed_from_epoch" not in trial.user_attrs and trial.user_attrs["flops_from"] == 0
@@ -61,10 +71,7 @@ def _assert_trained_from_scratch(trial: Any, value: float) -> None:
 def test_a_crafted_checkpoint_runs_nothing_is_refused_and_the_trial_trains_from_scratch(
         sqlite_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
         uninterrupted_value: float) -> None:
-    q = _queue_with_one_trial(sqlite_url)
-    ck = tmp_path / "ck"
-    _stopped_in_epoch_14(q, ck, monkeypatch)
-    (path,) = ck.rglob("*.pt")
+    q, ck, path = _stopped_checkpoint(sqlite_url, tmp_path, monkeypatch)
     # The craft works: loaded the old way (weights_only=False) such a file creates its file.
     control = tmp_path / "control.pt"
     _atomic_save({"x": _MakesAFile(tmp_path / "ran-on-unsafe-load")}, control)
@@ -103,10 +110,7 @@ def _flip_16_low_bits(path: Path) -> None:
 def test_a_checkpoint_with_flipped_bits_is_set_aside_and_the_trial_ends_at_the_uninterrupted_value(
         sqlite_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
         uninterrupted_value: float) -> None:
-    q = _queue_with_one_trial(sqlite_url)
-    ck = tmp_path / "ck"
-    _stopped_in_epoch_14(q, ck, monkeypatch)
-    (path,) = ck.rglob("*.pt")
+    q, ck, path = _stopped_checkpoint(sqlite_url, tmp_path, monkeypatch)
     _flip_16_low_bits(path)
 
     trial, said = _finish(q, ck, caplog)
