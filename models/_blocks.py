@@ -20,10 +20,14 @@ __all__ = ["Attention", "Block", "EncoderLayer", "block_params"]  # block_params
 class Attention(nn.Module):
     """Multi-head self-attention: fused q,k,v projection, out projection, F.scaled_dot_product_attention."""
 
-    def __init__(self, d_model: int, n_heads: int, bias: bool = True, dropout: float = 0.0) -> None:
+    def __init__(self, d_model: int, n_heads: int, bias: bool = True, dropout: float = 0.0,
+                 qk_scale: float = 1.0) -> None:
         super().__init__()
         self.n_heads = n_heads
         self.dropout = dropout
+        # A factor on q over SDPA's 1/sqrt(d_head): µP's attention (docs/mup.md) at width multiplier
+        # m is 1/sqrt(m); 1.0 multiplies nothing, so the standard model keeps its numbers bit for bit.
+        self.qk_scale = qk_scale
         self.qkv = nn.Linear(d_model, 3 * d_model, bias=bias)
         self.out = nn.Linear(d_model, d_model, bias=bias)
 
@@ -40,6 +44,8 @@ class Attention(nn.Module):
         kernel (any explicit mask rules flash out and costs an (L, L) tensor)."""
         b, n, d = x.shape  # (B, L, d)
         q, k, v = self.qkv(x).view(b, n, 3, self.n_heads, d // self.n_heads).permute(2, 0, 3, 1, 4)
+        if self.qk_scale != 1.0:
+            q = q * self.qk_scale
         if is_causal and attn_mask is None and key_padding_mask is None:
             p = self.dropout if self.training else 0.0
             h = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)  # (B, h, L, d/h)
@@ -79,10 +85,11 @@ class Block(nn.Module):
         attn_bias: bool = True,
         first_norm: bool = True,
         dropout: float = 0.0,
+        qk_scale: float = 1.0,
     ) -> None:
         super().__init__()
         self.attn_norm: nn.Module = nn.LayerNorm(d_model) if first_norm else nn.Identity()
-        self.attn = Attention(d_model, n_heads, bias=attn_bias, dropout=dropout)
+        self.attn = Attention(d_model, n_heads, bias=attn_bias, dropout=dropout, qk_scale=qk_scale)
         self.ff_norm = nn.LayerNorm(d_model)
         self.ff = nn.Sequential(
             nn.Linear(d_model, d_ff), nn.GELU(), Dropout(dropout), nn.Linear(d_ff, d_model)

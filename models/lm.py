@@ -6,6 +6,10 @@ the token embedding (nanoGPT's choice; the head has no bias).  Initialisation fo
 N(0, 0.02) weights, zero biases, and the residual projections (attention out, FFN second layer)
 scaled by 1/sqrt(2·n_layers).  The loss is the mean next-token NLL in nats per token.
 
+Under µP (``parametrization="mup"``, docs/mup.md) with m = d_model / mup_base_width: the blocks'
+matrices start with variance /m, the head's input is scaled by 1/m, attention scores by
+sqrt(d_head_base)/d_head, and ``optimizer_groups`` gives AdamW the matrices' rate /m and eps /m.
+
 Data (``archhpo.models.data.language``): a synthetic language with an exact entropy rate
 (``--data synthetic``), or any UTF-8 text file as bytes.
 """
@@ -13,6 +17,7 @@ Data (``archhpo.models.data.language``): a synthetic language with an exact entr
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -23,18 +28,25 @@ from archhpo.models._family import TensorDataset
 from archhpo.models.data import language
 from archhpo.models.lm_spec import FAMILY, LMConfig, config_for, flops_per_sample, param_count
 
-__all__ = ["FAMILY", "LM", "LMConfig", "config_for", "flops_per_sample", "next_token_nll", "param_count"]
+__all__ = ["ADAM_EPS", "FAMILY", "LM", "LMConfig", "config_for", "flops_per_sample", "next_token_nll", "param_count"]
+
+
+# AdamW's own default eps, the one every standard-parametrization trial trains with; µP divides it by m.
+ADAM_EPS = 1e-8
 
 
 class LM(nn.Module):
     def __init__(self, cfg: LMConfig) -> None:
         super().__init__()
         self.cfg = cfg
-        d = cfg.d_model
+        d, m = cfg.d_model, cfg.width_multiplier
         self.tok_embed = nn.Embedding(cfg.vocab_size, d)
         self.pos_embed = nn.Embedding(cfg.seq_len, d)
         self.drop = nn.Dropout(cfg.dropout)
-        self.blocks = nn.ModuleList(Block(d, cfg.n_heads, cfg.d_ff, dropout=cfg.dropout) for _ in range(cfg.n_layers))
+        # Scores q·k/sqrt(d_head) times 1/sqrt(m) = sqrt(d_head_base)/d_head at a fixed head count.
+        qk = 1.0 if m == 1.0 else 1.0 / math.sqrt(m)
+        self.blocks = nn.ModuleList(Block(d, cfg.n_heads, cfg.d_ff, dropout=cfg.dropout, qk_scale=qk)
+                                    for _ in range(cfg.n_layers))
         self.norm = nn.LayerNorm(d)
         # True above the diagonal = a later token may not be attended to; not saved (derived).
         causal = torch.ones(cfg.seq_len, cfg.seq_len, dtype=torch.bool).triu(1)
@@ -43,9 +55,12 @@ class LM(nn.Module):
         self._init_weights()
 
     def _init_weights(self) -> None:
+        # µP: a hidden matrix's variance /m (std /sqrt(m)); the embeddings keep theirs.  m = 1 draws
+        # exactly the standard model's numbers (the same calls on the same generator).
+        hidden = 0.02 / math.sqrt(self.cfg.width_multiplier)
         for module in self.modules():
             if isinstance(module, (nn.Linear, nn.Embedding)):
-                nn.init.normal_(module.weight, std=0.02)
+                nn.init.normal_(module.weight, std=hidden if isinstance(module, nn.Linear) else 0.02)
             if isinstance(module, nn.Linear) and module.bias is not None:
                 nn.init.zeros_(module.bias)
         # nanoGPT: each block adds two projections to the residual stream; keep its variance flat.
@@ -53,7 +68,24 @@ class LM(nn.Module):
             assert isinstance(block, Block)  # for the type checker: a ModuleList holds Modules
             for proj in (block.attn.out, block.ff[-1]):
                 assert isinstance(proj, nn.Linear)
-                nn.init.normal_(proj.weight, std=0.02 / math.sqrt(2 * self.cfg.n_layers))
+                nn.init.normal_(proj.weight, std=hidden / math.sqrt(2 * self.cfg.n_layers))
+
+    def hidden_matrices(self) -> list[torch.Tensor]:
+        """The blocks' Linear weights: µP's hidden matrices (embeddings, biases and norms are not)."""
+        return [mod.weight for mod in self.blocks.modules() if isinstance(mod, nn.Linear)]
+
+    def optimizer_groups(self, lr: float, weight_decay: float) -> list[dict[str, Any]] | None:
+        """AdamW's parameter groups under µP: the hidden matrices at lr/m, every group at eps/m,
+        and the matrices' decay ×m so that the per-step shrink lr·wd is the same at every width;
+        None under the standard parametrization (one group, the trainer's defaults)."""
+        if self.cfg.parametrization != "mup":
+            return None
+        m = self.cfg.width_multiplier
+        hidden = self.hidden_matrices()
+        ids = {id(p) for p in hidden}
+        rest = [p for p in self.parameters() if id(p) not in ids]
+        return [{"params": hidden, "lr": lr / m, "weight_decay": weight_decay * m, "eps": ADAM_EPS / m},
+                {"params": rest, "lr": lr, "weight_decay": weight_decay, "eps": ADAM_EPS / m}]
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         length = ids.shape[1]  # ids: (B, L), L <= seq_len
@@ -67,7 +99,11 @@ class LM(nn.Module):
         mask = self.causal[:length, :length] if ids.device.type == "cpu" else None  # (L, L)
         for block in self.blocks:
             h = block(h, attn_mask=mask, is_causal=True)  # (B, L, d)
-        return F.linear(self.norm(h), self.tok_embed.weight)  # (B, L, V): the tied head
+        out = self.norm(h)  # (B, L, d)
+        m = self.cfg.width_multiplier
+        if m != 1.0:  # µP: the tied head's input ×1/m (nanoGPT-mup scales x, not the shared weight)
+            out = out / m
+        return F.linear(out, self.tok_embed.weight)  # (B, L, V): the tied head
 
 
 def next_token_nll(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:

@@ -15,7 +15,7 @@ from archhpo.models._family import Family, FlagSpec, Lazy, check_arch
 from archhpo.models._flops import block_params, encoder_layer_flops, linear_flops
 from archhpo.models.data import language
 
-__all__ = ["FAMILY", "GPU_DATA", "GPU_ROWS", "LMConfig", "config_for", "flops_per_sample", "flops_per_token",
+__all__ = ["FAMILY", "GPU_DATA", "GPU_ROWS", "LMConfig", "PARAMETRIZATIONS", "config_for", "flops_per_sample", "flops_per_token",
            "gpu_config", "loss_per", "param_count"]
 
 # GPU scale (issue 33): a GPT-2-sized vocabulary over the synthetic language (see
@@ -34,6 +34,10 @@ GPU_ROWS: dict[str, dict[str, int]] = {
 }
 
 
+# The standard parametrization (nanoGPT's) and µP (docs/mup.md): how init, rates and the head scale with width.
+PARAMETRIZATIONS = ("sp", "mup")
+
+
 @dataclass
 class LMConfig:
     d_model: int = 64
@@ -43,14 +47,29 @@ class LMConfig:
     vocab_size: int = language.DEFAULT_VOCAB
     seq_len: int = language.DEFAULT_SEQ_LEN
     dropout: float = 0.0
+    parametrization: str = "sp"
+    mup_base_width: int | None = None  # µP's base d_model; None: this model's own (m = 1)
 
     def __post_init__(self) -> None:
         check_arch(self.d_model, self.n_layers, self.n_heads, self.d_ff)
+        if self.parametrization not in PARAMETRIZATIONS:
+            raise ConfigError(f"parametrization must be one of {', '.join(PARAMETRIZATIONS)}, "
+                              f"got {self.parametrization!r}.")
+        base = self.mup_base_width
+        if base is not None and (not isinstance(base, int) or isinstance(base, bool) or base < 1):
+            raise ConfigError(f"mup_base_width must be a positive integer d_model, got {base!r}.")
         for name, value, least in (("vocab_size", self.vocab_size, 2), ("seq_len", self.seq_len, 1)):
             if not isinstance(value, int) or isinstance(value, bool) or value < least:
                 raise ConfigError(f"{name} must be an integer of at least {least}, got {value!r}.")
         if not 0.0 <= self.dropout < 1.0:
             raise ConfigError(f"dropout must be in [0, 1), got {self.dropout}.")
+
+    @property
+    def width_multiplier(self) -> float:
+        """µP's m = d_model / base width; 1.0 under the standard parametrization."""
+        if self.parametrization != "mup" or self.mup_base_width is None:
+            return 1.0
+        return self.d_model / self.mup_base_width
 
 
 def param_count(cfg: LMConfig) -> int:
@@ -91,7 +110,9 @@ def loss_per(kind: str | None) -> str:
 
 def gpu_config(row: str, seq_len: int = GPU_SEQ_LEN, vocab_size: int = language.GPT2_VOCAB) -> LMConfig:
     """A GPU-scale configuration: a row of ``GPU_ROWS`` at GPT-2's vocabulary and a context of 1024."""
-    return LMConfig(**GPU_ROWS[row], vocab_size=vocab_size, seq_len=seq_len)
+    r = GPU_ROWS[row]
+    return LMConfig(d_model=r["d_model"], n_layers=r["n_layers"], n_heads=r["n_heads"], d_ff=r["d_ff"],
+                    vocab_size=vocab_size, seq_len=seq_len)
 
 
 def config_for(arch: Mapping[str, int], info: Mapping[str, Any]) -> LMConfig:
@@ -101,6 +122,8 @@ def config_for(arch: Mapping[str, int], info: Mapping[str, Any]) -> LMConfig:
         vocab_size=int(info.get("vocab_size", language.DEFAULT_VOCAB)),
         seq_len=int(info.get("seq_len", language.DEFAULT_SEQ_LEN)),
         dropout=float(info.get("dropout", 0.0)),
+        parametrization=str(info.get("parametrization") or "sp"),
+        mup_base_width=None if info.get("mup_base_width") is None else int(info["mup_base_width"]),
     )
 
 

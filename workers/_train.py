@@ -242,8 +242,10 @@ def _start(model: nn.Module, data: TensorDataset, cfg: TrainConfig, resume: dict
     device = next(model.parameters()).device
     gen = torch.Generator(device=device).manual_seed(cfg.seed)
     total = cfg.total_steps or cfg.steps_per_epoch(data.n_train) * cfg.epochs
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay,
-                            **adamw_options(device))
+    # A family with its own groups (lm under µP: per-group rate, decay and eps) gives them; else one group.
+    groups = getattr(model, "optimizer_groups", lambda lr, wd: None)(cfg.learning_rate, cfg.weight_decay)
+    opt = torch.optim.AdamW(model.parameters() if groups is None else groups, lr=cfg.learning_rate,
+                            weight_decay=cfg.weight_decay, **adamw_options(device))
     shape = lr_lambda(cfg.warmup_steps, total, cfg.min_lr_ratio, cfg.schedule, cfg.cooldown)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, shape)
     stepper = Stepper(model, opt, sched, loss_fn, device.type == "cuda", cfg.grad_clip, cfg.micro_batch)
