@@ -1,36 +1,17 @@
 """`run`'s ETA in FLOPs: the training still to do over the throughput the finished trials measured.
 
-Trial counts make a poor clock: a study's trials differ in size (the plan spreads over the grid's
-shapes and epochs) and under successive halving most stop at a rung, so a mean trial duration
-over- or under-shoots and jumps each time a long trial finishes. Every trial's cost is known in
-FLOPs instead: its shape's forward+backward FLOPs per sample (the grid row's flops_per_sample)
-times the samples it trains, calibrated on the finished trials (their flops_full). What the
-finished trials' last claims trained over their wall time (Attr.CLAIM_WORK) is the measured
-throughput of one worker: a trial's flops_spent over its duration_s would count a lost claim's
-training without its time (a trial restarted after a kill) or an earlier claim's time without its
-training (a retry that resumed a vanished worker's checkpoint at epoch 6 of 9 would count 3/9 of
-its training in 9/9 of its time). The running trials count as done at that throughput for the time they
-have run (each up to its own cost), so a long trial finishing moves nothing but the measurement.
-A running trial starts from what its claim's checkpoint holds (Attr.FLOPS_FROM; 0 when it starts
-over, on a machine without the earlier claim's checkpoint), not from what its claims trained: a
-trial restarted from nothing once put a 2-hour run's ETA at 28 minutes.
-
-The throughput is measured per budget: on a CPU it grows with the model (T1's truths, per niced
-worker: 5 GFLOP/s at 100K, 16 at 200K, 41 at 400K and 800K), so one rate over every finished trial,
-mostly small ones early in a ladder, put a ladder's last budget at several times its real time.
-Each slot is priced at its own budget's measured throughput, else at the largest smaller budget's
-(a lower bound on a larger model's: the ETA errs long), else at the rate over every finished trial.
-A budget none of whose trials has finished is sized at the samples per epoch the run's other
-budgets measured (they train the same data); before, the demo showed `--:--` until its last budget
-finished a trial, 20 of its 24 trials in. A trial no worker has started is priced at the share of a
-full training its study's rule expects it to train (`expected_share`: successive halving stops most
-trials at the first rung; on a ladder, at the rungs its budget's trust judges); measured on two
-fresh-clone demos, its first ETA went from 4.6 times the time left without it to 2.2 times with it
-(the rest: larger budgets priced at a smaller one's rate).
-A confirmation rank of the second wave that waits for its decision (search/_confirmation.py) may
-never be trained: the ETA is then a range (`eta_range`), the time left without those slots and
-with them, instead of the time with them, which overshot by a whole trial of the largest budget
-whenever the decision skipped the rank.
+Trial counts make a poor clock: trials differ in size and most stop at a rung under successive
+halving, so a mean duration jumps each time a long trial finishes. A trial's cost is known in FLOPs
+instead (its shape's flops_per_sample times the samples it trains), and the finished trials' last
+claims (Attr.CLAIM_WORK, which counts neither a lost claim's training nor a resumed claim's missing
+time) give one worker's throughput. A running trial counts as done at that throughput from where
+its claim's checkpoint started (Attr.FLOPS_FROM), up to its own cost. The throughput is measured
+per budget, since on a CPU it grows with the model: a slot is priced at its budget's, else the
+largest smaller budget's (the ETA errs long), else the rate over every finished trial. A budget
+with no finished trial is sized at the samples per epoch the others measured; a trial not started
+is priced at the share its rule expects it to train (`expected_share`); a second-wave confirmation
+rank that may be skipped makes the ETA a range (`eta_range`). The measurements behind each choice:
+docs/design.md §10.
 """
 
 from __future__ import annotations

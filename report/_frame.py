@@ -3,52 +3,10 @@
 `trials_frame` is the single entry point of the report and the notebook API: every figure, the
 scaling-law fit and every table of `archhpo report` is computed from its result, so a notebook
 can remake and restyle any of them.  One row per trial (COMPLETE, PRUNED and FAIL; trials still
-WAITING or RUNNING are left out), every budget of the experiment, with these columns:
-
-=================== =====================================================================
-experiment, study   experiment name and Optuna study name (``{experiment}_{budget}``)
-budget              budget label (``2M``); ``budget_value`` its number of parameters
-trial               Optuna trial number (unique within a budget)
-state               ``COMPLETE``, ``PRUNED`` or ``FAIL``
-phase, plan_slot    plan phase (1, 2; 3 = confirmation) and plan slot; NaN when unknown
-seed                the trial's seed (paired seeds, confirmation); NaN for ordinary trials
-confirm_rank        for phase-3 trials read from a database: rank of the confirmed
-                    architecture (0 = the budget's best); NaN otherwise
-baseline            for --baselines trials: the rule whose shape it trains (kaplan, ...); None otherwise
-lr_probe            for --lr-probe trials: the factor of the best's learning rate it trains at; NaN otherwise
-family              model family
-arch_idx, d_model, n_layers, n_heads, d_ff, param_count (exact), extreme (grid extreme tags)
-choices, choice     categorical choices as a dict (``{"encoder": "sum"}``) and as a label
-                    (``sum``; ``k=v, k=v`` for several choices; ``""`` for none)
-learning_rate, epochs, batch_size, weight_decay, warmup_steps   training parameters
-val_loss            the trial's value: its best validation loss (PRUNED: the value the study
-                    stores, its score at the rung where it was stopped, else the best loss it
-                    reached; NaN if none), as in experiment_results.csv
-train_loss, best_epoch, duration_s, timestamp
-flops_per_sample, train_flops, samples_per_s    compute accounting (NaN when not recorded)
-rung                successive halving: the last rung the trial was scored at (NaN without)
-rung_scores         its score at each rung it reached, in order (a WSD cooldown branch's loss;
-                    a trial not held there scored in passing); [] without
-confirm_rung        --confirm-at-rung: the rung a confirmation run ended at (its val_loss is its
-                    score there); NaN otherwise
-flops_spent, flops_full   FLOPs the trial spent (all its claims, cooldown branches included) and
-                    what training it to full length once costs
-baseline_val_loss   loss of always predicting the training base rate
-val_curve           list of (epoch, validation loss) pairs, the per-epoch curve
-depth_to_width      n_layers / d_model
-fail_reason         why a FAIL trial failed (None for a trial lost with its worker)
-val_<metric>        family metrics at the best epoch (char_cls: val_accuracy, val_f1, ...)
-host, device, mfu, peak_memory_gib, gpu_name   where it ran, when recorded
-trial_id            Optuna's database id of the trial (database only; for `load_curves`)
-=================== =====================================================================
-
-``frame.attrs`` holds ``experiment``, ``source`` (``"storage"`` or ``"csv"``), ``studies``
-(budget label -> study name, database only), ``truth`` (the data's known entropy rate and loss
-floor, when every study's data has one, database only: see `archhpo.report._truth`), ``data_kinds``
-(the studies' data kinds, database only: the loss's unit, `archhpo.report._units`), ``confirm_ranks``
-(budget label -> the study's stored confirmation assignment, with a sequential confirmation's
-decisions, database only) and ``choice_order`` (choice name -> values in the order they were listed
-at launch, else first appearance).
+WAITING or RUNNING are left out), every budget of the experiment; a PRUNED trial's val_loss is the
+value the study stores, as in experiment_results.csv.  The columns, one by one, and the keys of
+``frame.attrs`` (the experiment, its source, and from a database the studies, the data's truth and
+kinds and the stored confirmation ranks): docs/design.md §8b.
 """
 
 from __future__ import annotations

@@ -1,34 +1,18 @@
 """Ladder planning (`--ladder`): budgets searched smallest first, a larger budget planned from the
-finished smaller ones (size as the fidelity).  Pure functions; search/_ladder_record.py calls `carry_up`
-for the upkeep (search/_upkeep.py) under the plan lock once every smaller budget's plan is final,
-and the upkeep stores its result in the study before enqueuing.
+finished smaller ones (size as the fidelity).  Pure functions: search/_ladder_record.py calls
+`carry_up` for the upkeep under the plan lock once every smaller budget's plan is final, and the
+upkeep stores its result in the study before enqueuing.
 
-What is carried up from the next smaller budget (its COMPLETE trials of phases 1-2):
-- the learning rate: every smaller budget's trials read at the best architecture's width (muP,
-  lr ∝ 1/d_model), each budget's best rate the vertex of its trials' losses in log rate, and the
-  rate at N read on the line of slope b through them, b fitted on those budgets or Step Law's prior
-  (search/_lrfit.py); each architecture of the larger budget gets that rate moved to its own
-  d_model, clipped to the study's range, and phase 1 samples it within x/÷ LR_WIDTH of that value;
-- weight decay, sampled within x/÷ WD_WIDTH of that trial's; epochs, batch size and warm-up as
-  that trial's (fixed);
-- the architecture region: its TOP_K best architectures (by the mean of their trials) span a
-  range on every searched axis (aspect ratio d_model/n_layers, head dimension d_model/n_heads,
-  d_ff ratio d_ff/d_model, depth n_layers), widened per axis (WIDEN); a row is planned when it lies
-  in every range, or when it is one of the grid's extremes, always planned, so a change of trend can
-  still show.  When every axis together leaves fewer than MIN_REGION rows besides the extremes,
-  the aspect ratio alone narrows (the rule before every axis was).
-A ladder budget has fewer trials: the design's --trials halved per step up the ladder, never
-fewer than its extremes + 2 nor more than the design's plan would train; its plan has no phase 2
-(its training parameters come from below).  Phase 1 trains each architecture of the region once:
-slots beyond the region's size get no assignment (the record's "skipped_slots") and are final
-without a trial, as confirmation ranks that do not exist are (search/_upkeep.py): a repeat costs a
-full trial, and --ladder retrains its finalists with new seeds in phase 3 instead.  A record
-stored before this assigned every slot, repeating the region, and is used as stored.
-
---carry-finalists changes the ladder's largest budget alone (`finalist_rows`): instead of the region
-it trains the next smaller budget's LADDER_FINALISTS best architectures by mean, each carried to
-the grid row nearest its shape, and the centred extremes, once each (`finalist_slots` slots), to
-full length (its record trusts no rung: search/_ladder_record.py), then its confirmation.
+Carried up from the next smaller budget's COMPLETE phase 1-2 trials: the learning rate, read at one
+width on a fitted or prior exponent (search/_lrfit.py) and sampled within x/÷ LR_WIDTH of it per
+architecture; weight decay within x/÷ WD_WIDTH; epochs, batch size and warm-up fixed; and the region:
+the TOP_K best architectures by mean span a range on every searched axis, widened by WIDEN, and a
+row is planned when it lies in every range or is one of the grid's extremes (kept so a change of
+trend still shows; the aspect ratio alone narrows when fewer than MIN_REGION rows remain).  A ladder
+budget halves the design's --trials per step, has no phase 2, and trains each region row once (slots
+beyond it are skipped: --ladder retrains its finalists in phase 3 instead).  A record stored before
+a rule changed is used as stored.  --carry-finalists plans the largest budget from the next smaller
+one's LADDER_FINALISTS best instead (`finalist_rows`).  The rules in full: docs/searching.md.
 """
 
 from __future__ import annotations

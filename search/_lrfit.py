@@ -1,61 +1,18 @@
 """The learning-rate exponent of a ladder (`--ladder`), fitted on the ladder's own smaller budgets.
 
-A fixed N^-1/3 is one paper's ladder; the exponent depends on the model family, the data and
-whether the tokens grow with N.  The smaller budgets of a ladder were each searched already, so
-their best learning rates say how it moves with N on this study's own task: fit
-log lr* = a + b log N over them and carry the larger budget's learning rate as
-lr_small * (N_large / N_small)^b.  A fit over a few noisy budgets can be far off, so it is used
-only when its interval is narrow and plausible; otherwise the prior is Step Law's fit (Li et al.,
-"Predictable Scale: Part I", arXiv 2503.04715): eta ∝ N^-0.713 · D^0.307, which in N alone is
-N^(-0.713 + 0.307) = N^-0.406 when the data grows with N (a fixed tokens- or samples-per-parameter)
-and N^-0.713 at fixed data (whole epochs over the same data set at every budget).
-
-The rule (`fit_lr_exponent`): the fitted slope b is used when at least MIN_BUDGETS (3) budgets
-*located* their best rate (below), its t-based CONFIDENCE (90%) interval over those budgets is at
-most MAX_INTERVAL_WIDTH (1.0) wide, and the interval lies inside PLAUSIBLE (-1.5, 0.5); otherwise the
-prior, and the reason says why.  A budget that did not locate its best rate still places the line
-the carried rate is read on (below), but not its slope: its best rate is one trial's, where the
-architecture's effect and the rate's are not told apart, so a slope through such budgets measures
-which architectures were sampled at which rates.  (T1's learning-rate run fitted N^+0.064, 90%
-interval 0.013 to 0.114, through a located 100K and a 200K and 400K whose best rates were a better
-architecture's sampled rate; decided 2026-11-28, before T1's 800K sweep could judge its result.)
-
-Each budget's best learning rate (`locate_rate`): with at least MIN_RATES_FOR_QUADRATIC (4) distinct
-learning rates, the vertex of a least-squares parabola of value against log lr, used when the
-parabola is convex and its vertex lies within the rates tried; else the learning rate of the
-budget's best trial.  Where the trials name their architecture and some architecture ran at two or
-more rates, the parabola gets an intercept per architecture (one shared curvature and slope in
-log lr): a better architecture that happened to be sampled at higher rates would otherwise read as
-a higher best rate.  An architecture tried at one rate only fixes its own intercept and says
-nothing about the rate.  The rate is *located* when the vertex was read and the rate's effect is
-told apart from the architectures' (the trials name one architecture or none, or the intercepts per
-architecture were identified).  A ladder budget above the smallest trains each architecture at one
-rate (its confirmation repeats that rate), so it never locates: in a --ladder study only the
-smallest budget (searched as the design) locates its rate, and the exponent is the prior, with the
-slope through every budget recorded beside it, unless --lr-probe: it retrains each budget's best
-architecture at its rate times schema.LR_PROBE_FACTORS (`probe_assignments`), so that architecture
-has 4 rates, its intercept is identified and the budget locates its rate.  The parabola reads every
-trial, so one lucky trial does not set the rate, and it never extrapolates beyond the rates tried;
-the best trial is what a ladder carried before.  Where a budget does not locate, `BestRate.why` says
-what was missing, and the prior's reason names each such budget's.
-A caveat: a ladder budget above the smallest samples its rates around the carried one (x/÷ 2), so
-its best trial's rate leans towards what was carried; such a budget does not locate its rate, so it
-places the line but never fits its slope.
-
-Two more rules say where the carried rate is read (`carried_rate`, `at_width`):
-- The line.  The rate carried to N is read on the line of slope b through every smaller budget's
-  best rate (log lr = mean_i(log lr_i - b log N_i) + b log N), not scaled from the next smaller
-  budget's best trial alone: one lucky seed there (a learning-rate-searched run on T1's 200K: 1.6e-2,
-  its replicate at the same rate 0.045 worse) would otherwise set the rate of every budget above.  With the fitted b this
-  is the least-squares prediction; with the prior it is the prior's line through the budgets' mean.
-- The width.  A ladder's budgets mix widths (T1's d_model 128 first fits at 400K), and Adam's best
-  rate falls as 1/d_model at a fixed shape (muP, Yang et al., arXiv 2203.03466, Table 3): on T1's
-  400K the d_model-64 shapes of that run did better at 8.9e-3 than at 3e-3, while the sweep puts the
-  d_model-128 shapes' best at 2.4e-3-3.8e-3 (bench/truths/t1_lr.csv).  So every smaller
-  budget's rates are read at one reference width (the best architecture's d_model) before the fit,
-  and each architecture of the larger budget gets the carried rate moved to its own d_model.  The
-  exponent WIDTH_EXPONENT (1) is muP's prior, not fitted: a ladder's budgets rarely try one shape
-  at several widths and rates.
+How the best rate moves with N depends on the family, the data and whether the tokens grow with N,
+so the smaller budgets, each searched already, fit log lr* = a + b log N (`fit_lr_exponent`). The
+slope b is used only when at least MIN_BUDGETS budgets *located* their best rate and its CONFIDENCE
+interval is at most MAX_INTERVAL_WIDTH wide and inside PLAUSIBLE; otherwise the prior is Step Law's
+fit (arXiv 2503.04715): N^-0.406 when the data grows with N, N^-0.713 at fixed data, and the reason
+says why. A budget's best rate (`locate_rate`) is the vertex of a parabola in log lr with an
+intercept per architecture, never read outside the rates tried; it is located only where the rate's
+effect is told apart from the architectures', since a slope through one trial's rate measures which
+architecture was sampled where. `--lr-probe` retrains a budget's best at schema.LR_PROBE_FACTORS so
+that it locates. The carried rate is read on the line of slope b through every smaller budget
+(`carried_rate`), so one lucky seed does not set it, at one reference width moved to each
+architecture's d_model by WIDTH_EXPONENT (`at_width`, muP's prior). The evidence for each rule:
+docs/searching.md, "What `--ladder` does", item 5.
 """
 
 from __future__ import annotations
