@@ -11,7 +11,8 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, TextIO
 
-from archhpo.cluster._flops import Work, eta_range, study_work
+from archhpo.cluster._flops import SlotWork, Work, eta_range, study_work
+from archhpo.schema import Attr
 from archhpo.search._queue import PlanStatus
 from archhpo.search._trust import EVERY_RUNG
 
@@ -141,12 +142,16 @@ class RunProgress:
 
     def eta(self, statuses: Mapping[str, PlanStatus]) -> Eta:
         """Seconds left from the FLOPs left and the measured throughput (eta_range: a range while a
-        confirmation rank waits for its decision); "--:--" (None) before a finished trial measured
-        it; by trial counts only for studies that record no FLOPs."""
+        confirmation rank waits for its decision): the finished trials', else what the running ones
+        have reported so far (`running_progress`); "--:--" (None) before any trial reported; by trial
+        counts only for studies that record no FLOPs."""
         if all(s.done for s in statuses.values()):
             return 0.0
         key = tuple(sorted(_counts(statuses).items())) + tuple((s.waiting, s.retries) for s in statuses.values())
-        if self.work is None or (key != self._work_key and self.clock() >= self._next_read):
+        # Before a throughput is measured the counts may stay put for a whole trial, so the work is
+        # re-read (no more often than _next_read allows) until a running trial's progress measures one.
+        stale = key != self._work_key or self.work is None or self.work.rate is None
+        if self.work is None or (stale and self.clock() >= self._next_read):
             began = self.clock()
             try:
                 self.work = self.read_work()
@@ -186,6 +191,7 @@ class RunProgress:
 
     def _read_work(self) -> Work:
         work = Work()
+        running: list[tuple[float, float, float]] = []
         for queue in self.queues.values():
             upkeep = getattr(queue, "upkeep", None)
             settings = getattr(upkeep, "settings", None) or queue.settings
@@ -193,8 +199,58 @@ class RunProgress:
             undecided = upkeep.undecided() if upkeep is not None else frozenset()
             rungs = getattr(upkeep, "rungs", None)  # a --ladder budget's trust, once its record is written
             trust = rungs.trust() if rungs is not None else EVERY_RUNG
-            study_work(settings, queue.study.get_trials(deepcopy=False), work, never, undecided, trust)
+            trials = queue.study.get_trials(deepcopy=False)
+            first = len(work.slots)
+            study_work(settings, trials, work, never, undecided, trust)
+            planned_costs(settings, work.slots[first:])
+            running += running_progress(settings, trials, work.slots[first:], self.now())
+        if work.rate is None:  # no trial finished yet: what the running ones trained so far measures it
+            for size, flops, seconds in running:
+                work.measure(size, flops, seconds)
         return work
+
+
+def planned_costs(settings: Any, slots: list[SlotWork]) -> None:
+    """An IsoFLOP study's slots cost what its plan trains (each architecture's FLOPs per sample times
+    its planned samples: within 1% of the study's C), known before any of its trials finished; the
+    per-epoch calibration would price each C at another C's samples. `slots` align with its plan."""
+    options = settings.options
+    if not hasattr(options, "planned_samples"):
+        return
+    for entry, slot in zip(settings.plan, slots, strict=False):
+        arch_idx = _entry(entry, "arch_idx")
+        if slot.done or arch_idx is None or int(arch_idx) >= len(settings.archs):
+            continue
+        arch = settings.archs[int(arch_idx)]
+        samples = options.planned_samples(arch)
+        if samples and arch.get("flops_per_sample"):
+            slot.cost = float(arch["flops_per_sample"]) * samples
+
+
+def running_progress(settings: Any, trials: list[Any], slots: list[SlotWork],
+                     now: dt.datetime) -> list[tuple[float, float, float]]:
+    """(budget, FLOPs, seconds) each running trial has trained since its claim: the share of its
+    validation intervals it has reported times its slot's cost, over the time since it started (a
+    lower bound on its throughput: the last report came before now). The ETA's measurement until a
+    trial finishes (a first trial may take most of a run)."""
+    out = []
+    by_slot = {int(_entry(e, "slot")): slot for e, slot in zip(settings.plan, slots, strict=False)}
+    size = float(getattr(settings, "budget_value", 0) or 0)
+    for t in trials:
+        slot = by_slot.get(int(t.user_attrs.get(Attr.PLAN_SLOT, -1)))
+        epochs = (t.params or {}).get("epochs")
+        steps = getattr(t, "intermediate_values", None) or {}
+        if str(getattr(t.state, "name", t.state)) != "RUNNING" or slot is None or not slot.cost or not epochs or not steps:
+            continue
+        seconds = (now - t.datetime_start).total_seconds() if t.datetime_start else 0.0
+        flops = min(1.0, max(steps) / float(epochs)) * slot.cost - slot.spent
+        if flops > 0 and seconds > 0:
+            out.append((size, flops, seconds))
+    return out
+
+
+def _entry(entry: Any, name: str) -> Any:
+    return entry.get(name) if isinstance(entry, dict) else getattr(entry, name, None)
 
 
 class _Bar:
