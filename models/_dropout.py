@@ -1,25 +1,16 @@
-"""Dropout and attention dropout at the cost of their arithmetic on CPU (issue 18 part 1).
+"""Dropout and attention dropout at the cost of their arithmetic on CPU.
 
-On CPU, PyTorch's dropout draws a Bernoulli per value (``bernoulli_``), and SDPA with
-``dropout_p > 0`` leaves the CPU flash kernel for a math path that materialises the (B, h, L, L)
-probabilities and draws a Bernoulli for each.  Here, on CPU, in float32:
-
-- The mask is a hash: element e of a call is kept iff the top 15 bits of
-  ``mix32(mix32(e ^ s0) + s1)`` are at least ``round(p · 2^15)``, where (s0, s1) is one int64 draw
-  from PyTorch's default CPU generator per call.  So ``torch.manual_seed`` and a checkpoint's RNG
-  state repeat a run, the mask never has to be stored (backward recomputes it), and it does not
-  depend on the thread count.  The drop rate is ``drop_rate(p)``, p to within 2^-16; kept values
-  are scaled by 1/(1 − drop_rate(p)), so the expectation is kept exactly, as ``F.dropout`` does.
-- ``attention`` with dropout runs a fused kernel (``_cpu_kernels.c``) that computes one query row
-  at a time like flash attention and keeps only the row log-sum-exp for backward: the same
-  dropout of the attention probabilities that SDPA's ``dropout_p`` applies, not an approximation.
-  Without dropout (eval, p = 0) it is SDPA itself, so the flash kernel serves inference and
-  dropout-free training.
-
-Where the kernels cannot be built (no C compiler; ``ARCHHPO_CPU_KERNELS=0``) or for other dtypes,
-the same masks come from tensor operations (``_keep_scale``) and attention is computed explicitly:
-the same numbers up to float rounding, slower.  On CUDA (and any non-CPU device) both are
-PyTorch's fused kernels (``F.dropout``, SDPA's ``dropout_p``), unchanged.
+On CPU, PyTorch's dropout draws a Bernoulli per value, and SDPA with ``dropout_p > 0`` leaves the
+flash kernel for a math path that materialises the (B, h, L, L) probabilities.  Here, on CPU, in
+float32, the mask is a hash: element e is kept iff the top 15 bits of ``mix32(mix32(e ^ s0) + s1)``
+are at least ``round(p · 2^15)``, (s0, s1) one int64 draw from PyTorch's CPU generator per call.  So
+``torch.manual_seed`` and a checkpoint's RNG state repeat a run, backward recomputes the mask
+instead of storing it, and it does not depend on the thread count; kept values are scaled by
+1/(1 − drop_rate(p)), so the expectation is kept exactly.  ``attention`` with dropout runs a fused
+kernel (``_cpu_kernels.c``) that computes one query row at a time like flash attention: the same
+dropout of the probabilities as SDPA's, not an approximation; without dropout it is SDPA itself.
+Without the kernels (no C compiler; ``ARCHHPO_CPU_KERNELS=0``) or for other dtypes the same masks
+come from tensor operations (``_keep_scale``), slower; off the CPU both are PyTorch's own.
 """
 
 from __future__ import annotations

@@ -1,27 +1,17 @@
 """Compute accounting: measuring training FLOPs with FlopCounterMode, and closed-form pieces.
 
-What is counted is what ``torch.utils.flop_counter.FlopCounterMode`` counts: matrix products
-(mm, addmm, bmm, baddbmm, convolutions) at 2 FLOPs per multiply-add, and attention.  Element-wise
-ops, softmax, norms, embedding look-ups and reductions count nothing.
+What is counted is what ``torch.utils.flop_counter.FlopCounterMode`` counts: matrix products at 2
+FLOPs per multiply-add, and attention; element-wise ops, softmax, norms and look-ups count nothing.
+Attention is counted as the math path computes it (4·s²·d forward, 8·s²·d backward per sequence
+and layer, masks ignored), so ``count_flops`` runs under the MATH SDPA backend: the CPU's fused
+flash kernel is invisible to FlopCounterMode, and CUDA's kernels would count the backward's
+recomputation, which is not useful work (PaLM's 6N + 12·L·s·d "model FLOPs", used for MFU).  A linear
+layer costs 2·m·k·n forward and twice that backward, or once when its input needs no gradient.
 
-Attention is counted as the math path computes it: QKᵀ and AV forward (4·s²·d per sequence and
-layer), four products backward (8·s²·d), masks ignored (a causal or padding mask still costs the
-full s×s product).  ``count_flops`` therefore runs under the MATH SDPA backend: on CPU the fused
-``_scaled_dot_product_flash_attention_for_cpu`` kernel is invisible to FlopCounterMode (it would
-count 0 for attention), and CUDA's flash/efficient kernels are counted with the backward's
-recomputation of QKᵀ (10·s²·d instead of 8·s²·d).  The math count is the usual "model FLOPs"
-(PaLM's 6N + 12·L·s·d per token) used for MFU: recomputation is not useful work.
-
-A linear layer costs 2·m·k·n forward and twice that backward (input and weight gradients), except
-when its input needs no gradient (a first layer reading the data): then backward computes only
-the weight gradient (2·m·k·n).
-
-"Per sample" (``Family.flops_per_sample``) is the part of a training step's count that grows
-with the batch: count(B) = B·flops_per_sample(config) + c, where c is a batch-size-independent
-term that most families do not have (the signal family's linear-ppe projection of the position
-table and linear-ortho's penalty; see ``archhpo.models.signal.batch_flops``).  So
-flops_per_sample = count(B=2) - count(B=1), exactly, for every family; ``train_flops`` =
-flops_per_sample × samples trained leaves c out (it is far below one sample's FLOPs).
+"Per sample" (``Family.flops_per_sample``) is the part of a step's count that grows with the batch:
+count(B) = B·flops_per_sample(config) + c, c a batch-independent term few families have (see
+``archhpo.models.signal.batch_flops``), so flops_per_sample = count(2) - count(1) exactly, and
+``train_flops`` = flops_per_sample × samples trained leaves c out (far below one sample's).
 """
 
 from __future__ import annotations

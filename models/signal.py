@@ -1,32 +1,16 @@
 """Causal multi-channel signal transformer with swappable input encoders (docs/design.md §4).
 
-Inputs x (B, T, C): C channels v(t) in R^C.  An encoder turns them into d-wide tokens, fixed
-sinusoidal positions p(t) (a buffer, not a parameter) are added, n_layers causal pre-norm
-``nn.TransformerEncoderLayer`` blocks (all biases) and a final LayerNorm follow, and a head
-``Linear(d, K)`` gives per-step logits over K quantile bins of the NEXT step's target.
-
-Encoders (``encoder`` config field), v_k the k-th channel (a scalar per step):
-
-- ``sum``:          sum_k (W v_k + e_k) + p, one shared W in R^d, e_k in R^d per channel
-                    (W ~ U(-1, 1) as Linear(1, d, bias=False), e_k ~ N(0, 1) as nn.Embedding).
-- ``linear``:       sum_k (W_k v_k + b_k) + p, W_k, b_k in R^d per channel (W_k ~ N(0, std
-                    1/sqrt(d)), b_k = 0).
-- ``linear-ortho``: linear, plus extra_loss() = lambda * sum_{i != j} (W_i . W_j)^2 / 2, lambda 0.01.
-- ``linear-ppe``:   linear with p replaced by Linear(d, d)(p).
-- ``mlp``:          W2 GELU(W1 v + b1) + b2 + p, W1 in R^{d x C}, W2 in R^{d x d}.
-- ``concat``:       C blocks Linear(1, d/C), concatenated, + p (C must divide d; weights
-                    N(0, std 1/sqrt(d/C)), biases 0).
-- ``ci``:           channel-independent: one shared backbone over each channel alone (scalar ->
-                    Linear(1, d) + p); the C final states concatenated into Linear(C d, K).
-- ``cat``:          a token per (step, channel): Linear(1, d)(v_k(t)) + channel embedding + p(t);
-                    attention causal across steps, free within a step; a step's logits come from
-                    the mean of its C tokens (channel embedding N(0, 1) as nn.Embedding).
-
-Everything follows Lehtinen (2026), "An Empirical Audit of Input Encoders for Multi-Channel
-Signal Transformers" (``fft_encode/{encodings,baselines,model}.py`` of the
-OssiLehtinen/channel-encoder-audit repository): encoder initialisation, dropout 0.1 in every
-transformer layer (``--dropout``), the layer type and the head.  docs/encoder_audit.md lists the
-comparison line by line.
+Inputs x (B, T, C): C channels v(t).  An encoder turns them into d-wide tokens, fixed sinusoidal
+positions p(t) are added, n_layers causal pre-norm ``nn.TransformerEncoderLayer`` blocks and a
+final LayerNorm follow, and a head ``Linear(d, K)`` gives per-step logits over K quantile bins of
+the NEXT step's target.  Encoders (``encoder``), v_k the k-th channel: ``sum`` (one shared W v_k plus
+a channel embedding e_k), ``linear`` (W_k v_k + b_k per channel), ``linear-ortho`` (linear plus an
+orthogonality penalty on the W_k, ``extra_loss``), ``linear-ppe`` (linear with p through
+Linear(d, d)), ``mlp`` (an MLP over v), ``concat`` (C blocks of width d/C), ``ci`` (one shared
+backbone per channel alone, the C final states into the head) and ``cat`` (a token per step and
+channel, attention causal across steps and free within one).  Each encoder's formula and
+initialisation: docs/encoder_audit.md.  Everything follows Lehtinen (2026), "An Empirical Audit of
+Input Encoders for Multi-Channel Signal Transformers" (OssiLehtinen/channel-encoder-audit).
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """An architecture named in words, every key and choice of it, with what differs from the winner marked.
 
 Two architectures that differ only in heads (or d_ff, or a categorical choice) must never read as the
-same one (issue 31): wherever the report, the summary CSV or a dashboard note names an architecture,
-it prints d_model, layers, heads, d_ff and each choice, and a runner-up (a confirmed rank, a baseline
-rule's shape) marks each value that is not the winner's with the winner's value beside it.
+same one: wherever the report, the summary CSV or a dashboard note names an architecture, it prints
+d_model, layers, heads, d_ff and each choice, and a runner-up (a confirmed rank, a baseline rule's
+shape) marks each value that is not the winner's with the winner's value beside it.
 """
 
 from __future__ import annotations

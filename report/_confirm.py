@@ -334,28 +334,19 @@ def _same_training(arch: Mapping[str, Any], runs: Iterable[Mapping[str, Any]]) -
 def chosen_on_means(architectures: Sequence[Mapping[str, Any]],
                     search: Mapping[int, Sequence[Mapping[str, Any]]] | None = None) -> dict[str, Any] | None:
     """The winner chosen on the finalists' means.  `architectures`: `confirmation_summary`'s (each
-    "rank", "values" {seed: value}, "selection_trial" and "params", the training parameters its
-    confirmation ran with); `search`: per rank, its configuration's COMPLETE phase-1/2 runs
-    ({"trial", "value", "params"}).
+    "rank", "values" {seed: value}, "selection_trial" and "params"); `search`: per rank, its
+    configuration's COMPLETE phase-1/2 runs ({"trial", "value", "params"}).
 
-    The estimator: each finalist's plain mean over (a) its confirmation runs on the seeds every
-    finalist finished (the same seeds for each, so one finalist's unshared bad draw cannot decide)
-    and (b) its phase-1/2 runs whose training parameters equal its confirmation's exactly (the
-    trial it was confirmed from always does; a trial with other parameters measures another
-    configuration and is left out).  Why the search runs count: a search run with the same
-    parameters is one more seed of the very configuration being confirmed, so leaving it out throws
-    away a third of the evidence at 2 confirmation seeds; the optimism of its value (it is the best
-    of the search, which is how the finalist was picked) holds for every finalist alike.  The lowest
-    mean wins, a tie goes to the better phase-1/2 rank; deterministic.  The paired rank-0-against-
-    rank-1 comparison (`confirmation_summary`'s "comparison") stays on the confirmation seeds alone:
-    it is the noise statement, this is only the choice.  None, and the best trial stays the answer,
-    until rank 0 and another architecture share a finished confirmation seed.
+    Each finalist's plain mean over its confirmation runs on the seeds every finalist finished (so one
+    finalist's unshared bad draw cannot decide) and its search runs trained with exactly its
+    confirmation's parameters: such a run is one more seed of the same configuration, and its optimism
+    (it is the best of the search) holds for every finalist alike.  The lowest mean wins, a tie goes to
+    the better rank.  The paired comparison stays on the confirmation seeds alone: it is the noise
+    statement, this is only the choice.  None until rank 0 and another share a finished seed.
 
-    Returns {"chosen_on": CHOSEN_ON_MEAN, "rank", "order" (ranks by mean, best first), "seeds" (the
-    shared confirmation seeds), "search_trials" ({rank: the phase-1/2 trials counted}), "n" ({rank:
-    runs in its mean}), "means" ({rank: mean}), "reversed" (another than rank 0 won), "trials"
-    ({rank: its best phase-1/2 trial, the one it was ranked and retrained by}), "pooled" (`pooled_lead`
-    of the chosen over the next by mean; None without a degree of freedom), "statement"}."""
+    Returns {"chosen_on": CHOSEN_ON_MEAN, "rank", "order", "seeds" (shared), "search_trials", "n",
+    "means", "reversed" (another than rank 0 won), "trials" ({rank: its best phase-1/2 trial}),
+    "pooled" (`pooled_lead` of the chosen over the next; None without a degree of freedom), "statement"}."""
     by_rank = {a["rank"]: a for a in architectures if a["values"]}
     shared = set.intersection(*(set(a["values"]) for a in by_rank.values())) if by_rank else set()
     if 0 not in by_rank or len(by_rank) < 2 or not shared:
@@ -397,25 +388,17 @@ def confirmation_summary(
 ) -> dict[str, Any]:
     """Summarise the confirmation phase (phase 3) of ONE study (one budget).
 
-    trials_or_rows: Optuna FrozenTrials of the study (pass `archs` = StudySettings.archs to take the
+    trials_or_rows: the study's Optuna FrozenTrials (`archs` = StudySettings.archs takes the
     architecture from the study, else from the trials' user attributes), or `experiment_results.csv`
-    rows (d_model ... d_ff, param_count, choices, phase, seed, state, val_loss, trial; optional rank,
-    fail_reason, training parameters, rung_scores, confirm_rung).  Only COMPLETE trials give values
-    (under --confirm-at-rung every run's score at its rung: "at_rung"); the others are "unfinished".
-    A rank is the rows' "rank", else the position by best phase-1/2 value; `ranks`: the study's stored
-    assignment (phase3).
+    rows.  Only COMPLETE trials give values (under --confirm-at-rung each run's score at its rung); the
+    others are "unfinished".  A rank is the rows' "rank", else the position by best phase-1/2 value;
+    `ranks`: the study's stored assignment (phase3).
 
-    Returns {"n_architectures", "seeds", "architectures": [{"rank", "architecture", "choices",
-    "selection_value", "selection_trial", "params" (the training parameters of its confirmation runs,
-    None where unknown), "n", "mean", "std", "values": {seed: value}}, ...],
-    "comparison": {"winner_rank": 0, "runner_up_rank": 1, "n_pairs", "seeds", "unpaired_seeds",
-    "differences", "lead": mean(runner-up - winner), "std", "se", "ci95" (None below MIN_PAIRS
-    pairs), "within_noise"} or None, "unfinished": [{"rank", "seed", "trial", "state", "reason"}],
-    "statement", "baselines": `baseline_summary` (empty without --baselines) against the budget's
-    answer, "chosen": `chosen_on_means` (None where the best trial stays the answer), its means
-    over each finalist's confirmation runs and its phase-1/2 trials trained as they were,
-    "decisions": a sequential confirmation's later ranks with their "decision", each in the statement}.
-    """
+    Returns {"n_architectures", "seeds", "architectures" (per rank: "architecture", "choices",
+    "selection_value", "selection_trial", "params", "n", "mean", "std", "values"), "comparison" (rank
+    0 against rank 1 on shared seeds: "lead", "std", "se", "ci95" (None below MIN_PAIRS pairs),
+    "within_noise", ...; or None), "unfinished", "statement", "baselines" (`baseline_summary`),
+    "chosen" (`chosen_on_means`), "decisions" (a sequential confirmation's later ranks)}."""
     everything = _all_rows(trials_or_rows, archs)
     # the rules' shapes are summarised apart; a learning-rate probe confirms no architecture (its rate is another)
     rows = [r for r in everything if r["baseline"] is None and r["lr_probe"] is None]

@@ -1,26 +1,18 @@
 """The scaling law L(N) = E + A * N^-alpha, fitted to the best trial of each budget.
 
-Fit (after Hoffmann et al. 2022 and the replication of Besiroglu et al. 2024): parameters
-e = log E, a = log A and alpha; the predicted log loss is logsumexp(e, a - alpha log N); the
-objective is the Huber loss (delta 1e-3) of the residuals log L_pred - log L_obs, minimised by
-Levenberg-Marquardt steps from a grid of 12 starting points (the best end point wins).  95%
-intervals: a parametric bootstrap around the fit: each refit sees the fitted log losses plus Gaussian noise at the same
-parameter counts (budgets are never resampled: a resample of 6 points holds 3-4 distinct budgets,
-on which E is not identified).  The noise sd is the study's measured seed noise (the seed std of
-log L pooled over repeated runs) where it has one, unless the residuals are significantly larger
-(an F test at 95%: the points carry more than seed noise); else the residuals' (the least-squares
-fit's sum of squares over the residual degrees of freedom, points minus 3).  The draws' sd is that
-estimate widened by t(0.975, dof) / z(0.975) for the degrees of freedom it rests on (for a linear
-model the percentile interval is then the Student-t interval exactly).
+After Hoffmann et al. 2022 and Besiroglu et al. 2024: e = log E, a = log A and alpha; the predicted
+log loss is logsumexp(e, a - alpha log N), and the Huber loss (delta 1e-3) of log L_pred - log L_obs
+is minimised by Levenberg-Marquardt steps from a grid of starts. 95% intervals: a parametric
+bootstrap refitting the fitted log losses plus Gaussian noise at the same parameter counts (budgets
+are never resampled: E is not identified on 3-4 distinct ones). The noise sd is the study's measured
+seed noise unless an F test says the residuals are larger, else the residuals'; the draws are
+widened by t(0.975, dof) / z(0.975), so a linear model's interval is Student's t.
 
-``status`` (the first that applies; ``reason`` lists every failed condition): ``too_few_budgets``
-(under three budgets, no fit); ``no_scaling`` (the loss ratio's interval between the largest and
-smallest budget includes 1 or lies above it, or A is not distinguishable from 0);
-``interpolation`` (no residual degree of freedom: at most 3 points); ``unresolved``: fewer than 2
-residual degrees of freedom, an exponent not resolved (its 95% interval touches a bound of its
-range or its ends differ more than 3-fold), E's estimate below the data's known floor, E's
-interval reaching 0, A's not finite, or intervals collapsed to a point; ``fitted``: none of
-these. Only a ``fitted`` law is printed as a law anywhere.
+``status`` (the first that applies; ``reason`` lists all): ``too_few_budgets`` (under 3);
+``no_scaling`` (the loss ratio's interval not below 1, or A not told from 0); ``interpolation`` (no
+residual degree of freedom); ``unresolved`` (under 2, an exponent's interval at a bound of its range
+or over 3-fold wide, E below the data's known floor or its interval reaching 0, A not finite, or
+collapsed intervals); else ``fitted``, the only law ever printed as one.
 """
 
 from __future__ import annotations
@@ -270,8 +262,8 @@ COLLAPSED = ("the 95% intervals collapse to a point: there is no noise to draw (
 def e_unresolved(e_draws: np.ndarray, lowest_loss: float) -> list[str]:
     """Why E is not resolved, or []: its 95% interval reaches down to 0 (under 0.1% of the lowest
     observed loss; the fit's floor is e^-30), so the points do not separate the irreducible loss
-    from the power law: E and the exponents trade off along a ridge (T2's real run printed
-    E = 0.85 [9.4e-14, 1.53] as a law). Shared by L(N) and L(N, D)."""
+    from the power law: E and the exponents trade off along a ridge (docs/reports.md quotes a real
+    run's such interval). Shared by L(N) and L(N, D)."""
     lo, hi = np.percentile(e_draws, [2.5, 97.5])
     if lo >= NEGLIGIBLE * lowest_loss:
         return []

@@ -83,7 +83,7 @@ def _answer_row(s: pd.Series, best: pd.Series | None, runner: pd.Series | None =
                f"wd {_fmt(best['weight_decay'], 3)}, warm-up {_count(best['warmup_steps'])}")
     other: Any = "–"
     if runner is not None and _f(s["runner_up_val_loss"]) is not None:
-        # every key and choice, the ones that are not the winner's in bold (issue 31)
+        # every key and choice, the ones that are not the winner's in bold
         other = Markup(f"{_fmt(s['runner_up_val_loss'])} (trial {_i(s['runner_up_trial'])}: "
                        f"{arch_html(arch_fields(runner), arch_fields(best))})")
     conf = "–"
@@ -95,7 +95,7 @@ def _answer_row(s: pd.Series, best: pd.Series | None, runner: pd.Series | None =
 
 def _first_screen(frame: pd.DataFrame, summary: pd.DataFrame, fit: dict[str, Any]) -> list[str]:
     """What a reader sees before scrolling: each budget's winner in one line and the law's status,
-    with its interval, or the sentence that replaces the law (issue 31)."""
+    with its interval, or the sentence that replaces the law."""
     picks = best_and_runner_up(frame)
     unit = short_unit(frame)
     items = []
@@ -108,7 +108,7 @@ def _first_screen(frame: pd.DataFrame, summary: pd.DataFrame, fit: dict[str, Any
         items.append(f"<li><b>{html.escape(str(s['budget']))}</b>: {html.escape(_arch_text(best))} "
                      f"(trial {_i(best['trial'])}, {_count(best['param_count'])} parameters), {METRIC} "
                      f"<b>{_fmt(best['val_loss'])}</b> {html.escape(unit)}{tie}</li>")
-    failed = frame.attrs.get("all_failed")  # every trial failed: why comes first (issue 31 part 3)
+    failed = frame.attrs.get("all_failed")  # every trial failed: why comes first
     lead = [f"<p class='failed'><b>No result.</b> {html.escape(failed)}</p>"] if failed else []
     iso = [f"<p class='law isoflop'>{html.escape(line)}</p>" for line in isoflop_lines(fit.get("isoflop_fit") or {})]
     return ["<div class='first'><h2>The answer</h2>", *lead, f"<ul>{''.join(items)}</ul>",

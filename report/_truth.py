@@ -1,4 +1,4 @@
-"""The data's known truth beside the fitted law: a synthetic language's exact entropy rate (issue 16).
+"""The data's known truth beside the fitted law: a synthetic language's exact entropy rate.
 
 A family whose data has a computable entropy rate (the ``lm`` family's synthetic language) stores
 it in the study's data info (``entropy_rate``, and ``loss_floor``: the least expected loss on the

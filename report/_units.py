@@ -1,7 +1,7 @@
 """What the report's one loss number is: its metric name, its unit, and which value a pruned trial has.
 
 The value of a trial is Optuna's objective value, the one the CSV, the dashboard and every figure and
-table show (issue 31): ``val_loss``, the validation cross-entropy in nats, averaged per predicted
+table show: ``val_loss``, the validation cross-entropy in nats, averaged per predicted
 token for the ``lm`` family (per byte when it reads a text file, whose tokens are bytes) and per
 sample for the classification families: each family's ``Family.loss_per`` says which.  A pruned
 trial's value is its score at the rung where it was stopped (under a WSD schedule that is the loss

@@ -1,24 +1,17 @@
 """Rule-of-thumb baselines (``--baselines``): the shapes common rules would pick from a budget's grid.
 
-A researcher who does not search picks a shape by a rule.  archhpo trains the shape each rule picks
-from the same grid (exact parameter counts, the same budget) as extra confirmation slots, with the
-confirmation seeds and the training parameters of the searched best, so the report can give the
-paired, seed-by-seed difference from the best: the search either beats the rule (the 95% interval
-excludes 0) or certifies it as within seed noise.
+A researcher who does not search picks a shape by a rule.  archhpo trains each rule's shape from
+the same grid as extra confirmation slots, with the confirmation seeds and the searched best's
+training parameters, so the report gives the paired difference from the best: the search either
+beats the rule (the 95% interval excludes 0) or certifies it as within seed noise.  Each rule is a
+target aspect ratio d_model / n_layers (the grid row nearest it in log ratio):
+- ``kaplan``: Kaplan et al. 2020 (arXiv 2001.08361, Fig. 5): loss nearly flat around ≈ 100;
+- ``mobilellm``: MobileLLM (arXiv 2402.14905): deep and thin, its 125M model's 576 / 30 = 19.2;
+- ``median``: no rule, the grid's median shape by aspect ratio.
 
-The rules, each a target aspect ratio d_model / n_layers (the grid row nearest to it in log ratio):
-- ``kaplan``: Kaplan et al. 2020 (arXiv 2001.08361, Fig. 5) find loss nearly flat over a wide
-  range of aspect ratios around d_model / n_layers ≈ 100, the ratio their models and many since use.
-- ``mobilellm``: MobileLLM (Liu et al. 2024, arXiv 2402.14905) argues deep and thin for small
-  models: its 125M model has 30 layers of width 576, d_model / n_layers = 19.2.
-- ``median``: no rule at all, the grid's median shape by aspect ratio (what picking "something in
-  the middle" of the feasible shapes gives).
-
-A rule sees only the rows with the searched best's categorical choices (all rows when none has
-them). Ties (several rows with the same aspect ratio) go to the head dimension d_model / n_heads
-nearest 64 in log ratio (what both rules' own models use: GPT-style 64-wide heads in Kaplan et al.,
-9 heads of 64 in MobileLLM-125M), then the parameter count nearest the budget, then the lower
-arch_idx, so the pick is deterministic.
+A rule sees only the rows with the searched best's categorical choices.  Ties go to the head
+dimension nearest 64 in log ratio (both rules' own models use 64-wide heads), then the parameter
+count nearest the budget, then the lower arch_idx, so the pick is deterministic.
 """
 
 from __future__ import annotations

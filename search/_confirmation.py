@@ -1,19 +1,17 @@
 """A sequential confirmation (--sequential-confirm; the --ladder default): phase 3 in two waves.
 
 The first wave retrains the FIRST_WAVE best architectures of phases 1-2 (and the rules' baselines);
-each later finalist is retrained only when, once the first wave is final, its search runs lie
-within the seed noise of the first wave's leader: the seed std pooled over the first wave's runs
-(search and confirmation runs of one configuration differ by seed alone), and the finalist skipped
-only when the leader's lead over it is positive beyond that noise's 95% interval.  A third finalist
-whose single search run is clearly behind buys nothing a confirmation could change: with one more
-run it could not overtake a leader it trails beyond noise.  Measured on the truths' replays
-(bench/search_efficiency.py, docs/searching.md): cheaper at every table, the shares unchanged.
+once it is final, each later finalist is retrained only when its search runs lie within the seed
+noise of the first wave's leader (the seed std pooled over the first wave's runs), and skipped only
+when the leader's lead over it is positive beyond that noise's 95% interval: one more run could not
+make a finalist that trails beyond noise the leader's equal.  Its cost on the truths' replays:
+docs/searching.md.
 
-The stored assignment (search/_upkeep.py's PHASE3_KEY) is the ranks list of
-search/_ranking.py, a later rank marked {"wave": 2} until decided, then with its "decision"
-(`decide`'s dict); decisions are made under the plan lock and stored before any slot is enqueued,
-so racing or killed upkeeps decide once.  A study without the option stores no marks and
-confirms every rank at once, as before."""
+The stored assignment (search/_upkeep.py's PHASE3_KEY) is the ranks list of search/_ranking.py,
+a later rank marked {"wave": 2} until decided, then with its "decision" (`decide`'s dict);
+decisions are made under the plan lock and stored before any slot is enqueued, so racing or killed
+upkeeps decide once.  A study without the option confirms every rank at once.
+"""
 
 from __future__ import annotations
 

@@ -1,27 +1,18 @@
 """The trial plan of docs/design.md §5, with paired seeds and the confirmation phase.
 
 Phase 1: about 40% of the trials' worth of architectures, 2 trials each with random training
-parameters; phase 2: further architectures, 1 trial each, trained with the best phase-1
-parameters (filled in when phase 1 is final).  Architectures are taken in farthest-point
-order over the (log d_model, log n_layers) plane, starting with the extremes, so any prefix
-of the order spreads over the plane.  A small grid shrinks the plan; nothing is repeated.
+parameters; phase 2: further architectures, 1 trial each, with the best phase-1 parameters.
+Architectures come in farthest-point order over the (log d_model, log n_layers) plane, extremes
+first, so any prefix spreads over the plane.  Categorical choices (``--encoder sum,linear``) each
+have their own rows and are taken round-robin, so each gets an equal share.  Paired studies
+(``--paired-seeds S``): each configuration up to ``--trials`` trains once per seed 0..S-1 with one
+set of training parameters, and there is no phase 2.
 
-Categorical choices (``--encoder sum,linear``): every choice has its own rows (its own exact
-counts and extremes); the plan takes them round-robin (every choice's extremes first, then
-every choice's spread order), so each choice gets an equal share of the plan.
-
-Paired studies (``--paired-seeds S``): every configuration (architecture row, choice included)
-up to ``--trials`` configurations is trained once per seed 0..S-1, with one set of training
-parameters for the whole study; there is no phase 2, and the plan has configurations x S trials.
-
-Confirmation (``--confirm K --seeds S``): K x S phase-3 entries ({"rank": k, "seed": s}) whose
-architecture and training parameters are filled in by plan upkeep once phases 1 and 2 are final:
-rank k is the k-th best architecture by its best phase-1/2 value, trained with the parameters of
-that best trial.  With ``--baselines`` each seed also has one phase-3 entry per rule of
-search/_baselines.py ({"rank": K + j, "baseline": rule}), trained with the rank-0 parameters.  With
-``--lr-probe`` (a ladder budget below the largest) one phase-3 entry per factor of
-schema.LR_PROBE_FACTORS follows ({"rank": K + B + j, "lr_probe": factor}, seed 0): the rank-0
-architecture and parameters with the learning rate times the factor (search/_lrfit.py reads them).
+Confirmation (``--confirm K --seeds S``): K x S phase-3 entries ({"rank": k, "seed": s}) that plan
+upkeep fills once phases 1 and 2 are final with the k-th best architecture and its best trial's
+parameters.  ``--baselines`` adds one entry per rule of search/_baselines.py per seed ({"rank":
+K + j, "baseline": rule}); ``--lr-probe`` one per factor of schema.LR_PROBE_FACTORS ({"rank": K + B
++ j, "lr_probe": factor}, seed 0): the rank-0 configuration at its rate times the factor.
 """
 
 from __future__ import annotations

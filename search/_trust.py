@@ -1,20 +1,17 @@
 """Whether a rung's scores may be trusted to prune: measured, not assumed (docs/design.md §5).
 
 Successive halving prunes at a rung on the bet that the order of the trials' scores there is the
-order of their full-length results.  That bet can fail badly: on the first ground truth the
-Spearman correlation of the loss at epoch 3 of 9 with the final loss was -0.5 to -0.8.  So a
---ladder study measures the bet where it is cheap (its smallest budget, every trial trained to the
-end and scored at every rung in passing) and a larger budget prunes only at rungs that passed.
-With --trust-each-budget every budget below the largest scores its rungs in passing too, and the
-next budget reads the trust measured on it (search/_upkeep.py `_trust`): a small budget at a
-plateau (T1's 100K) ranks by chance at every rung while a larger one's rungs predict.
+order of their full-length results, and that bet can fail badly (docs/design.md §11).  So a --ladder
+study measures it where it is cheap (its smallest budget, every trial trained to the end and scored
+at every rung in passing), and a larger budget prunes only at rungs that passed.  With
+--trust-each-budget every budget below the largest scores its rungs in passing too, and the next
+budget reads the trust measured on it (search/_upkeep.py `_trust`): a small budget at a plateau may
+rank by chance at every rung while a larger one's rungs predict.
 
 The measure is the pairwise agreement of rung means with final means over architectures, with a
-percentile bootstrap interval over architectures; scores closer than their seed noise are ties, as
-in PASHA's soft ranking (arXiv 2207.06940): a pair whose finals are within the finals' noise (the
-pooled within-architecture spread) says nothing about the rung, and a pair whose rung scores are
-within the rung's own noise (the same spread of its scores) is half right.  The rung's noise also
-widens its cut (`soft_promotions`), so a tie at the cut is not decided by noise.  Everything here is pure: numbers in, numbers out.
+percentile bootstrap interval; as in PASHA's soft ranking (arXiv 2207.06940), a pair whose finals
+are within the finals' seed noise says nothing, a pair whose rung scores are within the rung's own
+noise is half right, and that noise widens the cut (`soft_promotions`).  Pure: numbers in, out.
 """
 
 from __future__ import annotations
