@@ -28,7 +28,9 @@ class TensorDataset:
 
     ``inputs`` are the positional arguments of the model's ``forward``; ``target`` is what
     the family's loss compares the logits with.  ``info`` holds JSON-able facts about the
-    data (shape facts for counting parameters, base rates, label statistics).
+    data (shape facts for counting parameters, base rates, label statistics).  The trainer
+    takes every batch through ``train_batch`` and ``val_batch``: here a gather on the device the
+    dataset was moved to; a dataset held on the host (models/data/tokens.py) gathers there.
     """
 
     train_inputs: tuple[torch.Tensor, ...]
@@ -53,6 +55,23 @@ class TensorDataset:
             self.val_target.to(device),
             dict(self.info),
         )
+
+    def index_device(self, device: torch.device) -> torch.device:
+        """Where the trainer draws a batch's indices: with the data (on `device`, after `to`)."""
+        return device
+
+    def train_batch(self, idx: torch.Tensor, device: torch.device) -> tuple[tuple[torch.Tensor, ...], torch.Tensor]:
+        """The training samples at `idx` (on `index_device(device)`) as (inputs, target) on `device`."""
+        return tuple(t[idx] for t in self.train_inputs), self.train_target[idx]
+
+    def val_batch(self, start: int, stop: int, device: torch.device) -> tuple[tuple[torch.Tensor, ...], torch.Tensor]:
+        """Validation samples start..stop-1 as (inputs, target) on `device`."""
+        return tuple(t[start:stop] for t in self.val_inputs), self.val_target[start:stop]
+
+    def device_bytes(self) -> int:
+        """Bytes of the dataset held on an accelerator: what the memory plan adds to a trial's own."""
+        tensors = (*self.train_inputs, self.train_target, *self.val_inputs, self.val_target)
+        return sum(int(t.numel()) * t.element_size() for t in tensors if t.device.type != "cpu")
 
 
 @functools.cache

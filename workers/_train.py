@@ -1,6 +1,6 @@
-"""The trainer: whole datasets as tensors on the device, batches by index, AdamW with linear
-warm-up then cosine decay (or WSD: constant, then a 1-sqrt cooldown), clipping at 1.0, best
-validation loss wins.
+"""The trainer: batches gathered by index where the dataset is held (TensorDataset.train_batch:
+on the device, or on the host and copied per step), AdamW with linear warm-up then cosine decay
+(or WSD: constant, then a 1-sqrt cooldown), clipping at 1.0, best validation loss wins.
 
 On CUDA: bf16 autocast, fused AdamW, and no host synchronisation inside an epoch (the loss is
 summed on the device, clipping never reads the norm back, the stop check reads a Python flag).
@@ -167,26 +167,28 @@ def evaluate(
     batch is scored alone and the batches are averaged by their sample counts (exact for mean
     losses and metrics, up to float summation order)."""
     model.eval()
+    device = next(model.parameters()).device
     logits: list[torch.Tensor] = []
+    targets: list[torch.Tensor] = []
     sums: dict[str, float] = {}
     loss_sum: torch.Tensor | None = None
     for i in range(0, data.n_val, batch_size):
-        inputs = tuple(t[i : i + batch_size] for t in data.val_inputs)
+        inputs, target = data.val_batch(i, i + batch_size, device)
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
             out = model(*inputs).float()
         if loss_sum is None and out.numel() * 4 * math.ceil(data.n_val / batch_size) <= STREAM_LOGITS_BYTES:
             logits.append(out)
+            targets.append(target)
             continue
-        target = data.val_target[i : i + batch_size]
         part = loss_fn(out, target) * len(target)
         loss_sum = part if loss_sum is None else loss_sum + part
         for k, v in (metrics_fn(out, target) if metrics_fn else {}).items():
             sums[k] = sums.get(k, 0.0) + v * len(target)
     if loss_sum is not None:
         return float(loss_sum) / data.n_val, {k: v / data.n_val for k, v in sums.items()}
-    out = torch.cat(logits)  # (N_val, ...)
-    loss = float(loss_fn(out, data.val_target))
-    return loss, (metrics_fn(out, data.val_target) if metrics_fn else {})
+    out, target = torch.cat(logits), (targets[0] if len(targets) == 1 else torch.cat(targets))  # (N_val, ...)
+    loss = float(loss_fn(out, target))
+    return loss, (metrics_fn(out, target) if metrics_fn else {})
 
 
 @dataclass
@@ -281,10 +283,11 @@ def _train_epoch(run: _Run, data: TensorDataset, loss_fn: Callable[[torch.Tensor
     device = next(model.parameters()).device
     model.train()
     run.epoch_gen = run.gen.get_state()
+    where = data.index_device(device)  # the indices go where the data are (one copy an epoch, if any)
     if cfg.epoch_samples is None:
-        perm = torch.randperm(data.n_train, device=device, generator=run.gen)
+        perm = torch.randperm(data.n_train, device=device, generator=run.gen).to(where)
     else:
-        perm = interval_order(data.n_train, cfg.epoch_samples, epoch, cfg.seed).to(device)
+        perm = interval_order(data.n_train, cfg.epoch_samples, epoch, cfg.seed).to(where)
     skip, run.skip = run.skip, 0
     loss_sum = run.loss_sum if skip and run.loss_sum is not None else torch.zeros((), device=device)
     run.loss_sum = loss_sum  # summed in place below: a stop saves a copy
@@ -293,8 +296,9 @@ def _train_epoch(run: _Run, data: TensorDataset, loss_fn: Callable[[torch.Tensor
     for i in range(skip * cfg.batch_size, n, cfg.batch_size):
         run.steps_done = i // cfg.batch_size
         check_stop()
-        idx = perm[i : i + cfg.batch_size]  # a gather on the device: no host round trip
-        run.samples += run.stepper.step(tuple(t[idx] for t in data.train_inputs), data.train_target[idx], loss_sum)
+        idx = perm[i : i + cfg.batch_size]  # gathered where the data are: no host round trip on the device
+        inputs, target = data.train_batch(idx, device)
+        run.samples += run.stepper.step(inputs, target, loss_sum)
     run.steps_done = math.ceil(n / cfg.batch_size)
     # One host sync per epoch: a NaN anywhere in the epoch poisons the sum.
     train_loss = float(loss_sum) / n
@@ -352,7 +356,7 @@ def train(
     plan: TrainingPlan | None = None,
     on_score: Callable[[int, float, dict[str, Any]], None] | None = None,
 ) -> TrainResult:
-    """Train in place; `data` must already be on the model's device.
+    """Train in place; `data` as `data.to(device)` returns it for the model's device (there, or on the host).
 
     ``checkpoint(state)``: after every validated epoch, and when a stop ends the run between two
     steps (``_Run.stopped_state``); ``resume=state`` goes on from such a state (a retry where it
