@@ -149,7 +149,8 @@ FAMILY = Family(
     tokens=lambda c: c.seq_len,
     flops_per_sample=flops_per_sample,
     data_unit="tokens",
-    data_help="synthetic[:vocab=V,order=K,tokens=T,...] or a UTF-8 text file (read as bytes)",
+    data_help=("synthetic[:vocab=V,order=K,tokens=T,...], a UTF-8 text file (read as bytes), or "
+               "tokens:PATH[,vocab=V][,val=PATH][,dtype=uint32] (token ids: nanoGPT's train.bin, or a .npy)"),
     logits_per_sample=lambda c: c.seq_len * c.vocab_size,  # a next-token head: (L, V) logits a window
     loss_per=loss_per,
     description="Causal decoder-only language model (nanoGPT-style, tied head) predicting the next token.",
