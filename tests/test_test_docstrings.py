@@ -1,5 +1,6 @@
 """Tests are named by behaviour: no test module, class or function docstring says which issue asked
-for it (the issues live in the tracker and the CHANGELOG, not in the code)."""
+for it, and no test's name carries an issue or part number or says only that something "works" (the
+issues live in the tracker and the CHANGELOG, not in the code)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from pathlib import Path
 
 TESTS = Path(__file__).resolve().parent
 ISSUE = re.compile(r"\b[Ii]ssues? \d+")
+# test_issue_42_x, test_part3, test_..._this_issue_touched, test_x_still_works, test_7: no behaviour named
+NOT_A_BEHAVIOUR = re.compile(r"issues?_?\d|(^|_)part_?\d|this_issue|(^|_)(still_)?works$|^test_?\d+$")
 
 
 def _docstrings(path: Path) -> list[tuple[int, str]]:
@@ -32,3 +35,25 @@ def test_the_check_finds_an_issue_number(tmp_path: Path) -> None:
     sample = tmp_path / "test_x.py"
     sample.write_text('"""Issue 12 part 3: a thing."""\n\n\ndef test_y() -> None:\n    """Fine."""\n')
     assert [ISSUE.search(d) is not None for _, d in _docstrings(sample)] == [True, False]
+
+
+def _test_names(path: Path) -> list[tuple[int, str]]:
+    tree = ast.parse(path.read_text())
+    return [(n.lineno, n.name) for n in ast.walk(tree)
+            if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) and n.name.lower().startswith("test")]
+
+
+def test_every_test_name_says_a_behaviour_not_an_issue() -> None:
+    found = [f"{path.relative_to(TESTS.parent)}:{line}: {name}" for path in sorted(TESTS.rglob("*.py"))
+             for line, name in _test_names(path) if NOT_A_BEHAVIOUR.search(name.lower())]
+    assert found == [], "name the behaviour the test checks: " + "; ".join(found)
+
+
+def test_the_name_check_tells_behaviours_from_issue_numbers(tmp_path: Path) -> None:
+    sample = tmp_path / "test_x.py"
+    names = ["test_issue_42_rungs", "test_part3", "test_scripts_this_issue_touched", "test_x_still_works", "test_7",
+             "TestIssue12", "test_a_study_runs_in_parts_across_machines", "test_sigint_exits_130",
+             "test_a_refused_launch_never_shows_any_part_of_the_password"]
+    sample.write_text("".join(f"def {n}() -> None:\n    pass\n\n\n" for n in names))
+    flagged = [name for _, name in _test_names(sample) if NOT_A_BEHAVIOUR.search(name.lower())]
+    assert flagged == names[:6]

@@ -65,7 +65,7 @@ def test_different_seeds_give_different_series() -> None:
     assert not np.allclose(xa, xb) and not np.allclose(pa_, pb)
 
 
-def test_synthetic_with_few_features_still_works() -> None:
+def test_synthetic_data_with_one_feature_loads_with_both_classes() -> None:
     data = load("synthetic:features=1,steps=800", {})
     assert data.train_inputs[0].shape[-1] == 1 and 0 < data.info["train_pos_rate"] < 1
 

@@ -277,7 +277,7 @@ def test_an_exponent_whose_interval_reaches_its_bound_is_unresolved() -> None:
     assert fit["loss_ratio"]["ci95"][1] < 1, "the trend itself is resolved"
 
 
-def test_the_t2_real_runs_points_are_no_law() -> None:
+def test_four_budgets_that_cannot_bound_e_away_from_zero_are_no_law() -> None:
     """T2's real run (bench/truths/realrun/t2) printed "E = 0.8517 [9.358e-14, 1.529]" as a law:
     four budgets leave one residual degree of freedom, and their near power law cannot bound E
     away from 0; both are said."""
