@@ -1,21 +1,11 @@
 """Model families: config dataclass + nn.Module + exact closed-form param_count() + data.
 
-How a family is written (every family follows it; `archhpo grid`/`params`/`--help` must not
-import torch, tests/cli/test_cli_startup.py checks it):
-
-- ``models/NAME_spec.py`` is the family without torch: the config dataclass (validated in
-  ``__post_init__`` with ``check_arch``), ``param_count``, ``flops_per_sample``, ``config_for``,
-  its flags, and ``FAMILY = Family(...)``.  It imports no torch, numpy or pyarrow at the top
-  (only the closed forms of ``_flops`` and the data module's ``parse_data``/``data_info``).
-  The torch parts are given as ``Lazy("archhpo.models.NAME", "Network")``: ``build``, ``loss``,
-  ``baseline_loss``, ``metrics`` (a shared one may point at another family's module, e.g.
-  ``Lazy("archhpo.models.patchtst", "bce_loss")``).
-- ``models/NAME.py`` holds the ``nn.Module``, loss and metrics; it imports torch and re-exports
-  the spec's names (``from archhpo.models.NAME_spec import FAMILY, NameConfig, ...``).
-- ``models/data/X.py``: ``parse_data`` and ``data_info`` of the default synthetic data run
-  without torch/numpy/pyarrow; those are imported inside the functions that make arrays.
-- Register ``"NAME": "archhpo.models.NAME_spec"`` below; tests/models/test_family_contract.py then runs
-  every contract test (count = numel, meta build, FLOPs, validation, data integrity) on it.
+Each family is ``models/NAME_spec.py`` (the family without torch: config, counts, FLOPs, flags and
+``FAMILY = Family(...)``, its torch parts given as ``Lazy``), ``models/NAME.py`` (the nn.Module,
+loss and metrics) and its data in ``models/data/``; `archhpo grid`/`params`/`--help` must not import
+torch (tests/cli/test_cli_startup.py).  Registering ``"NAME": "archhpo.models.NAME_spec"`` below
+makes it a ``--family`` choice and puts it under every contract of tests/models/test_family_contract.py.
+The recipe, step by step with a worked example: docs/development.md, "Adding a model family".
 """
 
 from __future__ import annotations
