@@ -118,33 +118,19 @@ def per_sample(kind: str | None) -> str:
 class Family:
     """Everything archhpo needs to count, build, feed and score one model family.
 
-    - ``config_for(arch, info)`` turns a grid row ({d_model, n_layers, n_heads, d_ff}) and
-      the data ``info`` into the family's config dataclass (validated in __post_init__).
-    - ``param_count(config)`` is closed form and equals ``sum(p.numel())`` of ``build(config)``.
-    - ``parse_data(text, options)`` turns ``--data`` (``synthetic``, ``synthetic:k=v,...`` or a
-      path) into a JSON-able spec, raising DataError with a clear sentence on bad input.
-    - ``data_info(spec, options)`` returns the shape facts ``config_for`` needs, cheaply.
-    - ``load_data(spec, options)`` returns the TensorDataset; ``options`` carries the
-      study-level task settings (horizon, threshold, quick, seed, ...).
-    - ``loss(logits, target)`` is the training and validation loss (mean over the batch).
-    - ``baseline_loss(data)`` is the validation loss of a trivial predictor (base rate).
-    - ``metrics(logits, target)`` returns extra validation metrics (may be empty).
-    - ``flags`` are the shape flags ``params``/``grid`` accept, with defaults matching the
-      default synthetic data.
-    - ``estimate(config)`` optionally gives a legacy formula estimate shown beside the count.
-    - ``train_defaults`` overrides the trainer's defaults in ``archhpo train`` (e.g.
-      {"learning_rate": 3e-4, "eval_every": 20}).
-    - ``flops_per_sample(config)`` is the closed-form forward+backward FLOPs of one training
-      sample, counted like ``torch.utils.flop_counter.FlopCounterMode`` (matmuls and attention).
+    - ``config_for(arch, info)``: a grid row ({d_model, n_layers, n_heads, d_ff}) and the data's
+      ``info`` as the family's config dataclass (validated in __post_init__); ``param_count(config)``
+      is closed form and equals ``sum(p.numel())`` of ``build(config)``; ``flops_per_sample(config)``
+      is one training sample's forward+backward FLOPs, counted as FlopCounterMode counts them.
+    - ``parse_data(text, options)``: ``--data`` as a JSON-able spec (DataError, one sentence, on bad
+      input); ``data_info(spec, options)``: the shape facts ``config_for`` needs, cheaply;
+      ``load_data(spec, options)``: the TensorDataset (``options``: the study's task settings).
+    - ``loss`` (training and validation, a mean over the batch), ``baseline_loss`` (a trivial
+      predictor's), ``metrics`` (extra validation metrics); ``flags`` (``params``/``grid``'s shape
+      flags), ``estimate`` (a legacy formula shown beside the count), ``train_defaults`` (`archhpo
+      train`'s); the fields below say what the other layers ask, so none tells families by name.
 
-    - ``data_help`` and ``task_options`` are what ``--family NAME --help`` says of ``--data``, and
-      the study's task options its data reads (the help leaves the others out).
-    - ``logits_per_sample`` and ``loss_per`` are what the memory plan and the report ask of the
-      head and the loss (see each field), so no code outside models/ tells families by name.
-
-    A built module may define ``extra_loss() -> Tensor``; the trainer adds it to the training
-    loss (e.g. an orthogonality penalty), never to the validation loss.
-    """
+    A built module's ``extra_loss()`` (a penalty) joins the training loss, never the validation loss."""
 
     name: str
     config_cls: type
