@@ -7,13 +7,12 @@ class with two hooks, as an Optuna pruner is one class with `prune`:
   (the median rule); `completed()` reads the COMPLETE trials' values at that step, only if asked;
 - `decide(rung, scores)`, at upkeep time: which trials held at a complete rung go on (successive
   halving); `rungs(epochs)` says where a trial of `epochs` epochs is held and scored.
-
 A rule may implement either meaningfully and leave the other as `_Rule`'s no-op; it may also say
 `expected_share(epochs, trust)`, what share of a full training a new trial is expected to train
 (`run`'s ETA prices queued trials with it; `_Rule`'s 1 errs long).  The queue asks
 the rule only through these hooks (search/_queue.py at claims and reports, search/_rungs.py at
-upkeep), and which trials any rule may stop at all is one predicate, `prunable`.  Adding a rule:
-its class and one `register_rule` (which also lets `--pruner` and the config accept its name).
+upkeep), and which trials any rule may stop at all is one predicate, `prunable`.  Adding a rule
+(its class and one `register_rule`): docs/development.md, "Adding a stopping rule".
 """
 
 from __future__ import annotations
