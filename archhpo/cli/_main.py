@@ -48,6 +48,7 @@ from archhpo.cli._options import (
 from archhpo.cli._study_cmds import EXIT_UNHEALTHY as EXIT_UNHEALTHY
 from archhpo.cli._study_cmds import _check_outputs, cmd_export, cmd_launch, cmd_run, cmd_worker
 from archhpo.cli._study_cmds import _stop_like_ctrl_c as _stop_like_ctrl_c
+from archhpo.cli._tokens import add_tokens_args, cmd_tokens
 from archhpo.environment import Environment
 from archhpo.errors import ArchhpoError
 from archhpo.models import Family, family_names, get_family
@@ -226,6 +227,8 @@ register_command("export", cmd_export, "write the CSV and best JSON from the dat
 register_command("dashboard", cmd_dashboard, "optuna-dashboard on the storage (127.0.0.1 by default)")
 register_command("train", cmd_train, "train one configuration and print its metrics as JSON")
 register_command("report", cmd_report, "write the report: answer per budget, scaling fit, figures, tables")
+register_command("tokens", cmd_tokens, "write a UTF-8 text file as a token file of its bytes (--data tokens:OUT)",
+                 configure=add_tokens_args)
 
 
 def _command_options(command: str, family: Family | None) -> list[Any]:

@@ -19,6 +19,11 @@ Two sources:
   Without ``classes`` (or with ``classes`` = ``vocab``) the language is the plain one, token for token.
 - any UTF-8 text file, read as bytes (vocabulary 256); the first ``1 - val_fraction`` of the file
   trains, the rest validates (a contiguous split: no window straddles the two), sha256-pinned.
+- ``tokens:PATH[,vocab=V][,val=PATH]``: a file of token ids (nanoGPT's ``train.bin``, or a ``.npy``),
+  read through a memory map and pinned by its fingerprint (models/data/tokens.py).
+
+Every source trains through ``tokens.WindowDataset``: batches are gathered on the host and copied
+to the device one at a time, never the whole dataset.
 
 A sample is a window of ``seq_len + 1`` tokens: the model reads the first ``seq_len`` and predicts
 each next one.  ``loss_floor`` is the least expected NLL per predicted token any model can reach on
@@ -36,14 +41,23 @@ from typing import TYPE_CHECKING, Any
 from archhpo.errors import DataError
 from archhpo.models._family import TensorDataset
 from archhpo.models.data import file_sha256, recorded_file
+from archhpo.models.data.tokens import (  # BUDGET_VAL_TOKENS and GPT2_VOCAB are defined there, read here too
+    BUDGET_VAL_TOKENS,
+    GPT2_VOCAB,
+    PREFIX,
+    WindowDataset,
+    load_tokens,
+    parse_tokens,
+    windows_view,
+)
 from archhpo.schema import DataBudget
 
 if TYPE_CHECKING:  # imported where used: `archhpo grid`/`params` read this module without them
     import numpy as np
+    import torch
 
 SIGMAS = (2.0, 1.2, 0.8, 0.5, 0.3)  # std of the order-1, order-2, ... logit tables
 DEFAULT_VOCAB = 32
-GPT2_VOCAB = 50257  # GPT-2's BPE vocabulary: the size GPU-scale lm configurations use (issue 33)
 DEFAULT_ORDER = 3
 DEFAULT_SEQ_LEN = 32  # an order-3 source needs little context; short windows give CPU runs more steps
 DEFAULT_TOKENS = 2_000_000  # training tokens of the synthetic language
@@ -51,10 +65,6 @@ QUICK_TOKENS = 300_000  # --quick: enough for tiny models to separate in CPU min
 BYTE_VOCAB = 256
 DEFAULT_VAL_FRACTION = 0.1
 MAX_TABLE = 1 << 22  # vocab^(order+1) next-symbol probabilities held in memory
-# A data-budget study (--tokens-per-param) validates on this many tokens at every budget: the same
-# windows for every budget (the loss of one is comparable with another's), and a validation that
-# costs a fixed amount instead of a tenth of D at each of the run's intervals.
-BUDGET_VAL_TOKENS = 1 << 16
 _INT_KEYS = ("vocab", "order", "language", "tokens", "classes")
 
 
@@ -262,13 +272,16 @@ def _read_text(path: Path) -> bytes:
 
 
 def parse_data(text: str, options: Mapping[str, Any]) -> dict[str, Any]:
-    """``synthetic[:vocab=..,order=..,language=..,tokens=..]`` or the path of a UTF-8 text file."""
+    """``synthetic[:vocab=..,order=..,language=..,tokens=..]``, ``tokens:PATH[,..]`` or the path of a
+    UTF-8 text file."""
     raw = (text or "").strip()
     seq_len, vf = _seq_len(options), _val_fraction(options)
     if not raw:
         raise DataError("The data spec is empty; pass 'synthetic', 'synthetic:vocab=32,order=3' or a text file.")
     if raw.split(":")[0].lower() == "synthetic":
         return _parse_synthetic(raw, options)
+    if raw.split(":")[0].lower() == PREFIX:
+        return parse_tokens(raw, options, seq_len, vf)
     if "vocab_size" in options and int(options["vocab_size"]) != BYTE_VOCAB:
         raise DataError(f"A text file is read as bytes (vocabulary {BYTE_VOCAB}); drop --vocab-size.")
     path = Path(raw).expanduser().resolve()
@@ -287,6 +300,8 @@ def data_info(spec: Mapping[str, Any], options: Mapping[str, Any]) -> dict[str, 
     seq_len = _seq_len(options)
     if spec.get("kind") == "text":
         return {"vocab_size": BYTE_VOCAB, "seq_len": seq_len}
+    if spec.get("kind") == PREFIX:
+        return {"vocab_size": int(spec["vocab"]), "seq_len": seq_len}
     v, k = int(spec["vocab"]), int(spec["order"])
     classes = {"classes": int(spec["classes"])} if "classes" in spec else {}
     return {"vocab_size": v, "seq_len": seq_len, "order": k, **classes,
@@ -303,18 +318,20 @@ def _windows(stream: np.ndarray, seq_len: int) -> np.ndarray:
 
 
 def _load_text(spec: Mapping[str, Any], seq_len: int, vf: float, quick: bool,
-               budget: bool) -> tuple[np.ndarray, np.ndarray]:
+               budget: bool) -> tuple[tuple[torch.Tensor, torch.Tensor], np.ndarray]:
+    """The training windows as views of the file's bytes (int64), and the validation windows."""
     import numpy as np
+    import torch
     path = recorded_file(spec)
     stream = np.frombuffer(_read_text(path), dtype=np.uint8).astype(np.int64)
     cut = int(round(len(stream) * (1 - vf)))
-    train, val = _windows(stream[:cut], seq_len), _windows(stream[cut:], seq_len)
+    n_train, val = (cut - 1) // seq_len, _windows(stream[cut:], seq_len)
     if budget:  # evenly spaced windows over the whole validation split, the same at every budget
         n_val = min(len(val), max(1, BUDGET_VAL_TOKENS // seq_len))
         val = val[np.linspace(0, len(val) - 1, n_val).round().astype(np.int64)]
     elif quick:  # a data-budget study trains on D whatever --quick says
-        train = train[: max(1, QUICK_TOKENS // seq_len)]
-    return train, val
+        n_train = min(n_train, max(1, QUICK_TOKENS // seq_len))
+    return windows_view(torch.from_numpy(stream), 0, n_train, seq_len), val
 
 
 def load_data(spec: Mapping[str, Any], options: Mapping[str, Any]) -> TensorDataset:
@@ -344,20 +361,27 @@ def load_data(spec: Mapping[str, Any], options: Mapping[str, Any]) -> TensorData
             val, train = (expand_classes(w, v, c, s) for w, s in zip((val, train), seeds, strict=True))
         named = f",classes={c}" if c < v else ""
         info["source"] = f"synthetic:vocab={v}{named},order={k},language={lang},tokens={n_train * seq_len}"
+        tr = torch.from_numpy(np.ascontiguousarray(train))
+        x, y = tr[:, :-1], tr[:, 1:]
     elif spec.get("kind") == "text":
-        train, val = _load_text(spec, seq_len, vf, quick, budget)
+        (x, y), val = _load_text(spec, seq_len, vf, quick, budget)
         info["source"] = str(spec["path"])
+    elif spec.get("kind") == PREFIX:
+        cap = max(1, QUICK_TOKENS // seq_len) if quick and not budget else None
+        return load_tokens(spec, seq_len, vf, cap, info)
     else:
-        raise DataError(f"Unknown data spec {dict(spec)!r}; pass 'synthetic' or a UTF-8 text file.")
-    tr, va = torch.from_numpy(np.ascontiguousarray(train)), torch.from_numpy(np.ascontiguousarray(val))
-    info.update(n_train=int(tr.shape[0]), n_val=int(va.shape[0]), train_tokens=int(tr.shape[0]) * seq_len)
-    return TensorDataset((tr[:, :-1],), tr[:, 1:], (va[:, :-1],), va[:, 1:], info)
+        raise DataError(f"Unknown data spec {dict(spec)!r}; pass 'synthetic', a UTF-8 text file or tokens:PATH.")
+    va = torch.from_numpy(np.ascontiguousarray(val))
+    info.update(n_train=int(y.shape[0]), n_val=int(va.shape[0]), train_tokens=int(y.shape[0]) * seq_len)
+    return WindowDataset((x,), y, (va[:, :-1],), va[:, 1:], info, seq_len=seq_len, vocab=int(info["vocab_size"]))
 
 
 def unigram_loss(data: TensorDataset) -> float:
     """Validation NLL (nats per token) of the training targets' unigram frequencies, add-one smoothed."""
     import torch
     v = int(data.info.get("vocab_size", 0)) or int(max(data.train_target.max(), data.val_target.max())) + 1
-    counts = torch.bincount(data.train_target.reshape(-1).cpu(), minlength=v).double() + 1.0
+    # A token file's baseline counts a sample of its training ids; every other dataset all of them.
+    train = data.target_sample() if isinstance(data, WindowDataset) else data.train_target.reshape(-1)
+    counts = torch.bincount(train.cpu(), minlength=v).double() + 1.0
     logp = (counts / counts.sum()).log()
     return float(-logp[data.val_target.reshape(-1).cpu()].mean())
