@@ -97,7 +97,7 @@ def trials_frame(
     budgets: Sequence[str] | None = None,
     curves: bool = True,
 ) -> pd.DataFrame:
-    """An experiment's trials as a pandas DataFrame (see the module docstring for the columns).
+    """An experiment's trials as a pandas DataFrame (its columns: docs/design.md §8b).
 
     Read from the database (`storage`: a URL, an open RDBStorage, or None for
     ``$ARCHHPO_STORAGE`` / ``sqlite:///archhpo.db``) or, when `csv` is given, from one or more
