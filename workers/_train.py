@@ -213,11 +213,14 @@ class _Run:
     steps_done: int = 0  # its batches trained so far
     loss_sum: torch.Tensor | None = None  # their summed loss (the epoch's mean training loss needs it)
     skip: int = 0  # a run resumed between two steps: batches of its first epoch already trained
+    ranks: Any = None  # a trial across K ranks (workers/_distributed.Ranks); None: this process alone
 
     def state(self, epoch: int) -> dict[str, Any]:
         # The global RNG (dropout) is saved too: a resumed run repeats an uninterrupted one bit for bit.
+        model, opt = (self.model.state_dict(), self.opt.state_dict()) if self.ranks is None else (
+            self.ranks.states(self.opt))  # whole, as one process holds it: it resumes at any world size
         return {
-            "epoch": epoch, "model": self.model.state_dict(), "optimizer": self.opt.state_dict(),
+            "epoch": epoch, "model": model, "optimizer": opt,
             "scheduler": self.sched.state_dict(), "generator": self.gen.get_state(), "best": self.best,
             "best_epoch": self.best_epoch, "best_metrics": self.best_metrics, "history": self.history,
             "train_loss": self.train_loss, "torch_rng": torch.get_rng_state(),
@@ -234,14 +237,18 @@ class _Run:
         if self.epoch_gen is not None:
             st["generator"] = self.epoch_gen
         loss_sum = self.loss_sum.detach().clone() if self.loss_sum is not None else None
+        if loss_sum is not None and self.ranks is not None:
+            loss_sum = self.ranks.total(loss_sum)  # the group's, resumed on rank 0 (Ranks.own)
         st["partial"] = {"steps": self.steps_done if loss_sum is not None else 0, "loss_sum": loss_sum}
         return st
 
 
 def _start(model: nn.Module, data: TensorDataset, cfg: TrainConfig, resume: dict[str, Any] | None,
-           loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> _Run:
-    """The optimiser, schedule and batch-order generator, fresh or from a checkpoint."""
+           loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], ranks: Any = None) -> _Run:
+    """The optimiser, schedule and batch-order generator, fresh or from a checkpoint; with `ranks`
+    the model is wrapped first (DDP, or FSDP2 in place, before the optimizer sees its parameters)."""
     device = next(model.parameters()).device
+    net = model if ranks is None else ranks.wrap(model)
     gen = torch.Generator(device=device).manual_seed(cfg.seed)
     total = cfg.total_steps or cfg.steps_per_epoch(data.n_train) * cfg.epochs
     # A family with its own groups (lm under µP: per-group rate, decay and eps) gives them; else one group.
@@ -250,12 +257,17 @@ def _start(model: nn.Module, data: TensorDataset, cfg: TrainConfig, resume: dict
                             weight_decay=cfg.weight_decay, **adamw_options(device))
     shape = lr_lambda(cfg.warmup_steps, total, cfg.min_lr_ratio, cfg.schedule, cfg.cooldown)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, shape)
-    stepper = Stepper(model, opt, sched, loss_fn, device.type == "cuda", cfg.grad_clip, cfg.micro_batch)
-    run = _Run(model, opt, sched, gen, device.type == "cuda", stepper)
+    stepper = Stepper(net, opt, sched, loss_fn if ranks is None else ranks.loss(loss_fn), device.type == "cuda",
+                      cfg.grad_clip, cfg.micro_batch)
+    stepper.extra = getattr(model, "extra_loss", None)  # DDP's wrapper does not pass attributes on
+    run = _Run(net, opt, sched, gen, device.type == "cuda", stepper, ranks=ranks)
     if resume is None:
         return run
-    model.load_state_dict(resume["model"])
-    opt.load_state_dict(resume["optimizer"])
+    if ranks is None:
+        model.load_state_dict(resume["model"])
+        opt.load_state_dict(resume["optimizer"])
+    else:
+        ranks.load(opt, resume)
     # Only the step count comes back: the shape is this call's (a WSD cooldown resumes a constant run).
     run.sched.load_state_dict(resume["scheduler"])
     for group, base in zip(opt.param_groups, run.sched.base_lrs, strict=True):
@@ -272,6 +284,8 @@ def _start(model: nn.Module, data: TensorDataset, cfg: TrainConfig, resume: dict
     partial = resume.get("partial")
     if partial is not None and partial["loss_sum"] is not None:  # stopped between two steps of epoch `first`
         run.skip, run.loss_sum = int(partial["steps"]), partial["loss_sum"].to(device)
+        if ranks is not None:
+            run.loss_sum = ranks.own(run.loss_sum)
     return run
 
 
@@ -297,11 +311,14 @@ def _train_epoch(run: _Run, data: TensorDataset, loss_fn: Callable[[torch.Tensor
         run.steps_done = i // cfg.batch_size
         check_stop()
         idx = perm[i : i + cfg.batch_size]  # gathered where the data are: no host round trip on the device
+        if run.ranks is not None:  # this rank's share; the samples counted are the group's
+            part = run.ranks.share(idx)
+            run.samples, idx = run.samples + len(idx) - len(part), part
         inputs, target = data.train_batch(idx, device)
         run.samples += run.stepper.step(inputs, target, loss_sum)
     run.steps_done = math.ceil(n / cfg.batch_size)
     # One host sync per epoch: a NaN anywhere in the epoch poisons the sum.
-    train_loss = float(loss_sum) / n
+    train_loss = float(loss_sum if run.ranks is None else run.ranks.total(loss_sum)) / n
     if not math.isfinite(train_loss):
         raise NonFiniteLoss(f"training loss became non-finite ({train_loss}) in epoch {epoch}")
     return train_loss
@@ -355,6 +372,7 @@ def train(
     should_stop: Callable[[], bool] | None = None,
     plan: TrainingPlan | None = None,
     on_score: Callable[[int, float, dict[str, Any]], None] | None = None,
+    ranks: Any = None,
 ) -> TrainResult:
     """Train in place; `data` as `data.to(device)` returns it for the model's device (there, or on the host).
 
@@ -364,9 +382,10 @@ def train(
     ``should_stop()``: asked before every step and validation (a Python flag, no device sync); True
     raises TrialStopped (a worker stopped or fenced out) with ``samples``, what this call trained.
     ``plan`` (archhpo.schema.TrainingPlan, the stopping rule's): ``validate_at`` always validated, at
-    ``score_at`` ``on_score(epoch, val, state)`` before the checkpoint, stop after ``stop_after``."""
+    ``score_at`` ``on_score(epoch, val, state)`` before the checkpoint, stop after ``stop_after``.
+    ``ranks`` (workers/_distributed.Ranks): a trial across K ranks, each training its share."""
     plan = TrainingPlan() if plan is None else plan
-    run = _start(model, data, cfg, resume, loss_fn)
+    run = _start(model, data, cfg, resume, loss_fn, ranks)
     hooks = _Hooks(on_eval, checkpoint, plan, on_score)
     first, start, epoch = run.first, time.perf_counter(), run.first - 1
     train_s = 0.0  # samples/s and MFU time the training steps only

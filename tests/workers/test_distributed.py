@@ -1,0 +1,108 @@
+"""A trial across K ranks on CPU (gloo): the same global batch on 2 ranks trains the 1-rank run's
+losses (DDP and FSDP2), reruns repeat bit for bit, the state saved on 2 ranks resumes on 1, and a
+stalled rank ends a collective within the group's timeout instead of torch's 30 minutes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from archhpo.errors import ArchhpoError
+from archhpo.workers._checkpoints import read_checkpoint
+from archhpo.workers._distributed import choose_shard, group_timeout_s, rank_shape
+from archhpo.workers._memory import TrialShape
+from tests.workers import _ranks
+
+EPOCHS = 2
+TOLERANCE = 1e-5  # relative, per interval: the ranks' gradients are summed in another order
+
+
+def _relative(a: list[dict[str, float]], b: list[dict[str, float]]) -> float:
+    assert [h["epoch"] for h in a] == [h["epoch"] for h in b]
+    return max(abs(x[k] - y[k]) / abs(x[k]) for x, y in zip(a, b, strict=True) for k in ("train_loss", "val_loss"))
+
+
+@pytest.fixture(scope="module")
+def one_rank() -> list[dict[str, float]]:
+    torch.set_num_threads(1)
+    history, _ = _ranks.train_losses(None, epochs=EPOCHS)
+    return history
+
+
+@pytest.fixture(scope="module", params=["ddp", "fsdp"])
+def two_ranks(request: Any, tmp_path_factory: pytest.TempPathFactory) -> tuple[str, list[dict[str, float]], Path]:
+    out = tmp_path_factory.mktemp(f"ranks-{request.param}")
+    ckpt = out / "epoch1.pt"
+    histories = _ranks.spawn(_ranks.two_rank_run, 2, out, request.param, EPOCHS, str(ckpt))
+    assert histories[0] == histories[1], "every rank validates the same model"
+    return request.param, histories[0], ckpt
+
+
+def test_two_ranks_train_the_one_rank_losses_at_the_same_global_batch(
+        one_rank: list[dict[str, float]], two_ranks: tuple[str, list[dict[str, float]], Path]) -> None:
+    """The batch of 16 splits 8 + 8, the epoch's last batch of 7 splits 4 + 3 (weighted by share)."""
+    mode, history, _ = two_ranks
+    diff = _relative(one_rank, history)
+    print(f"{mode}: largest relative difference from one rank {diff:.2e}")
+    assert diff <= TOLERANCE, (mode, diff)
+
+
+@pytest.mark.parametrize("two_ranks", ["ddp"], indirect=True)
+def test_a_rerun_on_two_ranks_repeats_bit_for_bit(
+        two_ranks: tuple[str, list[dict[str, float]], Path], tmp_path: Path) -> None:
+    mode, history, _ = two_ranks
+    again = _ranks.spawn(_ranks.two_rank_run, 2, tmp_path, mode, EPOCHS, str(tmp_path / "again.pt"))
+    assert again[0] == history
+
+
+def test_a_state_saved_on_two_ranks_resumes_on_one(
+        two_ranks: tuple[str, list[dict[str, float]], Path]) -> None:
+    """Rank 0 writes the state whole, checksummed and weights_only-readable; one process goes on
+    from it to the 2-rank run's losses."""
+    mode, history, ckpt = two_ranks
+    state = read_checkpoint(ckpt)
+    assert state["epoch"] == 1 and isinstance(next(iter(state["optimizer"]["state"])), int)
+    torch.set_num_threads(1)
+    resumed, _ = _ranks.train_losses(None, resume=state, epochs=EPOCHS)
+    assert resumed[0] == history[0], "the checkpoint carries the first epoch's record"
+    diff = _relative(history, resumed)
+    print(f"{mode}: resumed on one rank, largest relative difference {diff:.2e}")
+    assert diff <= TOLERANCE, (mode, diff)
+
+
+def test_a_stalled_rank_fails_the_collective_within_the_timeout(tmp_path: Path) -> None:
+    timeout = 3.0
+    lead, _ = _ranks.spawn(_ranks.stalled_collective, 2, tmp_path, timeout, timeout_s=60)
+    print(f"the stalled rank was noticed after {lead['elapsed']:.1f} s: {lead['error']}")
+    assert lead["group_failure"], lead
+    assert timeout * 0.5 <= lead["elapsed"] <= timeout + 10, lead
+
+
+def _shape(params: int, batch: int = 16) -> TrialShape:
+    return TrialShape(params, batch, 16, 64, 1, 256, 8, 8, 1024)
+
+
+def test_auto_shards_with_fsdp2_only_when_one_rank_cannot_hold_the_state() -> None:
+    assert choose_shard("auto", 10 * 2**30, 10**8, 2, 40 * 2**30, 0.85) == "ddp"
+    assert choose_shard("auto", 40 * 2**30, 10**9, 2, 40 * 2**30, 0.85) == "fsdp"
+    assert choose_shard("ddp", 40 * 2**30, 10**9, 2, 40 * 2**30, 0.85) == "ddp"
+    assert choose_shard("auto", 40 * 2**30, 10**9, 1, 40 * 2**30, 0.85) == "ddp", "one rank has nothing to shard"
+    with pytest.raises(ArchhpoError, match="use auto, ddp or fsdp"):
+        choose_shard("zero3", 0, 0, 2, 1, 0.85)
+
+
+def test_a_rank_holds_its_share_of_the_batch_and_under_fsdp2_of_the_state() -> None:
+    shape = _shape(10**9, batch=15)
+    assert rank_shape(shape, 2, "ddp") == TrialShape(10**9, 8, 16, 64, 1, 256, 8, 8, 1024)
+    assert rank_shape(shape, 4, "fsdp") == TrialShape(250_000_000, 4, 16, 64, 1, 256, 8, 8, 1024)
+
+
+def test_the_group_timeout_is_read_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ARCHHPO_GROUP_TIMEOUT_S", "7.5")
+    assert group_timeout_s() == 7.5
+    monkeypatch.setenv("ARCHHPO_GROUP_TIMEOUT_S", "soon")
+    with pytest.raises(ArchhpoError, match="must be a number of seconds"):
+        group_timeout_s()

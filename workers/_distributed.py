@@ -1,0 +1,265 @@
+"""A trial across K ranks (docs/cluster.md#a-trial-across-k-ranks): the process group, the wrapping
+(DDP, or FSDP2 where one rank's memory cannot hold the model's state), each rank's share of a batch,
+and the checkpoint state gathered whole so it resumes at any world size.
+
+A group is K processes launched by torchrun (`torchrun --nproc-per-node K -m archhpo worker ...`)
+or by Ray Train's TorchTrainer; one rank per GPU (nccl), gloo on CPU. Every collective is bounded
+by the group's timeout (`DEFAULT_TIMEOUT_S`, `ARCHHPO_GROUP_TIMEOUT_S`): a dead or stalled rank
+ends the group within it rather than after torch's 30 minutes. Control messages (the claim,
+rung decisions, the stop flag) travel on a gloo side group of CPU tensors, so deciding to stop
+before a step never waits for the device.
+
+Checkpoints stay the one checksummed, weights_only file of workers/_checkpoints.py: under FSDP2
+the state is gathered whole with torch.distributed.checkpoint's state-dict API on rank 0 (DCP's
+own sharded format reads its metadata with pickle, which a checkpoint must never need).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import math
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from archhpo.errors import ArchhpoError, TrialLost
+
+DEFAULT_TIMEOUT_S = 120.0  # longer than one step, one model build or one checkpoint write of rank 0
+TIMEOUT_ENV = "ARCHHPO_GROUP_TIMEOUT_S"
+SHARDS = ("auto", "ddp", "fsdp")
+RANKS_ATTR, SHARD_ATTR = "ranks", "shard"  # what each trial records of its group
+
+
+class GroupBroken(TrialLost):
+    """A rank of this trial's group died or stalled past the timeout: nothing more is written from
+    this group (its rank 0's claim is reaped and retried once from the last checkpoint), and every
+    surviving rank exits so its launcher can restart the group."""
+
+
+def group_timeout_s() -> float:
+    """The group's bound on every collective, from ARCHHPO_GROUP_TIMEOUT_S (seconds)."""
+    raw = os.environ.get(TIMEOUT_ENV, "")
+    try:
+        value = float(raw) if raw else DEFAULT_TIMEOUT_S
+    except ValueError:
+        raise ArchhpoError(f"{TIMEOUT_ENV}={raw!r} must be a number of seconds such as 120.") from None
+    if not value > 0:
+        raise ArchhpoError(f"{TIMEOUT_ENV}={raw!r} must be a positive number of seconds.")
+    return value
+
+
+def is_group_failure(exc: BaseException) -> bool:
+    """A collective that failed because a peer died, stalled past the timeout or closed its link."""
+    if isinstance(exc, dist.DistError):
+        return True
+    text = str(exc).lower()
+    return isinstance(exc, RuntimeError) and any(
+        k in text for k in ("gloo", "nccl", "connection closed by peer", "connection reset", "timed out"))
+
+
+@dataclass
+class Group:
+    """This process's place in a trial group; `control` is the gloo side group for decisions."""
+
+    rank: int
+    world: int
+    device: torch.device
+    timeout_s: float
+    control: Any
+
+    @property
+    def lead(self) -> bool:
+        return self.rank == 0
+
+    def broadcast(self, obj: Any = None) -> Any:
+        """Rank 0's `obj` on every rank (pickled on rank 0 only: its own claim and decisions)."""
+        box = [obj if self.lead else None]
+        dist.broadcast_object_list(box, src=0, group=self.control)
+        return box[0]
+
+    def agree(self, code: int) -> int:
+        """The largest of every rank's `code` (0: go on), asked by every rank before each step."""
+        flag = torch.tensor([int(code)], dtype=torch.int32)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self.control)
+        return int(flag.item())  # a CPU tensor: no device is waited for
+
+    def decide(self, ask: Callable[[], bool]) -> bool:
+        """Rank 0 asks the queue (`ask`: a rung report, True to prune); every rank gets its answer
+        in the same validation, so every rank stops in the same step. Fenced out: TrialLost on all."""
+        verdict: str | None = None
+        if self.lead:
+            try:
+                verdict = "prune" if ask() else "go"
+            except TrialLost:
+                verdict = "lost"
+            self.broadcast(verdict)
+        else:
+            verdict = self.broadcast()
+        if verdict == "lost":
+            raise TrialLost("the trial was reaped while this group held it")
+        return verdict == "prune"
+
+
+def join_group(device: str = "auto", timeout_s: float | None = None) -> Group | None:
+    """This process's group when it runs under torchrun or Ray Train (WORLD_SIZE > 1), else None.
+
+    A group Ray Train set up is adopted; otherwise it is initialised from torchrun's environment
+    (nccl with one GPU per rank by LOCAL_RANK, gloo on CPU), its timeout bounded."""
+    world = int(os.environ.get("WORLD_SIZE", "1") or 1)
+    if world <= 1 and not dist.is_initialized():
+        return None
+    timeout = group_timeout_s() if timeout_s is None else float(timeout_s)
+    local = int(os.environ.get("LOCAL_RANK", "0") or 0)
+    cuda = device != "cpu" and torch.cuda.is_available()
+    dev = torch.device(f"cuda:{local}") if cuda else torch.device("cpu")
+    if cuda:
+        torch.cuda.set_device(dev)
+    if not dist.is_initialized():
+        dist.init_process_group("nccl" if cuda else "gloo", timeout=dt.timedelta(seconds=timeout),
+                                device_id=dev if cuda else None)
+    control = dist.new_group(backend="gloo", timeout=dt.timedelta(seconds=timeout))
+    return Group(dist.get_rank(), dist.get_world_size(), dev, timeout, control)
+
+
+def choose_shard(requested: str, ddp_rank_bytes: int, param_count: int, world: int, free_bytes: int,
+                 safety: float) -> str:
+    """ddp or fsdp: as asked, or (auto) DDP while one rank holds the whole state and its share of
+    the batch within `safety` of the device's free memory, FSDP2 once it would not."""
+    if requested not in SHARDS:
+        raise ArchhpoError(f"shard {requested!r} is not one of {', '.join(SHARDS)}; use auto, ddp or fsdp.")
+    if requested != "auto":
+        return requested
+    return "ddp" if world <= 1 or ddp_rank_bytes <= safety * free_bytes else "fsdp"
+
+
+def rank_shape(shape: Any, world: int, mode: str) -> Any:
+    """One rank's memory shape (workers/_memory.TrialShape): its share of the batch, and under FSDP2
+    1/K of the weights, gradients and AdamW moments (one layer's gathered weights are transient)."""
+    share = dataclasses.replace(shape, batch_size=math.ceil(shape.batch_size / world))
+    if mode == "fsdp":
+        share = dataclasses.replace(share, param_count=math.ceil(shape.param_count / world))
+    return share
+
+
+class _Scaled(torch.autograd.Function):
+    """The loss as it is, its gradient times `grad_k`: each rank's mean-loss gradient weighted by its
+    share of the batch, so the ranks' average is the whole batch's mean-loss gradient, however the
+    batch splits (a last batch that K does not divide); `value_k` 0 silences a stand-in share."""
+
+    @staticmethod
+    def forward(ctx: Any, loss: torch.Tensor, value_k: float, grad_k: float) -> torch.Tensor:
+        ctx.grad_k = grad_k
+        return loss * value_k
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:
+        return grad * ctx.grad_k, None, None
+
+
+class Ranks:
+    """What train() asks of a group (workers/_train.py): the wrapped model, this rank's share of each
+    batch, sums over ranks, and the run's state whole (the format a 1-rank run saves and loads)."""
+
+    def __init__(self, group: Group, mode: str) -> None:
+        self.group, self.mode = group, mode
+        self.inner: nn.Module | None = None
+        self._value_k, self._grad_k = 1.0, 1.0  # this step's share (set by `share`, read by `loss`)
+
+    def wrap(self, model: nn.Module) -> nn.Module:
+        """DDP around `model`, or FSDP2 applied to it in place (every block, then the whole)."""
+        self.inner = model
+        if self.mode == "ddp":
+            from torch.nn.parallel import DistributedDataParallel as DDP
+
+            cuda = self.group.device.type == "cuda"
+            return DDP(model, device_ids=[self.group.device] if cuda else None, forward_sync_buffers=False)
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import fully_shard
+
+        mesh = init_device_mesh(self.group.device.type, (self.group.world,))
+        for block in _blocks(model):
+            fully_shard(block, mesh=mesh)
+        fully_shard(model, mesh=mesh)
+        return model
+
+    def share(self, batch: torch.Tensor) -> torch.Tensor:
+        """This rank's contiguous part of a batch's indices (sizes differ by at most one). A rank a
+        batch smaller than K leaves without samples trains on the batch's first with no weight."""
+        world = self.group.world
+        part = batch.tensor_split(world)[self.group.rank]
+        self._value_k, self._grad_k = 1.0, world * len(part) / max(1, len(batch))
+        if len(part) == 0:
+            part, self._value_k = batch[:1], 0.0
+        return part
+
+    def loss(self, loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+             ) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+        """`loss_fn` with this rank's share of the batch weighting its gradient (`_Scaled`)."""
+        def scaled(out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+            return _Scaled.apply(loss_fn(out, target), self._value_k, self._grad_k)  # type: ignore[no-any-return]
+
+        return scaled
+
+    def total(self, value: torch.Tensor) -> torch.Tensor:
+        """The sum over ranks (a copy: every rank's own running sum stays its own)."""
+        out = value.detach().clone()
+        dist.all_reduce(out)
+        return out
+
+    def own(self, value: torch.Tensor) -> torch.Tensor:
+        """A group-wide sum resumed: rank 0 carries it, the others start from zero."""
+        return value if self.group.lead else torch.zeros_like(value)
+
+    def states(self, opt: torch.optim.Optimizer) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The model's and optimizer's state as one process would hold them (gathered under FSDP2)."""
+        assert self.inner is not None
+        if self.mode == "ddp":
+            return self.inner.state_dict(), opt.state_dict()
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
+
+        model_sd, optim_sd = get_state_dict(self.inner, opt, options=StateDictOptions(
+            full_state_dict=True, cpu_offload=True))
+        return model_sd, _by_index(self.inner, optim_sd)
+
+    def load(self, opt: torch.optim.Optimizer, resume: dict[str, Any]) -> None:
+        """A whole state (saved at any world size) into this rank's model and optimizer."""
+        assert self.inner is not None
+        if self.mode == "ddp":
+            self.inner.load_state_dict(resume["model"])
+            opt.load_state_dict(resume["optimizer"])
+            return
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_state_dict
+
+        set_state_dict(self.inner, opt, model_state_dict=resume["model"],
+                       optim_state_dict=_by_name(self.inner, resume["optimizer"]),
+                       options=StateDictOptions(full_state_dict=True))
+
+
+def _blocks(model: nn.Module) -> list[nn.Module]:
+    """The repeated blocks FSDP2 shards one by one: the children of the model's ModuleLists."""
+    return [m for lst in model.modules() if isinstance(lst, nn.ModuleList) for m in lst]
+
+
+def _names(model: nn.Module) -> list[str]:
+    return [name for name, _ in model.named_parameters()]
+
+
+def _by_index(model: nn.Module, optim_sd: dict[str, Any]) -> dict[str, Any]:
+    """torch.distributed.checkpoint's optimizer state (keyed by parameter name) as
+    Optimizer.state_dict() keys it (by position), which a 1-rank run loads."""
+    index = {name: i for i, name in enumerate(_names(model))}
+    groups = [{**g, "params": [index[p] for p in g["params"]]} for g in optim_sd.get("param_groups", [])]
+    return {"state": {index[k]: v for k, v in optim_sd.get("state", {}).items()}, "param_groups": groups}
+
+
+def _by_name(model: nn.Module, optim_sd: dict[str, Any]) -> dict[str, Any]:
+    """The reverse of _by_index."""
+    names = _names(model)
+    groups = [{**g, "params": [names[int(p)] for p in g["params"]]} for g in optim_sd["param_groups"]]
+    return {"state": {names[int(k)]: v for k, v in optim_sd["state"].items()}, "param_groups": groups}
