@@ -42,11 +42,13 @@ def micro_batches(batch: int) -> list[int]:
     return seen
 
 
-# Bytes per logit in a training step over a vocabulary: the bf16 logits, their fp32 copy for the
-# loss, log-softmax's saved fp32 output, and the fp32 and bf16 gradients on the way back (CPU: fp32
-# logits, no copy).  workers._memory's estimate counts the layers, not a (B, L, V) head.
-LOGIT_BYTES = {"cuda": 16, "cpu": 12}
+# Bytes per logit in a training step over a vocabulary, at the start of backward: log-softmax's
+# saved fp32 output, the loss's fp32 gradient and log-softmax's (the bf16 logits and their fp32
+# copy, 6 B, die with the loss's forward).  workers._memory's estimate counts the layers, not a
+# (B, L, V) head (docs/gpu.md, "The memory plan": the estimate against measured peaks).
+LOGIT_BYTES = {"cuda": 12, "cpu": 12}
 EVAL_LOGITS_BYTES = 2**30  # an evaluation batch's logits (fp32 and bf16) stay under this
+EVAL_LOGIT_BYTES = 6  # one evaluation logit: bf16 from the head, its fp32 copy
 
 
 def vocab_logits(family: str | Family, cfg: Any) -> int:
@@ -57,27 +59,44 @@ def vocab_logits(family: str | Family, cfg: Any) -> int:
     return int(fam.logits_per_sample(cfg)) if fam.logits_per_sample is not None else 0
 
 
-def eval_batch(logits_per_sample: int, eval_batch_size: int) -> int:
-    """The evaluation batch whose logits (fp32 + bf16: 6 B each) stay under EVAL_LOGITS_BYTES."""
+def eval_batch(logits_per_sample: int, eval_batch_size: int, room_bytes: int = EVAL_LOGITS_BYTES) -> int:
+    """The evaluation batch whose logits (fp32 + bf16: EVAL_LOGIT_BYTES each) stay under
+    `room_bytes` (EVAL_LOGITS_BYTES, or on a GPU `plan_eval_batch`'s larger room)."""
     if logits_per_sample <= 0:
         return eval_batch_size
-    return max(1, min(eval_batch_size, EVAL_LOGITS_BYTES // (6 * logits_per_sample)))
+    return max(1, min(eval_batch_size, room_bytes // (EVAL_LOGIT_BYTES * logits_per_sample)))
+
+
+def plan_eval_batch(plan: BatchPlan, shape: _memory.TrialShape, device: torch.device, logits_per_sample: int,
+                    eval_batch_size: int) -> int:
+    """The evaluation batch on `device` once `plan` is known: `eval_batch` under EVAL_LOGITS_BYTES
+    on CPU (its results stay as they were); on CUDA, under what the free memory holds beyond the
+    plan's training peak (never less than EVAL_LOGITS_BYTES): fewer, larger validation batches, so
+    fewer launches and host syncs. Validation runs between steps, so training's saved activations
+    are gone then; they leave room for the evaluation layers' transients."""
+    if device.type != "cuda" or logits_per_sample <= 0:
+        return eval_batch(logits_per_sample, eval_batch_size)
+    free = _memory.SAFETY * (_memory.available_bytes(device) + shape.data_bytes)
+    return eval_batch(logits_per_sample, eval_batch_size, max(EVAL_LOGITS_BYTES, int(free) - plan.need_bytes))
+
+
+def need_bytes(shape: _memory.TrialShape, device_type: str, logits_per_sample: int = 0) -> int:
+    """The estimate at ``shape.batch_size``: workers._memory's, plus the head's logits (LOGIT_BYTES
+    each; ``logits_per_sample`` from `vocab_logits`)."""
+    per_logit = LOGIT_BYTES["cuda" if device_type == "cuda" else "cpu"]
+    return _memory.estimate_training_bytes(shape, device_type) + shape.batch_size * logits_per_sample * per_logit
 
 
 def plan_batch(shape: _memory.TrialShape, device: torch.device, what: str, logits_per_sample: int = 0) -> BatchPlan:
-    """The largest micro-batch (up to ``shape.batch_size``) whose training estimate, plus the
-    head's logits (``logits_per_sample``, see LOGIT_BYTES), fits the device's free memory (the
-    dataset ``shape.data_bytes`` already resident counts as free).  Raises MemoryRefused
-    (``_memory.check_fits``'s sentence, at the full batch) when none fits."""
-    device_type = device.type
+    """The largest micro-batch (up to ``shape.batch_size``) whose `need_bytes` fits the device's
+    free memory (the dataset ``shape.data_bytes`` already resident counts as free).  Raises
+    MemoryRefused (``_memory.check_fits``'s sentence, at the full batch) when none fits."""
     free = _memory.available_bytes(device) + shape.data_bytes
-    per_logit = LOGIT_BYTES["cuda" if device_type == "cuda" else "cpu"]
     for m in micro_batches(shape.batch_size):
-        need = (_memory.estimate_training_bytes(dataclasses.replace(shape, batch_size=m), device_type)
-                + m * logits_per_sample * per_logit)
+        need = need_bytes(dataclasses.replace(shape, batch_size=m), device.type, logits_per_sample)
         if _memory.fits(need, free):
             return BatchPlan(shape.batch_size, m, need)
-    full = _memory.estimate_training_bytes(shape, device_type) + shape.batch_size * logits_per_sample * per_logit
+    full = need_bytes(shape, device.type, logits_per_sample)
     _memory.check_fits(full, device, what, resident=shape.data_bytes)  # raises: not even one sample fits
     return BatchPlan(shape.batch_size, shape.batch_size, full)  # reached only if memory was freed meanwhile
 

@@ -10,7 +10,11 @@ the fused dropout kernels run (`archhpo.models._cpu_kernels`; SDPA's flash kerne
 the causal masks, likewise without dropout), while the tensor path that stands in for the kernels
 where no C compiler builds them keeps about 3.4 maps of heads x T^2 floats per layer (cat at batch
 32: 8.8 GiB). Evaluation on CPU keeps about 2.9 for the layer it is in. On CUDA SDPA's
-memory-efficient kernels keep none, and bf16 autocast halves the saved activations.
+memory-efficient kernels keep none; under bf16 autocast a layer keeps the residual stream's two
+LayerNorm inputs in fp32 and the rest in bf16 (ACT_BYTES_CUDA_*), and autocast holds a bf16 copy of
+every weight through the forward. A WSD trial's cooldown branch trains a copy of the model and of
+its optimizer beside the run it branches from (`workers._train.cooldown_branch`): 16 B/param more.
+The lm rows' CPU and CUDA checks are in docs/gpu.md ("The memory plan").
 """
 
 from __future__ import annotations
@@ -34,6 +38,12 @@ CPU_ALLOWANCE_BYTES = 2**28  # thread pools and oneDNN workspace beyond the tens
 TRAIN_MAPS_CPU = 4  # attention maps per layer kept for backward on CPU without the kernels (3.4 measured)
 EVAL_MAPS_CPU = 3  # scores, masked scores, softmax of the layer being evaluated (2.9 measured)
 ACT_FLOATS_D, ACT_FLOATS_FF = 20, 4  # saved floats per token and layer: 20*d_model + 4*d_ff (1.24x measured)
+# CUDA, bytes per token and layer under bf16 autocast: two fp32 LayerNorm inputs (8d), the bf16
+# inputs of qkv, out and the first FFN matrix (6d), q, k, v and SDPA's output (8d), dropout's 1-byte
+# masks (2d + d_ff, counted with dropout off too), GELU's input and output (4*d_ff).
+ACT_BYTES_CUDA_D, ACT_BYTES_CUDA_FF = 24, 5
+STATE_BYTES_PER_PARAM = 16  # fp32 weights + grads + AdamW's two moments
+AUTOCAST_BYTES_PER_PARAM = 2  # autocast's bf16 copy of each weight, cached through a forward (CUDA)
 
 # Errors after which the CUDA context is unusable: every later kernel of the process fails too.
 _STICKY = ("illegal memory access", "device-side assert", "xid", "cublas_status_execution_failed",
@@ -75,15 +85,16 @@ class TrialShape:
     d_ff: int
     data_bytes: int = 0  # the dataset held on the device
     compiled: bool = False  # torch.compile traces PyTorch's own dropout: CPU keeps its attention maps
+    branch: bool = False  # a WSD trial: its cooldown branches train a copy of model and optimizer
 
 
 def trial_shape(family: Any, cfg: Any, arch: dict[str, Any], batch_size: int, eval_batch_size: int,
-                data_bytes: int = 0, compiled: bool = False) -> TrialShape:
+                data_bytes: int = 0, compiled: bool = False, branch: bool = False) -> TrialShape:
     tokens = int(family.tokens(cfg)) if family.tokens else 64
     sequences = int(family.sequences(cfg)) if getattr(family, "sequences", None) else 1
     return TrialShape(int(arch["param_count"]), int(batch_size), int(eval_batch_size), tokens, max(1, sequences),
                       int(arch["d_model"]), int(arch["n_layers"]), int(arch["n_heads"]), int(arch["d_ff"]),
-                      int(data_bytes), compiled)
+                      int(data_bytes), compiled, branch)
 
 
 def _cpu_train_maps(compiled: bool) -> int:
@@ -94,20 +105,32 @@ def _cpu_train_maps(compiled: bool) -> int:
     return 0 if lib() is not None and not compiled else TRAIN_MAPS_CPU
 
 
+def state_bytes(shape: TrialShape, device_type: str = "cuda") -> int:
+    """What the parameters hold: weights, grads and AdamW's moments (twice for a WSD trial, whose
+    cooldown branch trains copies beside them), and autocast's bf16 weight copies on CUDA."""
+    copies = 2 if shape.branch else 1
+    cast = AUTOCAST_BYTES_PER_PARAM if device_type == "cuda" else 0
+    return (copies * STATE_BYTES_PER_PARAM + cast) * shape.param_count
+
+
 def estimate_training_bytes(shape: TrialShape, device_type: str = "cuda") -> int:
-    """fp32 weights + grads + AdamW's two moments (16 B/param), the dataset, and the larger of
-    training's saved activations and one evaluation batch's transients."""
+    """`state_bytes`, the dataset, and the larger of training's saved activations and one
+    evaluation batch's transients (a sequence head's logits: `workers._batch.need_bytes`)."""
     cuda = device_type == "cuda"
-    act = 2 if cuda else 4  # bf16 under autocast on CUDA
     seq = max(1, shape.tokens // shape.sequences)
     map_floats = shape.n_heads * shape.sequences * seq * seq  # one attention map of one sample
-    per_token = ACT_FLOATS_D * shape.d_model + ACT_FLOATS_FF * shape.d_ff
-    train = shape.batch_size * shape.n_layers * (
-        shape.tokens * per_token * act + (0 if cuda else _cpu_train_maps(shape.compiled)) * map_floats * 4)
+    if cuda:
+        per_token = ACT_BYTES_CUDA_D * shape.d_model + ACT_BYTES_CUDA_FF * shape.d_ff
+        train = shape.batch_size * shape.n_layers * shape.tokens * per_token
+    else:
+        per_token = 4 * (ACT_FLOATS_D * shape.d_model + ACT_FLOATS_FF * shape.d_ff)
+        train = shape.batch_size * shape.n_layers * (
+            shape.tokens * per_token + _cpu_train_maps(shape.compiled) * map_floats * 4)
+    act = 2 if cuda else 4  # bf16 under autocast on CUDA
     evaluate = shape.eval_batch_size * (  # one layer alive at a time under no_grad
         shape.tokens * (4 * shape.d_model + shape.d_ff) * act + (0 if cuda else EVAL_MAPS_CPU) * map_floats * 4)
     fixed = 0 if cuda else CPU_ALLOWANCE_BYTES  # a GPU process's context: CUDA_CONTEXT_BYTES, by placement
-    return 16 * shape.param_count + shape.data_bytes + max(train, evaluate) + fixed
+    return state_bytes(shape, device_type) + shape.data_bytes + max(train, evaluate) + fixed
 
 
 def tensor_bytes(*tensors: torch.Tensor) -> int:
