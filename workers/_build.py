@@ -154,7 +154,7 @@ class TrialSpec:
 @dataclass
 class BuiltTrial:
     model: nn.Module
-    data: TensorDataset  # on the device
+    data: TensorDataset  # on the device, or held on the host and gathered per batch (an lm's: tokens.WindowDataset)
     train_config: TrainConfig
     seeds: Seeds
     config: Any  # the family's config dataclass
@@ -184,7 +184,8 @@ class BuiltTrial:
 
 
 class DataCache:
-    """Datasets loaded for earlier trials (on the device), keyed by what defines them."""
+    """Datasets loaded for earlier trials (moved with `to(device)`: an lm's stay on the host), keyed by
+    what defines them."""
 
     def __init__(self, size: int = DATA_CACHE_SIZE) -> None:
         self.size = size
