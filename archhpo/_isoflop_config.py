@@ -1,6 +1,7 @@
 """The IsoFLOP section of a study's config (`archhpo.config.StudyConfig.isoflop`), and the check
 that refuses the options an IsoFLOP study plans itself. Imported by archhpo/config.py alone (every
-layer reads it from there); like it, it imports only archhpo.errors."""
+layer reads it from there); like it, it imports only archhpo.errors and the declaration of a
+setting (archhpo/_setting.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,14 @@ import math
 from dataclasses import dataclass, fields
 from typing import Any
 
+from archhpo._setting import setting
 from archhpo.errors import BudgetError, ConfigError, StudyError
+
+
+def _needs_isoflop(name: str) -> tuple[str, Any]:
+    flag = "--" + name.replace("_", "-")
+    return (f"{flag} shapes an IsoFLOP study, so it needs --isoflop C; add --isoflop or drop {flag}.",
+            lambda c: bool(c.isoflop.computes))
 
 
 def _check_types(obj: Any) -> None:
@@ -25,18 +33,21 @@ class Isoflop:
     """An IsoFLOP study: at each compute budget C, models of several sizes trained on D = C/(k·N) tokens
     (budgets/_isoflop.py plans them; docs/compute-optimal.md)."""
 
-    computes: tuple[float, ...] = ()
-    """plan an IsoFLOP study at compute budget C training FLOPs (1e13, 3e12); repeat for several C, one study each named {experiment}_C{C}: --sizes sizes log-spaced over --span around N_c(C), each trained on the whole samples that put its FLOPs within 1% of C, one fixed set of training parameters, no pruning; instead of --budget and --tokens-per-param"""
-    sizes: int = 7
-    """with --isoflop: model sizes per compute budget (at least 5, for the parabola of loss in log N)"""
-    span: float = 10.0
-    """with --isoflop: the largest size over the smallest at each compute budget"""
-    centres: tuple[float, ...] = ()
-    """with --isoflop: the size N_c the sizes are centred on, one per --isoflop C in the order given or one for all (default: Chinchilla's prior N_c = sqrt(C/120), or --centre-from's law)"""
-    centre_from: str | None = None
-    """with --isoflop: centre each C's sizes on this earlier experiment's fitted IsoFLOP law N_opt = G·C^a (read from the database, as its report fits it)"""
-    shapes: int = 1
-    """with --isoflop: the architectures trained at each size, the grid rows nearest the target shape (Kaplan's aspect ratio 100, 4x FFN, 64-wide heads); the fit keeps each size's best"""
+    computes: tuple[float, ...] = setting(
+        (), "plan an IsoFLOP study at compute budget C FLOPs; repeat for several C (instead of --budget)",
+        option="isoflop", parse=float, repeat=True, metavar="C", cli_default=None)
+    sizes: int = setting(7, "with --isoflop: model sizes per compute budget (at least 5)", parse=int,
+                         metavar="N", needs=_needs_isoflop("sizes"))
+    span: float = setting(10.0, "with --isoflop: the largest size over the smallest at each C", parse=float,
+                          metavar="S", needs=_needs_isoflop("span"))
+    centres: tuple[float, ...] = setting(
+        (), "with --isoflop: the size N_c the sizes centre on, one per C or one for all", option="centre",
+        parse=float, repeat=True, metavar="N", cli_default=None, needs=_needs_isoflop("centre"))
+    centre_from: str | None = setting(
+        None, "with --isoflop: centre the sizes on this earlier experiment's fitted IsoFLOP law",
+        metavar="EXPERIMENT", needs=_needs_isoflop("centre_from"))
+    shapes: int = setting(1, "with --isoflop: architectures trained at each size (the fit keeps the best)",
+                          parse=int, metavar="K", needs=_needs_isoflop("shapes"))
 
     def __post_init__(self) -> None:
         _check_types(self)

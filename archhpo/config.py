@@ -1,48 +1,77 @@
-"""A study's configuration, typed and checked once: `StudyConfig`.
+"""A study's configuration, typed and checked once: `StudyConfig`, and every study setting's one
+declaration.
 
-Every setting `launch`/`run` turn into a study is a field here, with its default and, as the
-string right after it, its documentation: the command line shows that string as the flag's help
-(`field_help`), so a default or a help text is written once.  `__post_init__` refuses a setting
-that cannot be used with one sentence (an `archhpo.errors` exception), before anything is planned
-or written.  `search.prepare_settings` plans one budget of a `StudyConfig`; the command line builds
-it from the parsed flags with `StudyConfig.from_options`.
+Each study setting is a field of `StudyConfig` (or of a section: `Data`, `Pruning`, `Schedule`,
+`Confirm`, `Isoflop`) written with `setting` (archhpo/_setting.py): the field is its type and
+default, its `Setting` the one-line help, the check, the flag, the experiment-file key and the
+stored key.  The command line's rows and the experiment files' keys (archhpo/cli/_options.py), the
+options a study stores (`stored_options`) and their reload (`StoredOptions`), and the relaunch
+check (search/_identity.py) are derived from the declarations (`declared`).  --ladder's defaults
+are a named preset (`LADDER`).  `__post_init__` refuses a setting that cannot be used with one
+sentence (an `archhpo.errors` exception), before anything is planned or written.  A family's own
+flags become a frozen dataclass of their own (`family_options_class`).
 
-A family's own flags (``--encoder``, ``--vocab-size``) become a frozen dataclass of their own
-(`family_options_class`), typed from the family's ``flags``.  The ARCHHPO_* environment variables
-are archhpo.environment's `Environment`.
-
-This module is on the ground floor: it imports only the standard library, archhpo.schema and
-archhpo.errors, so every layer may read it.
+This module is on the ground floor: it imports only the standard library, archhpo.schema,
+archhpo.errors and its sections' modules, so every layer may read it.
 """
 
 from __future__ import annotations
 
-import ast
+import copy
 import dataclasses
 import functools
+import operator
 import re
-import sys
-from collections.abc import Callable, Mapping, Sequence
+import typing
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import MISSING, dataclass, field, fields
-from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
+from archhpo._family_options import FamilyOptions, family_options_class, family_options_of
 from archhpo._isoflop_config import Isoflop, check_isoflop
+from archhpo._sections import (
+    FROM_BEST,
+    SCALARS,
+    TRAIN_TOO,
+    Confirm,
+    Data,
+    Pruning,
+    Schedule,
+    check_types,
+    field_doc,
+)
+from archhpo._setting import (
+    ABSENT,
+    DASHBOARD,
+    EXPORT,
+    FAMILY_COMMANDS,
+    GRID,
+    LAUNCH,
+    PARAMS,
+    REPORT,
+    RUN,
+    STUDY_COMMANDS,
+    TRAIN,
+    WORKER,
+    Placement,
+    Setting,
+    setting,
+)
+from archhpo._stored import FAMILY, RECORDS, STORED_ORDER, Record, StoredView, order, read_stored
 from archhpo.errors import BudgetError, ConfigError, StudyError
 from archhpo.schema import (
     ARCH_KEYS,
-    DEFAULT_ETA,
-    DEFAULT_MIN_FRACTION,
     LADDER_CARRY_FINALISTS,
     LADDER_CONFIRM_AT_RUNG,
     LADDER_CONFIRM_SEEDS,
     LADDER_FINALISTS,
     LADDER_SEQUENTIAL,
-    PRUNERS,
     TRAINING_PARAMS,
-    check_schedule,
     check_training_params,
 )
+
+PARAMETRIZATIONS = ("sp", "mup")  # --parametrization: standard, or µP (maximal update)
+SHARDS = ("auto", "ddp", "fsdp")  # --shard: how a trial of several ranks splits its model
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 
@@ -57,334 +86,90 @@ def check_experiment(name: str) -> str:
     return name
 
 
-def _flag(name: str) -> str:
-    return "--" + name.replace("_", "-")
-
-
-_SCALARS: dict[str, tuple[type, ...]] = {"int": (int,), "float": (int, float), "str": (str,), "bool": (bool,)}
-
-
-def _check_types(obj: Any) -> None:
-    """Each field annotated int, float, str or bool (optionally `| None`) holds such a value."""
-    for f in fields(obj):
-        spec = str(f.type)
-        optional = spec.endswith(" | None")
-        kinds = _SCALARS.get(spec.removesuffix(" | None"))
-        value = getattr(obj, f.name)
-        if kinds is None or (optional and value is None):
-            continue
-        if isinstance(value, bool) and bool not in kinds or not isinstance(value, kinds):
-            raise ConfigError(f"{f.name} must be {spec.removesuffix(' | None')}, got {value!r}.")
-
-
-# ----------------------------------------------------------------------------- sections
-@dataclass(frozen=True)
-class Schedule:
-    """The learning-rate schedule every trial of the study trains with."""
-
-    name: str = "cosine"
-    """learning-rate schedule: warm-up then cosine decay (cosine), or warm-up, a constant rate and a 1-sqrt cooldown over the last --cooldown of the steps (wsd)"""
-    cooldown: float = 0.2
-    """with --schedule wsd: the fraction of the steps spent cooling down, in [0, 1)"""
-
-    def __post_init__(self) -> None:
-        _check_types(self)
-        check_schedule(self.name, self.cooldown)
-
-
-@dataclass(frozen=True)
-class Pruning:
-    """How trials are stopped early (the stopping rules of search/_rules.py)."""
-
-    rule: str = "median"
-    """stop trials worse than the median (median), successive halving over the plan (halving: every trial to the first rung, the best 1/--eta of each rung go on), or never (none); confirmation and paired-seed trials are never stopped early"""
-    eta: int = DEFAULT_ETA
-    """with --pruner halving: the best 1/ETA of each rung are promoted"""
-    min_fraction: str = DEFAULT_MIN_FRACTION
-    """with --pruner halving: the first rung, as a fraction of each trial's epochs (1/9, 0.25)"""
-    trust_each_budget: bool = False
-    """with --ladder: measure whether the rungs predict the final ranking again at every budget below the largest (its trials score each rung in passing, about 1/9 of a trial more each), and let the next budget prune where that holds; default: measured once, at the smallest budget, where a plateau can leave every rung untrusted"""
-
-    # None until StudyConfig.__post_init__ resolves it: the default needs --ladder and the confirmation,
-    # which a Pruning alone does not see (compare a resolved config with confirm_at_rung=False, not None).
-    confirm_at_rung: bool | None = None
-    """with --ladder: a budget that prunes at a trusted rung also confirms its finalists there (each new seed trained to the lowest trusted rung and scored by its cooldown branch, the winner chosen on the finalists' mean scores at that rung, search runs' included), about a third of a full-length confirmation; off by default (docs/searching.md, "Choosing the defaults"): every confirmation run trains to full length"""
-
-    # None until StudyConfig.__post_init__ resolves it (the default needs --ladder).
-    carry_finalists: bool | None = None
-    """with --ladder: the largest budget trains only the next smaller budget's 3 best architectures (by the mean of their full-length runs, confirmation included), each carried to the grid row of the nearest shape (aspect ratio, head dimension, d_ff ratio), and the grid's extremes centred on the best's head dimension and d_ff ratio, each once to full length (no rung pruning there), then its usual confirmation; the budgets below are searched as without it; on by default with --ladder (docs/searching.md, "Choosing the defaults"); --no-carry-finalists plans the largest budget as the others"""
-
-    def __post_init__(self) -> None:
-        _check_types(self)
-        if self.rule not in PRUNERS:
-            raise StudyError(f"Unknown pruner {self.rule!r}; choose one of: {', '.join(PRUNERS)}.")
-
-
-@dataclass(frozen=True)
-class Confirm:
-    """Phase 3: the best architectures retrained with fresh seeds, the rule-picked baselines and the
-    learning-rate probe."""
-
-    top: int = 0
-    """once phases 1-2 are final, retrain the K best architectures with --seeds new seeds each (phase 3); 0 = off"""
-    seeds: int = 3
-    """seeds per confirmed architecture (with --confirm)"""
-    sequential: bool = False
-    """with --confirm 3 or more: retrain the 2 best first, and each later finalist only when its search runs lie within the pooled seed noise of those two's leader (a finalist behind it beyond noise is not retrained); --ladder's default confirmation does this"""
-    lr_probe: bool = False
-    """with --ladder: retrain each budget's best architecture below the largest at its learning rate x1/4, x1/2 and x2 (one run each, beside its confirmation), so that every budget locates its best rate and the ladder fits the rate's exponent in N on its own budgets instead of carrying Step Law's prior; the runs count in no architecture's mean"""
-    baselines: bool = False
-    """with --confirm: also train the shapes common rules pick from the grid (Kaplan's d_model/n_layers ~ 100, MobileLLM's deep-and-thin ~ 19, the grid's median) with the confirmation seeds and the best's training parameters; the report gives each one's paired difference from the best"""
-
-    def __post_init__(self) -> None:
-        _check_types(self)
-        if self.top < 0:
-            raise BudgetError("--paired-seeds and --confirm must be 0 (off) or positive.")
-        if self.top and self.seeds < 1:
-            raise BudgetError(f"--seeds must be at least 1 with --confirm, got {self.seeds}.")
-
-    def check_extras(self, ladder: bool) -> None:
-        """--baselines and --lr-probe need the confirmation phase, --lr-probe a ladder: checked by the
-        study's config once --ladder has set its default (a ladder confirms unless --confirm 0 is stated)."""
-        if self.baselines and not self.top:
-            raise StudyError("--baselines compares rule-picked shapes with the searched best seed by seed, so "
-                             "it needs the confirmation phase: add --confirm 1 (or more) and --seeds 3 (or more).")
-        if self.lr_probe and not (ladder and self.top):
-            raise StudyError("--lr-probe retrains each ladder budget's best at other learning rates beside its "
-                             "confirmation, so it needs --ladder and the confirmation phase (not --confirm 0).")
-
-
-@dataclass(frozen=True)
-class Data:
-    """What every trial trains on: the data, its seed and how much of it per parameter."""
-
-    spec: str = "synthetic"
-    """synthetic[:k=v,...] or a CSV/Parquet path"""
-    seed: int | None = None
-    """fix every trial's data (generation, split) with this seed, paired and confirmation trials included, so seeds vary only the initialisation and batch order (default: the study seed's data, a paired seed's own data)"""
-    tokens_per_param: tuple[float, ...] = ()
-    """train every trial of a budget on R x the budget's N tokens (Chinchilla: about 20); repeat for several R (one study each, named {experiment}_{budget}-tR); --epochs then counts validation intervals of D/epochs (default 9); lm and char_cls"""
-    samples_per_param: tuple[float, ...] = ()
-    """as --tokens-per-param, in training samples, for the families that do not read tokens (patchtst, signal, ...); studies named {experiment}_{budget}-sR"""
-
-    def __post_init__(self) -> None:
-        _check_types(self)
-        object.__setattr__(self, "tokens_per_param", tuple(float(r) for r in self.tokens_per_param))
-        object.__setattr__(self, "samples_per_param", tuple(float(r) for r in self.samples_per_param))
-        if self.tokens_per_param and self.samples_per_param:
-            raise StudyError("Give --tokens-per-param or --samples-per-param, not both.")
-        listed = self.tokens_per_param or self.samples_per_param
-        if len(set(listed)) != len(listed):
-            raise StudyError(f"A data ratio is listed twice ({', '.join(f'{r:g}' for r in listed)}); "
-                             "give each R once.")
-
-    def ratios(self) -> list[tuple[float | None, float | None]]:
-        """(tokens_per_param, samples_per_param) of each study of a budget: one per R, or (None, None)."""
-        if self.tokens_per_param:
-            return [(r, None) for r in self.tokens_per_param]
-        return [(None, r) for r in self.samples_per_param] or [(None, None)]
-
-    @property
-    def ratio(self) -> tuple[float | None, float | None]:
-        """The one ratio of a single study (`StudyConfig.per_ratio` splits several)."""
-        ratios = self.ratios()
-        if len(ratios) != 1:
-            raise StudyError("One study trains on one data ratio; plan each R of --tokens-per-param "
-                             "(--samples-per-param) as its own study.")
-        return ratios[0]
-
-
-# ----------------------------------------------------------------------------- family options
-class FamilyOptions:
-    """A family's flags as a frozen dataclass (built by `family_options_class`): a field per flag,
-    None when not set (the family's default applies and nothing is stored), else one value or a
-    list of values (a categorical grid dimension)."""
-
-    FAMILY: ClassVar[str] = ""
-    DEFAULTS: ClassVar[Mapping[str, Any]] = {}
-
-    def given(self) -> dict[str, Any]:
-        """The flags that were set, by name (what the study stores)."""
-        return {f.name: getattr(self, f.name) for f in fields(self)  # type: ignore[arg-type]
-                if getattr(self, f.name) is not None}
-
-    def values(self) -> dict[str, Any]:
-        """Every flag: the set ones, else the family's default."""
-        return {**self.DEFAULTS, **self.given()}
-
-
-def _check_flag(family: str, flag: Any, value: Any) -> None:
-    if value is None or not isinstance(flag.type, type):
-        return  # a parsing function (cat_cardinalities): the family checks what it returns
-    kinds: tuple[type, ...] = (int, float) if flag.type is float else (flag.type,)
-    for item in value if isinstance(value, list) else [value]:
-        if isinstance(item, bool) and flag.type is not bool or not isinstance(item, kinds):
-            raise ConfigError(f"{_flag(flag.name)} of the {family} family must be {flag.type.__name__} (or a list "
-                              f"of them), got {item!r}.")
-
-
-@functools.cache
-def family_options_class(family: str, flags: tuple[Any, ...]) -> type[FamilyOptions]:
-    """The frozen dataclass of `family`'s flags (``Family.flags``: name, type, default, help)."""
-    specs = {f.name: f for f in flags}
-
-    def post_init(self: FamilyOptions) -> None:
-        for name, spec in specs.items():
-            _check_flag(family, spec, getattr(self, name))
-
-    cls = dataclasses.make_dataclass(
-        f"{family.title().replace('_', '')}Options",
-        [(f.name, Any, field(default=None, metadata={"help": f.help, "type": f.type})) for f in flags],
-        bases=(FamilyOptions,), frozen=True,
-        namespace={"FAMILY": family, "DEFAULTS": {f.name: f.default for f in flags}, "__post_init__": post_init},
-    )
-    cls.__doc__ = f"The {family} family's flags."
-    return cls
-
-
-def family_options_of(family: str, flags: Sequence[Any], values: Mapping[str, Any]) -> FamilyOptions:
-    """`values` (flag name -> value or list) as the family's options, refusing a flag it does not have."""
-    cls = family_options_class(family, tuple(flags))
-    unknown = sorted(set(values) - {f.name for f in flags})
-    if unknown:
-        raise ConfigError(f"{_flag(unknown[0])} is not a flag of the {family} family; its flags: "
-                          f"{', '.join(_flag(f.name) for f in flags) or 'none'}.")
-    return cls(**values)
-
-
 # ----------------------------------------------------------------------------- the study
-# The command line's study options and the field each one sets ("section.field" inside a section).
-OPTION_FIELDS: dict[str, str] = {
-    "experiment": "experiment", "budget": "budgets", "family": "family", "trials": "trials",
-    "data": "data.spec", "horizon": "horizon", "threshold": "threshold", "seed": "seed",
-    "tolerance": "tolerance", "pruner": "pruning.rule", "eta": "pruning.eta",
-    "min_fraction": "pruning.min_fraction", "schedule": "schedule.name", "cooldown": "schedule.cooldown",
-    "quick": "quick", "compile": "compile", "ladder": "ladder", "paired_seeds": "paired_seeds",
-    "tokens_per_param": "data.tokens_per_param", "samples_per_param": "data.samples_per_param",
-    "data_seed": "data.seed", "confirm": "confirm.top", "seeds": "confirm.seeds",
-    "baselines": "confirm.baselines", "sequential_confirm": "confirm.sequential", "lr_probe": "confirm.lr_probe",
-    "trust_each_budget": "pruning.trust_each_budget", "confirm_at_rung": "pruning.confirm_at_rung",
-    "carry_finalists": "pruning.carry_finalists",
-    "isoflop": "isoflop.computes", "sizes": "isoflop.sizes", "span": "isoflop.span", "centre": "isoflop.centres",
-    "centre_from": "isoflop.centre_from", "shapes": "isoflop.shapes",
-}
-_SECTIONS: dict[str, type] = {"data": Data, "pruning": Pruning, "schedule": Schedule, "confirm": Confirm,
-                              "isoflop": Isoflop}
-
-# A flag that only means something beside another: (flag, what it needs, its switch is on).
-_COMPANIONS: tuple[tuple[str, str, Callable[[StudyConfig], bool]], ...] = (
-    ("seeds", "--seeds S counts only with --confirm K (the confirmation phase); add --confirm or drop --seeds "
-              "(paired seeds for every configuration: --paired-seeds S).", lambda c: bool(c.confirm.top)),
-    ("cooldown", "--cooldown counts only with --schedule wsd (cosine has no cooldown); add --schedule wsd or "
-                 "drop --cooldown.", lambda c: c.schedule.name == "wsd"),
-    ("sequential_confirm", "--sequential-confirm decides the finalists after the 2 best, so it needs --confirm 3 "
-                           "or more; raise --confirm or drop --sequential-confirm.", lambda c: c.confirm.top >= 3),
-    ("trust_each_budget", "--trust-each-budget measures the rungs' trust on a ladder's budgets, so it needs "
-                          "--ladder with its halving (not another --pruner); add --ladder or drop --trust-each-budget.",
-     lambda c: c.ladder and c.pruning.rule == "halving"),
-    ("confirm_at_rung", "--confirm-at-rung and --no-confirm-at-rung choose where a ladder budget confirms its "
-                        "finalists, so they need --ladder with its halving (not another --pruner); add --ladder or "
-                        "drop the flag.",
-     lambda c: c.ladder and c.pruning.rule == "halving"),
-    ("carry_finalists", "--carry-finalists and --no-carry-finalists choose what a ladder's largest budget trains, "
-                        "so they need --ladder; add --ladder or drop the flag.", lambda c: c.ladder),
-    *((name, f"--{name.replace('_', '-')} shapes an IsoFLOP study, so it needs --isoflop C; add --isoflop or drop "
-              f"--{name.replace('_', '-')}.", lambda c: bool(c.isoflop.computes))
-      for name in ("sizes", "span", "centre", "centre_from", "shapes")),
-    ("eta", "--eta counts only with --pruner halving; add --pruner halving or drop --eta.",
-     lambda c: c.pruning.rule == "halving"),
-    ("min_fraction", "--min-fraction counts only with --pruner halving; add --pruner halving or drop "
-                     "--min-fraction.", lambda c: c.pruning.rule == "halving"),
-)
-
-
 @dataclass(frozen=True)
 class StudyConfig:
     """Everything `launch`/`run` plan a study from, for one experiment and its budgets."""
 
-    experiment: str
-    """experiment name; its studies are named {experiment}_{budget}"""
-    budgets: tuple[str, ...] = ()
-    """parameter budget such as 2M, 20M, 1.5B, 500K; repeat for several (launch/run: or pin the architecture with --d-model ... instead)"""
-    family: str = "patchtst"
-    """model family (its flags are listed below: pass --family NAME --help for another family's)"""
-    trials: int = 50
-    """planned trials per study (a paired study: configurations, each trained with every seed)"""
+    experiment: str = setting(help="experiment name; its studies are named {experiment}_{budget}",
+                              commands=(*STUDY_COMMANDS, WORKER, EXPORT, REPORT))
+    budgets: tuple[str, ...] = setting(
+        (), "parameter budget (2M, 20M, 1.5B); repeat for several, or pin the architecture instead",
+        option="budget", repeat=True, cli_default=None, required=(GRID,), commands=(GRID, *STUDY_COMMANDS, WORKER, EXPORT))
+    family: str = setting("patchtst", "model family (`--family NAME --help` lists its flags)", commands=FAMILY_COMMANDS)
+    trials: int = setting(50, "planned trials per study (a paired study: configurations)", parse=int)
     data: Data = field(default_factory=Data)
     """the data every trial trains on"""
-    horizon: int = 1
-    """label horizon in steps"""
-    threshold: float = 0.01
-    """label threshold on the return"""
-    seed: int = 0
-    """study seed (plan and initialisation; data too unless --data-seed)"""
-    tolerance: float = 0.25
-    """keep architectures within ±tolerance of the budget"""
+    horizon: int = setting(1, "label horizon in steps", parse=int, stored="horizon", always=True, commands=TRAIN_TOO,
+                           command_defaults=FROM_BEST, error=BudgetError,
+                           check=lambda v: None if v >= 1 else f"--horizon must be at least 1 step, got {v}.")
+    threshold: float = setting(0.01, "label threshold on the return", parse=float, stored="threshold", always=True,
+                               commands=TRAIN_TOO, command_defaults=FROM_BEST)
+    seed: int = setting(0, "study seed (plan and initialisation; data too unless --data-seed)", parse=int,
+                        stored="seed", always=True, commands=TRAIN_TOO, command_defaults=FROM_BEST)
+    tolerance: float = setting(
+        0.25, "keep architectures within ±tolerance of the budget", parse=float, commands=(GRID, *STUDY_COMMANDS),
+        error=BudgetError,
+        check=lambda v: None if 0 < v < 1 else f"Tolerance {v} must lie between 0 and 1 (e.g. 0.25 for ±25%).")
     pruning: Pruning = field(default_factory=Pruning)
     """how trials are stopped early"""
     schedule: Schedule = field(default_factory=Schedule)
     """the learning-rate schedule"""
-    quick: bool = False
-    """small data and few epochs (minutes on a CPU); replaces the family's own training defaults (e.g. signal's batch 32, lr 3e-4) with the quick search space; --epochs etc. still win"""
-    compile: bool = False
-    """compile every trial's model with torch.compile (default off: on a CPU it wins for no family, compile time counted (BENCHMARKS.md §9); on an H100 it made lm at 124M-2B 30-66% faster for 23-145 s of compiling (docs/benchmarks.md §13)). Compiled and eager runs differ in their last bits and, with dropout, in their masks: a study is all one or the other"""
-    ladder: bool = False
-    """with several budgets: search them smallest first and plan each larger one from the smaller ones' winners (learning rate along N^b: Step Law's prior, or b fitted where 3 budgets located their best rate, as --lr-probe makes them; their aspect ratios; half the trials a step); unless --pruner, --confirm or --seeds say otherwise it halves at trusted rungs only and confirms each budget's 3 finalists with 1 new seed each (the third only where its search run is within seed noise of the first two's leader: --sequential-confirm), choosing the winner on their means, and a budget that prunes at a trusted rung confirms at that rung (--confirm-at-rung)"""
-    paired_seeds: int = 0
-    """train every planned configuration with seeds 0..S-1 (seed s fixes data, split and initialisation, the same for every configuration); 0 = off"""
+    quick: bool = setting(False, "small data and few epochs (minutes on a CPU): the quick search space",
+                          switch=True, parse=None, stored="quick", always=True, commands=TRAIN_TOO)
+    compile: bool = setting(False, "compile every trial's model with torch.compile (a study is all one or the other)",
+                            switch=True, parse=None, stored="compile", commands=TRAIN_TOO)
+    ladder: bool = setting(False, "search the budgets smallest first, each planned from the smaller ones' winners",
+                           switch=True, parse=None)
+    paired_seeds: int = setting(0, "train every configuration with seeds 0..S-1 (one data set per seed); 0 = off",
+                                parse=int, metavar="S", stored="paired_seeds")
     confirm: Confirm = field(default_factory=Confirm)
     """the confirmation phase"""
     isoflop: Isoflop = field(default_factory=Isoflop)
     """an IsoFLOP study's compute budgets and sizes"""
+    parametrization: str = setting("sp", "how widths scale the initialisation and rates: standard (sp) or µP (mup)",
+                                   choices=PARAMETRIZATIONS, stored="parametrization")
+    mup_base_width: int | None = setting(
+        None, "with --parametrization mup: the d_model rates are tuned at (default: the smallest budget's)",
+        parse=int, metavar="D", stored="mup_base_width",
+        check=lambda v: None if v is None or v >= 1 else f"--mup-base-width must be at least 1, got {v}.",
+        needs=("--mup-base-width sets µP's base width, so it needs --parametrization mup; add it or drop "
+               "--mup-base-width.", lambda c: c.parametrization == "mup"))
+    ranks_per_trial: int = setting(1, "processes (GPUs) that train each trial together", parse=int, metavar="R",
+                                   stored="ranks_per_trial",
+                                   check=lambda v: None if v >= 1 else f"--ranks-per-trial must be at least 1, got {v}.")
+    shard: str = setting("auto", "how a multi-rank trial splits its model: auto, ddp (replicas) or fsdp (shards)",
+                         choices=SHARDS, stored="shard")
     pins: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
     """architecture dimensions fixed to one value or several (instead of or within a budget)"""
     fixed_params: Mapping[str, float | int] = field(default_factory=dict)
     """training parameters every trial uses (the plan samples only the others)"""
     param_ranges: Mapping[str, tuple[float, float]] = field(default_factory=dict)
-    """log-scaled training parameters the plan samples within a stated range (--learning-rate LO:HI) instead of the default one"""
+    """log-scaled training parameters the plan samples within a stated range (--learning-rate LO:HI)"""
     family_options: FamilyOptions | None = None
     """the family's flags (family_options_class); None: all at the family's defaults"""
+    extra: Mapping[str, Any] = field(default_factory=dict)
+    """the values of the settings declared with `register_setting` (not as a field here), by option"""
     given: frozenset[str] = frozenset()
-    """the options stated on the command line or in an experiment file: a companion flag stated without its switch (--seeds without --confirm) is refused even at its default"""
+    """the options stated on the command line or in an experiment file: a companion flag stated without
+    its switch (--seeds without --confirm) is refused even at its default, and a preset leaves it alone"""
 
     def __post_init__(self) -> None:
-        _check_types(self)
+        check_types(self)
         object.__setattr__(self, "budgets", tuple(self.budgets))
+        object.__setattr__(self, "extra", {**{d.option: d.default for d in _REGISTERED.values()}, **self.extra})
         if self.isoflop.computes:  # its own sizes, data and training parameters; never pruned
             check_isoflop(self)
             object.__setattr__(self, "pruning", dataclasses.replace(self.pruning, rule="none"))
         if self.ladder and (len(self.budgets) < 2 or {"d_model", "n_layers"} & set(self.pins)):
             raise StudyError("--ladder needs at least two --budget values and d_model, n_layers unpinned (--n-heads, "
                              "--d-ff lists only filter the grid): it plans each larger budget from the smaller ones.")
-        if self.ladder and "pruner" not in self.given and self.pruning.rule == Pruning.rule:
-            # A ladder halves unless --pruner is stated (`given`: a config built without it, e.g. by the keyword
-            # form, states none), pruning only at the rungs its smallest budget trusts (search/_trust.py).
-            object.__setattr__(self, "pruning", dataclasses.replace(self.pruning, rule="halving"))
-        if self.ladder and not self.paired_seeds and "confirm" not in self.given and self.confirm.top == Confirm.top:
-            # ... and confirms its finalists unless --confirm is stated (schema.LADDER_FINALISTS says why 3 and 1);
-            # a stated --seeds wins; a paired ladder is refused with its own sentence (search/_study.py).
-            seeds = self.confirm.seeds
-            seeds = LADDER_CONFIRM_SEEDS if "seeds" not in self.given and seeds == Confirm.seeds else seeds
-            object.__setattr__(self, "confirm", dataclasses.replace(self.confirm, top=LADDER_FINALISTS, seeds=seeds,
-                                                                    sequential=LADDER_SEQUENTIAL))
-        if self.pruning.confirm_at_rung is None:
-            # ... and confirms at the rungs it trusts, unless stated otherwise (the rule that chose this
-            # default, and its paired evidence: docs/searching.md, "Choosing the defaults").
-            at_rung = LADDER_CONFIRM_AT_RUNG and self.ladder and self.pruning.rule == "halving" and bool(self.confirm.top)
-            object.__setattr__(self, "pruning", dataclasses.replace(self.pruning, confirm_at_rung=at_rung))
-        if self.pruning.carry_finalists is None:  # ... and its largest budget trains the finalists carried up
-            carry = LADDER_CARRY_FINALISTS and self.ladder
-            object.__setattr__(self, "pruning", dataclasses.replace(self.pruning, carry_finalists=carry))
+        LADDER.apply(self)
         self.confirm.check_extras(self.ladder)
-        for name, sentence, on in _COMPANIONS:
-            if name in self.given and not on(self):
-                raise StudyError(sentence)
         check_experiment(self.experiment)
+        for d in declared():
+            _check_declared(self, d)
         object.__setattr__(self, "pins", _normalise_pins(self.pins))
-        if not 0 < self.tolerance < 1:
-            raise BudgetError(f"Tolerance {self.tolerance} must lie between 0 and 1 (e.g. 0.25 for ±25%).")
-        if self.horizon < 1:
-            raise BudgetError(f"--horizon must be at least 1 step, got {self.horizon}.")
         if self.paired_seeds < 0:
             raise BudgetError("--paired-seeds and --confirm must be 0 (off) or positive.")
         if self.paired_seeds and self.confirm.top:
@@ -398,25 +183,30 @@ class StudyConfig:
     @classmethod
     def from_options(cls, values: Mapping[str, Any], *, given: Sequence[str] = (),
                      family_options: FamilyOptions | None = None) -> StudyConfig:
-        """A config from option values by name (the command line's, `OPTION_FIELDS`; the architecture
-        keys pin, the training parameters are fixed); an option left out, or None, keeps its default."""
+        """A config from option values by name (the command line's: every declared setting's option;
+        the architecture keys pin, the training parameters are fixed); an option left out, or None,
+        keeps its default."""
         top: dict[str, Any] = {}
         sections: dict[str, dict[str, Any]] = {name: {} for name in _SECTIONS}
-        for option, path in OPTION_FIELDS.items():
-            value = values.get(option)
+        extra: dict[str, Any] = {}
+        for d in declared():
+            value = values.get(d.option)
             if value is None:
                 continue
-            if isinstance(value, list):
-                value = tuple(value)
-            section, _, name = path.rpartition(".")
-            (sections[section] if section else top)[name] = value
-        pins = {d: values[d] for d in ARCH_KEYS if values.get(d)}
+            value = tuple(value) if isinstance(value, list) else value
+            section, _, name = d.path.rpartition(".")
+            (extra if section == "extra" else sections[section] if section else top)[name] = value
+        pins = {k: values[k] for k in ARCH_KEYS if values.get(k)}
         stated = {k: values[k] for k in TRAINING_PARAMS if values.get(k) is not None}
         fixed = {k: v for k, v in stated.items() if not isinstance(v, tuple | list)}  # LO:HI parses as a tuple
         ranges = {k: tuple(v) for k, v in stated.items() if isinstance(v, tuple | list)}
         built = {name: _SECTIONS[name](**kw) for name, kw in sections.items()}
         return cls(**top, **built, pins=pins, fixed_params=fixed, param_ranges=ranges, family_options=family_options,
-                   given=frozenset(given))
+                   extra=extra, given=frozenset(given))
+
+    def value(self, option: str) -> Any:
+        """The value of the declared setting `option` (its field's, or its `extra` entry)."""
+        return _declared_by_option()[option].get(self)
 
     def per_ratio(self) -> list[StudyConfig]:
         """One config per data ratio (--tokens-per-param 10 --tokens-per-param 20: two), else [self]."""
@@ -432,6 +222,10 @@ class StudyConfig:
         return self.family_options.given() if self.family_options is not None else {}
 
 
+_SECTIONS: dict[str, type] = {"data": Data, "pruning": Pruning, "schedule": Schedule, "confirm": Confirm,
+                              "isoflop": Isoflop}
+
+
 def _normalise_pins(pins: Mapping[str, int | Sequence[int] | None]) -> dict[str, tuple[int, ...]]:
     out: dict[str, tuple[int, ...]] = {}
     for dim, values in pins.items():
@@ -445,49 +239,257 @@ def _normalise_pins(pins: Mapping[str, int | Sequence[int] | None]) -> dict[str,
     return out
 
 
-# ----------------------------------------------------------------------------- defaults and help
-def _field_of(option: str) -> tuple[type, dataclasses.Field[Any]]:
-    section, _, name = OPTION_FIELDS[option].rpartition(".")
-    owner = _SECTIONS[section] if section else StudyConfig
-    return owner, next(f for f in fields(owner) if f.name == name)
+# ----------------------------------------------------------------------------- the declarations
+@dataclass(frozen=True)
+class Declared:
+    """A declared setting where it lives: its `Setting`, the field's path in StudyConfig
+    ("confirm.seeds"; "extra.NAME" for one declared with `register_setting`), default and type."""
+
+    setting: Setting
+    path: str
+    default: Any
+    kind: str  # the field's annotation ("int", "float | None", ...)
+
+    @property
+    def option(self) -> str:
+        return self.setting.option or self.path.rpartition(".")[2]
+
+    @property
+    def before(self) -> Any:
+        """What a stored study that lacks the setting's key reads it as."""
+        return self.default if self.setting.before is ABSENT else self.setting.before
+
+    def get(self, config: StudyConfig) -> Any:
+        owner: Any = config
+        *sections, name = self.path.split(".")
+        for part in sections:
+            owner = getattr(owner, part)
+        return owner[name] if isinstance(owner, Mapping) else getattr(owner, name)
 
 
-def field_default(option: str) -> Any:
-    """The default of a study option (`OPTION_FIELDS`), or None when it has none."""
-    _, f = _field_of(option)
-    if f.default is not MISSING:
-        return f.default
-    return None if f.default_factory is MISSING else f.default_factory()
+_REGISTERED: dict[str, Declared] = {}
+
+
+def _walk(cls: type, prefix: str) -> Iterator[Declared]:
+    for f in fields(cls):
+        setting_ = f.metadata.get("setting")
+        if setting_ is not None:
+            default = f.default if f.default is not MISSING else (
+                None if f.default_factory is MISSING else f.default_factory())
+            yield Declared(setting_, prefix + f.name, default, str(f.type))
+        elif f.name in _SECTIONS and cls is StudyConfig:
+            yield from _walk(_SECTIONS[f.name], f"{f.name}.")
 
 
 @functools.cache
-def _docstrings(path: str = __file__) -> dict[tuple[str, str], str]:
-    """(class, field) -> the string literal right after the field in the module at `path` (this one's)."""
-    tree = ast.parse(Path(path).read_text(encoding="utf-8"))
-    out: dict[tuple[str, str], str] = {}
-    for node in tree.body:
-        if not isinstance(node, ast.ClassDef):
-            continue
-        for stmt, after in zip(node.body, node.body[1:], strict=False):
-            if (isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name)
-                    and isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant)
-                    and isinstance(after.value.value, str)):
-                out[(node.name, stmt.target.id)] = after.value.value
-    return out
+def _field_declarations() -> tuple[Declared, ...]:
+    return tuple(_walk(StudyConfig, ""))
 
 
-def field_doc(cls: type, name: str) -> str:
-    """The documentation of field `name` of `cls` (the string after it); '' when it has none."""
-    return _docstrings(sys.modules[cls.__module__].__file__ or __file__).get((cls.__name__, name), "")
+def declared() -> tuple[Declared, ...]:
+    """Every study setting, in declaration order: StudyConfig's fields (sections' in place), then
+    those `register_setting` added."""
+    return (*_field_declarations(), *_REGISTERED.values())
+
+
+def _declared_by_option() -> dict[str, Declared]:
+    return {d.option: d for d in declared()}
+
+
+def register_setting(name: str, default: Any, kind: type, declaration: Setting) -> None:
+    """Declare a setting without a field of StudyConfig (its value lives in `StudyConfig.extra`):
+    the command line, the experiment files and the stored form take it as any other."""
+    if name in _declared_by_option():
+        raise ConfigError(f"A study setting named {name!r} is already declared; pick another name.")
+    _REGISTERED[name] = Declared(dataclasses.replace(declaration, option=name), f"extra.{name}", default,
+                                 kind.__name__)
+
+
+def unregister_setting(name: str) -> None:
+    """Remove a setting `register_setting` declared."""
+    del _REGISTERED[name]
+
+
+def _check_declared(config: StudyConfig, d: Declared) -> None:
+    """One setting's own check (its type, `check`) and its companion rule (`needs`)."""
+    value, s = d.get(config), d.setting
+    if d.path.startswith("extra.") and value is not None:
+        kinds = SCALARS.get(d.kind, (object,))
+        if isinstance(value, bool) and bool not in kinds or not isinstance(value, kinds):
+            raise ConfigError(f"{s.flag_name} must be {d.kind}, got {value!r}.")
+    sentence = s.check(value) if s.check is not None else None
+    if sentence:
+        raise (s.error or ConfigError)(sentence)
+    if s.needs is not None and d.option in config.given and not s.needs[1](config):
+        raise StudyError(s.needs[0])
+
+
+def _replace(config: StudyConfig, path: str, value: Any) -> None:
+    section, _, name = path.rpartition(".")
+    if section:
+        object.__setattr__(config, section, dataclasses.replace(getattr(config, section), **{name: value}))
+    else:
+        object.__setattr__(config, name, value)
+
+
+@dataclass(frozen=True)
+class Preset:
+    """The values a switch gives the settings a study leaves unstated (neither in `given` nor moved
+    from their default).  Each group applies where the switch is on, the group's condition holds and
+    its first option is unstated; it then sets each of its options that is unstated.  A switch
+    setting still None afterwards (decided by a preset) is off."""
+
+    switch: str
+    groups: tuple[tuple[Callable[[StudyConfig], bool], tuple[tuple[str, Any], ...]], ...]
+
+    def apply(self, config: StudyConfig) -> None:
+        by_option = _declared_by_option()
+
+        def unstated(option: str) -> bool:
+            d = by_option[option]
+            return option not in config.given and d.get(config) == d.default
+
+        if config.value(self.switch):
+            for holds, values in self.groups:
+                if holds(config) and unstated(values[0][0]):
+                    for option, value in values:
+                        if unstated(option):
+                            _replace(config, by_option[option].path, value)
+        for d in declared():
+            if d.setting.switch and d.get(config) is None:
+                _replace(config, d.path, False)
+
+    def values(self) -> dict[str, Any]:
+        """Every option the preset may set, with its value."""
+        return {option: value for _, group in self.groups for option, value in group}
+
+
+# --ladder's defaults (schema.LADDER_FINALISTS says why 3 finalists and 1 seed; docs/searching.md,
+# "Choosing the defaults", the evidence for each): halving at the trusted rungs, the finalists
+# confirmed in two waves (a paired ladder is refused with its own sentence: search/_study.py).
+LADDER = Preset("ladder", (
+    (lambda c: True, (("pruner", "halving"),)),
+    (lambda c: not c.paired_seeds, (("confirm", LADDER_FINALISTS), ("seeds", LADDER_CONFIRM_SEEDS),
+                                    ("sequential_confirm", LADDER_SEQUENTIAL))),
+    (lambda c: c.pruning.rule == "halving" and bool(c.confirm.top), (("confirm_at_rung", LADDER_CONFIRM_AT_RUNG),)),
+    (lambda c: True, (("carry_finalists", LADDER_CARRY_FINALISTS),)),
+))
+
+
+def field_default(option: str) -> Any:
+    """The default of a study setting by option name, or None when it has none."""
+    default = _declared_by_option()[option].default
+    return None if default is MISSING else default
 
 
 def field_help(option: str) -> str:
-    """The help text of a study option: its field's documentation."""
-    owner, f = _field_of(option)
-    return field_doc(owner, f.name)
+    """The one-line help of a study setting by option name."""
+    return _declared_by_option()[option].setting.help
+
+
+def option_fields() -> dict[str, str]:
+    """Each study setting's option name and its field's path in StudyConfig ("seeds": "confirm.seeds")."""
+    return {d.option: d.path for d in declared()}
+
+
+# ----------------------------------------------------------------------------- the stored form
+_RECORD_KEYS = {r.key for r in RECORDS}
+
+
+def _stored_value(d: Declared, config: StudyConfig, at: Placement) -> Any:
+    """What the study stores for setting `d` (ABSENT: nothing), before the `beside` rule."""
+    s, value = d.setting, d.get(config)
+    if s.encode is not None:
+        return s.encode(value, at)
+    if s.token is not None:
+        return s.token if value else ABSENT
+    if not s.always and value == d.default:
+        return ABSENT
+    if isinstance(value, tuple):
+        return list(value)
+    if d.kind.startswith("float") and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    return value
+
+
+def stored_options(config: StudyConfig, at: Placement, records: Mapping[str, Any],
+                   family: Mapping[str, Any]) -> dict[str, Any]:
+    """The options a study of `config` stores (and every trial reads), derived from the declared
+    settings: each stored key a setting or a record names, in the stored order; only those that
+    differ from their default (or `always` stored), so a study using none keeps its identity.
+    `records`: the planner's (RECORDS' keys); `family`: the family's scalar options."""
+    top: dict[str, Any] = {k: copy.deepcopy(v) for k, v in records.items()}
+    inner: list[tuple[str, str, Any]] = []
+    for d in declared():
+        key = d.setting.stored
+        value = ABSENT if key is None else _stored_value(d, config, at)
+        if key is None or value is ABSENT or (d.setting.beside and d.setting.beside not in top):
+            continue
+        record, _, leaf = key.partition(".")
+        if leaf or record in _RECORD_KEYS:
+            inner.append((record, leaf, value))
+        else:
+            top[key] = value
+    for record, leaf, value in inner:  # stored inside a record: only where the planner wrote it
+        if isinstance(top.get(record), dict):
+            top[record].update({leaf: value} if leaf else value)
+    return order(top, family)
+
+
+def _reader(d: Declared) -> tuple[str, Callable[[Mapping[str, Any]], Any]]:
+    """A setting stored inside a record, read from the stored dict: its option, and the reader."""
+    key = str(d.setting.stored)
+    decode = d.setting.decode
+    if d.setting.token is not None:
+        decode = functools.partial(operator.eq, d.setting.token)
+    return d.option, functools.partial(read_stored, key, False if d.setting.token is not None else d.before, decode)
+
+
+def _top_level(d: Declared) -> bool:
+    key = d.setting.stored
+    return key is not None and "." not in key and key not in _RECORD_KEYS
+
+
+def stored_keys() -> dict[str, Any]:
+    """Every top-level stored key a setting or a record names, with its type (the field's annotation,
+    or the record's), in the stored order: the fields of `StoredOptions`."""
+    hints: dict[str, Any] = {}
+    for d in declared():
+        if _top_level(d) and not d.path.startswith("extra."):
+            section, _, name = d.path.rpartition(".")
+            hint = typing.get_type_hints(_SECTIONS[section] if section else StudyConfig)[name]
+            hints[str(d.setting.stored)] = tuple[Any, ...] if d.setting.decode is tuple else hint
+    hints.update({r.key: r.kind for r in RECORDS})
+    ranked = {k: i for i, k in enumerate(STORED_ORDER)}
+    return dict(sorted(hints.items(), key=lambda kv: ranked.get(kv[0], len(ranked))))
+
+
+def _stored_class() -> type[StoredView]:
+    """StoredOptions: a frozen dataclass with a field per top-level stored key (`stored_keys`), its
+    default what a study without the key reads (the setting's ``before``, the record's), then
+    ``family`` (every other key) and ``keys`` (the stored order)."""
+    befores = {str(d.setting.stored): d.before for d in declared() if _top_level(d)}
+    befores.update({r.key: r.before for r in RECORDS})
+    specs: list[Any] = [(k, hint, field(default=befores[k], metadata={"tuple": isinstance(befores[k], tuple)}))
+                        for k, hint in stored_keys().items()]
+    specs += [("family", Mapping[str, Any], field(default_factory=dict)),
+              ("keys", tuple[str, ...], field(default=(), repr=False))]
+    always = {str(d.setting.stored) for d in declared() if d.setting.always and not d.setting.beside}
+    nested = dict(_reader(d) for d in declared() if d.setting.stored and not _top_level(d))
+    cls = dataclasses.make_dataclass("StoredOptions", specs, bases=(StoredView,), frozen=True, eq=False, namespace={
+        "_ALWAYS": tuple(k for k in STORED_ORDER if k in always), "_NESTED": nested, "__doc__": StoredView.__doc__})
+    cls.__module__ = __name__
+    return cls
+
+
+StoredOptions: Any = _stored_class()
 
 
 __all__ = [
-    "OPTION_FIELDS", "Confirm", "Data", "FamilyOptions", "Isoflop", "Pruning", "Schedule", "StudyConfig",
-    "check_experiment", "family_options_class", "family_options_of", "field_default", "field_doc", "field_help",
+    "ABSENT", "DASHBOARD", "EXPORT", "FAMILY", "FAMILY_COMMANDS", "GRID", "LADDER", "LAUNCH", "PARAMETRIZATIONS", "PARAMS",
+    "RECORDS", "REPORT", "RUN", "SHARDS", "STORED_ORDER", "STUDY_COMMANDS", "TRAIN", "WORKER", "Confirm", "Data",
+    "Declared", "FamilyOptions", "Isoflop", "Placement", "Preset", "Pruning", "Record", "Schedule", "Setting",
+    "StoredOptions", "StudyConfig", "check_experiment", "declared", "family_options_class", "family_options_of",
+    "field_default", "field_doc", "field_help", "option_fields", "register_setting", "setting", "stored_keys",
+    "stored_options", "unregister_setting",
 ]

@@ -1,5 +1,6 @@
 """The names archhpo's layers share, defined once: architecture keys, training parameters, the
-attributes a trial records and the options a study stores (`StoredOptions`).
+attributes a trial records and the data budget (the options a study stores are derived from the
+settings' declarations in archhpo/config.py: `StoredOptions`).
 
 Every module that lists these names reads them from here (the search space, the options, the
 trial builder, the queue, the export, the DataFrame, the report and the train command);
@@ -9,11 +10,10 @@ package.  This module imports nothing but the standard library and archhpo.error
 
 from __future__ import annotations
 
-import copy
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
-from typing import Any, ClassVar, Literal
+from dataclasses import dataclass
+from typing import Any, Literal
 
 from archhpo.errors import ArchhpoError, ConfigError
 
@@ -263,7 +263,6 @@ __all__ = [
     "PRUNERS",
     "TrainingPlan",
     "SCHEDULES",
-    "StoredOptions",
     "check_schedule",
     "isoflop_key",
     "schedule_options",
@@ -373,122 +372,11 @@ def isoflop_key(arch: Mapping[str, Any]) -> str:
     return "-".join([*(str(int(arch[k])) for k in ARCH_KEYS), *tail])
 
 
-@dataclass(frozen=True, eq=False)
-class StoredOptions:
-    """A study's options as it stores them (``StudySettings.options``; a worker's ``TrialSpec``
-    reads the same dict), typed and frozen.  Stored as a JSON object: `from_dict` accepts every
-    such object an archhpo study was ever written with (a key it does not know is a family option,
-    kept in `family`), and `as_dict` writes it back key for key in its stored order, so a reloaded
-    study compares equal with, and is stored byte for byte as, the one launched.  A key is written
-    only where the study has it (`keys`): an option a study does not use leaves its identity alone.
-    Two StoredOptions are equal when their stored dicts are (key order aside)."""
+def __getattr__(name: str) -> Any:
+    """`StoredOptions` moved to archhpo.config (derived from the settings' declarations); the name is
+    still read from here until every importer reads it there."""
+    if name == "StoredOptions":
+        from archhpo.config import StoredOptions
 
-    horizon: int = 1
-    """label horizon in steps"""
-    threshold: float = 0.01
-    """label threshold on the return"""
-    quick: bool = False
-    """the quick search space and small data"""
-    seed: int = 0
-    """the study seed (plan, initialisation; data too unless `data_seed`)"""
-    paired_seeds: int = 0
-    """a paired study's seeds per configuration; 0: not paired"""
-    confirm: int = 0
-    """the architectures phase 3 confirms; 0: no confirmation phase"""
-    confirm_seeds: int = 0
-    """the seeds of each confirmed architecture"""
-    confirm_sequential: bool = False
-    """confirm the first wave (the top 2) first and each later finalist only where it is within seed noise (search/_confirmation.py)"""
-    schedule: str | None = None
-    """the learning-rate schedule when it is not cosine (wsd), else None"""
-    cooldown: float | None = None
-    """with `schedule` wsd: the fraction of the steps spent cooling down"""
-    halving: Mapping[str, Any] | None = None
-    """successive halving's stored settings ({"eta": 3, "min_fraction": "1/9"}; search/_halving.py reads them)"""
-    ladder: Mapping[str, Any] | None = None
-    """a ladder budget's smaller studies ({"below": [names]}, smallest first: `ladder_below`); with --trust-each-budget also "trust": "each" and "largest": whether it is the ladder's largest; --confirm-at-rung adds "confirm": "rung"; --carry-finalists adds "carry": "finalists" on the ladder's largest budget alone (the budgets below plan as without it)."""
-    baselines: tuple[str, ...] = ()
-    """the rule-picked baselines phase 3 trains (search/_baselines.py's names)"""
-    lr_probe: tuple[float, ...] = ()
-    """--lr-probe on a ladder budget below the largest: the factors of its best's learning rate phase 3 also trains at"""
-    compile: bool = False
-    """every trial's model is compiled with torch.compile"""
-    data_budget: Mapping[str, Any] | None = None
-    """the data per parameter as stored (DataBudget.as_option; `budget` reads it)"""
-    data_seed: int | None = None
-    """the one seed every trial's data is made and split with; None: the study's or a paired seed's"""
-    isoflop: Mapping[str, Any] | None = None
-    """an IsoFLOP study's compute budget and plan ({"compute_budget", "centre", "centre_source", "span", "sizes", "shapes", "samples": {shape key: training samples}}: each architecture's own data, `planned_samples`)"""
-    family: Mapping[str, Any] = field(default_factory=dict)
-    """the family's scalar options (seq_len, vocab_size; any key not named above)"""
-    keys: tuple[str, ...] = field(default=(), repr=False)
-    """the stored keys in their stored order; () when built directly: the four always stored, the
-    family's, then every other option that differs from its default"""
-
-    _ALWAYS: ClassVar[tuple[str, ...]] = ("horizon", "threshold", "quick", "seed")
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "baselines", tuple(self.baselines))
-        object.__setattr__(self, "lr_probe", tuple(self.lr_probe))
-        if not self.keys:
-            named = [f.name for f in fields(self) if f.name not in (*self._ALWAYS, "family", "keys")
-                     and getattr(self, f.name) != f.default]
-            object.__setattr__(self, "keys", (*self._ALWAYS, *self.family, *named))
-
-    @classmethod
-    def from_dict(cls, stored: Mapping[str, Any]) -> StoredOptions:
-        """The options of a study as stored (its user attribute's JSON object)."""
-        named = {f.name for f in fields(cls)} - {"family", "keys"}
-        return cls(**{k: v for k, v in stored.items() if k in named},
-                   family={k: v for k, v in stored.items() if k not in named}, keys=tuple(stored))
-
-    def as_dict(self) -> dict[str, Any]:
-        """The stored form: the keys of `keys` in their order (lists for tuples, nested dicts copied)."""
-        out: dict[str, Any] = {}
-        for key in self.keys:
-            value = self.family[key] if key in self.family else getattr(self, key)
-            out[key] = list(value) if isinstance(value, tuple) else copy.deepcopy(value)
-        return out
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, StoredOptions) and self.as_dict() == other.as_dict()
-
-    @property
-    def ladder_below(self) -> tuple[str, ...]:
-        """A ladder budget's smaller studies, smallest first; () when the study is not on a ladder."""
-        return tuple((self.ladder or {}).get("below", ()))
-
-    @property
-    def trust_each_budget(self) -> bool:
-        """A ladder budget under --trust-each-budget: its trust is measured on the next smaller budget."""
-        return (self.ladder or {}).get("trust") == "each"
-
-    @property
-    def confirm_at_rung(self) -> bool:
-        """A ladder budget under --confirm-at-rung: where it trusts a rung, it confirms there."""
-        return (self.ladder or {}).get("confirm") == "rung"
-
-    @property
-    def carry_finalists(self) -> bool:
-        """A ladder's largest budget under --carry-finalists: it trains the finalists carried from the
-        next smaller budget and the centred extremes, once each, to full length (search/_ladder.py)."""
-        return (self.ladder or {}).get("carry") == "finalists"
-
-    @property
-    def scored_for_above(self) -> bool:
-        """Whether a budget above reads this one's rung scores (--trust-each-budget, not the largest)."""
-        return self.trust_each_budget and not (self.ladder or {}).get("largest", True)
-
-    def planned_samples(self, arch: Mapping[str, Any]) -> int | None:
-        """The training samples an IsoFLOP study planned for architecture `arch` (its FLOPs within 1% of
-        the study's C: budgets/_isoflop.py), or None (not an IsoFLOP study, or an architecture it did not plan)."""
-        samples = (self.isoflop or {}).get("samples")
-        if not samples:  # not an IsoFLOP study: the architecture needs no key (it may be partial)
-            return None
-        found = samples.get(isoflop_key(arch))
-        return None if found is None else int(found)
-
-    @property
-    def budget(self) -> DataBudget | None:
-        """The study's data per parameter, or None (whole epochs)."""
-        return DataBudget.of({DataBudget.OPTION: self.data_budget})
+        return StoredOptions
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import copy
 from typing import TYPE_CHECKING, Any
 
-from archhpo.schema import StoredOptions
+from archhpo.config import ABSENT, StoredOptions, declared
 
 if TYPE_CHECKING:
     from archhpo.search._settings import StudySettings
@@ -15,18 +15,6 @@ if TYPE_CHECKING:
 # same absolute path; everything that changes the plan or the results must match).
 _IDENTITY = ("family", "tolerance", "data", "options", "n_trials", "pruner", "budget_value", "choices", "pins",
              "space")
-
-
-# Options a newer archhpo stores by default where an older one stored nothing, by their path in the
-# stored options, with that default: a study launched before keeps its own behaviour (every worker
-# reads the stored settings), so the same command that launched it relaunches (resumes) it.
-# (--ladder's two-wave confirmation; its confirmation at a trusted rung, a ladder budget's, the default
-# from 2026-11-29 to 2026-12-02; its largest budget's carried finalists, the default since 2026-12-02.)
-_ADDED_BY_DEFAULT: dict[tuple[str, ...], Any] = {("confirm_sequential",): True, ("ladder", "confirm"): "rung",
-                                                  ("ladder", "carry"): "finalists"}
-# Options an older archhpo stored by default where this one stores nothing, with that former default:
-# a study launched under it keeps it when the same command relaunches it.
-_DROPPED_BY_DEFAULT: dict[tuple[str, ...], Any] = {("ladder", "confirm"): "rung"}
 
 
 def _short(value: Any) -> str:
@@ -46,21 +34,28 @@ def _parents(old: dict[str, Any], now: dict[str, Any], parents: list[str]) -> tu
 
 
 def _as_stored_before(old: dict[str, Any], now: dict[str, Any]) -> dict[str, Any]:
-    """The options `now` less each one `_ADDED_BY_DEFAULT` names where `old` lacks it and `now` holds
-    its default, plus each one `_DROPPED_BY_DEFAULT` names where `old` holds the former default and
-    `now` nothing: what this archhpo would have stored when `old` was launched."""
+    """The options `now` as this archhpo would have stored them when `old` was launched: for each
+    setting's declared ``former`` pair (stored then, stored now; ABSENT: no key), where `old` holds
+    the first and `now` the second, `now` takes the first (the same command launched both under
+    different defaults: a study keeps its own behaviour, so that command resumes it)."""
     now = copy.deepcopy(now)
-    for path, default in _ADDED_BY_DEFAULT.items():
-        *parents, leaf = path
-        at = _parents(old, now, parents)
-        if at is not None and leaf not in at[0] and at[1].get(leaf) == default:
-            del at[1][leaf]
-    for path, former in _DROPPED_BY_DEFAULT.items():
-        *parents, leaf = path
-        at = _parents(old, now, parents)
-        if at is not None and at[0].get(leaf) == former and leaf not in at[1]:
-            at[1][leaf] = former
+    for d in declared():
+        for then, current in d.setting.former:
+            *parents, leaf = str(d.setting.stored).split(".")
+            at = _parents(old, now, parents)
+            if at is None or not (_same(at[0].get(leaf, ABSENT), then) and _same(at[1].get(leaf, ABSENT), current)):
+                continue
+            if then is ABSENT:
+                del at[1][leaf]
+            else:
+                at[1][leaf] = then
     return now
+
+
+def _same(value: Any, declared_value: Any) -> bool:
+    if value is ABSENT or declared_value is ABSENT:
+        return value is declared_value
+    return bool(value == declared_value)
 
 
 def _space_as_stored_before(family: str, old: dict[str, Any], now: dict[str, Any]) -> dict[str, Any]:

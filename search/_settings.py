@@ -18,8 +18,8 @@ from typing import Any
 import optuna
 from optuna.storages import RDBStorage
 
+from archhpo.config import StoredOptions
 from archhpo.errors import StudyError
-from archhpo.schema import StoredOptions
 from archhpo.search._plan import PlanEntry
 from archhpo.search._space import SearchSpace
 

@@ -16,18 +16,23 @@ import optuna
 from optuna.storages import RDBStorage
 
 from archhpo.budgets import GridRow, budget_label, parse_budget, pin_label
-from archhpo.config import OPTION_FIELDS, StudyConfig, check_experiment, family_options_of
+from archhpo.config import (
+    Placement,
+    StoredOptions,
+    StudyConfig,
+    check_experiment,
+    family_options_of,
+    option_fields,
+    stored_options,
+)
 from archhpo.errors import ArchhpoError, StorageError, StudyError
 from archhpo.models import Family, get_family
 from archhpo.schema import (
     DEFAULT_INTERVALS,
-    LR_PROBE_FACTORS,
     OBJECTIVE,
     TRAINING_PARAMS,
     Attr,
     DataBudget,
-    StoredOptions,
-    schedule_options,
 )
 from archhpo.search._baselines import BASELINE_RULES
 from archhpo.search._choices import _rows, _split_choices
@@ -99,8 +104,10 @@ def prepare_settings(
         label = f"{label}-{data_budget.label}"
         fixed_params = {"epochs": DEFAULT_INTERVALS, **fixed_params}
     scalars, choices = _split_choices(config.family_values())
-    probe, largest = _lr_probe(config, value), _ladder_largest(config, value)
-    options = _study_options(config, scalars, ladder_below, rules, data_budget, probe, largest)
+    largest = _ladder_largest(config, value)
+    options = stored_options(config, Placement(tuple(ladder_below), largest, value),
+                             _records(config, ladder_below, rules, data_budget), scalars)
+    probe = tuple(options.get("lr_probe", ()))  # --lr-probe's factors: below the ladder's largest only
     spec, info = _data_and_info(fam, config.data.spec, options, scalars, choices)
     rows = _rows(fam, info, choices, pins, label, value, config.tolerance)
     space, study_params = _space(fam, config.quick, fixed_params, config.paired_seeds, config.param_ranges)
@@ -125,7 +132,7 @@ def keyword_config(
     """The StudyConfig of prepare_settings' keyword form (n_trials=, confirm_seeds=, compile_models=,
     a single tokens_per_param / samples_per_param; every other keyword is an option's name)."""
     values = {_KEYWORD_OPTIONS.get(k, k): v for k, v in options.items()}
-    unknown = sorted(set(values) - set(OPTION_FIELDS))
+    unknown = sorted(set(values) - set(option_fields()))
     if unknown:
         raise TypeError(f"prepare_settings() got unexpected keywords: {', '.join(unknown)}")
     ratios = {"tokens_per_param": tokens_per_param, "samples_per_param": samples_per_param}
@@ -141,14 +148,6 @@ def keyword_config(
 def _ladder_largest(config: StudyConfig, budget: int | None) -> bool:
     """Whether `budget` is its ladder's largest (no budget above reads what it measures)."""
     return budget is not None and budget >= max((parse_budget(b) for b in config.budgets), default=budget)
-
-
-def _lr_probe(config: StudyConfig, budget: int | None) -> tuple[float, ...]:
-    """--lr-probe's factors for this budget: on every budget of the ladder below its largest (nothing
-    above the largest reads its rate)."""
-    if not config.confirm.lr_probe or budget is None:
-        return ()
-    return () if _ladder_largest(config, budget) else LR_PROBE_FACTORS
 
 
 def _study_plan(rows: list[GridRow], config: StudyConfig, space: SearchSpace, study_params: dict[str, Any] | None,
@@ -191,42 +190,18 @@ def _data_budget(fam: Family, tokens: float | None, samples: float | None, budge
         raise StudyError(str(exc)) from None
 
 
-def _study_options(config: StudyConfig, scalars: Mapping[str, Any], ladder_below: Sequence[str],
-                   baselines: Sequence[str], data_budget: DataBudget | None,
-                   lr_probe: Sequence[float] = (), largest: bool = False) -> dict[str, Any]:
-    """The options stored in the study (and given to every trial): the task's, the family's scalars,
-    and those shaping how trials are trained and stopped; only those set are stored, so a study that
-    uses none of them keeps its identity."""
-    options: dict[str, Any] = {"horizon": config.horizon, "threshold": config.threshold, "quick": config.quick,
-                               "seed": config.seed, **scalars}
-    if config.paired_seeds:
-        options["paired_seeds"] = config.paired_seeds
-    if config.confirm.top:
-        options.update(confirm=config.confirm.top, confirm_seeds=config.confirm.seeds)
-        if config.confirm.sequential:
-            options["confirm_sequential"] = True
-    schedule, cooldown = config.schedule.name, config.schedule.cooldown
-    options.update(schedule_options(schedule, cooldown))
-    options.update(make_rule(config).study_options())  # the stopping rule's (search/_rules.py)
+def _records(config: StudyConfig, ladder_below: Sequence[str], baselines: Sequence[str],
+             data_budget: DataBudget | None) -> dict[str, Any]:
+    """What the planner stores beside the settings (archhpo.config.RECORDS): the stopping rule's
+    settings, a ladder budget's smaller studies, the baselines' rules and the data per parameter."""
+    records: dict[str, Any] = dict(make_rule(config).study_options())  # the stopping rule's (search/_rules.py)
     if ladder_below:
-        options["ladder"] = {"below": list(ladder_below)}
-        if config.pruning.trust_each_budget:  # where its trust is read, and whether a budget above reads its own
-            options["ladder"].update(trust="each", largest=largest)
-        if config.pruning.confirm_at_rung:  # its finalists confirmed at the lowest rung it trusts, if any
-            options["ladder"]["confirm"] = "rung"
-        if config.pruning.carry_finalists and largest:  # the largest trains the finalists carried from below
-            options["ladder"]["carry"] = "finalists"
+        records["ladder"] = {"below": list(ladder_below)}
     if baselines:
-        options["baselines"] = list(baselines)
-    if lr_probe:  # stored, so that a relaunch with or without --lr-probe is refused, not silently planned as before
-        options["lr_probe"] = list(lr_probe)
-    if config.compile:
-        options["compile"] = True
+        records["baselines"] = list(baselines)
     if data_budget is not None:
-        options[DataBudget.OPTION] = data_budget.as_option()
-    if config.data.seed is not None:
-        options["data_seed"] = int(config.data.seed)
-    return options
+        records[DataBudget.OPTION] = data_budget.as_option()
+    return records
 
 
 def _data_and_info(

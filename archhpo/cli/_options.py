@@ -1,11 +1,11 @@
 """Every command-line option, defined once.
 
-Each option has one `Option` below: its name (the argparse dest and the key of an experiment
-file), type, default, help, the commands that take it and whether it is stored in the study.
-The parser (`archhpo.cli`), `archhpo train` and the experiment files of `launch`/`run`
-(``--config study.toml``) all read them from here.  A study option's default and help are those
-of its field in `archhpo.config.StudyConfig` (`study_option`), so nothing restates a default;
-the command line turns the parsed options into a `StudyConfig` (`StudyConfig.from_options`).
+Each option has one `Option`: its name (the argparse dest and the key of an experiment file),
+type, default, help, the commands that take it and whether it is stored in the study.  The
+parser (`archhpo.cli`), `archhpo train` and the experiment files of `launch`/`run` (``--config
+study.toml``) all read them from here.  A study setting's row is derived from its declaration in
+archhpo/config.py (`setting_option`), so nothing restates its flag, default or help; the command
+line turns the parsed options into a `StudyConfig` (`StudyConfig.from_options`).
 A family's own flags (``--encoder``, ``--num-features``) come from its ``Family.flags`` and are
 turned into options by `family_options`.  Nothing outside `archhpo.cli` imports this table.
 
@@ -25,26 +25,28 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from archhpo.config import field_default, field_help
+from archhpo.config import (
+    ABSENT,
+    DASHBOARD,
+    EXPORT,
+    FAMILY_COMMANDS,
+    GRID,
+    LADDER,
+    LAUNCH,
+    PARAMS,
+    REPORT,
+    RUN,
+    STUDY_COMMANDS,
+    TRAIN,
+    WORKER,
+    Declared,
+    declared,
+)
 from archhpo.environment import Environment
 from archhpo.errors import ArchhpoError
 from archhpo.models import Family, family_names, get_family
-from archhpo.schema import (
-    ARCH_HELP,
-    ARCH_KEYS,
-    LADDER_CARRY_FINALISTS,
-    LADDER_CONFIRM_AT_RUNG,
-    PRUNERS,
-    SCHEDULES,
-    TRAINING,
-    TRAINING_PARAMS,
-)
+from archhpo.schema import ARCH_HELP, ARCH_KEYS, TRAINING, TRAINING_PARAMS
 
-GRID, PARAMS, LAUNCH, WORKER, RUN, EXPORT, DASHBOARD, TRAIN, REPORT = (
-    "grid", "params", "launch", "worker", "run", "export", "dashboard", "train", "report",
-)
-STUDY_COMMANDS = (LAUNCH, RUN)  # the commands that read an experiment file (--config)
-FAMILY_COMMANDS = (GRID, PARAMS, LAUNCH, RUN, TRAIN)  # the commands that take a family's flags
 ADDRESS_COMMANDS = (WORKER, EXPORT)  # address studies by --budget / pins / --study
 
 
@@ -208,10 +210,16 @@ class _FamilyDataTable(Mapping[str, FamilyData]):
 FAMILY_DATA: Mapping[str, FamilyData] = _FamilyDataTable()
 
 
-def study_option(name: str, type: Callable[[str], Any] | None, commands: tuple[str, ...], **kw: Any) -> Option:
-    """A stored study option whose default and help are its StudyConfig field's (archhpo.config)."""
-    kw.setdefault("default", field_default(name))
-    return Option(name, type=type, help=field_help(name), commands=commands, stored=True, **kw)
+def setting_option(d: Declared) -> Option:
+    """A study setting's row, derived from its declaration (archhpo/config.py)."""
+    s = d.setting
+    default = s.cli_default if s.cli_default is not ABSENT else d.default
+    shown = s.shown_default
+    if s.negatable and shown is None:  # decided by a preset where not stated: say by which
+        shown = f"on with --{LADDER.switch}" if LADDER.values().get(d.option) is True else "off"
+    return Option(d.option, default=default, type=s.parse, help=s.help, commands=s.commands, stored=True,
+                  switch=s.switch, negatable=s.negatable, shown_default=shown, choices=s.choices, repeat=s.repeat,
+                  required=s.required, flag=s.flag, command_defaults=s.command_defaults, metavar=s.metavar)
 
 
 ARCH_OPTIONS = ARCH_KEYS  # the architecture flags, one per dimension (archhpo.schema)
@@ -219,62 +227,18 @@ TRAINING_OPTIONS = TRAINING_PARAMS
 _PINNING = (LAUNCH, RUN, WORKER, EXPORT)
 _TASK_TRAIN_DEFAULT = {TRAIN: None}  # train: taken from --from's best JSON, else the default
 
-OPTIONS: tuple[Option, ...] = (
-    Option("config", None, str, "experiment file (TOML, or YAML with pyyaml) holding any of this command's "
-           "options; flags on the line win", (LAUNCH, RUN), metavar="FILE"),
-    # Not required on worker/export: --study alone names the studies, which store their experiment.
-    Option("experiment", None, str, field_help("experiment"), (LAUNCH, RUN, WORKER, EXPORT, REPORT)),
-    Option("budget", None, str, field_help("budget"), (GRID, LAUNCH, RUN, WORKER, EXPORT), repeat=True,
-           required=(GRID,)),
-    Option("study", None, str, "an exact study name as `launch` printed it; repeat for several "
-           "(instead of --budget and pins; needs no --experiment: each study stores its own)", (WORKER, EXPORT),
-           repeat=True),
-    # The study's options: default and help from their StudyConfig fields (archhpo/config.py).
-    study_option("family", str, FAMILY_COMMANDS),
-    study_option("trials", int, STUDY_COMMANDS),
-    study_option("data", str, (*STUDY_COMMANDS, TRAIN), command_defaults=_TASK_TRAIN_DEFAULT),
-    study_option("horizon", int, (*STUDY_COMMANDS, TRAIN), command_defaults=_TASK_TRAIN_DEFAULT),
-    study_option("threshold", float, (*STUDY_COMMANDS, TRAIN), command_defaults=_TASK_TRAIN_DEFAULT),
-    study_option("seed", int, (*STUDY_COMMANDS, TRAIN), command_defaults=_TASK_TRAIN_DEFAULT),
-    study_option("tolerance", float, (GRID, *STUDY_COMMANDS)),
-    study_option("pruner", str, STUDY_COMMANDS, choices=PRUNERS),
-    study_option("eta", int, STUDY_COMMANDS),
-    study_option("min_fraction", str, STUDY_COMMANDS, metavar="F"),
-    study_option("schedule", str, (*STUDY_COMMANDS, TRAIN), choices=SCHEDULES, command_defaults=_TASK_TRAIN_DEFAULT),
-    study_option("cooldown", float, (*STUDY_COMMANDS, TRAIN), command_defaults=_TASK_TRAIN_DEFAULT),
-    study_option("quick", None, (*STUDY_COMMANDS, TRAIN), switch=True),
-    study_option("compile", None, (*STUDY_COMMANDS, TRAIN), switch=True),
-    study_option("ladder", None, STUDY_COMMANDS, switch=True),
-    study_option("paired_seeds", int, STUDY_COMMANDS, metavar="S"),
-    study_option("tokens_per_param", float, (*STUDY_COMMANDS, WORKER, EXPORT), repeat=True, metavar="R",
-                 default=None),
-    study_option("samples_per_param", float, (*STUDY_COMMANDS, WORKER, EXPORT), repeat=True, metavar="R",
-                 default=None),
-    study_option("data_seed", int, STUDY_COMMANDS, metavar="S"),
-    study_option("confirm", int, STUDY_COMMANDS, metavar="K"),
-    study_option("seeds", int, STUDY_COMMANDS, metavar="S"),
-    study_option("baselines", None, STUDY_COMMANDS, switch=True),
-    study_option("sequential_confirm", None, STUDY_COMMANDS, switch=True),
-    study_option("lr_probe", None, STUDY_COMMANDS, switch=True),
-    study_option("trust_each_budget", None, STUDY_COMMANDS, switch=True),
-    study_option("confirm_at_rung", None, STUDY_COMMANDS, switch=True, negatable=True,
-                 shown_default="on with --ladder" if LADDER_CONFIRM_AT_RUNG else "off"),
-    study_option("carry_finalists", None, STUDY_COMMANDS, switch=True, negatable=True,
-                 shown_default="on with --ladder" if LADDER_CARRY_FINALISTS else "off"),
-    study_option("isoflop", float, STUDY_COMMANDS, repeat=True, metavar="C", default=None),
-    study_option("sizes", int, STUDY_COMMANDS, metavar="N"),
-    study_option("span", float, STUDY_COMMANDS, metavar="S"),
-    study_option("centre", float, STUDY_COMMANDS, repeat=True, metavar="N", default=None),
-    study_option("centre_from", str, STUDY_COMMANDS, metavar="EXPERIMENT"),
-    study_option("shapes", int, STUDY_COMMANDS, metavar="K"),
-    *(Option(name, None, int, f"{name} of the architecture ({ARCH_HELP[name]}); launch/run/worker/export: "
-        "pin it (a comma-separated list pins several values) instead of or within a budget; grid: list only "
-        "the budget's rows with these values, as a study pinning them within the budget plans them",
-        (GRID, PARAMS, TRAIN, *_PINNING), stored=True, required=(PARAMS,), list_commands=(GRID, *_PINNING))
+_HEAD: tuple[Option, ...] = (
+    Option("config", None, str, "experiment file (TOML, or YAML with pyyaml) with any of these options; "
+           "flags win", (LAUNCH, RUN), metavar="FILE"),
+)
+_TAIL: tuple[Option, ...] = (
+    Option("study", None, str, "an exact study name as `launch` printed it; repeat for several (instead of "
+           "--budget)", (WORKER, EXPORT), repeat=True),
+    *(Option(name, None, int, f"{name} ({ARCH_HELP[name]}): pin it, or a list of values, in or instead of a budget",
+             (GRID, PARAMS, TRAIN, *_PINNING), stored=True, required=(PARAMS,), list_commands=(GRID, *_PINNING))
       for name in ARCH_OPTIONS),
-    *(Option(name, None, p.type, f"{name} of training; launch/run: every trial uses it (the plan samples "
-             "only the other training parameters)" + (", or LO:HI: the plan samples it log-uniformly within "
-             f"[LO, HI] instead of {p.full[0]:g}:{p.full[-1]:g}" if p.kind == "log" else ""),
+    *(Option(name, None, p.type, f"fix {name} for every trial" + (", or LO:HI: sample it log-uniformly within"
+             if p.kind == "log" else " (the plan samples the other training parameters)"),
              (TRAIN, *STUDY_COMMANDS), stored=True, range_commands=STUDY_COMMANDS if p.kind == "log" else ())
       for name, p in zip(TRAINING_OPTIONS, TRAINING, strict=True)),
     Option("storage", None, str, "database URL (default $ARCHHPO_STORAGE, else sqlite:///archhpo.db)",
@@ -282,24 +246,21 @@ OPTIONS: tuple[Option, ...] = (
     Option("device", "auto", str, "auto, cpu or cuda", (WORKER, RUN, TRAIN)),
     Option("threads", None, int, "torch CPU threads (run: per worker; default cores / --workers)",
            (WORKER, RUN, TRAIN)),
-    Option("checkpoint_dir", "checkpoints", str, "per-epoch checkpoints, so a retried trial resumes (shared "
-           "storage on a cluster)", (WORKER, RUN), env="ARCHHPO_CHECKPOINT_DIR", metavar="DIR"),
-    Option("checkpoint_every", 1, int, "write a trial's checkpoint every N validated epochs (a retry after a crash "
-           "resumes from the last one; larger N: less I/O, more epochs repeated after a crash; a stopped worker "
-           "always saves where it stopped)", (WORKER, RUN), metavar="N"),
+    Option("checkpoint_dir", "checkpoints", str, "per-epoch checkpoints, so a retried trial resumes (shared on a "
+           "cluster)", (WORKER, RUN), env="ARCHHPO_CHECKPOINT_DIR", metavar="DIR"),
+    Option("checkpoint_every", 1, int, "write a trial's checkpoint every N validated epochs (a stop always saves)",
+           (WORKER, RUN), metavar="N"),
     Option("workers", None, int, "Ray workers (default: one per GPU of the cluster, else 2)", (RUN,)),
     Option("ray_address", None, str, "an existing Ray cluster (default: a private local Ray)", (RUN,),
            metavar="ADDR"),
-    Option("gpus_per_trial", None, str, "GPU share per worker (0.25 packs four on a GPU) or auto; default: "
-           "sized from the memory estimate of the largest planned trial on a cluster with GPUs, else 0",
-           (RUN,), metavar="F"),
+    Option("gpus_per_trial", None, str, "GPU share per worker (0.25 packs four on a GPU), or auto: sized from "
+           "memory", (RUN,), metavar="F"),
     Option("out", "results", str, "directory for the CSV, best JSON (and report)", (RUN, EXPORT, REPORT),
            metavar="DIR"),
     Option("csv", None, str, "an experiment_results.csv to read instead of a database; repeat for several",
            (REPORT,), repeat=True, metavar="FILE"),
-    Option("compute", None, float, "the compute budget C in training FLOPs (archhpo's exact count, e.g. 1e18) "
-           "for which the report recommends N*, D* and a shape from the fitted L(N, D) (default: the largest "
-           "budget's compute)", (REPORT,), metavar="FLOPS"),
+    Option("compute", None, float, "the compute budget C (FLOPs) to recommend N*, D* and a shape for (default: "
+           "the largest's)", (REPORT,), metavar="FLOPS"),
     Option("reference", None, str, "the choice paired differences are taken against (default: the first "
            "listed)", (REPORT,), metavar="VALUE"),
     Option("report", False, None, "also write the report (HTML, figures, scaling fit, summary)", (EXPORT,),
@@ -313,12 +274,20 @@ OPTIONS: tuple[Option, ...] = (
 )
 
 
+def all_options() -> tuple[Option, ...]:
+    """Every option: the experiment file's, each declared study setting's (archhpo/config.py), the rest."""
+    return (*_HEAD, *(setting_option(d) for d in declared()), *_TAIL)
+
+
+OPTIONS = all_options()  # as declared at import (a setting registered later is in `all_options` only)
+
+
 def options_for(command: str) -> list[Option]:
-    return [o for o in OPTIONS if command in o.commands]
+    return [o for o in all_options() if command in o.commands]
 
 
 def option(name: str, command: str | None = None) -> Option:
-    for o in OPTIONS:
+    for o in all_options():
         if o.name == name and (command is None or command in o.commands):
             return o
     raise KeyError(name)
@@ -326,7 +295,7 @@ def option(name: str, command: str | None = None) -> Option:
 
 def default(name: str, command: str = LAUNCH) -> Any:
     """The one default of an option (as `launch` sees it unless another command is named)."""
-    matching = [o for o in OPTIONS if o.name == name]
+    matching = [o for o in all_options() if o.name == name]
     if not matching:
         raise KeyError(name)
     chosen = next((o for o in matching if command in o.commands), matching[0])
@@ -462,7 +431,8 @@ __all__ = [
     "family_data",
     "family_options",
     "load_config",
+    "all_options",
     "option",
     "options_for",
-    "study_option",
+    "setting_option",
 ]

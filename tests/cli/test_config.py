@@ -16,7 +16,7 @@ import pytest
 from archhpo.cli._main import main
 from archhpo.cli._options import OPTIONS, default
 from archhpo.config import (
-    OPTION_FIELDS,
+    LADDER,
     Confirm,
     Data,
     Pruning,
@@ -27,6 +27,7 @@ from archhpo.config import (
     field_default,
     field_doc,
     field_help,
+    option_fields,
 )
 from archhpo.environment import Environment
 from archhpo.errors import ArchhpoError, ConfigError
@@ -38,20 +39,27 @@ from tests.conftest import REPO, TINY_DATA
 FIXTURE = Path(__file__).parent / "data" / "study_attrs_v1.json"
 
 
-def test_config_sits_on_the_ground_floor() -> None:
-    tree = ast.parse((REPO / "archhpo" / "config.py").read_text())
+def _archhpo_imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text())
     modules = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     modules |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
-    # archhpo/_isoflop_config.py, its IsoFLOP section, is on the same floor (it imports archhpo.errors alone)
-    assert {m for m in modules if m.startswith("archhpo")} == {"archhpo.schema", "archhpo.errors", "archhpo._isoflop_config"}
-    side = ast.parse((REPO / "archhpo" / "_isoflop_config.py").read_text())
-    assert {n.module for n in ast.walk(side) if isinstance(n, ast.ImportFrom) and (n.module or "").startswith("archhpo")} \
-        == {"archhpo.errors"}
+    return {m for m in modules if m.startswith("archhpo")}
+
+
+def test_config_sits_on_the_ground_floor() -> None:
+    """archhpo/config.py and the parts it is split into (its sections, the declaration of a setting,
+    the stored form, a family's options) import only archhpo.schema, archhpo.errors and each other."""
+    parts = {"archhpo._isoflop_config", "archhpo._sections", "archhpo._setting", "archhpo._stored",
+             "archhpo._family_options"}
+    assert _archhpo_imports(REPO / "archhpo" / "config.py") == {"archhpo.schema", "archhpo.errors", *parts}
+    for part in parts:
+        found = _archhpo_imports(REPO / "archhpo" / f"{part.removeprefix('archhpo.')}.py")
+        assert found <= {"archhpo.schema", "archhpo.errors", *parts}, part
 
 
 def test_defaults_and_help_are_the_command_lines() -> None:
     by_name = {o.name: o for o in OPTIONS}
-    for name in OPTION_FIELDS:
+    for name in option_fields():
         o = by_name[name]
         assert o.help == field_help(name) != "", name
         if name not in ("experiment", "budget", "tokens_per_param", "samples_per_param", "isoflop", "centre"):  # no default shown
@@ -235,8 +243,8 @@ def test_a_ladder_confirms_its_finalists_unless_confirm_or_seeds_is_stated() -> 
     assert paired.confirm == Confirm(), "a paired ladder is refused by the plan with its own sentence"
     with pytest.raises(ArchhpoError, match="--seeds S counts only with --confirm K"):
         StudyConfig.from_options({**budgets, "confirm": 0}, given=["ladder", "budget", "confirm", "seeds"])
-    assert f"confirms each budget's {LADDER_FINALISTS} finalists with {LADDER_CONFIRM_SEEDS} new seed" in (
-        field_help("ladder")), "the help says what the constants are"
+    assert (LADDER.values()["confirm"], LADDER.values()["seeds"]) == (LADDER_FINALISTS, LADDER_CONFIRM_SEEDS), \
+        "the preset is the constants"
 
 
 def test_a_ladder_confirms_at_full_length_unless_confirm_at_rung_is_stated() -> None:

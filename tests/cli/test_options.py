@@ -54,10 +54,10 @@ def test_help_follows_the_family_of_the_experiment_file(
 
 def test_every_default_is_defined_once() -> None:
     """The study options' defaults are the StudyConfig's, and the parser fills them."""
-    from archhpo.config import OPTION_FIELDS, StudyConfig, field_default
+    from archhpo.config import StudyConfig, field_default, option_fields
 
     config = StudyConfig("e")
-    for name, path in OPTION_FIELDS.items():
+    for name, path in option_fields().items():
         if name == "experiment":
             continue  # required: no default
         value: object = config
