@@ -1,0 +1,274 @@
+"""Learning-rate transfer across width: the lm family on the synthetic language, under sp and µP.
+
+``run`` trains every (parametrization, d_model, learning_rate, seed) of the grid at a fixed depth
+and a fixed number of training tokens per parameter, one thread, and appends one CSV row per
+finished run (parametrization, d_model, n_layers, learning_rate, seed, val_loss, tokens, seconds).
+Rows already in the CSV are skipped, so the sweep can be killed at any moment and started again,
+and ``--shard I/N`` splits the pending runs between N processes writing the same file.
+
+``analyse`` takes the seed means per (parametrization, width, rate), the optimum per width as the
+vertex of the parabola in log rate through the best rate and its two neighbours (T1's rule,
+bench/truths/lr_sweep.py; a best rate at the grid's end is a bound), and the ratio of the largest optimum to the smallest; it prints a
+table and writes a JSON.  Command, cost and result: bench/transfer/README.md, docs/mup.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import os
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / "truths"))  # lr_sweep.py: the one rule for a sweep's best rate
+CSV_PATH = HERE / "lr_transfer.csv"
+JSON_PATH = HERE / "lr_transfer.json"
+FIELDS = ("parametrization", "d_model", "n_layers", "learning_rate", "seed", "val_loss", "tokens", "seconds")
+KEY = ("parametrization", "d_model", "learning_rate", "seed")  # what makes a run; n_layers is fixed
+# The sweep's grid (README.md: sized to about 2-3 core-hours on this machine).
+WIDTHS = (16, 32, 64, 128)
+RATES = tuple(1e-3 * 2 ** (k / 2) for k in range(-1, 10))  # 7.1e-4 .. 2.3e-2, spaced by sqrt(2)
+SEEDS = (0, 1, 2)
+N_LAYERS = 2
+N_HEADS = 4  # fixed: d_head grows with width, the case µP's 1/d_head attention is for
+TOKENS_PER_PARAM = 2.0
+BATCH = 32
+SEQ_LEN = 32
+
+
+@dataclass(frozen=True)
+class Run:
+    parametrization: str
+    d_model: int
+    learning_rate: float
+    seed: int
+
+    def key(self) -> tuple[str, int, str, int]:
+        return (self.parametrization, self.d_model, rate_text(self.learning_rate), self.seed)
+
+
+def rate_text(lr: float) -> str:
+    """A rate as the CSV writes it (and as resumption compares it)."""
+    return f"{lr:.6g}"
+
+
+def done_keys(path: Path) -> set[tuple[str, int, str, int]]:
+    """The runs the CSV already holds."""
+    if not path.exists():
+        return set()
+    with path.open(newline="") as fh:
+        return {(r["parametrization"], int(r["d_model"]), rate_text(float(r["learning_rate"])), int(r["seed"]))
+                for r in csv.DictReader(fh)}
+
+
+def grid(parametrizations: Sequence[str], widths: Sequence[int], rates: Sequence[float],
+         seeds: Sequence[int]) -> list[Run]:
+    """Every run of the sweep, smallest width first (a short part already covers every width's start)."""
+    return [Run(p, w, lr, s) for w in widths for p in parametrizations for s in seeds for lr in rates]
+
+
+def _config(run: Run, base_width: int, n_layers: int, seq_len: int) -> Any:
+    from archhpo.models.lm import LMConfig
+
+    mup = run.parametrization == "mup"
+    return LMConfig(d_model=run.d_model, n_layers=n_layers, n_heads=N_HEADS, d_ff=4 * run.d_model,
+                    seq_len=seq_len, parametrization=run.parametrization,
+                    mup_base_width=base_width if mup else None)
+
+
+def train_one(run: Run, base_width: int, tokens_per_param: float, n_layers: int = N_LAYERS,
+              batch: int = BATCH, seq_len: int = SEQ_LEN) -> dict[str, Any]:
+    """Train one run on fresh synthetic tokens (the same data for every rate and seed of a width)."""
+    import torch
+
+    from archhpo.errors import NonFiniteLoss
+    from archhpo.models.data import language
+    from archhpo.models.lm import LM, next_token_nll, param_count
+    from archhpo.models.lm_spec import FAMILY
+    from archhpo.workers import TrainConfig, train
+
+    cfg = _config(run, base_width, n_layers, seq_len)
+    tokens = max(seq_len * batch, round(tokens_per_param * param_count(cfg)))
+    options = {"seq_len": seq_len, "seed": 0}
+    data = language.load_data(language.parse_data(f"synthetic:tokens={tokens}", options), options)
+    steps = math.ceil(data.n_train / batch)
+    defaults = dict(FAMILY.train_defaults)
+    tcfg = TrainConfig(learning_rate=run.learning_rate, epochs=1, batch_size=batch, seed=run.seed,
+                       warmup_steps=max(1, steps // 20), weight_decay=float(defaults["weight_decay"]),
+                       min_lr_ratio=float(defaults["min_lr_ratio"]), grad_clip=float(defaults["grad_clip"]))
+    torch.manual_seed(run.seed)
+    model = LM(cfg)
+    start = time.perf_counter()
+    try:
+        val = train(model, data, next_token_nll, tcfg).best_val_loss
+    except NonFiniteLoss:
+        val = math.inf  # diverged: a row all the same, so the rate is not retried
+    return {"parametrization": run.parametrization, "d_model": run.d_model, "n_layers": n_layers,
+            "learning_rate": rate_text(run.learning_rate), "seed": run.seed, "val_loss": f"{val:.6f}",
+            "tokens": data.n_train * seq_len, "seconds": f"{time.perf_counter() - start:.2f}"}
+
+
+def append_row(path: Path, row: dict[str, Any]) -> None:
+    """One line, written at once (O_APPEND), so shards sharing the file never interleave a row."""
+    new = not path.exists() or path.stat().st_size == 0
+    line = ",".join(str(row[f]) for f in FIELDS) + "\n"
+    with path.open("a", newline="") as fh:
+        fh.write((",".join(FIELDS) + "\n" if new else "") + line)
+
+
+def _shard(text: str) -> tuple[int, int]:
+    i, _, n = text.partition("/")
+    if not (i.isdigit() and n.isdigit() and 0 <= int(i) < int(n)):
+        raise argparse.ArgumentTypeError(f"--shard must be I/N with 0 <= I < N, got {text!r}.")
+    return int(i), int(n)
+
+
+def check_grid(args: argparse.Namespace, base: int) -> str | None:
+    """What is wrong with the grid, in one sentence, before anything trains; None when nothing."""
+    from archhpo.errors import ArchhpoError
+
+    if not set(args.parametrizations) <= {"sp", "mup"}:
+        return f"--parametrizations takes sp and mup, got {','.join(args.parametrizations)}."
+    if any(lr <= 0 or not math.isfinite(lr) for lr in args.rates) or args.tokens_per_param <= 0:
+        return "--rates and --tokens-per-param must be finite and above 0."
+    try:
+        for w in args.widths:
+            _config(Run("mup", w, 1.0, 0), base, args.n_layers, args.seq_len)
+    except ArchhpoError as exc:
+        return f"{exc} (widths must be multiples of {N_HEADS} heads); fix --widths or --base-width."
+    return None
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    import torch
+
+    torch.set_num_threads(1)  # one core a process: the sweep's cost is counted in core-hours
+    base = min(args.widths) if args.base_width is None else args.base_width
+    problem = check_grid(args, base)
+    if problem:
+        print(f"sweep: {problem}", file=sys.stderr)
+        return 2
+    done = done_keys(args.csv)
+    runs = [r for r in grid(args.parametrizations, args.widths, args.rates, args.seeds) if r.key() not in done]
+    index, count = args.shard
+    runs = runs[index::count]
+    print(f"sweep: {len(runs)} runs to do ({len(done)} in {args.csv}), base width {base}", file=sys.stderr)
+    for i, run in enumerate(runs, 1):
+        row = train_one(run, base, args.tokens_per_param, args.n_layers, args.batch, args.seq_len)
+        if run.key() in done_keys(args.csv):  # another shard finished it meanwhile
+            continue
+        append_row(args.csv, row)
+        print(f"[{i}/{len(runs)}] {row['parametrization']} d{row['d_model']} lr {row['learning_rate']} "
+              f"seed {row['seed']}: val {row['val_loss']} ({row['seconds']} s)", file=sys.stderr, flush=True)
+    return 0
+
+
+def read_rows(path: Path) -> list[dict[str, Any]]:
+    with path.open(newline="") as fh:
+        return [{"parametrization": r["parametrization"], "d_model": int(r["d_model"]),
+                 "learning_rate": float(r["learning_rate"]), "seed": int(r["seed"]),
+                 "val_loss": float(r["val_loss"])} for r in csv.DictReader(fh)]
+
+
+def vertex(rates: Sequence[float], losses: Sequence[float]) -> tuple[float, str | None]:
+    """The optimum rate over the finite means: T1's rule (bench/truths/lr_sweep.py ``best_rate``:
+    the parabola's vertex in log rate through the lowest mean and its neighbours); a lowest mean at
+    the grid's end is that rate and "low" or "high" (a bound)."""
+    from lr_sweep import best_rate
+
+    pts = sorted((lr, v) for lr, v in zip(rates, losses, strict=True) if math.isfinite(v))
+    if not pts:
+        raise ValueError("every rate diverged: no optimum")
+    rate, how = best_rate(pts)
+    if how != "bound":
+        return rate, None
+    return rate, "low" if rate == pts[0][0] else "high"
+
+
+def analyse(rows: Iterable[dict[str, Any]]) -> dict[str, Any]:
+    """Per parametrization: each width's optimum (and whether it is a bound), the seeds per rate,
+    and largest/smallest optimum (a bound when either end is)."""
+    means: dict[tuple[str, int], dict[float, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for r in rows:
+        means[(r["parametrization"], r["d_model"])][r["learning_rate"]].append(r["val_loss"])
+    out: dict[str, Any] = {}
+    for (param, width), by_rate in sorted(means.items()):
+        rates = sorted(by_rate)
+        losses = [sum(by_rate[lr]) / len(by_rate[lr]) for lr in rates]  # inf stays inf: a diverged seed
+        lr, bound = vertex(rates, losses)
+        entry = out.setdefault(param, {"optima": {}})
+        entry["optima"][str(width)] = {"learning_rate": lr, "bound": bound, "best_mean_val_loss": min(losses),
+                                       "seeds": min(len(v) for v in by_rate.values()), "rates": len(rates)}
+    for entry in out.values():
+        optima = entry["optima"].values()
+        lrs = [o["learning_rate"] for o in optima]
+        entry["ratio"] = max(lrs) / min(lrs)
+        entry["ratio_is_bound"] = any(o["bound"] is not None for o in optima)
+    return out
+
+
+def table(result: dict[str, Any]) -> str:
+    lines = [f"{'param':<6}{'width':>7}{'optimum lr':>13}  bound  {'best val':>9}"]
+    for param, entry in result.items():
+        for width, o in entry["optima"].items():
+            lines.append(f"{param:<6}{width:>7}{o['learning_rate']:>13.4g}  {o['bound'] or '-':<5}  "
+                         f"{o['best_mean_val_loss']:>9.4f}")
+        bound = " (a bound: an optimum at the grid's end)" if entry["ratio_is_bound"] else ""
+        lines.append(f"{param}: largest/smallest optimum = {entry['ratio']:.3g}{bound}")
+    return "\n".join(lines)
+
+
+def cmd_analyse(args: argparse.Namespace) -> int:
+    if not args.csv.exists():
+        print(f"sweep: {args.csv} does not exist; run `sweep.py run` first.", file=sys.stderr)
+        return 2
+    result = analyse(read_rows(args.csv))
+    print(table(result))
+    tmp = args.json.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(result, indent=2) + "\n")
+    os.replace(tmp, args.json)
+    return 0
+
+
+def _numbers(kind: type) -> Any:
+    def parse(text: str) -> tuple[Any, ...]:
+        return tuple(kind(x) for x in text.split(","))
+    return parse
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="train the pending runs, one CSV row each")
+    run.add_argument("--widths", type=_numbers(int), default=WIDTHS)
+    run.add_argument("--rates", type=_numbers(float), default=RATES)
+    run.add_argument("--seeds", type=_numbers(int), default=SEEDS)
+    run.add_argument("--parametrizations", type=_numbers(str), default=("sp", "mup"))
+    run.add_argument("--base-width", type=int, default=None, help="µP's base d_model (default: the smallest width)")
+    run.add_argument("--tokens-per-param", type=float, default=TOKENS_PER_PARAM)
+    run.add_argument("--n-layers", type=int, default=N_LAYERS)
+    run.add_argument("--batch", type=int, default=BATCH)
+    run.add_argument("--seq-len", type=int, default=SEQ_LEN)
+    run.add_argument("--shard", type=_shard, default=(0, 1), help="I/N: this process's share of the pending runs")
+    run.add_argument("--csv", type=Path, default=CSV_PATH)
+    ana = sub.add_parser("analyse", help="the optimum per width and the transfer ratio")
+    ana.add_argument("--csv", type=Path, default=CSV_PATH)
+    ana.add_argument("--json", type=Path, default=JSON_PATH)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    return cmd_run(args) if args.command == "run" else cmd_analyse(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,114 @@
+"""bench/transfer/sweep.py, the learning-rate transfer sweep: a tiny grid trains one CSV row per
+run, a second start skips the rows already there and redoes a missing one exactly, a bad grid is
+refused before anything trains, and the analysis finds a known optimum per width."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from tests.conftest import load_script
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _load() -> ModuleType:
+    return load_script(ROOT / "bench" / "transfer" / "sweep.py", "lr_transfer_sweep")
+
+
+sweep = _load()
+TINY = ["--widths", "8,16", "--rates", "1e-3,3e-3,1e-2", "--seeds", "0", "--seq-len", "8",
+        "--tokens-per-param", "1", "--batch", "16"]
+
+
+def _rows(path: Path) -> list[dict[str, str]]:
+    with path.open(newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def test_a_tiny_sweep_writes_a_row_per_run_and_resumes_where_it_stopped(tmp_path: Path) -> None:
+    out = tmp_path / "t.csv"
+    assert sweep.main(["run", *TINY, "--csv", str(out)]) == 0
+    rows = _rows(out)
+    assert len(rows) == 2 * 3 * 2  # widths x rates x parametrizations, one seed
+    assert list(rows[0]) == list(sweep.FIELDS)
+    assert {(r["parametrization"], r["d_model"]) for r in rows} == {(p, w) for p in ("sp", "mup") for w in ("8", "16")}
+    assert all(math.isfinite(float(r["val_loss"])) and int(r["tokens"]) > 0 and r["n_layers"] == "2" for r in rows)
+    # mup at its base width (the smallest) is the standard model: the same losses, rate for rate.
+    base = {(r["parametrization"], r["learning_rate"]): r["val_loss"] for r in rows if r["d_model"] == "8"}
+    assert all(base[("mup", lr)] == base[("sp", lr)] for lr in ("0.001", "0.003", "0.01"))
+    assert sweep.main(["run", *TINY, "--csv", str(out)]) == 0
+    assert _rows(out) == rows  # nothing pending: nothing trained again
+    lines = out.read_text().splitlines()
+    out.write_text("\n".join(lines[:-1]) + "\n")  # a run killed before its row was written
+    assert sweep.main(["run", *TINY, "--csv", str(out)]) == 0
+    again = _rows(out)
+    assert len(again) == len(rows)
+    assert {k: v for k, v in again[-1].items() if k != "seconds"} == {k: v for k, v in rows[-1].items() if k != "seconds"}
+
+
+def test_shards_split_the_pending_runs_without_overlap(tmp_path: Path) -> None:
+    runs = sweep.grid(("sp", "mup"), (8, 16), (1e-3, 3e-3, 1e-2), (0, 1))
+    shards = [runs[i::3] for i in range(3)]
+    keys = [r.key() for s in shards for r in s]
+    assert sorted(keys) == sorted(r.key() for r in runs) and len(set(keys)) == len(runs)
+
+
+@pytest.mark.parametrize(("flags", "needle"), [
+    (["--widths", "8,10"], "widths must be multiples of 4 heads"),
+    (["--parametrizations", "sp,ntk"], "--parametrizations takes sp and mup"),
+    (["--rates", "0,1e-3"], "--rates and --tokens-per-param must be finite and above 0"),
+])
+def test_a_bad_grid_is_refused_before_anything_trains(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                      flags: list[str], needle: str) -> None:
+    out = tmp_path / "t.csv"
+    assert sweep.main(["run", *TINY, *flags, "--csv", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert needle in err and err.count("\n") == 1
+    assert not out.exists()
+
+
+def _synthetic(optima: dict[tuple[str, int], float], rates: list[float], seeds: int = 3) -> list[dict[str, object]]:
+    """Losses 1 + (log rate - log optimum)^2 with a seed offset that averages out."""
+    rows: list[dict[str, object]] = []
+    for (param, width), best in optima.items():
+        for lr in rates:
+            for seed in range(seeds):
+                loss = 1.0 + (math.log(lr) - math.log(best)) ** 2 + 0.01 * (seed - 1)
+                rows.append({"parametrization": param, "d_model": width, "learning_rate": lr, "seed": seed,
+                             "val_loss": loss})
+    return rows
+
+
+def test_the_analysis_finds_each_widths_vertex_and_the_ratio(tmp_path: Path) -> None:
+    rates = [1e-3 * 2 ** (k / 2) for k in range(9)]  # 1e-3 .. 1.6e-2
+    optima = {("mup", 16): 4e-3, ("mup", 128): 6e-3, ("sp", 16): 8e-3, ("sp", 128): 1e-3 * 0.9}
+    result = sweep.analyse(_synthetic(optima, rates))
+    mup = result["mup"]
+    assert mup["optima"]["16"]["learning_rate"] == pytest.approx(4e-3, rel=1e-9)
+    assert mup["optima"]["128"]["learning_rate"] == pytest.approx(6e-3, rel=1e-9)
+    assert mup["ratio"] == pytest.approx(1.5, rel=1e-9) and mup["ratio_is_bound"] is False
+    assert mup["optima"]["16"]["seeds"] == 3 and mup["optima"]["16"]["rates"] == 9
+    sp = result["sp"]
+    assert sp["optima"]["128"] ["bound"] == "low" and sp["optima"]["128"]["learning_rate"] == rates[0]
+    assert sp["ratio_is_bound"] is True  # the smallest optimum is below the grid
+    path = tmp_path / "t.csv"
+    with path.open("w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=["parametrization", "d_model", "learning_rate", "seed", "val_loss"])
+        writer.writeheader()
+        writer.writerows(_synthetic(optima, rates))
+    assert sweep.main(["analyse", "--csv", str(path), "--json", str(tmp_path / "t.json")]) == 0
+    written = json.loads((tmp_path / "t.json").read_text())
+    assert written["mup"]["ratio"] == pytest.approx(1.5, rel=1e-9)
+
+
+def test_a_diverged_rate_is_left_out_of_the_vertex() -> None:
+    rates = [1e-3, 2e-3, 4e-3, 8e-3]
+    rows = [{"parametrization": "sp", "d_model": 16, "learning_rate": lr, "seed": 0,
+             "val_loss": math.inf if lr == 8e-3 else 1.0 + (math.log(lr) - math.log(2e-3)) ** 2} for lr in rates]
+    assert sweep.analyse(rows)["sp"]["optima"]["16"]["learning_rate"] == pytest.approx(2e-3, rel=1e-9)
