@@ -161,6 +161,11 @@ class Checkpoints:
         """Our own attempt's state (a requeued trial claimed again), else the newest earlier
         attempt's (a retry of a dead attempt), read only; a refused file is set aside and the next
         older one tried; None: the trial trains from scratch."""
+        found = self.find_resume(queue, claim)
+        return None if found is None else found[1]
+
+    def find_resume(self, queue: QueueLike, claim: Any) -> tuple[Path, dict[str, Any]] | None:
+        """load_resume's file and state (a group's rank 0 tells the other ranks which file to read)."""
         if self.root is None:
             return None
         for attempt in range(int(claim.attempt), 0, -1):
@@ -176,7 +181,7 @@ class Checkpoints:
                 log.warning("ignoring unreadable checkpoint %s: %s", path, exc)
                 continue
             if state.get("params") == claim.params:
-                return state
+                return path, state
         return None
 
     def remove(self, queue: QueueLike, claim: Any) -> None:

@@ -296,3 +296,36 @@ class IdleNotes:
 
     def claimed(self) -> None:
         self.last = ""
+
+
+class Following:
+    """A study's queue as a rank other than 0 of a trial group sees it (workers/_distributed.py):
+    its name and settings, and no write at all: rank 0 holds the claim and writes for the group."""
+
+    def __init__(self, queue: QueueLike) -> None:
+        self.queue = queue
+        self.name, self.settings = queue.name, queue.settings
+
+    def claim(self, worker_attrs: dict[str, Any]) -> Any:
+        return None
+
+    def maintain(self, blocking: bool = True) -> Any:
+        return None
+
+    def heartbeat(self, claim: Any) -> bool | None:
+        return None
+
+    def started(self, claim: Any, flops_from: int) -> bool:
+        return True
+
+    def report(self, claim: Any, step: int, value: float) -> bool:
+        return False  # the decision is rank 0's, broadcast to every rank (Group.decide)
+
+    def finish(self, claim: Any, state: TrialState, value: float | None, attrs: dict[str, Any]) -> bool:
+        return True
+
+    def requeue(self, claim: Any, note: str = "", attrs: dict[str, Any] | None = None) -> bool:
+        return True
+
+    def park(self, claim: Any, score: float, attrs: dict[str, Any]) -> bool:
+        return True

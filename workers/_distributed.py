@@ -202,7 +202,7 @@ class Ranks:
              ) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
         """`loss_fn` with this rank's share of the batch weighting its gradient (`_Scaled`)."""
         def scaled(out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-            return _Scaled.apply(loss_fn(out, target), self._value_k, self._grad_k)  # type: ignore[no-any-return]
+            return _Scaled.apply(loss_fn(out, target), self._value_k, self._grad_k)
 
         return scaled
 
