@@ -2,7 +2,8 @@
 
 Everything here is safe on a CPU-only host (it returns {} / None there) and imports Ray only
 when Ray is already imported and initialised by the process, so plain workers run where only
-PyTorch is installed.
+PyTorch is installed.  The GPU defaults (`compile_by_default`, `compile_model`) are pure choices
+of the device type: on CPU each is off, so CPU trials stay bit for bit what they were.
 """
 
 from __future__ import annotations
@@ -13,11 +14,18 @@ import re
 import shutil
 import subprocess
 import sys
+import time
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
 
 PEAK_ENV = "ARCHHPO_PEAK_BF16_FLOPS"  # overrides the table below (FLOP/s), for GPUs it lacks
+EAGER_ENV = "ARCHHPO_EAGER"  # "1": CUDA trials train eager unless their study says --compile
+# Compiling paid for itself after 800-1,200 steps of the lm rows on the H100 (docs/benchmarks.md
+# §13: 23-145 s of compiling, +30-66% a step); below this many planned steps a trial trains eager.
+COMPILE_MIN_STEPS = 2_000
+COMPILE_S_ATTR = "compile_s"  # what a compiled CUDA trial records: the compile, apart from step time
 
 # Dense (no structured sparsity) bf16 tensor-core peak in FLOP/s, with fp32 accumulation.
 # NVIDIA's datasheets quote the sparse figure first ("with sparsity"); the dense one is half.
@@ -179,3 +187,37 @@ def driver_version() -> str | None:
         return None
     lines = [line.strip() for line in out.splitlines() if line.strip()]
     return lines[0] if lines else None
+
+
+def compile_by_default(device_type: str, asked: bool, planned_steps: int,
+                       environ: Mapping[str, str] = os.environ) -> bool:
+    """Whether a trial's model is compiled: whenever its study asks (``--compile``); on CUDA also
+    unasked once its planned optimizer steps reach COMPILE_MIN_STEPS (where compiling wins),
+    unless ARCHHPO_EAGER=1; never unasked on CPU."""
+    if asked:
+        return True
+    if device_type != "cuda" or environ.get(EAGER_ENV, "").strip() not in ("", "0"):
+        return False
+    return planned_steps >= COMPILE_MIN_STEPS
+
+
+def compile_model(model: torch.nn.Module, device: torch.device,
+                  warm: Callable[[torch.nn.Module], torch.Tensor] | None = None) -> float | None:
+    """Compile `model` in place (its state_dict keys stay the eager model's).  On CUDA, with
+    `warm` (one training micro-batch's loss), the compile happens here, timed, so that the
+    trial's step time holds none of it: the seconds are returned (COMPILE_S_ATTR), the RNG
+    states and the gradients put back as they were.  On CPU compiling stays lazy (None)."""
+    model.compile()
+    if device.type != "cuda" or warm is None:
+        return None
+    rng, cuda_rng = torch.get_rng_state(), torch.cuda.get_rng_state(device)
+    torch.cuda.synchronize(device)
+    start = time.perf_counter()
+    try:
+        warm(model).backward()
+        torch.cuda.synchronize(device)
+    finally:
+        model.zero_grad(set_to_none=True)
+        torch.set_rng_state(rng)
+        torch.cuda.set_rng_state(cuda_rng, device)
+    return round(time.perf_counter() - start, 2)
