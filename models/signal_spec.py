@@ -144,8 +144,7 @@ FAMILY = Family(
         FlagSpec("dropout", float, DEFAULT_DROPOUT, "dropout in every transformer layer (the paper's 0.1)"),
         FlagSpec(
             "positions", str, multisignal.DEFAULT_POSITIONS,
-            "scored next-step positions: 'all' (the paper's 159, comparable with its tables) or "
-            "'predictable' (the 153 whose target is defined)",
+            "scored next-step positions: 'all' (the paper's 159) or 'predictable' (the 153 with a target)",
         ),
     ),
     # cat: a token per (step, channel); ci: the backbone runs C times (C× the activations).
