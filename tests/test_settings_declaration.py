@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import optuna
 import pytest
@@ -105,7 +106,7 @@ def test_mup_base_width_needs_mup_and_the_new_settings_are_stored_when_set() -> 
 
     with pytest.raises(StudyError, match="needs --parametrization mup"):
         StudyConfig.from_options({"experiment": "e", "mup_base_width": 64}, given=["mup_base_width"])
-    stated = {"parametrization": "mup", "mup_base_width": 64, "ranks_per_trial": 2, "shard": "fsdp"}
+    stated: dict[str, Any] = {"parametrization": "mup", "mup_base_width": 64, "ranks_per_trial": 2, "shard": "fsdp"}
     settings = prepare_settings("e", "200K", n_trials=3, quick=True, data=TINY_DATA, **stated)
     options = settings.options
     assert {k: v for k, v in options.as_dict().items() if k in stated} == stated
