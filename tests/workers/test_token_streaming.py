@@ -1,10 +1,12 @@
 """The trainer on host-held lm data: a 2 GiB token file trains in a worker process of bounded
 memory and repeats itself bit for bit; the synthetic language and text files, held on the host and
-gathered per batch, train exactly as the same windows held as plain tensors; on CUDA the batches
-reach the device as int64 through pinned memory."""
+gathered per batch, train exactly as the same windows held as plain tensors; a batch meeting an id
+at or above the vocabulary fails its trial in one sentence; on CUDA the batches reach the device as
+int64 through pinned memory."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -13,8 +15,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from optuna.trial import TrialState
 
 from archhpo.models import TensorDataset, get_family
+from archhpo.models.data import tokens as tk
+from archhpo.search import TrialQueue, launch, prepare_settings
+from archhpo.workers import Worker
 from archhpo.workers._train import TrainConfig, train
 
 FAM = get_family("lm")
@@ -112,3 +118,36 @@ def test_token_batches_reach_the_gpu_as_int64_through_pinned_memory(tmp_path: Pa
     assert cx[0].tolist() == ids[:SEQ_LEN].tolist()
     (vx,), vy = data.val_batch(0, 4, cuda)
     assert vx.device.type == "cuda" and torch.equal(vy.cpu(), data.val_target[:4])
+
+
+def _scattered_bad_ids(tmp: Path, n: int, vocab: int, every: int) -> Path:
+    """A uint16 token file of `n` ids below `vocab`, but for the id `vocab` at every `every`-th position
+    outside the blocks read at launch and by the unigram baseline: only a training batch meets one."""
+    ids = (np.arange(n) % vocab).astype("<u2")
+    bad = np.zeros(n, dtype=bool)
+    bad[::every] = True
+    read = [*tk.sample_spans(0, n), *tk.sample_spans(1, n - (n - 1) % 16)]
+    for a, b in read:
+        bad[max(0, a - 32):b + 32] = False
+    ids[bad] = vocab
+    path = tmp / "train.bin"
+    ids.tofile(path)
+    return path
+
+
+def test_a_worker_fails_the_trial_whose_batch_meets_an_id_at_or_above_vocab(sqlite_url: str, tmp_path: Path) -> None:
+    n = 4 * tk.SAMPLE_BLOCKS * tk.SAMPLE_TOKENS
+    path = _scattered_bad_ids(tmp_path, n, 256, 97)
+    val = tmp_path / "val.bin"
+    (np.arange(5000) % 256).astype("<u2").tofile(val)
+    # A data-budget study trains on the whole file (--quick would keep its first 300,000 ids, all of
+    # which the unigram baseline reads at load): the bad ids are left for the batches to meet.
+    s = prepare_settings("badids", "150K", family="lm", n_trials=2, data=f"tokens:{path},vocab=256,val={val}",
+                         quick=True, pruner="none", family_options={"seq_len": 16}, tokens_per_param=1.0)
+    launch(sqlite_url, dataclasses.replace(s, plan=s.plan[:1]))
+    q = TrialQueue(sqlite_url, s.study_name)
+    summary = Worker([q], device="cpu", threads=1).run()
+    (trial,) = q.storage.get_all_trials(q.study_id)
+    assert summary.failed == 1 and trial.state == TrialState.FAIL
+    reason = trial.user_attrs["fail_reason"]
+    assert f"Token file {path} holds id 256 at token " in reason and "(in a training batch), not below vocab=256" in reason
