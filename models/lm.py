@@ -1,4 +1,4 @@
-"""A causal decoder-only language model in nanoGPT's manner (issue 16), the ``lm`` family.
+"""A causal decoder-only language model in nanoGPT's manner, the ``lm`` family.
 
 Token + learned position embeddings, n_layers pre-norm ``Block``s (``archhpo.models._blocks``) with
 a causal mask, a final LayerNorm and a linear head over the vocabulary whose weight is TIED to

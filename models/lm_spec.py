@@ -10,12 +10,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from archhpo.config import PARAMETRIZATIONS  # sp (nanoGPT's) and µP (docs/mup.md)
 from archhpo.errors import ConfigError
 from archhpo.models._family import Family, FlagSpec, Lazy, check_arch
 from archhpo.models._flops import block_params, encoder_layer_flops, linear_flops
 from archhpo.models.data import language
 
-__all__ = ["FAMILY", "GPU_DATA", "GPU_ROWS", "LMConfig", "PARAMETRIZATIONS", "config_for", "flops_per_sample", "flops_per_token",
+__all__ = ["FAMILY", "GPU_DATA", "GPU_ROWS", "LMConfig", "config_for", "flops_per_sample", "flops_per_token",
            "gpu_config", "loss_per", "param_count"]
 
 # GPU scale (issue 33): a GPT-2-sized vocabulary over the synthetic language (see
@@ -32,10 +33,6 @@ GPU_ROWS: dict[str, dict[str, int]] = {
     "200M": {"d_model": 1024, "n_layers": 12, "n_heads": 16, "d_ff": 4096},  # 203,668,480
     "2B": {"d_model": 2048, "n_layers": 32, "n_heads": 16, "d_ff": 8192},  # 1,716,492,288 (d_model and d_ff at the grid top)
 }
-
-
-# The standard parametrization (nanoGPT's) and µP (docs/mup.md): how init, rates and the head scale with width.
-PARAMETRIZATIONS = ("sp", "mup")
 
 
 @dataclass

@@ -16,11 +16,13 @@ TRAINING_COLUMNS = TRAINING_PARAMS
 # How fast a trial trained (workers/_loop.py, workers/_batch.py): MFU of the timed steps and of the
 # wall clock; micro-batch and accumulation steps where memory cut the batch (empty where it did not).
 SPEED_COLUMNS = (Attr.STEP_MFU, Attr.TRIAL_MFU, Attr.MICRO_BATCH, Attr.ACCUMULATION_STEPS)
+# How widths scale init and rates (docs/mup.md): "sp" or "mup", and µP's base d_model (empty under sp).
+MUP_COLUMNS = ("parametrization", "mup_base_width")
 NUMERIC_EXTRA = (
     "train_loss", "best_epoch", "duration_s", "flops_per_sample", "train_flops", "samples_per_s",
     "baseline_val_loss", "mfu", "peak_memory_gib", "rung", "flops_spent", "flops_full",
     "train_tokens", "train_samples", "tokens_per_param", "samples_per_param", "data_passes",
-    *SPEED_COLUMNS, "lr_probe", "confirm_rung", "compute_budget",
+    *SPEED_COLUMNS, "lr_probe", "confirm_rung", "compute_budget", "mup_base_width",
 )
 FRAME_COLUMNS = (
     "experiment", "study", "budget", "budget_value", "trial", "state", "phase", "plan_slot", "seed",
@@ -34,6 +36,7 @@ FRAME_COLUMNS = (
     # where memory cut the batch (workers/_batch.py)
     *SPEED_COLUMNS,
     "compute_budget", "isoflop_size",  # an IsoFLOP trial's C and its size's position (--isoflop)
+    *MUP_COLUMNS,
 )
 STATES = ("COMPLETE", "PRUNED", "FAIL")
 # Trial attributes that are bookkeeping, not metrics, although they start with "val_".
@@ -90,6 +93,8 @@ def _finish(frame: pd.DataFrame, experiment: str, source: str) -> pd.DataFrame:
     frame["state"] = frame["state"].fillna("COMPLETE").astype(str).str.upper()
     frame["baseline"] = [b if isinstance(b, str) and b else None for b in frame["baseline"]]
     frame["budget"] = frame["budget"].astype(str)
+    # A trial (or a CSV) from before µP, or a standard one, reads as sp.
+    frame["parametrization"] = [p if isinstance(p, str) and p else "sp" for p in frame["parametrization"]]
     frame["depth_to_width"] = frame["n_layers"] / frame["d_model"]
     # Budgets without a parseable label (pinned architectures) sort by their median count.
     frame.loc[frame["budget_value"] <= 0, "budget_value"] = np.nan  # a study without a budget stores 0
@@ -108,6 +113,7 @@ def _finish(frame: pd.DataFrame, experiment: str, source: str) -> pd.DataFrame:
 __all__ = [
     "ARCH_COLUMNS",
     "FRAME_COLUMNS",
+    "MUP_COLUMNS",
     "NUMERIC_EXTRA",
     "STATES",
     "TRAINING_COLUMNS",

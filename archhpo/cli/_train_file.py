@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from archhpo.cli._options import default
+from archhpo.config import PARAMETRIZATIONS
 from archhpo.errors import ArchhpoError
 from archhpo.models import Family, get_family
 from archhpo.schema import (
@@ -46,6 +47,8 @@ BEST_KEYS = frozenset({
     "flops_spent", "flops_full_plan", "confirmation", "chosen_on", "reverses_trial", "paired",
 })
 OBJECT_KEYS = ("data", "options", "info", "choices")  # each a JSON object when present
+
+MUP_KEYS = ("parametrization", "mup_base_width")  # µP's two options (docs/mup.md), replayed as stored
 
 # A generated data set is made whole in host memory before the first step, so its size settings
 # are capped: 2e9 tokens are 16 GB as int64 windows (the lm family), 1e7 rows, series or steps are
@@ -279,10 +282,23 @@ def _options_from(args: argparse.Namespace, fam: Any, best: dict[str, Any] | Non
     cooldown = cooldown if cooldown is not None else options.pop("cooldown", default("cooldown"))
     options = {k: v for k, v in options.items() if k not in ("schedule", "cooldown")}
     options.update(schedule_options(schedule, cooldown))
+    for key in MUP_KEYS:  # a flag over the file's value; a file (or line) without them trains sp
+        if getattr(args, key, None) is not None:
+            options[key] = getattr(args, key)
     flag_values = {f.name: getattr(args, f"fam_{f.name}") for f in fam.flags
                    if getattr(args, f"fam_{f.name}", None) is not None}
     options.update(flag_values)
     return options, flag_values
+
+
+def check_parametrization(options: Mapping[str, Any], where: str) -> None:
+    """The trial's parametrization ("sp" or "mup") and µP's base width (a positive integer or null)."""
+    value = options.get("parametrization")
+    if value is not None and value not in PARAMETRIZATIONS:
+        raise ArchhpoError(f"{where}: parametrization must be one of {', '.join(PARAMETRIZATIONS)}, got {value!r}.")
+    base = options.get("mup_base_width")
+    if base is not None and not (_is_int(base) and base >= 1):
+        raise ArchhpoError(f"{where}: mup_base_width must be a positive integer d_model, got {base!r}.")
 
 
 def _data_spec(args: argparse.Namespace, fam: Family, best: dict[str, Any] | None,
@@ -313,6 +329,7 @@ def trial_fields(args: argparse.Namespace) -> dict[str, Any]:
     else:
         fam = get_family(args.family)
     options, flag_values = _options_from(args, fam, best)
+    check_parametrization(options, args.from_json or "the command line")
     spec = _data_spec(args, fam, best, options)
     info = {**flag_values, **fam.data_info(spec, options)}  # the data wins on shapes
     if best:
@@ -343,5 +360,5 @@ def trial_fields(args: argparse.Namespace) -> dict[str, Any]:
             "slot": slot, "seed": int(seed) if seed is not None else None}
 
 
-__all__ = ["BEST_KEYS", "DATA_CAPS", "PARAM_CAPS", "check_best", "check_config", "check_data", "check_file_data",
-           "check_options", "check_params", "load_best", "trial_fields"]
+__all__ = ["BEST_KEYS", "DATA_CAPS", "MUP_KEYS", "PARAM_CAPS", "check_best", "check_config", "check_data",
+           "check_file_data", "check_options", "check_params", "check_parametrization", "load_best", "trial_fields"]
