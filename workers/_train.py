@@ -372,7 +372,7 @@ def train(
     should_stop: Callable[[], bool] | None = None,
     plan: TrainingPlan | None = None,
     on_score: Callable[[int, float, dict[str, Any]], None] | None = None,
-    ranks: Any = None,
+    ranks: Any = None,  # a trial across K ranks (workers/_distributed.Ranks): each trains its share
 ) -> TrainResult:
     """Train in place; `data` as `data.to(device)` returns it for the model's device (there, or on the host).
 
@@ -382,8 +382,7 @@ def train(
     ``should_stop()``: asked before every step and validation (a Python flag, no device sync); True
     raises TrialStopped (a worker stopped or fenced out) with ``samples``, what this call trained.
     ``plan`` (archhpo.schema.TrainingPlan, the stopping rule's): ``validate_at`` always validated, at
-    ``score_at`` ``on_score(epoch, val, state)`` before the checkpoint, stop after ``stop_after``.
-    ``ranks`` (workers/_distributed.Ranks): a trial across K ranks, each training its share."""
+    ``score_at`` ``on_score(epoch, val, state)`` before the checkpoint, stop after ``stop_after``."""
     plan = TrainingPlan() if plan is None else plan
     run = _start(model, data, cfg, resume, loss_fn, ranks)
     hooks = _Hooks(on_eval, checkpoint, plan, on_score)
