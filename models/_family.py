@@ -57,16 +57,17 @@ class TensorDataset:
         )
 
     def index_device(self, device: torch.device) -> torch.device:
-        """Where the trainer draws a batch's indices: with the data (on `device`, after `to`)."""
-        return device
+        """Where the trainer draws a batch's indices: where the data are (`device`, after `to(device)`)."""
+        return self.train_target.device
 
     def train_batch(self, idx: torch.Tensor, device: torch.device) -> tuple[tuple[torch.Tensor, ...], torch.Tensor]:
-        """The training samples at `idx` (on `index_device(device)`) as (inputs, target) on `device`."""
-        return tuple(t[idx] for t in self.train_inputs), self.train_target[idx]
+        """The training samples at `idx` (on `index_device(device)`) as (inputs, target) on `device`
+        (a gather there; the copy is a no-op for data already moved to `device`)."""
+        return tuple(t[idx].to(device) for t in self.train_inputs), self.train_target[idx].to(device)
 
     def val_batch(self, start: int, stop: int, device: torch.device) -> tuple[tuple[torch.Tensor, ...], torch.Tensor]:
         """Validation samples start..stop-1 as (inputs, target) on `device`."""
-        return tuple(t[start:stop] for t in self.val_inputs), self.val_target[start:stop]
+        return tuple(t[start:stop].to(device) for t in self.val_inputs), self.val_target[start:stop].to(device)
 
     def device_bytes(self) -> int:
         """Bytes of the dataset held on an accelerator: what the memory plan adds to a trial's own."""
