@@ -49,6 +49,7 @@ def micro_batches(batch: int) -> list[int]:
 LOGIT_BYTES = {"cuda": 12, "cpu": 12}
 EVAL_LOGITS_BYTES = 2**30  # an evaluation batch's logits (fp32 and bf16) stay under this
 EVAL_LOGIT_BYTES = 6  # one evaluation logit: bf16 from the head, its fp32 copy
+EVAL_PEAK_LOGIT_BYTES = 10  # and the loss's log-softmax output (fp32): a large batch's peak
 
 
 def vocab_logits(family: str | Family, cfg: Any) -> int:
@@ -59,25 +60,25 @@ def vocab_logits(family: str | Family, cfg: Any) -> int:
     return int(fam.logits_per_sample(cfg)) if fam.logits_per_sample is not None else 0
 
 
-def eval_batch(logits_per_sample: int, eval_batch_size: int, room_bytes: int = EVAL_LOGITS_BYTES) -> int:
-    """The evaluation batch whose logits (fp32 + bf16: EVAL_LOGIT_BYTES each) stay under
-    `room_bytes` (EVAL_LOGITS_BYTES, or on a GPU `plan_eval_batch`'s larger room)."""
+def eval_batch(logits_per_sample: int, eval_batch_size: int) -> int:
+    """The evaluation batch whose logits (fp32 + bf16: EVAL_LOGIT_BYTES each) stay under EVAL_LOGITS_BYTES."""
     if logits_per_sample <= 0:
         return eval_batch_size
-    return max(1, min(eval_batch_size, room_bytes // (EVAL_LOGIT_BYTES * logits_per_sample)))
+    return max(1, min(eval_batch_size, EVAL_LOGITS_BYTES // (EVAL_LOGIT_BYTES * logits_per_sample)))
 
 
 def plan_eval_batch(plan: BatchPlan, shape: _memory.TrialShape, device: torch.device, logits_per_sample: int,
                     eval_batch_size: int) -> int:
-    """The evaluation batch on `device` once `plan` is known: `eval_batch` under EVAL_LOGITS_BYTES
-    on CPU (its results stay as they were); on CUDA, under what the free memory holds beyond the
-    plan's training peak (never less than EVAL_LOGITS_BYTES): fewer, larger validation batches, so
-    fewer launches and host syncs. Validation runs between steps, so training's saved activations
-    are gone then; they leave room for the evaluation layers' transients."""
+    """The evaluation batch on `device` once `plan` is known: `eval_batch`'s under EVAL_LOGITS_BYTES
+    on CPU (its results stay as they were); on CUDA, as many as the free memory holds beyond the
+    plan's training peak at EVAL_PEAK_LOGIT_BYTES a logit (never fewer than the cap's): fewer,
+    larger validation batches, so fewer launches and host syncs. Validation runs between steps, so
+    training's saved activations are gone then; they leave room for the layers' transients."""
+    capped = eval_batch(logits_per_sample, eval_batch_size)
     if device.type != "cuda" or logits_per_sample <= 0:
-        return eval_batch(logits_per_sample, eval_batch_size)
-    free = _memory.SAFETY * (_memory.available_bytes(device) + shape.data_bytes)
-    return eval_batch(logits_per_sample, eval_batch_size, max(EVAL_LOGITS_BYTES, int(free) - plan.need_bytes))
+        return capped
+    room = int(_memory.SAFETY * (_memory.available_bytes(device) + shape.data_bytes)) - plan.need_bytes
+    return max(capped, min(eval_batch_size, room // (EVAL_PEAK_LOGIT_BYTES * logits_per_sample)))
 
 
 def need_bytes(shape: _memory.TrialShape, device_type: str, logits_per_sample: int = 0) -> int:

@@ -122,13 +122,13 @@ def test_a_wsd_trial_plans_room_for_its_cooldown_branch(monkeypatch: pytest.Monk
 
 def test_the_validation_batch_grows_into_a_gpus_free_memory_but_not_on_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
     """124M at 1024 x 50,257: 3 windows a validation batch under the 1 GiB cap on CPU (results as
-    before); on an 80 GiB GPU, what is free beyond the training peak holds many more."""
+    before); on an 80 GiB GPU, what is free beyond the training peak holds more than 64 (one batch)."""
     shape, logits = _lm_shape("124M", 16)
     _free(monkeypatch, 79.0)
     cuda = plan_batch(shape, torch.device("cuda"), "124M", logits)
     assert plan_eval_batch(cuda, shape, torch.device("cpu"), logits, 1024) == 3
     room = 0.85 * 79.0 * 2**30 - cuda.need_bytes
     big = plan_eval_batch(cuda, shape, torch.device("cuda"), logits, 1024)
-    assert big == int(room) // (6 * logits) and big > 50
+    assert big == int(room) // (10 * logits) and big > 50
     tight = BatchPlan(16, 16, int(0.85 * 79.0 * 2**30))  # nothing left beyond training: the cap
     assert plan_eval_batch(tight, shape, torch.device("cuda"), logits, 1024) == 3
