@@ -19,11 +19,16 @@ sets it.  The training set is the synthetic PatchTST data tiled to a whole numbe
   2B, vocabulary 50,257, context 1024: eager (the trial path), foreach vs fused AdamW, bf16
   weights vs bf16 autocast, torch.compile with its compile time apart, and the SDPA kernel a
   profiled step ran.  Not in the default sections: ``--sections lm`` (under 10 minutes, docs/gpu.md).
+- ``defaults``, ``tokens``, ``ranks`` (issue 58, ``bench/gpu_defaults.py``): each GPU default on and
+  off (padded head, torch.compile, the planned batch, validation batches), training from a token
+  file against on-device windows, and one trial across K = 1, 2, 4, 8 ranks.  Asked for by name.
 
     python bench/gpu.py                          # everything (timed once on an H100: BENCHMARKS.md §4)
     python bench/gpu.py --sections throughput,packing --out results/
     python bench/gpu.py --sections lm --out results/   # the lm table (docs/gpu.md: from a fresh machine)
     python bench/gpu.py --sections lm --dry-run        # CPU, tiny configs: proves the script and table
+    python bench/gpu.py --sections defaults,tokens,ranks,lm --lm-variants eager compile --seconds 3 --out results/
+                                                 # docs/gpu.md's table from a fresh machine (under 10 minutes)
     python bench/gpu.py --help
 
 The compile section, which compiles each 2M model twice per batch size, is the slowest: where a
@@ -48,6 +53,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+import gpu_defaults  # bench/gpu_defaults.py: the defaults, tokens and ranks sections
 import gpu_lm  # bench/gpu_lm.py: the lm section (this folder is on sys.path when run as a script)
 import gpu_profile  # bench/gpu_profile.py: the PatchTST profile section
 import torch
@@ -74,8 +80,8 @@ CONFIGS: dict[str, dict[str, int]] = {  # every one a row of its budget's grid (
 }
 CONFIG_2B = {"d_model": 2048, "n_layers": 48, "n_heads": 16, "d_ff": 8192}  # 2,417,412,097: 2B's largest
 TINY = {"d_model": 32, "n_layers": 2, "n_heads": 4, "d_ff": 64}  # --cpu-smoke only
-SECTIONS = ("throughput", "compile", "2b", "packing", "lm", "profile")
-DEFAULT_SECTIONS = SECTIONS[:4]  # lm (the GPT-2-scale table) and profile are asked for by name
+SECTIONS = ("throughput", "compile", "2b", "packing", "lm", "profile", "defaults", "tokens", "ranks")
+DEFAULT_SECTIONS = SECTIONS[:4]  # lm (the GPT-2-scale table), profile and issue 58's are asked for by name
 PARAMS = {"learning_rate": 3e-4, "epochs": 1, "batch_size": 64, "weight_decay": 1e-4, "warmup_steps": 100}
 NO_GPU = ("bench/gpu.py: no CUDA GPU is visible to PyTorch (torch.cuda.is_available() is False), "
           "so there is nothing to measure here; run it on a machine with an NVIDIA GPU.")
@@ -359,6 +365,7 @@ def markdown(result: dict[str, Any]) -> str:
         lines += gpu_lm.markdown(result["lm"], result["lm"][0]["vocab"])
     if result.get("profile"):
         lines += gpu_profile.markdown(result["profile"])
+    lines += gpu_defaults.markdown(result)
     if result.get("packing"):
         lines += ["Packed 2M-deep trials on one GPU (separate processes, batch "
                   f"{result['packing_batch']}):", "",
@@ -399,7 +406,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sections", default=",".join(DEFAULT_SECTIONS),
-                    help=f"comma-separated, of {', '.join(SECTIONS)} (default: all but lm and profile)")
+                    help=f"comma-separated, of {', '.join(SECTIONS)} (default: all but lm, profile, defaults, "
+                         "tokens and ranks)")
     ap.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
     ap.add_argument("--batches", type=int, nargs="+", default=[64, 256])
     ap.add_argument("--packing", type=int, nargs="+", default=[1, 2, 4, 8], help="trials packed on one GPU")
@@ -410,6 +418,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="check this script on CPU with a tiny model (measures nothing worth reporting)")
     gpu_lm.add_arguments(ap)
     gpu_profile.add_arguments(ap)
+    gpu_defaults.add_arguments(ap)
     args = ap.parse_args(argv)
     sections = [s.strip() for s in args.sections.split(",") if s.strip()]
     bad = sorted(set(sections) - set(SECTIONS))
@@ -432,6 +441,9 @@ def main(argv: list[str] | None = None) -> int:
     runners = {"throughput": section_throughput, "compile": section_compile, "2b": section_2b,
                "packing": section_packing,
                "lm": lambda device, args, cache: gpu_lm.section_lm(device, args, _guarded),
+               "defaults": lambda device, args, cache: gpu_defaults.section_defaults(device, args, _guarded),
+               "tokens": lambda device, args, cache: gpu_defaults.section_tokens(device, args, _guarded),
+               "ranks": lambda device, args, cache: gpu_defaults.section_ranks(device, args, _guarded),
                "profile": lambda device, args, cache: gpu_profile.section_profile(
                    device, args, lambda name, batch: _built(name, batch, device, cache, args), _guarded)}
     t0 = time.perf_counter()

@@ -9,7 +9,9 @@ For each row of ``archhpo.models.lm_spec.GPU_ROWS`` (124M = GPT-2 small, 200M, 2
 - ``foreach``: the same with PyTorch's foreach AdamW, to show what the fused one is worth;
 - ``bf16-weights``: the model's weights (and so AdamW's state) in bf16 instead of fp32 + autocast;
 - ``compile``: ``torch.compile`` (default mode); its compile time is the first call's extra time
-  over the steady steps, reported in its own column, never inside the step time.
+  over the steady steps, reported in its own column, never inside the step time;
+- ``unpadded-head`` (bench/gpu_defaults.py's section): the tied head over the bare vocabulary, where a
+  CUDA trial pads its kernel to a multiple of 64 (``models/lm.py``).
 
 Step time is ``TrainResult.train_s``: the timed steps only (validation and set-up outside), from
 the exact FLOPs (``flops_per_sample``: attention included, the causal half not discounted, as
@@ -40,7 +42,7 @@ from archhpo.workers._device import mfu, release_memory
 from archhpo.workers._memory import TrialShape
 from archhpo.workers._train import TrainConfig, train
 
-VARIANTS = ("eager", "foreach", "bf16-weights", "compile")
+VARIANTS = ("eager", "foreach", "bf16-weights", "compile")  # the lm section's; measure() also knows unpadded-head
 TINY = {"d_model": 32, "n_layers": 2, "n_heads": 2, "d_ff": 64}  # --dry-run: every row is this
 TINY_VOCAB, TINY_SEQ = 256, 32
 WARM_STEPS = 3
@@ -52,9 +54,9 @@ def config(row: str, args: argparse.Namespace) -> LMConfig:
     return gpu_config(row, args.seq_len)
 
 
-def windows(n: int, cfg: LMConfig, device: torch.device) -> TensorDataset:
-    """n random training windows (and one validation window) of seq_len + 1 tokens, on the device."""
-    ids = torch.randint(0, cfg.vocab_size, (n + 1, cfg.seq_len + 1), device=device)
+def windows(n: int, cfg: LMConfig, device: torch.device, val: int = 1) -> TensorDataset:
+    """n random training windows (and `val` validation windows) of seq_len + 1 tokens, on the device."""
+    ids = torch.randint(0, cfg.vocab_size, (n + val, cfg.seq_len + 1), device=device)
     return TensorDataset((ids[:n, :-1],), ids[:n, 1:], (ids[n:, :-1],), ids[n:, 1:], {})
 
 
@@ -101,27 +103,29 @@ def sdpa_kernel(model: torch.nn.Module, cfg: LMConfig, tcfg: TrainConfig, device
     return ", ".join(ops) + (f" (kernel: {kernels[0][:60]})" if kernels else "")
 
 
-def _shape(cfg: LMConfig, batch: int) -> TrialShape:
+def shape(cfg: LMConfig, batch: int) -> TrialShape:
     return TrialShape(param_count(cfg), batch, 1, cfg.seq_len, 1, cfg.d_model, cfg.n_layers, cfg.n_heads, cfg.d_ff)
 
 
-def _setup(row: str, batch: int, device: torch.device, args: argparse.Namespace) -> tuple[Any, ...]:
+def setup(row: str, batch: int, device: torch.device, args: argparse.Namespace) -> tuple[Any, ...]:
     """(config, model, batch plan, train config) of an lm row at the largest micro-batch the memory
     estimate allows (``workers._batch.plan_batch``), accumulating to ``batch``."""
     cfg = config(row, args)
     torch.manual_seed(0)
     with torch.device(device):  # built on the device: a 2B model never sits in host memory
         model: torch.nn.Module = get_family("lm").build(cfg)
-    plan = plan_batch(_shape(cfg, batch), device, f"lm {row}", vocab_logits("lm", cfg))
+    plan = plan_batch(shape(cfg, batch), device, f"lm {row}", vocab_logits("lm", cfg))
     tcfg = TrainConfig(epochs=1, batch_size=batch, warmup_steps=10, learning_rate=3e-4,
                        eval_batch_size=1, micro_batch=plan.micro_batch if plan.accumulation > 1 else None)
     return cfg, model, plan, tcfg
 
 
 def measure(row: str, variant: str, device: torch.device, args: argparse.Namespace) -> dict[str, Any]:
-    cfg, model, plan, tcfg = _setup(row, args.lm_batch, device, args)
+    cfg, model, plan, tcfg = setup(row, args.lm_batch, device, args)
     if variant == "bf16-weights":
         model = model.to(torch.bfloat16)
+    if variant == "unpadded-head":  # the tied head over the bare vocabulary (models/lm.py: HEAD_MULTIPLE)
+        model.head_multiple = 1
     run = torch.compile(model, backend="eager" if args.cpu_smoke else "inductor") if variant == "compile" else model
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
@@ -153,22 +157,27 @@ def measure(row: str, variant: str, device: torch.device, args: argparse.Namespa
 def built(row: str, batch: int, device: torch.device, args: argparse.Namespace) -> tuple[Any, ...]:
     """For bench/gpu_profile.py: (model, data_for(steps), train config, loss, FLOPs per sample) of an
     lm row, at the micro-batch the memory estimate allows (as ``measure``)."""
-    cfg, model, _, tcfg = _setup(row, batch, device, args)
+    cfg, model, _, tcfg = setup(row, batch, device, args)
     return (model, lambda steps: windows(steps * batch, cfg, device), tcfg, get_family("lm").loss,
             float(flops_per_token(cfg) * cfg.seq_len))
 
 
-def section_lm(device: torch.device, args: argparse.Namespace, guarded: Any) -> list[dict[str, Any]]:
-    """Every row x variant; each printed as it is measured (a run cut off still says what it had)."""
+def section_lm(device: torch.device, args: argparse.Namespace, guarded: Any, variants: tuple[str, ...] | None = None,
+               batch_for: dict[str, int] | None = None) -> list[dict[str, Any]]:
+    """Every row x variant (``args.lm_variants`` unless `variants`; `batch_for` gives a variant its
+    own batch); each printed as it is measured (a run cut off still says what it had)."""
     rows: list[dict[str, Any]] = []
     for row in args.lm_rows:
         eager_warm = None
-        for variant in args.lm_variants:
+        for variant in variants or args.lm_variants:
             print(f"lm {row} {variant} ...", file=sys.stderr)
             if variant == "compile":
                 torch._dynamo.reset()
+            run_args = args
+            if batch_for and variant in batch_for:
+                run_args = argparse.Namespace(**{**vars(args), "lm_batch": batch_for[variant]})
             r = {"row": row, "variant": variant, "vocab": config(row, args).vocab_size,
-                 **guarded(measure, row, variant, device, args)}
+                 **guarded(measure, row, variant, device, run_args)}
             if variant == "eager" and "error" not in r:
                 eager_warm = r["warmup_extra_s"]
             if variant == "compile" and "error" not in r and eager_warm is not None:
@@ -179,7 +188,7 @@ def section_lm(device: torch.device, args: argparse.Namespace, guarded: Any) -> 
     return rows
 
 
-def _f(v: Any, pct: bool = False) -> str:
+def fmt(v: Any, pct: bool = False) -> str:
     if v is None:
         return "-"
     if pct:
@@ -189,8 +198,13 @@ def _f(v: Any, pct: bool = False) -> str:
     return f"{v:,.1f}" if abs(v) >= 10 else f"{v:.3g}"
 
 
-def markdown(rows: list[dict[str, Any]], vocab: int) -> list[str]:
-    lines = [f"lm at GPT-2 scale (vocabulary {vocab:,}; step MFU = exact FLOPs over the timed steps only; "
+def vocab(rows: list[dict[str, Any]]) -> int:
+    """The vocabulary the rows trained at (every row of a run has the same)."""
+    return int(rows[0]["vocab"]) if rows else 0
+
+
+def markdown(rows: list[dict[str, Any]], vocab: int, title: str = "lm at GPT-2 scale") -> list[str]:
+    lines = [f"{title} (vocabulary {vocab:,}; step MFU = exact FLOPs over the timed steps only; "
              "compile s = the compiled first call's extra time beyond eager's):", "",
              "| row | params | FLOPs/token | context | variant | batch (micro) | tokens/s | step ms | step MFU "
              "| TFLOP/s | compile s | peak GiB | estimate GiB | SDPA op (profiler) |",
@@ -201,10 +215,10 @@ def markdown(rows: list[dict[str, Any]], vocab: int) -> list[str]:
             continue
         batch = f"{r['batch']}" + (f" ({r['micro_batch']})" if r["micro_batch"] < r["batch"] else "")
         lines.append(
-            f"| {r['row']} | {_f(r['params'])} | {_f(r['flops_per_token'])} | {r['seq_len']} | {r['variant']} | "
-            f"{batch} | {_f(r['tokens_per_s'])} | {_f(r['step_ms'])} | {_f(r.get('step_mfu'), True)} | "
-            f"{_f(r['tflops'])} | {_f(r.get('compile_s'))} | {_f(r.get('peak_memory_gib'))} | "
-            f"{_f(r['estimate_gib'])} | {r.get('sdpa', '')} |")
+            f"| {r['row']} | {fmt(r['params'])} | {fmt(r['flops_per_token'])} | {r['seq_len']} | {r['variant']} | "
+            f"{batch} | {fmt(r['tokens_per_s'])} | {fmt(r['step_ms'])} | {fmt(r.get('step_mfu'), True)} | "
+            f"{fmt(r['tflops'])} | {fmt(r.get('compile_s'))} | {fmt(r.get('peak_memory_gib'))} | "
+            f"{fmt(r['estimate_gib'])} | {r.get('sdpa', '')} |")
     return [*lines, ""]
 
 
@@ -216,4 +230,5 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--seq-len", type=int, default=1024, help="lm: context (1024 or 2048)")
 
 
-__all__ = ["VARIANTS", "add_arguments", "built", "markdown", "section_lm"]
+__all__ = ["GPU_ROWS", "VARIANTS", "WARM_STEPS", "add_arguments", "built", "config", "fmt", "markdown", "measure",
+           "section_lm", "setup", "shape", "vocab", "windows"]
