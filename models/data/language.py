@@ -331,7 +331,7 @@ def _load_text(spec: Mapping[str, Any], seq_len: int, vf: float, quick: bool,
         val = val[np.linspace(0, len(val) - 1, n_val).round().astype(np.int64)]
     elif quick:  # a data-budget study trains on D whatever --quick says
         n_train = min(n_train, max(1, QUICK_TOKENS // seq_len))
-    return windows_view(torch.from_numpy(stream), 0, n_train, seq_len), val
+    return windows_view(torch.from_numpy(stream), n_train, seq_len), val
 
 
 def load_data(spec: Mapping[str, Any], options: Mapping[str, Any]) -> TensorDataset:

@@ -205,7 +205,8 @@ def parse_tokens(raw: str, options: Mapping[str, Any], seq_len: int, vf: float) 
         short = [(tf, need)] if tf.n_tokens < need else []
     else:
         short = [(f, window) for f in (tf, val) if f.n_tokens < window]
-    for f, need in short:
+    if short:
+        f, need = short[0]
         raise DataError(f"Token file {f.path} has {f.n_tokens:,} tokens, too few for a training and a "
                         f"validation window of {window} tokens; use at least {need:,} tokens or a smaller --seq-len.")
     for f in (tf, *([val] if val is not None else [])):
@@ -236,10 +237,9 @@ def _as_tensor(ids: np.ndarray) -> torch.Tensor:
         return torch.from_numpy(ids)
 
 
-def windows_view(stream: torch.Tensor, first: int, n: int, seq_len: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(inputs, targets) of the `n` windows of seq_len + 1 ids at stride seq_len from id `first`: views, no copy."""
-    return (stream.as_strided((n, seq_len), (seq_len, 1), first),
-            stream.as_strided((n, seq_len), (seq_len, 1), first + 1))
+def windows_view(stream: torch.Tensor, n: int, seq_len: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(inputs, targets) of the first `n` windows of seq_len + 1 ids at stride seq_len: views, no copy."""
+    return stream.as_strided((n, seq_len), (seq_len, 1), 0), stream.as_strided((n, seq_len), (seq_len, 1), 1)
 
 
 @dataclass
@@ -252,8 +252,7 @@ class WindowDataset(TensorDataset):
     checks them against ``vocab``.  The validation windows are small and always in memory.
     """
 
-    source: TokenFile | None = None
-    first: int = 0  # the id the first training window starts at
+    source: TokenFile | None = None  # training window k: ids k * seq_len .. k * seq_len + seq_len
     seq_len: int = 0
     vocab: int = 0
 
@@ -280,7 +279,7 @@ class WindowDataset(TensorDataset):
         import numpy as np
         import torch
         assert self.source is not None
-        where = (self.first + idx.astype(np.int64) * self.seq_len)[:, None] + np.arange(self.seq_len + 1)
+        where = (idx.astype(np.int64) * self.seq_len)[:, None] + np.arange(self.seq_len + 1)
         ids = self.source.open()[where]  # a copy: the map goes with this call
         check_ids(ids, where, self.vocab, self.source.path, "in a training batch")
         return _as_tensor(ids).to(torch.int64)
@@ -290,8 +289,8 @@ class WindowDataset(TensorDataset):
         `sample_spans` over the training part (a full pass over a large file is too slow)."""
         if self.source is None:
             return self.train_target.reshape(-1)
-        lo, hi = self.first + 1, self.first + 1 + self.n_train * self.seq_len
-        return _as_tensor(_sample(self.source, lo, hi, self.vocab, "in the unigram baseline's sample"))
+        hi = 1 + self.n_train * self.seq_len
+        return _as_tensor(_sample(self.source, 1, hi, self.vocab, "in the unigram baseline's sample"))
 
 
 def _val_windows(tf: TokenFile, lo: int, hi: int, seq_len: int, vocab: int) -> np.ndarray:
@@ -320,7 +319,7 @@ def load_tokens(spec: Mapping[str, Any], seq_len: int, vf: float, train_cap: int
     n_train = (cut - 1) // seq_len
     if train_cap is not None:
         n_train = min(n_train, train_cap)
-    x, y = windows_view(_as_tensor(tf.open()), 0, n_train, seq_len)
+    x, y = windows_view(_as_tensor(tf.open()), n_train, seq_len)
     va = torch.from_numpy(val)
     info.update(source=str(spec["path"]), n_train=n_train, n_val=int(va.shape[0]), train_tokens=n_train * seq_len)
     return WindowDataset((x,), y, (va[:, :-1],), va[:, 1:], info, source=tf, seq_len=seq_len, vocab=vocab)
