@@ -12,7 +12,9 @@ trend still shows; the aspect ratio alone narrows when fewer than MIN_REGION row
 budget halves the design's --trials per step, has no phase 2, and trains each region row once (slots
 beyond it are skipped: --ladder retrains its finalists in phase 3 instead).  A record stored before
 a rule changed is used as stored.  --carry-finalists plans the largest budget from the next smaller
-one's LADDER_FINALISTS best instead (`finalist_rows`).  The rules in full: docs/searching.md.
+one's LADDER_FINALISTS best instead (`finalist_rows`).  Under µP (parametrization "mup") the rate
+searched at the smallest budget is carried unchanged, at every width, and not sampled around
+(search/_lrfit.py `mup_fit`).  The rules in full: docs/searching.md.
 """
 
 from __future__ import annotations
@@ -25,7 +27,15 @@ from typing import Any
 
 from archhpo.budgets import GridRow
 from archhpo.schema import LADDER_FINALISTS
-from archhpo.search._lrfit import LrFit, at_width, budget_rates, carried_rate, fit_lr_exponent
+from archhpo.search._lrfit import (
+    MUP_SOURCE,
+    LrFit,
+    at_width,
+    budget_rates,
+    carried_rate,
+    fit_lr_exponent,
+    mup_fit,
+)
 from archhpo.search._plan import plan_order, plan_sizes
 from archhpo.search._space import SearchSpace
 from archhpo.search._trust import describe_trust
@@ -91,14 +101,15 @@ def carried_params(best: Finished, lr: float, space: SearchSpace) -> dict[str, A
             **{k: int(best.params[k]) for k in ("epochs", "batch_size", "warmup_steps")}}
 
 
-def narrowed_space(carried: Mapping[str, Any], space: SearchSpace) -> SearchSpace:
-    """The space phase 1 of a ladder budget samples: around the carried values, inside the study's."""
+def narrowed_space(carried: Mapping[str, Any], space: SearchSpace, lr_width: float = LR_WIDTH) -> SearchSpace:
+    """The space phase 1 of a ladder budget samples: around the carried values, inside the study's
+    (`lr_width` 1: the carried learning rate exactly, as µP carries it)."""
     def around(value: float, width: float, rng: tuple[float, ...]) -> tuple[float, float]:
         lo, hi = float(rng[0]), float(rng[-1])
         return _clip(value / width, lo, hi), _clip(value * width, lo, hi)
 
     return SearchSpace(
-        learning_rate=around(carried["learning_rate"], LR_WIDTH, space.learning_rate),
+        learning_rate=around(carried["learning_rate"], lr_width, space.learning_rate),
         weight_decay=around(carried["weight_decay"], WD_WIDTH, space.weight_decay),
         epochs=(int(carried["epochs"]),), batch_size=(int(carried["batch_size"]),),
         warmup_steps=(int(carried["warmup_steps"]),),
@@ -232,7 +243,7 @@ def narrowed_region(rows: Sequence[GridRow], top: Sequence[Finished]) -> tuple[l
 def carry_up(finished: Sequence[Finished], n_small: int, n_large: int, rows: Sequence[GridRow],
              space: SearchSpace, slots: Sequence[int], seed: int, *,
              below: Sequence[tuple[int, Sequence[Finished]]] = (), data_grows: bool = False,
-             finalists: bool = False) -> dict[str, Any]:
+             finalists: bool = False, parametrization: str = "sp") -> dict[str, Any]:
     """The larger budget's plan from the next smaller budget's finished trials: what was carried,
     and an architecture and training parameters for the planned phase-1 slots, one per region
     architecture in the plan's spread order, extremes first; slots beyond the region's size are
@@ -243,7 +254,8 @@ def carry_up(finished: Sequence[Finished], n_small: int, n_large: int, rows: Seq
     data_grows: the study trains on a fixed data per parameter (the prior's regime).  --lr-probe's runs
     count for the learning rate only.  finalists (--carry-finalists, the ladder's largest budget): the
     slots get `finalist_rows` in its order instead of the region, the record says which
-    ("carry_finalists": the carried rows' arch_idx and the trials they were carried from)."""
+    ("carry_finalists": the carried rows' arch_idx and the trials they were carried from).
+    parametrization "mup": the smallest budget's rate, carried unchanged to every row (`mup_fit`)."""
     pool = [t for t in finished if not t.lr_probe]
     top = top_architectures(pool)
     if not top:  # every trial of the smaller budget failed: nothing to carry, the design's space and grid
@@ -253,18 +265,17 @@ def carry_up(finished: Sequence[Finished], n_small: int, n_large: int, rows: Seq
                 "grid_size": len(rows), "rule": "nothing carried", "assignments": assignments,
                 "skipped_slots": len(slots) - len(assignments)}
     width = top[0].d_model  # every smaller budget's rates are read at the best architecture's width
-    budgets = [(n, [(at_width(float(t.params["learning_rate"]), t.d_model, width), t.value, t.arch_key) for t in done])
-               for n, done in (below or [(n_small, finished)])]
-    fit = fit_lr_exponent(budgets, data_grows=data_grows)
-    rates = budget_rates(budgets)
-    raw = carried_rate(rates, n_large, fit.exponent)
+    fit, rates = _rate_fit(below or [(n_small, finished)], width, data_grows, parametrization)
+    mup = fit.source == MUP_SOURCE
+    raw = rates[0][1] if mup else carried_rate(rates, n_large, fit.exponent)
     carried = carried_params(top[0], raw, space)
     inside, ranges, how = _planned_rows(rows, top, pool, finalists)
-    narrow = narrowed_space(carried, space)
+    lr_width = 1.0 if mup else LR_WIDTH
+    narrow = narrowed_space(carried, space, lr_width)
 
-    def space_of(row: GridRow) -> SearchSpace:  # the carried rate moved to the row's own width
-        return narrowed_space({**carried, "learning_rate": _clip(at_width(raw, width, row.d_model),
-                                                                 *space.learning_rate)}, space)
+    def space_of(row: GridRow) -> SearchSpace:  # the carried rate moved to the row's own width (µP: as is)
+        lr = raw if mup else at_width(raw, width, row.d_model)
+        return narrowed_space({**carried, "learning_rate": _clip(lr, *space.learning_rate)}, space, lr_width)
 
     ratios = [t.d_model / t.n_layers for t in top]
     assignments = _assign(inside, space_of, slots, seed, ordered=finalists)
@@ -279,6 +290,18 @@ def carry_up(finished: Sequence[Finished], n_small: int, n_large: int, rows: Seq
         "rule": _rule(fit, len(rates), width, how, _clipped(raw, carried, space)),
         **({"carry_finalists": _carried(pool, rows)} if finalists else {}),
     }
+
+
+def _rate_fit(below: Sequence[tuple[int, Sequence[Finished]]], width: int, data_grows: bool,
+              parametrization: str) -> tuple[LrFit, list[tuple[int, float]]]:
+    """The learning-rate fit and the budgets' best rates it reads: under µP the smallest budget's
+    alone, at the trials' own widths (`mup_fit`); else every budget's, read at `width`."""
+    if parametrization == "mup":
+        return mup_fit([(n, [(float(t.params["learning_rate"]), t.value, t.arch_key) for t in done])
+                        for n, done in below])
+    budgets = [(n, [(at_width(float(t.params["learning_rate"]), t.d_model, width), t.value, t.arch_key) for t in done])
+               for n, done in below]
+    return fit_lr_exponent(budgets, data_grows=data_grows), budget_rates(budgets)
 
 
 def _planned_rows(rows: Sequence[GridRow], top: Sequence[Finished], pool: Sequence[Finished],
@@ -303,6 +326,8 @@ def _rule(fit: LrFit, n_budgets: int, width: int, how: str, clipped: tuple[float
     source, the reference width; the study's range when that clipped the carried rate: a fixed
     --learning-rate keeps it), and the region's."""
     clip = f", clipped to the study's range {clipped[0]:.3g}-{clipped[1]:.3g}" if clipped else ""
+    if fit.source == MUP_SOURCE:
+        return f"lr carried unchanged under µP, at every d_model{clip}; region: {how}"
     through = f"{n_budgets} budgets' best rates" if n_budgets != 1 else "1 budget's best rate"
     return (f"lr on the line N^{fit.exponent:.3f} through {through} ({fit.source} exponent{clip}), at d_model "
             f"{width}, x {width}/d_model per architecture; region: {how}")

@@ -12,7 +12,8 @@ architecture was sampled where. `--lr-probe` retrains a budget's best at schema.
 that it locates. The carried rate is read on the line of slope b through every smaller budget
 (`carried_rate`), so one lucky seed does not set it, at one reference width moved to each
 architecture's d_model by WIDTH_EXPONENT (`at_width`, muP's prior). The evidence for each rule:
-docs/searching.md, "What `--ladder` does", item 5.
+docs/searching.md, "What `--ladder` does", item 5. Under µP (docs/mup.md) none of this applies
+(`mup_fit`): the rate is searched at the smallest budget only and carried unchanged, exponent 0.
 """
 
 from __future__ import annotations
@@ -41,6 +42,8 @@ MAX_INTERVAL_WIDTH = 1.0  # wider than a whole unit of exponent says nothing the
 PLAUSIBLE = (-1.5, 0.5)  # published exponents lie within (-1, 0); an interval outside is a bad fit
 MIN_RATES_FOR_QUADRATIC = 4  # three points fit any parabola exactly: a fourth checks its shape
 WIDTH_EXPONENT = 1.0  # muP for Adam: the hidden layers' best rate ∝ d_model^-1 (a prior, not fitted)
+MUP_SOURCE = "mup"  # an LrFit's source under µP: the smallest budget's rate, carried unchanged
+MUP_TRANSFER = "docs/mup.md"  # where the measured transfer that licenses carrying it unchanged is
 
 
 @dataclass(frozen=True)
@@ -67,6 +70,8 @@ class LrFit:
 
     def describe(self) -> str:
         """'N^-0.512 (fitted on 4 budgets, 90% interval -0.7 to -0.3)' or 'N^-0.406 (prior: why)'."""
+        if self.source == MUP_SOURCE:
+            return f"N^0 (µP: {self.reason})"
         if self.source == "fitted":
             return (f"N^{self.exponent:.3f} (fitted on {self.n_budgets} budgets, {CONFIDENCE:.0%} interval "
                     f"{self.low:.3f} to {self.high:.3f})")
@@ -158,6 +163,22 @@ def carried_rate(rates: Sequence[tuple[int, float]], n_large: int, exponent: flo
         raise ValueError("carried_rate needs at least one budget's best rate")
     intercept = sum(math.log(lr) - exponent * math.log(n) for n, lr in rates) / len(rates)
     return math.exp(intercept + exponent * math.log(n_large))
+
+
+def mup_fit(budgets: Sequence[tuple[int, Sequence[Any]]]) -> tuple[LrFit, list[tuple[int, float]]]:
+    """µP's carry: the smallest budget's best rate (`locate_rate` over its (learning rate, value[,
+    architecture]) points, at the trials' own widths, which µP makes irrelevant) and exponent 0, so
+    every larger budget gets it unchanged; the fit and [(that budget's N, its rate)].  The budgets
+    above the smallest trained at the carried rate and are not read."""
+    searched = [(n, points) for n, points in budgets if points]
+    if not searched:
+        raise ValueError("mup_fit needs the smallest budget's finished trials")
+    n, points = min(searched, key=lambda b: b[0])
+    best = locate_rate(points)
+    how = "its parabola's vertex" if best.located else f"its best trial's rate: {best.why}"
+    reason = (f"the rate searched at {budget_label(n)} only ({how}), carried unchanged; "
+              f"the measured transfer across widths is in {MUP_TRANSFER}")
+    return LrFit(0.0, None, None, 1, MUP_SOURCE, reason), [(n, best.rate)]
 
 
 def fit_lr_exponent(budgets: Sequence[tuple[int, Sequence[Any]]], *, data_grows: bool) -> LrFit:
