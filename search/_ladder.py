@@ -1,7 +1,6 @@
 """Ladder planning (`--ladder`): budgets searched smallest first, a larger budget planned from the
 finished smaller ones (size as the fidelity).  Pure functions: search/_ladder_record.py calls
-`carry_up` for the upkeep under the plan lock once every smaller budget's plan is final, and the
-upkeep stores its result in the study before enqueuing.
+`carry_up` under the plan lock once every smaller budget's plan is final; the upkeep stores it.
 
 Carried up from the next smaller budget's COMPLETE phase 1-2 trials: the learning rate, read at one
 width on a fitted or prior exponent (search/_lrfit.py) and sampled within x/÷ LR_WIDTH of it per
@@ -12,9 +11,8 @@ trend still shows; the aspect ratio alone narrows when fewer than MIN_REGION row
 budget halves the design's --trials per step, has no phase 2, and trains each region row once (slots
 beyond it are skipped: --ladder retrains its finalists in phase 3 instead).  A record stored before
 a rule changed is used as stored.  --carry-finalists plans the largest budget from the next smaller
-one's LADDER_FINALISTS best instead (`finalist_rows`).  Under µP (parametrization "mup") the rate
-searched at the smallest budget is carried unchanged, at every width, and not sampled around
-(search/_lrfit.py `mup_fit`).  The rules in full: docs/searching.md.
+one's LADDER_FINALISTS best instead (`finalist_rows`).  Under µP the smallest budget's rate is
+carried unchanged to every width, not sampled around (`mup_fit`).  The rules: docs/searching.md.
 """
 
 from __future__ import annotations

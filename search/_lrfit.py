@@ -11,9 +11,8 @@ effect is told apart from the architectures', since a slope through one trial's 
 architecture was sampled where. `--lr-probe` retrains a budget's best at schema.LR_PROBE_FACTORS so
 that it locates. The carried rate is read on the line of slope b through every smaller budget
 (`carried_rate`), so one lucky seed does not set it, at one reference width moved to each
-architecture's d_model by WIDTH_EXPONENT (`at_width`, muP's prior). The evidence for each rule:
-docs/searching.md, "What `--ladder` does", item 5. Under µP (docs/mup.md) none of this applies
-(`mup_fit`): the rate is searched at the smallest budget only and carried unchanged, exponent 0.
+architecture's d_model by WIDTH_EXPONENT (`at_width`, muP's prior); the evidence: docs/searching.md,
+item 5 of "What `--ladder` does". Under µP (`mup_fit`) the smallest budget's rate carries unchanged.
 """
 
 from __future__ import annotations
