@@ -66,7 +66,7 @@ _PEAK_BF16: list[tuple[str, float]] = [
 
 def dense_bf16_peak_flops(name: str) -> float | None:
     """The dense bf16 tensor-core peak (FLOP/s) of a GPU by its torch name; None when unknown
-    (or when the GPU has no bf16 tensor cores: V100, T4).  ARCHHPO_PEAK_BF16_FLOPS overrides."""
+    (or when the GPU has no bf16 tensor cores, as the V100).  ARCHHPO_PEAK_BF16_FLOPS overrides."""
     override = os.environ.get(PEAK_ENV)
     if override:
         try:

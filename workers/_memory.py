@@ -4,17 +4,12 @@ The estimate sizes a trial before anything is built, so a trial that cannot fit 
 a reason instead of taking the machine down (a 2B model on a 24 GiB CPU host, say); cluster
 placement sizes GPU shares with the same function and the same SAFETY factor.
 
-Calibrated against measured CPU peaks (`tests/workers/test_gpu_faults.py`, the `signal` family's sum, cat
-and ci encoders at d_model 64, 3 layers): CPU training keeps no attention maps for backward where
-the fused dropout kernels run (`archhpo.models._cpu_kernels`; SDPA's flash kernel, which takes
-the causal masks, likewise without dropout), while the tensor path that stands in for the kernels
-where no C compiler builds them keeps about 3.4 maps of heads x T^2 floats per layer (cat at batch
-32: 8.8 GiB). Evaluation on CPU keeps about 2.9 for the layer it is in. On CUDA SDPA's
-memory-efficient kernels keep none; under bf16 autocast a layer keeps the residual stream's two
-LayerNorm inputs in fp32 and the rest in bf16 (ACT_BYTES_CUDA_*), and autocast holds a bf16 copy of
-every weight through the forward. A WSD trial's cooldown branch trains a copy of the model and of
-its optimizer beside the run it branches from (`workers._train.cooldown_branch`): 16 B/param more.
-The lm rows' CPU and CUDA checks are in docs/gpu.md ("The memory plan").
+What it counts, and the measured peaks it is checked against (`tests/workers/test_gpu_faults.py`
+for the `signal` family, `tests/workers/test_memory_plan.py` for the lm rows), are in docs/gpu.md
+("The memory plan"). In short: CPU training keeps attention maps for backward only on the tensor
+path that stands in for the fused kernels (`archhpo.models._cpu_kernels`), SDPA on CUDA keeps
+none; bf16 autocast keeps the residual stream's LayerNorm inputs in fp32, the rest in bf16, and a
+bf16 copy of every weight; a WSD trial's cooldown branch trains copies of model and optimizer.
 """
 
 from __future__ import annotations
