@@ -22,7 +22,7 @@ from archhpo.report._columns import (
 from archhpo.report._truth import known_truth
 
 if TYPE_CHECKING:
-    from archhpo.schema import StoredOptions
+    from archhpo.config import StoredOptions
     from archhpo.search._plan import PlanEntry
 
 

@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
+from archhpo.config import StoredOptions
 from archhpo.errors import StudyError
-from archhpo.schema import DEFAULT_ETA, StoredOptions
+from archhpo.schema import DEFAULT_ETA
 
 
 def parse_fraction(text: str | float) -> Fraction:

@@ -23,9 +23,9 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import optuna
 
-from archhpo.config import StudyConfig
+from archhpo.config import StoredOptions, StudyConfig
 from archhpo.errors import StudyError
-from archhpo.schema import PRUNERS, Attr, StoredOptions, TrainingPlan
+from archhpo.schema import PRUNERS, Attr, TrainingPlan
 from archhpo.search._halving import Halving, parse_fraction, promotions
 from archhpo.search._trust import EVERY_RUNG, RungTrust
 

@@ -7,6 +7,7 @@ import ast
 from pathlib import Path
 
 from archhpo import schema
+from archhpo.config import StoredOptions
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGE = ("archhpo", "budgets", "cluster", "models", "report", "search", "workers")
@@ -71,16 +72,16 @@ def test_stored_options_round_trip_key_for_key_and_type_what_they_hold() -> None
               "ladder": {"below": ["x_100K"]}, "baselines": ["kaplan"], "compile": True,
               "data_budget": {"unit": "tokens", "per_param": 10.0, "budget_params": 100000, "target": 1000000},
               "data_seed": 0, "some_future_key": [1, 2]}
-    options = schema.StoredOptions.from_dict(stored)
+    options = StoredOptions.from_dict(stored)
     assert list(options.as_dict().items()) == list(stored.items()), "the same keys, values and order"
     assert options.family == {"seq_len": 128, "some_future_key": [1, 2]}, "unknown keys are the family's"
     assert options.paired_seeds == 3 and options.compile and options.baselines == ("kaplan",)
     assert options.ladder_below == ("x_100K",) and options.budget == schema.DataBudget("tokens", 10.0, 100000)
-    shuffled = schema.StoredOptions.from_dict(dict(reversed(stored.items())))
+    shuffled = StoredOptions.from_dict(dict(reversed(stored.items())))
     assert shuffled == options and list(shuffled.as_dict()) == list(reversed(stored)), "order aside, equal"
-    plain = schema.StoredOptions.from_dict({"horizon": 1, "threshold": 0.01, "quick": True, "seed": 2})
+    plain = StoredOptions.from_dict({"horizon": 1, "threshold": 0.01, "quick": True, "seed": 2})
     assert plain.as_dict() == {"horizon": 1, "threshold": 0.01, "quick": True, "seed": 2}, "nothing added"
     assert plain.paired_seeds == 0 and plain.budget is None and plain.ladder_below == () and plain.data_seed is None
-    built = schema.StoredOptions(quick=True, seed=2, family={"seq_len": 8}, paired_seeds=2)
+    built = StoredOptions(quick=True, seed=2, family={"seq_len": 8}, paired_seeds=2)
     assert built.as_dict() == {"horizon": 1, "threshold": 0.01, "quick": True, "seed": 2, "seq_len": 8,
                                "paired_seeds": 2}

@@ -1,13 +1,13 @@
 """The `archhpo` command line (docs/design.md §2). Every user error ends in one sentence and exit code 2.
 
-Options are defined once, in `archhpo.cli._options` (a study option's default and help are its
-field's in `archhpo.config.StudyConfig`); the parser is built from them.  A
+Options are defined once, in `archhpo.cli._options` (a study setting's row is derived from its
+declaration in archhpo/config.py); the parser is built from them.  A
 command is a function taking the parsed namespace, registered with `register_command` (the
 parser lists commands in registration order):
 
     register_command("report", cmd_report, "write the report", configure=add_report_flags)
 
-The command's options are those of `_options.OPTIONS` naming it in `commands` (e.g. REPORT);
+The command's options are those of `_options.all_options()` naming it in `commands` (e.g. REPORT);
 `configure(subparser)` may add more.  Its function receives every option filled in (line, then
 experiment file, then default) and `args.given`, the names given on the line or in the file.
 """
@@ -213,7 +213,7 @@ def register_command(
     help: str,
     configure: Callable[[argparse.ArgumentParser], None] | None = None,
 ) -> None:
-    """Add (or replace) a subcommand: its options are those of _options.OPTIONS naming it, plus
+    """Add (or replace) a subcommand: its options are those of _options.all_options() naming it, plus
     whatever `configure(subparser)` adds; `func(args)` returns the exit code."""
     COMMANDS[name] = Command(name, func, help, configure)
 

@@ -11,12 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from archhpo.schema import DataBudget, StoredOptions
+from archhpo.config import StoredOptions
+from archhpo.schema import DataBudget
 from archhpo.search import PlanEntry, StudySettings, launch, open_storage
 from archhpo.search._study import read_settings
 from tests.conftest import REPO
 
-OLD_STUDIES = [REPO / "docs" / "examples" / "compute_optimal.db", REPO / "bench" / "truths" / "studies" / "t1.db"]
+OLD_STUDIES = [REPO / "docs" / "examples" / "compute_optimal.db", REPO / "bench" / "truths" / "studies" / "t1.db",
+               REPO / "bench" / "truths" / "studies" / "t2.db", REPO / "docs" / "encoder_audit_study" / "audit.db"]
 
 
 def _stored(db: Path) -> dict[str, dict[str, str]]:
