@@ -2,7 +2,7 @@
 
 A study whose trials all failed (each refused by the memory estimate, say) has nothing to fit or
 draw; its figures would be empty and never say why, so the command line prints this first and
-`run` exits non-zero.  A trial that diverged (workers/_divergence.py: a non-finite or rising loss)
+`run` exits non-zero.  A trial that diverged (models/_diverged.py: a non-finite or rising loss)
 failed because of its learning rate, not its architecture, so such trials are counted apart, with
 their rates (`why_diverged`); on a ladder that is the carried rate.
 """
@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from archhpo.models._diverged import is_diverged
 from archhpo.schema import Attr
-from archhpo.workers._divergence import is_diverged
 
 
 def why_all_failed(storage: Any, names: list[str] | None = None, experiment: str | None = None) -> str | None:

@@ -1,10 +1,4 @@
-"""A diverged trial: its loss became non-finite, or its training loss ended more than
-DIVERGED_MARGIN above its first epoch's.  That is the learning rate's doing (too high for the
-model, as a rate carried up a µP ladder can be: microsoft/mup#22 met NaN at 1.3B with a rate
-whose coordinate check had passed), not the architecture's, so the trial fails with a reason that
-starts with DIVERGED and names its rate, and the report counts it apart from the failed
-architectures (report/_failures.py).  A failure with a reason is final: retrying repeats it.
-"""
+"""Marking a worker's trial as diverged (models/_diverged.py: what counts and how it is worded)."""
 
 from __future__ import annotations
 
@@ -14,32 +8,8 @@ from typing import Any
 from optuna.trial import TrialState
 
 from archhpo.errors import NonFiniteLoss
+from archhpo.models._diverged import diverged_reason, rising_loss
 from archhpo.schema import Attr
-
-DIVERGED = "diverged"  # the first word of a diverged trial's fail_reason
-DIVERGED_MARGIN = 0.10  # a training loss ending 10% above its first epoch's mean went up, not down
-
-
-def diverged_reason(what: str, learning_rate: float) -> str:
-    """'diverged at learning rate 0.02: <what>'."""
-    return f"{DIVERGED} at learning rate {learning_rate:.3g}: {what}"
-
-
-def is_diverged(reason: object) -> bool:
-    """Whether a trial's fail_reason says it diverged."""
-    return isinstance(reason, str) and reason.startswith(f"{DIVERGED} ")
-
-
-def rising_loss(history: Sequence[Mapping[str, float]]) -> str | None:
-    """What rose, where the last epoch's training loss ends above the first epoch's by more than
-    DIVERGED_MARGIN (the first epoch's mean holds the loss at initialisation); else None."""
-    if len(history) < 2:
-        return None
-    first, last = float(history[0]["train_loss"]), float(history[-1]["train_loss"])
-    if last <= first * (1 + DIVERGED_MARGIN):
-        return None
-    return (f"the training loss rose from {first:.4g} in epoch {int(history[0]['epoch'])} to {last:.4g} "
-            f"in epoch {int(history[-1]['epoch'])}")
 
 
 def mark_diverged(run: Any, exc: Exception | None = None, history: Sequence[Mapping[str, float]] = ()) -> None:

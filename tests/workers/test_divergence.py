@@ -13,17 +13,12 @@ import torch
 from optuna.trial import TrialState
 
 import archhpo.models.patchtst_spec
+from archhpo.models._diverged import DIVERGED_MARGIN, diverged_reason, is_diverged, rising_loss
 from archhpo.report._failures import why_all_failed, why_diverged
 from archhpo.search import TrialQueue, launch, prepare_settings
 from archhpo.search._storage import open_storage
 from archhpo.workers import Worker
-from archhpo.workers._divergence import (
-    DIVERGED_MARGIN,
-    diverged_reason,
-    is_diverged,
-    mark_diverged,
-    rising_loss,
-)
+from archhpo.workers._divergence import mark_diverged
 from tests.conftest import TINY_DATA
 
 
