@@ -1,33 +1,16 @@
 """Token sequences for the ``lm`` family: a synthetic language with an exact entropy rate, or a text file.
 
-Two sources:
-
-- ``synthetic`` (``synthetic:vocab=32,order=3,language=0,tokens=2000000``): a log-linear back-off
-  n-gram source.  The next symbol after the context ``x_{t-k} .. x_{t-1}`` (k = ``order``) has
-  logits ``sum_j W_j[x_{t-j} .. x_{t-1}, :]`` for j = 1..k, each table drawn from N(0, SIGMAS[j-1])
-  with the ``language`` seed: order-1 terms strong, higher orders weaker, so that bigger models
-  learn more of it.  It is an order-k Markov chain over contexts, so its entropy rate is exact:
-  ``h = sum_c pi(c) H(P(.|c))`` with ``pi`` the chain's stationary distribution, computed by power
-  iteration to machine precision (``stationary``).  Every training or validation window starts
-  from ``pi``, so the windows are stretches of the stationary process.
-- ``synthetic:vocab=50257,classes=32`` (issue 33, a GPT-2-sized vocabulary): the n-gram source above
-  runs over ``classes`` symbols, and each class is written as one of its own ``vocab/classes``
-  tokens (class c owns tokens ``c·V//C .. (c+1)·V//C - 1``), drawn independently from a Zipf law
-  (probability ∝ 1/rank).  The class is a function of the token, so the entropy rate stays exact:
-  ``h = h_classes + sum_c pi(c) H(Zipf_c)``, and likewise the unigram entropy and the loss floor.
-  A full table over 50257 symbols would need 50257^(k+1) probabilities; this needs classes^(k+1).
-  Without ``classes`` (or with ``classes`` = ``vocab``) the language is the plain one, token for token.
-- any UTF-8 text file, read as bytes (vocabulary 256); the first ``1 - val_fraction`` of the file
-  trains, the rest validates (a contiguous split: no window straddles the two), sha256-pinned.
-- ``tokens:PATH[,vocab=V][,val=PATH]``: a file of token ids (nanoGPT's ``train.bin``, or a ``.npy``),
-  read through a memory map and pinned by its fingerprint (models/data/tokens.py).
-
-Every source trains through ``tokens.WindowDataset``: batches are gathered on the host and copied
-to the device one at a time, never the whole dataset.
-
-A sample is a window of ``seq_len + 1`` tokens: the model reads the first ``seq_len`` and predicts
-each next one.  ``loss_floor`` is the least expected NLL per predicted token any model can reach on
-such windows: the first k-1 positions see less than a full context, so it lies slightly above h.
+Sources: ``synthetic`` (``synthetic:vocab=32,order=3,language=0,tokens=2000000``), a log-linear
+back-off n-gram source, an order-k Markov chain over contexts whose entropy rate is therefore exact
+(its stationary distribution by power iteration, ``stationary``); ``synthetic:vocab=50257,classes=32``,
+the same source over ``classes`` symbols, each written as one of its own tokens drawn from a Zipf
+law, so a GPT-2-sized vocabulary keeps an exact entropy rate at classes^(k+1) probabilities; any
+UTF-8 text file, read as bytes (a contiguous split, sha256-pinned); and ``tokens:PATH`` files of
+token ids (models/data/tokens.py).  Every source trains through ``tokens.WindowDataset``, batches
+gathered on the host and copied to the device one at a time.  A sample is a window of
+``seq_len + 1`` tokens; ``loss_floor`` is the least expected NLL per predicted token on such
+windows, slightly above h since the first k-1 positions see less than a full context.  The
+formulas: docs/design.md §7.
 """
 
 from __future__ import annotations

@@ -1,48 +1,15 @@
 """Embedded multi-channel signal data for the ``signal`` family: next-step quantile-bin prediction.
 
-This is the data of Lehtinen (2026), "An Empirical Audit of Input Encoders for Multi-Channel
-Signal Transformers" (``fft_encode/data.py`` and the split of ``fft_encode/runner.py`` in the
-OssiLehtinen/channel-encoder-audit repository), reproduced draw for draw: for the same seed,
-series, length, channels and bins the signals, targets and train/validation split are the
-paper's own (tests pin values computed with the paper's code).
-
-Generation (numpy ``default_rng(seed)``, one signal after another, series-major then channel):
-
-- N series (default 512) of T steps (default 160) with C channels (default 8; the paper's
-  Table 1 uses C = 4).  Each channel is a sum of three sinusoids (per mode: frequency uniform
-  in [0.005, 0.08] cycles per step, phase uniform in [0, 2 pi), amplitude uniform in [0.5, 1.5])
-  plus AR(1) noise (coefficient 0.85, innovation std 0.3, starting from 0 at step 0), then
-  standardised per (series, channel) as (s - mean) / (std + 1e-6) and stored as float32.
-  Standardising is part of *defining* s, not a preprocessing step fitted on data.
-- The target signal, defined only where its lags exist (t >= 7):
-
-      y(t) = tanh(s0(t-3) * s1(t)) + 0.6 * sin(1.3 * s2(t-7)) + 0.4 * [s3(t) > 0] * s0(t)
-
-  Channels 4.. never enter y: they are distractors (so C >= 4).
-
-What the model sees (L = T - 1 steps, 159 by default):
-
-    x[b, t]      = s[b, t, :]              for t = 0..T-2           (S, L, C) float32
-    target[b, t] = bin(y[b, t + 1])        for t = 0..T-2           (S, L)    int64
-
-so the model at step t sees v(<= t) and predicts the bin of the NEXT step's target.  y(t + 1)
-is undefined for t = 0..5 (its lags reach before step 0).  The ``positions`` option says what
-happens to those six positions and how the K quantile bins are made:
-
-- ``all`` (default, the paper's convention, comparable with its tables): y is 0 where it is
-  undefined, so those six positions are scored with the bin of 0 as their target (all 159
-  positions count); the bin edges are the quantiles of every y value of every series (training
-  and validation, all T steps, the zeros included), as the paper computes them.
-- ``predictable`` (cleaner): the six positions are IGNORE_INDEX (-100) and drop out of the loss
-  (153 positions count); the K-1 interior edges are the quantiles of the training split's
-  defined y values only, so validation bins carry no information about validation data.
-
-In both, bin(y) = number of interior edges <= y, in 0..K-1.
-
-Split: by series, so no series is shared between train and validation: n_val = max(32, N // 10)
-validation series (51 of 512; capped at N // 2 for tiny N), chosen as the paper does with
-``torch.randperm(N, generator=torch.Generator().manual_seed(seed))`` (the last n_val entries,
-as ``torch.utils.data.random_split`` takes them).
+The data of Lehtinen (2026), "An Empirical Audit of Input Encoders for Multi-Channel Signal
+Transformers" (OssiLehtinen/channel-encoder-audit), reproduced draw for draw: for the same seed,
+series, length, channels and bins the signals, targets and train/validation split are the paper's
+own (tests pin values computed with the paper's code).  Each channel is three sinusoids plus AR(1)
+noise, standardised per series and channel; the target y(t) mixes channels 0-3 at lags up to 7
+(channels 4.. are distractors).  The model at step t sees every channel up to t and predicts the
+quantile bin of y(t + 1).  ``positions`` says what the six positions whose target is undefined
+are: ``all`` (default, the paper's: scored as 0, the bins over every y value) or ``predictable``
+(IGNORE_INDEX, the bins over the training split's defined values only).  The split is by series,
+as the paper's ``torch.randperm``.  Every constant, formula and shape: docs/design.md §7.
 """
 
 from __future__ import annotations

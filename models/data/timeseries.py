@@ -6,15 +6,11 @@ optional ``date`` column.  ``parse_data`` validates eagerly and returns a JSON-a
 pins the data down (generator parameters, or path + sha256), so a worker on another machine
 rebuilds exactly the same tensors with ``load_data``.
 
-Windows and split (context length L, horizon h, T rows, window i covers rows i..i+L-1 and
-ends at t = i+L-1):
-- label(i) = 1 if price[t+h] / price[t] - 1 > threshold else 0, so W = T - L - h + 1 windows;
-- the first n_train windows train; the validation windows start at row
-  end_of_last_train_window + h + 1, so no validation row is inside a training window or a
-  training label's horizon (the L + h - 1 windows in between are dropped);
-- n_train = round((1 - val_fraction) * usable), usable = W - (L + h - 1), hence T must be at
-  least 2 * (L + h) rows;
-- features are standardised with the mean/std of the rows covered by training windows.
+Window i covers rows i..i+L-1 (context L) and is labelled 1 when the price rises by more than the
+threshold over the horizon h after its end.  The first n_train windows train; the validation
+windows start after the last training window's label horizon, so no validation row lies inside a
+training window or label, and features are standardised with the training windows' rows only.
+The exact counts (and why T must be at least 2 (L + h) rows): docs/design.md §7.
 """
 
 from __future__ import annotations
@@ -319,7 +315,7 @@ def load_data(spec: Mapping[str, Any], options: Mapping[str, Any]) -> TensorData
 
 
 def split_bounds(rows: int, o: _Options) -> tuple[int, int, int]:
-    """(n_train, first validation window index, n_val) for ``rows`` steps; see module docstring."""
+    """(n_train, first validation window index, n_val) for ``rows`` steps (docs/design.md §7)."""
     n_windows = rows - o.context_length - o.horizon + 1
     gap = o.context_length + o.horizon - 1
     usable = n_windows - gap

@@ -1,24 +1,14 @@
 """Token files for the ``lm`` family, and the host-held windows every lm source trains through.
 
-``--data tokens:PATH[,vocab=V][,val=PATH][,dtype=uint16|uint32]``:
-
-- PATH is a flat binary of little-endian token ids (nanoGPT's ``train.bin``, ``uint16``; ``dtype=uint32``
-  for a vocabulary above 65,536) or a ``.npy`` holding a 1-D ``uint16``/``uint32`` array (its header
-  gives the dtype; a ``dtype`` key that disagrees is refused).  ``vocab`` states the vocabulary
-  (else ``--vocab-size``, else GPT-2's 50,257, what nanoGPT's ``train.bin`` holds).
-- ``val=PATH`` names the validation file (the same format); without it the last ``val_fraction`` of
-  PATH validates (contiguous: no window straddles the two parts).  Validation is at most
-  ``BUDGET_VAL_TOKENS`` tokens of evenly spaced windows of that part.
-- Checked at launch (``parse_tokens``, before anything heavy): the file exists, its size is a whole
-  number of tokens, both parts hold a window, and a sample of ``SAMPLE_BLOCKS`` evenly spaced blocks
-  of ``SAMPLE_TOKENS`` (the first and last included) lies below ``vocab``.  The worker checks every
-  gathered batch and every validation window, so a stray id fails its trial with one sentence.
-- The spec pins each file by its ``file_fingerprint`` (size, first and last MiB, blocks between).
-
-Batches are gathered on the host: ``WindowDataset.train_batch`` maps the file afresh for each batch
-(as nanoGPT does: pages read are not kept mapped), copies the windows into a pinned buffer on CUDA
-and sends them with ``non_blocking``.  The synthetic language and text files keep their windows in
-host memory and go through the same class.
+``--data tokens:PATH[,vocab=V][,val=PATH][,dtype=uint16|uint32]``: PATH is a flat binary of
+little-endian token ids (nanoGPT's ``train.bin``) or a 1-D ``.npy``; ``val=PATH`` names the
+validation file, else the last ``val_fraction`` of PATH validates (contiguous).  Checked at launch
+(``parse_tokens``, before anything heavy) on a sample of ``SAMPLE_BLOCKS`` blocks, and by the worker
+on every gathered batch, so a stray id fails its trial with one sentence; the spec pins each file
+by its ``file_fingerprint``.  Batches are gathered on the host: ``WindowDataset.train_batch`` maps
+the file afresh for each batch (as nanoGPT does, so pages read are not kept mapped) and sends the
+windows from a pinned buffer.  The synthetic language and text files go through the same class.
+Each rule in full: docs/design.md §7.
 """
 
 from __future__ import annotations
@@ -41,7 +31,7 @@ if TYPE_CHECKING:  # imported where used: `archhpo grid`/`params` read this modu
 PREFIX = "tokens"
 TOKEN_DTYPES = {"uint16": "<u2", "uint32": "<u4"}  # little-endian, as numpy writes them on x86 and ARM
 DEFAULT_DTYPE = "uint16"
-GPT2_VOCAB = 50257  # GPT-2's BPE vocabulary: nanoGPT's train.bin, and GPU-scale lm configurations (issue 33)
+GPT2_VOCAB = 50257  # GPT-2's BPE vocabulary: nanoGPT's train.bin, and GPU-scale lm configurations
 SAMPLE_BLOCKS = 64  # blocks read at launch (and for the unigram baseline), evenly spaced
 SAMPLE_TOKENS = 1 << 15  # tokens a block
 # A data-budget study (--tokens-per-param) validates on this many tokens at every budget: the same
