@@ -155,9 +155,13 @@ def plot_loss_vs_params(frame: pd.DataFrame, fit: dict[str, Any] | None = None,
 def law_not_drawn(fit: dict[str, Any] | None) -> str | None:
     """Why loss_vs_params draws no law, in a few words (None when it draws one: the fit's status
     is ``fitted``); the figure's title and the page's caption both say it."""
+    from archhpo.report._law import loss_falls
+
     status = str((fit or {}).get("status"))
     if status == "fitted":
         return None
+    if status == "no_scaling" and loss_falls(fit or {}):
+        return "the loss falls, but no law is resolved"
     return {"no_scaling": "no measurable scaling", "interpolation": "an interpolation, not a fit",
             "unresolved": "law not resolved", "too_few_budgets": "too few budgets for a law"}.get(status, "no law fitted")
 
@@ -189,7 +193,8 @@ def _draw_law(ax: Any, frame: pd.DataFrame, fit: dict[str, Any] | None) -> None:
     if np.any(high > low):
         ax.fill_between(n, low, high, color="tab:red", alpha=0.15, lw=0, label="95% bootstrap band")
     e, a, alpha = (fit[k]["estimate"] for k in ("E", "A", "alpha"))
-    ax.plot(n, predict(fit, n), color="tab:red", lw=1.5, label=f"L = {e:.3g} + {a:.3g}·N^-{alpha:.3g}")
+    which = f" ({fit['ratio']} budgets)" if fit.get("ratio") else ""  # one ratio's law, never a pooled one
+    ax.plot(n, predict(fit, n), color="tab:red", lw=1.5, label=f"L = {e:.3g} + {a:.3g}·N^-{alpha:.3g}{which}")
     beyond = np.logspace(math.log10(counts.max()), math.log10(counts.max() * EXTRAPOLATE), 50)
     ax.plot(beyond, predict(fit, beyond), color="tab:red", lw=1.2, ls=":",
             label=f"extrapolation (to {EXTRAPOLATE:g}x the largest N)")
@@ -442,43 +447,13 @@ def make_figures(frame: pd.DataFrame, fit: dict[str, Any] | None = None,
         "phase1_params": lambda: plot_phase1_params(frame, max_points),
         "loss_vs_compute": lambda: plot_loss_vs_compute(frame, max_points),
     }
+    from archhpo.report._isoflop_figures import isoflop_plots, plot_isoflops  # they import this module
+
     if fit and (fit.get("nd_fit") or {}).get("status") == "fitted":
         plots["isoflops"] = lambda: plot_isoflops(frame, fit["nd_fit"])
-    from archhpo.report._isoflop_figures import isoflop_plots  # it imports this module
-
-    plots.update(isoflop_plots(frame, (fit or {}).get("isoflop_fit") or {}))
+    answer = ((fit or {}).get("nd_fit") or {}).get("compute_optimal") or {}
+    plots.update(isoflop_plots(frame, (fit or {}).get("isoflop_fit") or {}, answer.get("compute")))
     return {name: draw() for name, draw in plots.items() if name not in skip}
-
-
-@_styled
-def plot_isoflops(frame: pd.DataFrame, nd: dict[str, Any]) -> Figure:
-    """IsoFLOP curves of the fitted L(N, D): loss against N at fixed compute C (D = C/(kN)), one
-    curve per (budget, tokens per parameter) point's C, with the trials of that point on it; each
-    curve's minimum (N* at that C) starred. Curves span the trials' N range only."""
-    from archhpo.report._answer import isoflop_curves, nd_points
-
-    fig = _figure(8.2, right=2.0)
-    ax = fig.add_subplot()
-    pts = nd_points(frame)
-    done = _finished(frame)
-    n = np.logspace(math.log10(done["param_count"].min()), math.log10(done["param_count"].max()), 200)
-    curves = isoflop_curves(nd, sorted(set(pts["train_flops"])), n)  # one per distinct C: an IsoFLOP
-    colors = matplotlib.colormaps["viridis"](np.linspace(0, 0.9, max(1, len(curves))))  # table shares C
-    for color, (c, curve) in zip(colors, curves.items(), strict=True):
-        names = list(pts.loc[pts["train_flops"] == c, "budget"])
-        shown = ", ".join(names) if len(names) <= 2 else f"{len(names)} budgets"
-        ax.plot(n, curve, color=color, lw=1.3, label=f"C = {c:.2g} ({shown})")
-        i = int(np.argmin(curve))
-        ax.scatter([n[i]], [curve[i]], marker="*", s=110, color=color, edgecolor="black", zorder=5)
-        trials = done[done["budget"].isin(names)]
-        ax.scatter(trials["param_count"], trials["val_loss"], s=14, color=color, alpha=0.7)
-    ax.set_xscale("log")
-    ax.set_xlabel("parameters N (exact count)")
-    ax.set_ylabel(_loss_label(frame))
-    _draw_baseline(ax, frame)
-    _legend(ax)
-    fig.suptitle("IsoFLOP curves of the fitted L(N, D) (stars: the compute-optimal N at each C)")
-    return fig
 
 
 __all__ = [
@@ -490,7 +465,6 @@ __all__ = [
     "left_out",
     "make_figures",
     "plot_arch_plane",
-    "plot_isoflops",
     "plot_loss_vs_compute",
     "plot_loss_vs_depth_width",
     "plot_loss_vs_params",

@@ -20,7 +20,7 @@ from archhpo.report._confirm import MIN_PAIRS
 from archhpo.report._decisions import decision_accuracy, decision_left_out, decision_rows
 from archhpo.report._frame import best_and_runner_up
 from archhpo.report._isoflop import isoflop_lines
-from archhpo.report._law import law_text, nd_text
+from archhpo.report._law import compute_lead, law_text, nd_text
 from archhpo.report._notes import _arch_text, gap_text
 from archhpo.report._probe import probe_notes
 from archhpo.report._summary import _count, _f, _fmt, _i
@@ -111,6 +111,9 @@ def _first_screen(frame: pd.DataFrame, summary: pd.DataFrame, fit: dict[str, Any
     failed = frame.attrs.get("all_failed")  # every trial failed: why comes first
     lead = [f"<p class='failed'><b>No result.</b> {html.escape(failed)}</p>"] if failed else []
     iso = [f"<p class='law isoflop'>{html.escape(line)}</p>" for line in isoflop_lines(fit.get("isoflop_fit") or {})]
+    # A compute-optimal study leads with its answer for a compute budget (report/_law.py compute_lead).
+    lead += [f"<p class='law compute-optimal'>{'<b>Compute-optimal answer.</b> ' if not i else ''}"
+             f"{html.escape(line)}</p>" for i, line in enumerate(compute_lead(fit))]
     return ["<div class='first'><h2>The answer</h2>", *lead, f"<ul>{''.join(items)}</ul>",
             f"<p class='law'><b>Scaling law.</b> {html.escape(law_text(fit))}</p>", *iso, "</div>"]
 
@@ -134,10 +137,7 @@ def _answer_section(frame: pd.DataFrame, summary: pd.DataFrame, fit: dict[str, A
                                                     for _, s in summary.iterrows()], set(range(1, len(metrics) + 1))))
     nd = fit.get("nd_fit") or {}
     if nd.get("n_points"):
-        parts.append(f"<p class='law'><b>L(N, D).</b> {html.escape(nd_text(nd))}</p>")
-        answer = (nd.get("compute_optimal") or {}).get("sentence")
-        if answer:
-            parts.append(f"<p class='law'><b>Compute-optimal answer.</b> {html.escape(answer)}</p>")
+        parts.append(f"<p class='law'><b>L(N, D).</b> {html.escape(nd_text(nd))}</p>")  # its answer leads the page
         if truth_text(nd):
             flag = " style='color:#b00020'" if below_floor(nd) else ""
             parts.append(f"<p class='truth'{flag}>L(N, D): {html.escape(truth_text(nd))}</p>")

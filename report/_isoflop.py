@@ -222,12 +222,32 @@ def fit_isoflops(computes: Sequence[float], n: Sequence[float], loss: Sequence[f
     return out
 
 
+def with_compute_budgets(frame: pd.DataFrame) -> pd.DataFrame:
+    """`frame` with ``compute_budget`` numeric, and filled in for a trial that lacks it but belongs
+    to an IsoFLOP budget (one C per study): a retried trial may not carry its planned attributes."""
+    out = frame.copy()
+    if COLUMN not in out:
+        out[COLUMN] = np.nan
+    out[COLUMN] = pd.to_numeric(out[COLUMN], errors="coerce")
+    known = out.dropna(subset=[COLUMN]).groupby("budget")[COLUMN].agg(lambda c: c.iloc[0] if c.nunique() == 1 else np.nan)
+    out[COLUMN] = out[COLUMN].fillna(out["budget"].map(known))
+    if SIZE_COLUMN in out:
+        out[SIZE_COLUMN] = pd.to_numeric(out[SIZE_COLUMN], errors="coerce").astype(float)
+        sizes = out.dropna(subset=[SIZE_COLUMN]).drop_duplicates(["budget", "param_count"])
+        keyed = sizes.set_index(["budget", "param_count"])[SIZE_COLUMN]
+        missing = out[SIZE_COLUMN].isna() & out[COLUMN].notna()
+        if missing.any():
+            out.loc[missing, SIZE_COLUMN] = [keyed.get((b, n), np.nan) for b, n in zip(
+                out.loc[missing, "budget"], out.loc[missing, "param_count"], strict=True)]
+    return out
+
+
 def isoflop_points(frame: pd.DataFrame) -> pd.DataFrame:
     """One point per (C, architecture): its mean loss over seeds; the best architecture per planned
     size (``isoflop_size``) where the frame records it (--shapes K)."""
-    done = frame[(frame["state"] == "COMPLETE") & frame["val_loss"].notna()].copy()
-    done[COLUMN] = pd.to_numeric(done[COLUMN], errors="coerce")
-    done = done[done[COLUMN].notna() & done["param_count"].notna()]
+    done = with_compute_budgets(frame)  # a retry's C and size from its study and its failed attempt
+    done = done[(done["state"] == "COMPLETE") & done["val_loss"].notna() & done[COLUMN].notna()
+                & done["param_count"].notna()]
     keys = [COLUMN, "param_count", *(c for c in ARCH_KEYS if c in done)]
     cols = {"val_loss": "mean", "train_tokens": "mean", "train_flops": "mean"}
     if SIZE_COLUMN in done:
@@ -323,4 +343,5 @@ def isoflop_lines(iso: Mapping[str, Any]) -> list[str]:
 
 
 __all__ = ["agreement", "collinear", "fit_exponent", "fit_isoflops", "fit_profile", "isoflop_fit", "isoflop_lines", "isoflop_points", "nd_exponent",
+           "with_compute_budgets",
            "recentre", "robust_parabola"]

@@ -3,6 +3,7 @@
 - `plot_isoflop_profiles`: loss against N at each compute budget C, the trials' points, each
   budget's robust parabola over its sizes, and its vertex N_opt(C) with its 95% interval (a hollow
   vertex is at the grid's edge: not resolved, see the fit's ``recentre``).
+- `plot_isoflops`: the fitted L(N, D)'s curve at each compute budget (Approach 3), with the trials.
 - `plot_frontier`: N_opt and D_opt against C, the fitted N_opt = G·C^a (and D_opt = C/(k N_opt))
   with the band a's interval spans, dotted beyond the largest C, and Chinchilla's 20 tokens per
   parameter as a reference line.
@@ -15,11 +16,14 @@ from typing import Any
 
 import matplotlib
 import numpy as np
+import pandas as pd
 from matplotlib.figure import Figure
 
 from archhpo.report._canvas import _figure, _legend, _styled
+from archhpo.report._figures import _draw_baseline, _finished, _loss_label
 
 TOKENS_PER_PARAM_REFERENCE = 20.0
+EXTRAPOLATE = 4.0  # the frontier's lines go on, dotted, to this many times the largest C (no answer beyond)
 
 
 def _parabola(vertex: dict[str, Any], n: np.ndarray) -> np.ndarray:
@@ -99,17 +103,55 @@ def plot_frontier(iso: dict[str, Any], extrapolate_to: float | None = None) -> F
     return fig
 
 
-def isoflop_plots(frame: Any, iso: dict[str, Any]) -> dict[str, Any]:
+@_styled
+def plot_isoflops(frame: pd.DataFrame, nd: dict[str, Any]) -> Figure:
+    """IsoFLOP curves of the fitted L(N, D): loss against N at fixed compute C (D = C/(kN)), one
+    curve per (budget, tokens per parameter) point's C, with the trials of that point on it; each
+    curve's minimum (N* at that C) starred. Curves span the trials' N range only."""
+    from archhpo.report._answer import isoflop_curves, nd_points  # it imports report/_isoflop.py
+
+    fig = _figure(8.2, right=2.0)
+    ax = fig.add_subplot()
+    pts = nd_points(frame)
+    done = _finished(frame)
+    n = np.logspace(math.log10(done["param_count"].min()), math.log10(done["param_count"].max()), 200)
+    # One curve per distinct C: an IsoFLOP budget's trials lie within 1% of its C, so they share its
+    # compute_budget's curve; a tokens-per-param point is its own C.
+    by = "compute_budget" if "compute_budget" in pts and pts["compute_budget"].notna().all() else "train_flops"
+    curves = isoflop_curves(nd, sorted(set(pts[by].astype(float))), n)
+    colors = matplotlib.colormaps["viridis"](np.linspace(0, 0.9, max(1, len(curves))))
+    for color, (c, curve) in zip(colors, curves.items(), strict=True):
+        at = pts[pts[by].astype(float) == c]
+        names = list(dict.fromkeys(at["budget"]))
+        shown = ", ".join(names) if len(names) <= 2 else f"{len(names)} budgets"
+        ax.plot(n, curve, color=color, lw=1.3, label=f"C = {c:.2g} ({shown})")
+        i = int(np.argmin(curve))
+        ax.scatter([n[i]], [curve[i]], marker="*", s=110, color=color, edgecolor="black", zorder=5)
+        trials = done[done["budget"].isin(names)]
+        ax.scatter(trials["param_count"], trials["val_loss"], s=14, color=color, alpha=0.7)
+    ax.set_xscale("log")
+    ax.set_xlabel("parameters N (exact count)")
+    ax.set_ylabel(_loss_label(frame))
+    _draw_baseline(ax, frame)
+    _legend(ax)
+    fig.suptitle("IsoFLOP curves of the fitted L(N, D) (stars: the compute-optimal N at each C)")
+    return fig
+
+
+def isoflop_plots(frame: Any, iso: dict[str, Any], compute: float | None = None) -> dict[str, Any]:
     """The report's IsoFLOP figures, by file stem, as functions that draw them: the profiles (any
-    vertex) and the frontier (a fitted law); `frame` the trials frame the points come from."""
+    vertex) and the frontier (a fitted law), extrapolated to `compute` (the page's answer) where it
+    lies beyond the budgets, else EXTRAPOLATE times the largest; `frame` gives the points."""
     from archhpo.report._isoflop import isoflop_points
 
     out: dict[str, Any] = {}
     if iso.get("vertices"):
         out["isoflop_profiles"] = lambda: plot_isoflop_profiles(iso, isoflop_points(frame))
     if iso.get("status") == "fitted":
-        out["frontier"] = lambda: plot_frontier(iso)
+        top = max(v["compute_budget"] for v in iso["vertices"])
+        to = compute if compute is not None and compute > top else EXTRAPOLATE * top
+        out["frontier"] = lambda: plot_frontier(iso, to)
     return out
 
 
-__all__ = ["isoflop_plots", "plot_frontier", "plot_isoflop_profiles"]
+__all__ = ["isoflop_plots", "plot_frontier", "plot_isoflop_profiles", "plot_isoflops"]

@@ -157,15 +157,25 @@ def _interval(values: np.ndarray) -> list[float]:
     return [float(x) for x in np.percentile(values, [2.5, 97.5])] if len(values) else [math.nan, math.nan]
 
 
-def allocation(samples: np.ndarray, k: float, compute: float) -> dict[str, Any]:
-    """N*(C), D*(C) and the exponents a, b for bootstrap rows (E, A, B, alpha, beta); estimate = row 0."""
+def optimum_rows(samples: np.ndarray, k: float, compute: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """N*(C), D*(C) and the law's loss there, per row (E, A, B, alpha, beta) of `samples`."""
     e, a, b, alpha, beta = (samples[:, i] for i in range(5))
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         g = (alpha * a / (beta * b)) ** (1.0 / (alpha + beta))
         n_opt = g * (compute / k) ** (beta / (alpha + beta))
-    d_opt = (compute / k) / n_opt
+        d_opt = (compute / k) / n_opt
+        return n_opt, d_opt, e + a * n_opt**-alpha + b * d_opt**-beta
+
+
+def allocation(samples: np.ndarray, k: float, compute: float) -> dict[str, Any]:
+    """N*(C), D*(C), their ratio D*/N*, the law's loss there and the exponents a, b for bootstrap
+    rows (E, A, B, alpha, beta); estimate = row 0, each interval over the other rows (each row at
+    its own N* and D*)."""
+    alpha, beta = samples[:, 3], samples[:, 4]
+    n_opt, d_opt, loss = optimum_rows(samples, k, compute)
     out = {}
-    for name, v in (("a", beta / (alpha + beta)), ("b", alpha / (alpha + beta)), ("N", n_opt), ("D", d_opt)):
+    for name, v in (("a", beta / (alpha + beta)), ("b", alpha / (alpha + beta)), ("N", n_opt), ("D", d_opt),
+                    ("tokens_per_param", d_opt / n_opt), ("loss", loss)):
         rest = v[1:][np.isfinite(v[1:])]
         out[name] = {"estimate": float(v[0]), "ci95": _interval(rest)}
     return out
@@ -235,4 +245,4 @@ def _fit_nd(n: Any, d: Any, loss: Any, flops: Any, budgets: list[Any] | None, n_
     return out
 
 
-__all__ = ["LAW", "allocation", "enough_data", "fit_nd_law"]
+__all__ = ["LAW", "allocation", "enough_data", "fit_nd_law", "optimum_rows"]

@@ -36,11 +36,11 @@ import pandas as pd
 
 from archhpo._io import atomic_write
 from archhpo.errors import StudyError
-from archhpo.report._answer import compute_answer, nd_fit
+from archhpo.report._answer import compute_answer, nd_fit, scaling_fit
 from archhpo.report._choices import CHOICE_COLUMNS, choice_markdown, choice_table
 from archhpo.report._compute import compute_text
 from archhpo.report._export import RESULTS_CSV
-from archhpo.report._fit import fit_json, fit_scaling_law
+from archhpo.report._fit import fit_json
 from archhpo.report._frame import load_curves, ranked, trials_frame
 from archhpo.report._html import render_html
 from archhpo.report._isoflop import isoflop_fit
@@ -124,7 +124,7 @@ def report_frame(frame: pd.DataFrame, out: str | Path = "results", experiment: s
     fig_dir = out / f"{experiment}_figures"
     confirm = confirmation(frame)
     summary = budget_summary(frame, confirm)
-    fit = fit_scaling_law(frame, n_boot=n_boot)
+    fit = scaling_fit(frame, n_boot=n_boot)  # per ratio where the budgets train several (report/_answer.py)
     fit.update(frame.attrs.get("truth") or {})  # a synthetic language's exact entropy rate, beside E
     nd = nd_fit(frame, n_boot)
     nd.update(frame.attrs.get("truth") or {})

@@ -5,6 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
+import pytest
+
 from tests.report.test_report import _rows, _write
 
 COMPUTES = (1e13, 1e14, 1e15)
@@ -59,3 +62,45 @@ def test_the_scaling_fit_json_gains_isoflop_fit_and_the_page_its_profiles_and_fr
     assert all({"compute_budget", "n_opt", "edge"} <= set(v) and "samples" not in v for v in iso["vertices"])
     for name in ("isoflop_profiles", "frontier"):
         assert (out / "front_figures" / f"{name}.png").read_bytes().startswith(b"\x89PNG")
+
+
+def _fitted_iso() -> dict:
+    """Approach 2 on a known law's table: 3 budgets of 7 sizes each around Chinchilla's optimum."""
+    from archhpo.report._isoflop import fit_isoflops
+
+    cs, ns, ls = [], [], []
+    for c in (1e18, 1e19, 1e20):
+        for i in range(7):
+            n = 1.345 * (c / 6) ** 0.4516 * 10 ** (i / 6 - 0.5)
+            cs.append(c)
+            ns.append(n)
+            ls.append(1.69 + 406.4 * n ** -0.34 + 410.7 * (c / (6 * n)) ** -0.28)
+    return fit_isoflops(cs, ns, ls, k=6.0, n_boot=100)
+
+
+def test_the_frontier_draws_bands_the_extrapolation_dotted_and_twenty_tokens_per_parameter() -> None:
+    """Solid lines over the budgets, dotted ones on to 4x the largest C, a band under each, and the
+    20-tokens-per-parameter reference line across the whole range."""
+    from archhpo.report._isoflop_figures import EXTRAPOLATE, isoflop_plots
+
+    iso = _fitted_iso()
+    assert iso["status"] == "fitted"
+    ax = isoflop_plots(None, iso)["frontier"]().axes[0]
+    solid = [ln for ln in ax.get_lines() if ln.get_linestyle() == "-"]
+    dotted = [ln for ln in ax.get_lines() if ln.get_linestyle() == ":"]
+    assert len(solid) == 2 and len(dotted) == 2, "N_opt and D_opt, over the budgets and beyond"
+    for ln in dotted:
+        assert min(ln.get_xdata()) == pytest.approx(1e20) and max(ln.get_xdata()) == pytest.approx(EXTRAPOLATE * 1e20)
+    assert len(ax.collections) >= 4 + 2, "a's band under each of the 4 segments, and the two vertex scatters"
+    ref = next(ln for ln in ax.get_lines() if ln.get_label() == "N at 20 tokens/param")
+    c, n = np.asarray(ref.get_xdata()), np.asarray(ref.get_ydata())
+    assert np.allclose(c / (6.0 * n) / n, 20.0) and max(c) == pytest.approx(EXTRAPOLATE * 1e20)
+
+
+def test_the_profiles_draw_each_vertex_with_its_interval() -> None:
+    from archhpo.report._isoflop_figures import plot_isoflop_profiles
+
+    iso = _fitted_iso()
+    ax = plot_isoflop_profiles(iso).axes[0]
+    assert len([ln for ln in ax.get_lines() if ln.get_label().startswith("C = ")]) == 3, "a parabola per C"
+    assert len(ax.containers) == 3, "an error bar (the vertex's 95% interval) per C"
