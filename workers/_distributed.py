@@ -28,11 +28,11 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from archhpo.config import SHARDS
 from archhpo.errors import ArchhpoError, TrialLost
 
 DEFAULT_TIMEOUT_S = 120.0  # longer than one step, one model build or one checkpoint write of rank 0
 TIMEOUT_ENV = "ARCHHPO_GROUP_TIMEOUT_S"
-SHARDS = ("auto", "ddp", "fsdp")
 RANKS_ATTR, SHARD_ATTR = "ranks", "shard"  # what each trial records of its group
 
 
@@ -121,10 +121,24 @@ def join_group(device: str = "auto", timeout_s: float | None = None) -> Group | 
     if cuda:
         torch.cuda.set_device(dev)
     if not dist.is_initialized():
-        dist.init_process_group("nccl" if cuda else "gloo", timeout=dt.timedelta(seconds=timeout),
-                                device_id=dev if cuda else None)
+        wait = dt.timedelta(seconds=timeout)
+        store = _restart_store(world, wait)
+        dist.init_process_group("nccl" if cuda else "gloo", timeout=wait, device_id=dev if cuda else None,
+                                **({} if store is None else {"store": store, "rank": int(os.environ["RANK"]),
+                                                             "world_size": world}))
     control = dist.new_group(backend="gloo", timeout=dt.timedelta(seconds=timeout))
     return Group(dist.get_rank(), dist.get_world_size(), dev, timeout, control)
+
+
+def _restart_store(world: int, timeout: dt.timedelta) -> Any:
+    """torchrun's agent store with this incarnation's keys apart (None: not under torchrun's agent).
+    The agent keeps one store across `--max-restarts`: a restarted rank would otherwise read the
+    dead group's addresses and fail to connect."""
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        return None
+    base = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world, is_master=False,
+                         timeout=timeout)
+    return dist.PrefixStore(f"archhpo/restart{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}", base)
 
 
 def choose_shard(requested: str, ddp_rank_bytes: int, param_count: int, world: int, free_bytes: int,

@@ -5,15 +5,18 @@ stalled rank ends a collective within the group's timeout instead of torch's 30 
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 import torch
 
 from archhpo.errors import ArchhpoError
+from archhpo.schema import StoredOptions
 from archhpo.workers._checkpoints import read_checkpoint
 from archhpo.workers._distributed import choose_shard, group_timeout_s, rank_shape
 from archhpo.workers._memory import TrialShape
+from archhpo.workers._ranked import fits_group
 from tests.workers import _ranks
 
 EPOCHS = 2
@@ -106,3 +109,15 @@ def test_the_group_timeout_is_read_from_the_environment(monkeypatch: pytest.Monk
     monkeypatch.setenv("ARCHHPO_GROUP_TIMEOUT_S", "soon")
     with pytest.raises(ArchhpoError, match="must be a number of seconds"):
         group_timeout_s()
+
+
+def test_a_study_at_r_ranks_per_trial_is_left_to_groups_of_r_ranks() -> None:
+    """A study at one rank per trial is trained by any worker; one at 2 only by groups of 2."""
+    def study(ranks: int) -> Any:
+        return SimpleNamespace(name="s", settings=SimpleNamespace(
+            options=StoredOptions.from_dict({"ranks_per_trial": ranks})))
+
+    pair, four = SimpleNamespace(world=2), SimpleNamespace(world=4)
+    assert fits_group(None, study(1)) and fits_group(pair, study(1))  # type: ignore[arg-type]
+    assert fits_group(pair, study(2)) and not fits_group(None, study(2))  # type: ignore[arg-type]
+    assert not fits_group(four, study(2))  # type: ignore[arg-type]

@@ -1,0 +1,192 @@
+"""Trials across 2 ranks through real processes: `archhpo worker` launched by torchrun (gloo on CPU).
+
+Rank 0 holds the claim and writes once for the group; a 1-rank worker and a 2-rank group share a
+study and run every trial exactly once; a rank killed with SIGKILL breaks its group, torchrun
+restarts it, and the trial, reaped and retried once, resumes from its last checkpoint and ends at
+the uninterrupted 2-rank run's value.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import os
+import signal
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from archhpo.errors import ArchhpoError
+from archhpo.search import TrialQueue, launch, prepare_settings
+from archhpo.search._space import SearchSpace
+from archhpo.workers import Worker
+from archhpo.workers._distributed import RANKS_ATTR, SHARD_ATTR
+from tests.conftest import wait_for
+from tests.workers._ranks import free_port
+
+# The killed rank's claim is reaped after GRACE_S; the mixed study's grace outlasts any late beat of
+# three training processes on two loaded cores, so none of its trials is reaped.
+FAST_REAP = {"ARCHHPO_HEARTBEAT_S": "1", "ARCHHPO_GRACE_S": "8", "ARCHHPO_REAP_S": "1",
+             "ARCHHPO_GROUP_TIMEOUT_S": "30"}
+NO_REAP = {**FAST_REAP, "ARCHHPO_GRACE_S": "120"}
+
+
+def _study(url: str, name: str, trials: int, epochs: int, same_seed: bool = False, ranks: int = 1) -> str:
+    """A tiny lm study; with `same_seed` every trial is the first one again (arch, params and seed)."""
+    s = prepare_settings(name, "100K", family="lm", n_trials=trials, data="synthetic:tokens=4000", seed=3,
+                         quick=True, pruner="none", family_options={"seq_len": 16}, ranks_per_trial=ranks)
+    space = SearchSpace(learning_rate=(1e-4, 1e-2), epochs=(epochs,), batch_size=(16,),
+                        weight_decay=(1e-5, 1e-3), warmup_steps=(2,))
+    fixed = {"epochs": epochs, "batch_size": 16, "warmup_steps": 2}
+    plan = [dataclasses.replace(e, params={**(e.params or {}), **fixed}) for e in s.plan[:trials]]
+    if same_seed:
+        plan = [dataclasses.replace(plan[0], slot=e.slot, seed=7) for e in plan]
+    launch(url, dataclasses.replace(s, plan=plan, space=space.as_dict()))
+    return s.study_name
+
+
+def _group(url: str, cwd: Path, restarts: int = 0, timing: dict[str, str] = FAST_REAP) -> subprocess.Popen[str]:
+    """`torchrun --nproc-per-node 2 -m archhpo worker ...`: one worker of two ranks."""
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--max-restarts",
+           str(restarts), "--master-addr", "127.0.0.1", "--master-port", str(free_port()), "-m", "archhpo",
+           "worker", "--experiment", "mr", "--budget", "100K", "--storage", url, "--device", "cpu",
+           "--threads", "1", "--checkpoint-dir", str(cwd / "ck")]
+    env = {**os.environ, **timing, "RAY_USAGE_STATS_ENABLED": "0"}
+    return subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def _trials(url: str, name: str) -> list[optuna.trial.FrozenTrial]:
+    return optuna.load_study(study_name=name, storage=url).get_trials(deepcopy=False)
+
+
+def _finish(proc: subprocess.Popen[str], log: Path, timeout: float = 300) -> str:
+    """The group's output (kept whole in `log`) once torchrun exits 0."""
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, _ = proc.communicate()
+        log.write_text(out)
+        raise AssertionError(f"the group did not finish within {timeout} s (output: {log})") from None
+    log.write_text(out)
+    assert proc.returncode == 0, f"torchrun exited {proc.returncode} (output: {log}):\n{out[-3000:]}"
+    return out
+
+
+def _rank_pid(agent: int, rank: int) -> int | None:
+    """The pid of torchrun's child process of `rank` (from its environment)."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            env = (entry / "environ").read_bytes().split(b"\0")
+        except (OSError, IndexError, ValueError):
+            continue
+        if parent == agent and f"RANK={rank}".encode() in env and b"LOCAL_RANK=" + str(rank).encode() in env:
+            return int(entry.name)
+    return None
+
+
+def test_a_study_mixing_one_and_two_rank_trials_runs_every_trial_exactly_once(
+        sqlite_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    url = sqlite_url
+    name = _study(url, "mr", trials=4, epochs=2)
+    group = _group(url, tmp_path, timing=NO_REAP)
+    try:
+        def group_claimed() -> bool:
+            return any(t.state == TrialState.RUNNING for t in _trials(url, name))
+
+        assert wait_for(group_claimed, timeout=180, every=0.5), "the 2-rank group claimed a trial"
+        for key, value in NO_REAP.items():
+            monkeypatch.setenv(key, value)
+        summary = Worker([TrialQueue(url, name)], device="cpu", threads=1).run()  # one rank, beside the group
+        out = _finish(group, tmp_path / "group.log")
+    finally:
+        group.kill()
+    trials = _trials(url, name)
+    slots = Counter(t.user_attrs["plan_slot"] for t in trials if t.state == TrialState.COMPLETE)
+    assert sorted(slots.values()) == [1, 1, 1, 1] and len(trials) == 4, [(t.number, t.state) for t in trials]
+    ranks = Counter(int(t.user_attrs.get(RANKS_ATTR, 1)) for t in trials)
+    assert ranks[2] >= 1 and ranks[1] == summary.complete >= 1, (ranks, summary, out[-2000:])
+    assert all(t.user_attrs[SHARD_ATTR] == "ddp" for t in trials if t.user_attrs.get(RANKS_ATTR) == 2)
+
+
+def test_a_killed_rank_restarts_the_group_and_the_retry_ends_at_the_uninterrupted_value(
+        sqlite_url: str, tmp_path: Path) -> None:
+    """Two copies of one trial: the first trains uninterrupted on 2 ranks; rank 1 is killed (SIGKILL)
+    once the second has checkpointed an epoch. torchrun restarts both ranks; the dead attempt is
+    reaped and retried once from its checkpoint, and ends at the first copy's value bit for bit."""
+    url = sqlite_url
+    name = _study(url, "mr", trials=2, epochs=3, same_seed=True)
+    group = _group(url, tmp_path, restarts=1)
+    try:
+        def second_checkpointed() -> bool:
+            done = [t for t in _trials(url, name) if t.state == TrialState.COMPLETE]
+            files = list((tmp_path / "ck" / name).glob("slot*.attempt1.pt"))
+            return len(done) == 1 and len(files) == 1
+
+        assert wait_for(second_checkpointed, timeout=240, every=0.2), "the second copy checkpointed an epoch"
+        victim = _rank_pid(group.pid, 1)
+        assert victim is not None, "rank 1's process"
+        os.kill(victim, signal.SIGKILL)
+        out = _finish(group, tmp_path / "group.log")
+    finally:
+        group.kill()
+    trials = sorted(_trials(url, name), key=lambda t: t.number)
+    first, dead, retry = _by_role(trials)
+    assert dead.state == TrialState.FAIL and "fail_reason" not in dead.user_attrs, out[-2000:]
+    assert retry.user_attrs["retry_of"] == dead.number and retry.user_attrs["resumed_from_epoch"] >= 1
+    assert retry.value == first.value, (retry.value, first.value)
+    assert int(retry.user_attrs[RANKS_ATTR]) == int(first.user_attrs[RANKS_ATTR]) == 2
+    assert "the trial's group broke" in out, out[-3000:]
+
+
+def _by_role(trials: list[Any]) -> tuple[Any, Any, Any]:
+    """The uninterrupted copy, the killed attempt and its retry."""
+    assert len(trials) == 3, [(t.number, t.state) for t in trials]
+    retry = next(t for t in trials if t.user_attrs.get("retry_of") is not None)
+    dead = next(t for t in trials if t.number == retry.user_attrs["retry_of"])
+    first = next(t for t in trials if t not in (dead, retry))
+    return first, dead, retry
+
+
+def test_gangs_fill_the_clusters_gpus_k_at_a_time_and_cpu_runs_take_workers_over_k() -> None:
+    from archhpo.cluster._placement import gang_count
+
+    assert gang_count(2, "auto", 8, None) == 4
+    assert gang_count(4, "auto", 8, 1) == 1, "--workers caps the gangs"
+    assert gang_count(2, "cpu", 8, 4) == 2, "--device cpu: the workers' ranks, one CPU each"
+    assert gang_count(2, "auto", 0, 6) == 3, "a CPU cluster: the workers' ranks"
+    assert gang_count(2, "auto", 0, None) == 1, "the default 2 workers make one gang of 2"
+    with pytest.raises(ArchhpoError, match="needs 4 GPUs, but the Ray cluster has 2"):
+        gang_count(4, "auto", 2, None)
+
+
+@pytest.mark.ray
+def test_run_trains_a_two_rank_study_through_ray_train_gangs_every_trial_once(
+        sqlite_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`run`'s pool for a study at 2 ranks per trial: Ray Train TorchTrainers of 2 gloo workers,
+    gang-placed, as many as --workers // 2; rank 0 (world rank 0) claims and writes each trial once."""
+    pytest.importorskip("ray")
+    from archhpo.cluster._options import RunOptions
+    from archhpo.cluster._run import run_workers
+
+    url = sqlite_url
+    name = _study(url, "mr", trials=2, epochs=1, ranks=2)
+    for key, value in {**NO_REAP, "RAY_USAGE_STATS_ENABLED": "0",
+                       "PYTHONPATH": str(Path(__file__).resolve().parents[2])}.items():
+        monkeypatch.setenv(key, value)
+    out = io.StringIO()
+    statuses = run_workers(url, [name], RunOptions(workers=2, device="cpu", threads=1,
+                                                   checkpoint_dir=tmp_path / "ck"), out=out)
+    assert statuses[name].done and "1 trial(s) at a time, each across 2 ranks (cpu)" in out.getvalue()
+    trials = _trials(url, name)
+    assert sorted(t.state for t in trials) == [TrialState.COMPLETE] * 2
+    assert {(t.user_attrs[RANKS_ATTR], t.user_attrs["ray_train_rank"]) for t in trials} == {(2, 0)}
