@@ -207,3 +207,27 @@ def _cluster_gpus() -> int:
     import ray
 
     return int(ray.cluster_resources().get("GPU", 0))
+
+
+def study_ranks(queues: list[TrialQueue]) -> int:
+    """The ranks per trial the studies ask for (`ranks_per_trial`, 1 where unset); one run trains
+    all its studies at one K."""
+    ranks = {int(getattr(q.settings.options, "ranks_per_trial", 1) or 1) for q in queues}
+    if len(ranks) > 1:
+        raise ArchhpoError(f"These studies ask for {sorted(ranks)} ranks per trial; run each number of ranks "
+                           "with its own `archhpo run`, or give them one --ranks-per-trial.")
+    return ranks.pop() if ranks else 1
+
+
+def gang_count(ranks: int, device: str, cluster_gpus: float, workers: int | None) -> int:
+    """How many trials of `ranks` ranks `run` trains at once, each gang-placed by Ray Train: on GPUs
+    one GPU per rank, so the cluster's whole GPUs // ranks (at most --workers when given); on CPU
+    --workers // ranks, at least one. A cluster too small for one gang is refused."""
+    gpus = int(cluster_gpus)
+    if device != "cpu" and gpus >= 1:
+        if gpus < ranks:
+            raise ArchhpoError(f"A trial on {ranks} ranks needs {ranks} GPUs, but the Ray cluster has {gpus}; "
+                               f"add GPUs or lower --ranks-per-trial to {gpus}.")
+        gangs = gpus // ranks
+        return min(gangs, workers) if workers else gangs
+    return max(1, (workers or DEFAULT_WORKERS) // ranks)

@@ -20,13 +20,15 @@ from archhpo.cluster._placement import (
     _probe_gpu_memory,
     _trials_per_gpu,
     choose_placement,
+    gang_count,
     largest_trial_bytes,
     place_workers,
+    study_ranks,
 )
 from archhpo.cluster._pool import MAX_REPLACEMENTS, _Pool
 from archhpo.cluster._progress import _fmt_eta, eta_s, plain_ray_logs, progress_line
 from archhpo.cluster._ray_private import loopback_only, token_auth_without_advice
-from archhpo.cluster._tasks import gpu_task, start_by_share, task_options, worker_task
+from archhpo.cluster._tasks import gang_task, gpu_task, start_by_share, task_options, worker_task
 from archhpo.environment import Environment
 from archhpo.errors import OutputError
 from archhpo.search._queue import PlanStatus, TrialQueue
@@ -79,6 +81,8 @@ def run_workers(
     check_run_options(storage_url, opts)
     storage = open_storage(storage_url, create=False, timing=opts.timing)
     pool = _Pool(storage_url, names, opts, out, storage)
+    if study_ranks(list(pool.queues.values())) > 1:
+        pool = _Gangs(storage_url, names, opts, out, storage)
     plain_ray_logs(sys.stdout, sys.stderr)  # Ray's copies of the workers' lines: no colour codes off a terminal
     pool.threads = _start_ray(opts)
     try:
@@ -91,6 +95,23 @@ def run_workers(
         raise
     finally:
         ray.shutdown()
+
+
+class _Gangs(_Pool):
+    """The pool of a run whose trials span K ranks: Ray Train gangs of K workers instead of one Ray
+    task per worker, as many as the cluster holds at once (gang_count); the driver supervises them
+    as it does worker tasks."""
+
+    def start(self) -> None:
+        import ray
+
+        ranks = study_ranks(list(self.queues.values()))
+        gangs = gang_count(ranks, self.opts.device, float(ray.cluster_resources().get("GPU", 0)), self.opts.workers)
+        device = "cpu" if self.opts.device == "cpu" or not _cluster_gpus() else "cuda"
+        self.out.write(f"Ray Train: {gangs} trial(s) at a time, each across {ranks} ranks ({device})\n")
+        task = ray.remote(num_cpus=0)(gang_task)
+        self.refs = [task.remote(self.url, self.names, device, self.threads, self.run_id, self.ckpt, ranks,
+                                 self.opts.checkpoint_every) for _ in range(gangs)]
 
 
 @contextlib.contextmanager

@@ -83,3 +83,48 @@ def start_by_share(
                    and float(ray.available_resources().get("GPU", 0.0)) > before - n * share + 1e-6):
                 time.sleep(0.1)
     return refs
+
+
+def gang_loop(config: dict[str, Any]) -> None:
+    """Body of every Ray Train worker of a gang: one rank of a K-rank trial group (Ray Train has set
+    up the process group; workers/_distributed.py adopts it), the worker loop over the studies.
+    A rank that leaves unhealthy (its group broke) raises, so FailureConfig restarts the gang."""
+    import ray.train
+
+    from archhpo.workers import Worker
+
+    env = Environment.read()
+    queues = [TrialQueue(config["storage_url"], n, timing=env) for n in config["names"]]
+    ctx = ray.train.get_context()
+    attrs: dict[str, Any] = {"run_id": config["run_id"], "ray_train_rank": ctx.get_world_rank()}
+    worker = Worker(queues, device=config["device"], threads=config["threads"], extra_attrs=attrs,
+                    checkpoint_dir=config["checkpoint_dir"], checkpoint_every=config["checkpoint_every"])
+    summary = worker.run()
+    if summary.unhealthy:
+        raise RuntimeError(summary.unhealthy)
+
+
+def gang_task(storage_url: str, names: list[str], device: str, threads: int, run_id: str,
+              checkpoint_dir: str | None, ranks: int, checkpoint_every: int = 1) -> dict[str, Any]:
+    """A Ray task (no resources of its own) that trains trials across `ranks` ranks through Ray Train
+    V2's TorchTrainer: gang-placed (all ranks start together or none), its process group bounded by
+    ARCHHPO_GROUP_TIMEOUT_S, the gang restarted once when a rank fails (FailureConfig)."""
+    import os
+
+    os.environ.setdefault("RAY_TRAIN_V2_ENABLED", "1")
+    from ray.train import FailureConfig, RunConfig, ScalingConfig
+    from ray.train.torch import TorchConfig, TorchTrainer
+
+    from archhpo.workers._distributed import group_timeout_s
+
+    gpu = device != "cpu"
+    config = {"storage_url": storage_url, "names": names, "device": device, "threads": threads, "run_id": run_id,
+              "checkpoint_dir": checkpoint_dir, "checkpoint_every": checkpoint_every}
+    trainer = TorchTrainer(
+        gang_loop, train_loop_config=config,
+        scaling_config=ScalingConfig(num_workers=ranks, use_gpu=gpu, resources_per_worker={"CPU": threads}),
+        torch_config=TorchConfig(backend="nccl" if gpu else "gloo", timeout_s=int(group_timeout_s())),
+        # Ray Train's own run folder stays in its default place: the trials' checkpoints are archhpo's.
+        run_config=RunConfig(name=f"archhpo-{run_id}-{os.getpid()}", failure_config=FailureConfig(max_failures=1)))
+    result = trainer.fit()
+    return {"ranks": ranks, "error": None if result.error is None else str(result.error)[:500]}
