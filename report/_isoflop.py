@@ -231,14 +231,14 @@ def with_compute_budgets(frame: pd.DataFrame) -> pd.DataFrame:
     out[COLUMN] = pd.to_numeric(out[COLUMN], errors="coerce")
     known = out.dropna(subset=[COLUMN]).groupby("budget")[COLUMN].agg(lambda c: c.iloc[0] if c.nunique() == 1 else np.nan)
     out[COLUMN] = out[COLUMN].fillna(out["budget"].map(known))
-    if SIZE_COLUMN in out:
-        out[SIZE_COLUMN] = pd.to_numeric(out[SIZE_COLUMN], errors="coerce").astype(float)
+    missing = out[SIZE_COLUMN].isna() & out[COLUMN].notna() if SIZE_COLUMN in out else None
+    if missing is not None and missing.any():
         sizes = out.dropna(subset=[SIZE_COLUMN]).drop_duplicates(["budget", "param_count"])
         keyed = sizes.set_index(["budget", "param_count"])[SIZE_COLUMN]
-        missing = out[SIZE_COLUMN].isna() & out[COLUMN].notna()
-        if missing.any():
-            out.loc[missing, SIZE_COLUMN] = [keyed.get((b, n), np.nan) for b, n in zip(
-                out.loc[missing, "budget"], out.loc[missing, "param_count"], strict=True)]
+        numeric = pd.api.types.is_numeric_dtype(out[SIZE_COLUMN])
+        out[SIZE_COLUMN] = out[SIZE_COLUMN].astype(float if numeric else object)
+        out.loc[missing, SIZE_COLUMN] = [keyed.get((b, n), np.nan) for b, n in zip(
+            out.loc[missing, "budget"], out.loc[missing, "param_count"], strict=True)]
     return out
 
 
