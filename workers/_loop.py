@@ -1,22 +1,17 @@
 """The worker loop of docs/design.md §6: take the next planned trial, build, train, report, finish, repeat.
 
-The loop knows nothing about Optuna: it talks to queue objects (search.TrialQueue) through the
-small protocol below, so data flows one way: search → workers → models.  A trial becomes a
-model, data and TrainConfig only through ``workers._build.build_trial`` (as in `archhpo train`).
-
-Stopping and fencing:
-
-- SIGTERM / SIGINT (``handle_signals``, the `archhpo worker` command) or ``stop_event``: the
-  trainer stops between two steps and the trial goes back to the queue (WAITING, same attempt);
-  a second signal stops at once (KeyboardInterrupt), still giving the trial back.
-- A trial reaped while this worker was paused or cut off from the database is no longer ours:
-  the heartbeat (fenced on the claim) notices within one beat, the trainer stops, and the worker
-  never writes to that trial or to its retry's checkpoint again.
-- A checkpoint that cannot be written for lack of space (``DiskFull``) is a pause, not a verdict:
-  the trial goes back (WAITING, same attempt), the worker logs the one sentence and stops, and
-  its summary's ``disk_full`` says so; the same command resumes once space returns.
-- Checkpoints belong to one attempt (``slotNNNNN.attemptK.pt``); a retry resumes from an earlier
-  attempt's file (read only), and files are deleted only once the finish is committed.
+It talks to queue objects (search.TrialQueue) through the small protocol of workers/_claim.py,
+never to Optuna; a trial becomes model, data and TrainConfig only through ``build_trial``.
+Stopping and fencing (docs/cluster.md#crash-recovery-and-preemption): a signal or ``stop_event``
+stops between two steps and gives the trial back (a second signal at once); a trial reaped
+while this worker was cut off is dropped at the next beat and never written again; a full
+checkpoint disk (``DiskFull``) gives the trial back and stops the worker. Checkpoints belong to
+one attempt (``slotNNNNN.attemptK.pt``); a retry reads an earlier attempt's file, and files go only
+once the finish is committed. Under torchrun or Ray Train (WORLD_SIZE > 1) the K processes are one
+worker whose trials run across the K ranks (workers/_distributed.py, _ranked.py): rank 0 holds the
+claim and writes once for the group, the others follow its broadcasts, every rank agrees before
+each step whether to go on, and a rank that dies or stalls breaks the group: nothing more is
+written, the claim is reaped and retried once, and the surviving ranks exit unhealthy.
 """
 
 from __future__ import annotations
@@ -44,6 +39,7 @@ from archhpo.workers._batch import eval_batch, plan_batch, use_plan, vocab_logit
 from archhpo.workers._build import BuiltTrial, DataCache, build_trial
 from archhpo.workers._checkpoints import Checkpoints, _atomic_save
 from archhpo.workers._claim import (
+    Following,
     IdleNotes,
     QueueLike,
     _Heartbeat,
@@ -56,12 +52,22 @@ from archhpo.workers._claim import (
     only_whole_gpu_work,
     throughput,
 )
+from archhpo.workers._distributed import (
+    RANKS_ATTR,
+    SHARD_ATTR,
+    GroupBroken,
+    Ranks,
+    is_group_failure,
+    join_group,
+)
+from archhpo.workers._divergence import mark_diverged
 from archhpo.workers._memory import (
     estimate_training_bytes,
     host_build_slot,
     tensor_bytes,
     trial_shape,
 )
+from archhpo.workers._ranked import fits_group, group_resume, group_stop, rank_share
 from archhpo.workers._train import StopTraining, TrainConfig, resolve_device, train
 
 log = logging.getLogger("archhpo.worker")
@@ -97,7 +103,9 @@ class Worker:
     ) -> None:
         self.queues = list(queues)
         self.idle = IdleNotes(on_idle or (lambda note: log.info("idle: %s", note)))  # a standalone worker prints them
-        self.device = resolve_device(device)
+        self.group = join_group(device)  # None unless launched as K ranks (torchrun, Ray Train)
+        self.device = resolve_device(device) if self.group is None else self.group.device
+        self.broken = False  # the group lost a rank: nothing more is sent on it
         if threads:
             torch.set_num_threads(threads)
         if self.device.type == "cuda":
@@ -115,6 +123,7 @@ class Worker:
             Attr.THREADS: torch.get_num_threads(),  # a CPU replay (`train --threads`) is exact with the same
             **_device.device_attrs(self.device),
             **(extra_attrs or {}),
+            **({RANKS_ATTR: self.group.world} if self.group is not None else {}),
         }
         self._data = DataCache()
         # torch's import leaves ~250k objects that every full GC pass would walk again (~150 ms a
@@ -170,16 +179,36 @@ class Worker:
     def run(self) -> WorkerSummary:
         summary = WorkerSummary()
         with self._signals():
-            pending = list(self.queues)
+            if self.group is not None and not self.group.lead:
+                _follow(self, summary)
+            else:
+                self._lead(summary)
+        summary.signal = self.signal_received
+        summary.unhealthy, summary.disk_full = self.unhealthy, self.disk_full
+        return summary
+
+    def _lead(self, summary: WorkerSummary) -> None:
+        """Claim and run trials until the plans are done (rank 0 of a group tells the others)."""
+        pending = [q for q in self.queues if fits_group(self.group, q)]
+        try:
             while pending and not self._halted():
                 claim, queue = self._next(pending)
                 if claim is None:
                     break
                 self.idle.claimed()
+                self._tell(("trial", self.queues.index(queue), claim))
                 self._run_trial(queue, claim, summary)
-        summary.signal = self.signal_received
-        summary.unhealthy, summary.disk_full = self.unhealthy, self.disk_full
-        return summary
+            if not self.broken:
+                self._tell(("done",))
+        except Exception as exc:
+            if self.group is None or not is_group_failure(exc):
+                raise
+            _broken(self, exc)
+
+    def _tell(self, msg: tuple[Any, ...]) -> None:
+        """Rank 0's next move to the other ranks (a trial, an idle poll, done); alone: nothing."""
+        if self.group is not None:
+            self.group.broadcast(msg)
 
     def _halted(self) -> bool:
         """Asked to stop, or stopped by a CUDA fault or a full checkpoint disk: claim nothing more."""
@@ -206,6 +235,7 @@ class Worker:
             if pending:
                 self.idle.waiting({q.name: statuses[q.name] for q in pending})
                 self.stop_event.wait(2.0)
+                self._tell(("idle",))  # the other ranks wait within the group's timeout
         return None, None
 
     # ------------------------------------------------------------------------ one trial
@@ -213,7 +243,8 @@ class Worker:
         """Claimed -> built (after the fit check) -> trained -> concluded (finished, given back or lost)."""
         run = _TrialRun(queue, claim, _Heartbeat(queue, claim, getattr(queue, "heartbeat_s", 15.0),
                                                  getattr(queue, "reap_s", 30.0)))
-        run.beat.start()
+        if not isinstance(queue, Following):  # rank 0 alone beats for the group
+            run.beat.start()
         if run.spec_seed is not None:
             run.attrs[Attr.SEED] = run.spec_seed
         _device.reset_peak_memory(self.device)
@@ -229,7 +260,8 @@ class Worker:
         finally:
             run.beat.stopped.set()
             self._release()
-        self._conclude(run, summary)
+        if not isinstance(queue, Following):  # the group's result is written once, by rank 0
+            _conclude(self, run, summary)
 
     def _attempt(self, run: _TrialRun) -> None:
         """Build and train; a failure the trial caused is recorded in run.attrs (fail_reason)."""
@@ -242,6 +274,9 @@ class Worker:
             run.outcome, self.disk_full = "disk_full", str(full)
             log.error("%s", full)
         except Exception as exc:  # noqa: BLE001 - every failure is classified below
+            if self.group is not None and is_group_failure(exc):
+                _broken(self, exc)
+                raise GroupBroken(str(exc)) from exc  # lost: written by nobody, reaped, retried once
             self._classify_failure(run, exc)
 
     def _build(self, run: _TrialRun) -> BuiltTrial:
@@ -256,6 +291,8 @@ class Worker:
             shape = trial_shape(family, cfg, run.claim.arch, min(int(tcfg.batch_size), data.n_train),
                                 min(int(tcfg.eval_batch_size), max(1, data.n_val)),
                                 on_device if self.device.type == "cuda" else 0, bool(spec.study_options.compile))
+            shard = str(getattr(run.queue.settings.options, "shard", "auto"))  # the study's setting
+            shape = rank_share(self.group, run.attrs, shard, shape, self.device)
             run.attrs[Attr.MEMORY_ESTIMATE_GIB] = round(estimate_training_bytes(shape, self.device.type) / 2**30, 3)
             # The largest micro-batch that fits; below the batch, gradients accumulate (workers/_batch.py).
             use_plan(plan_batch(shape, self.device, f"Trial {run.claim.number} ({shape.param_count:,} params)",
@@ -275,19 +312,21 @@ class Worker:
     def _train(self, run: _TrialRun, built: BuiltTrial) -> None:
         queue, claim = run.queue, run.claim
         ckpt = self._checkpoint_path(queue, claim)
-        resume = self._load_resume(queue, claim)
+        resume = group_resume(self.group, self.checkpoints, queue, claim)
         _starting(run, built, resume)
         scorer = _Scorer(run, built, resume)
         plan = scorer.plan
+        lead = self.group is None or self.group.lead
 
         def on_eval(epoch: int, val: float) -> None:
             run.best = min(run.best, val)
-            if queue.report(claim, epoch, val):  # raises TrialLost when fenced out
+            ask = lambda: queue.report(claim, epoch, val)  # noqa: E731 - raises TrialLost when fenced out
+            if ask() if self.group is None else self.group.decide(ask):
                 raise StopTraining(epoch)
 
         def save(st: dict[str, Any]) -> None:
-            if ckpt is None or run.beat.lost.is_set():
-                return  # a fenced-out attempt never writes again
+            if ckpt is None or run.beat.lost.is_set() or not lead:
+                return  # a fenced-out attempt never writes again; a group writes once, from rank 0
             # A rung's state is kept, and so is a stop's (it resumes between the two steps).
             if st["epoch"] % self.checkpoint_every and st["epoch"] not in plan.score_at and "partial" not in st:
                 return
@@ -299,9 +338,11 @@ class Worker:
             result = train(built.model, built.data, built.family.loss, built.train_config,
                            metrics_fn=built.family.metrics,
                            on_eval=on_eval, checkpoint=save if ckpt is not None else None, resume=resume,
-                           should_stop=lambda: run.should_stop(self.stop_event), plan=plan, on_score=scorer)
+                           should_stop=group_stop(self.group, run, self.stop_event), plan=plan, on_score=scorer,
+                           ranks=None if self.group is None else Ranks(self.group, str(run.attrs[SHARD_ATTR])))
             samples, seconds, path = result.samples, result.train_s, result.path_samples(built.epoch_samples)
             scorer.settle(result, resume)
+            mark_diverged(run, history=result.history)  # a loss that rose is the rate's failure
         except StopTraining as stop:
             run.state, run.value = TrialState.PRUNED, run.best
             run.attrs[Attr.PRUNED_AT_EPOCH] = stop.args[0]
@@ -316,6 +357,7 @@ class Worker:
     def _classify_failure(self, run: _TrialRun, exc: Exception) -> None:
         """The failure's reason in run.attrs; a sticky CUDA fault stops this worker (workers/_claim.py)."""
         unhealthy = classify_failure(run, exc, self.attrs)
+        mark_diverged(run, exc)  # a non-finite loss: the reason names the rate, not the architecture
         if unhealthy is not None:
             self.unhealthy = unhealthy
 
@@ -328,54 +370,82 @@ class Worker:
         except RuntimeError as exc:  # a poisoned context fails here too; the worker is stopping
             log.warning("could not release GPU memory: %s", exc)
 
-    def _conclude(self, run: _TrialRun, summary: WorkerSummary) -> None:
-        queue, claim = run.queue, run.claim
-        if run.outcome == "lost":
-            summary.lost += 1  # never write to it again; its files now belong to the retry
-            return
-        if run.outcome in ("requeue", "unhealthy", "disk_full"):
-            why = {"unhealthy": self.unhealthy, "disk_full": self.disk_full}.get(run.outcome) or (
-                signal.Signals(self.signal_received).name if self.signal_received else "worker stopped")
-            spent = {k: run.attrs[k] for k in (Attr.FLOPS_SPENT,) if k in run.attrs}
-            if queue.requeue(claim, str(why)[:500], spent):  # same attempt; its compute is counted
-                summary.requeued += 1
-                log.warning("trial %s given back to the queue (%s)", claim.number,
-                            "no space for its checkpoint" if run.outcome == "disk_full" else why)
-            else:
-                summary.lost += 1
-            return
-        attrs = run.attrs
-        attrs[Attr.DURATION_S] = round(run.elapsed_s(), 3)
-        if Attr.FLOPS_SPENT in attrs:  # still this claim's alone: the queue adds the earlier claims'
-            attrs[Attr.CLAIM_WORK] = [int(attrs[Attr.FLOPS_SPENT]), round(run.elapsed_s() - run.prior_s, 3)]
-        attrs.update(_device.peak_memory_attrs(self.device))
-        if run.outcome == "park":
-            if not queue.park(claim, float(run.value), attrs):  # type: ignore[arg-type]
-                summary.lost += 1
-                return
-            summary.parked += 1
-            queue.maintain()  # this may have completed the rung: decide it now (else the next upkeep does)
-            return
-        if Attr.FAIL_REASON in attrs:
-            log.warning("trial %s failed: %s", claim.number, attrs[Attr.FAIL_REASON])
-        if not queue.finish(claim, run.state, run.value, attrs):
-            summary.lost += 1
-            return
-        self.checkpoints.remove(queue, claim)  # committed: nothing left to resume
-        summary.trials.append(claim.number)
-        if run.state == TrialState.COMPLETE:
-            summary.complete += 1
-        elif run.state == TrialState.PRUNED:
-            summary.pruned += 1
-        else:
-            summary.failed += 1
-
     def _throughput(self, built: BuiltTrial, samples: int, seconds: float, path: int,
                     wall_s: float) -> dict[str, Any]:
         """This claim's speed and the trial's training compute (workers/_claim.py's throughput),
         with step_mfu beside trial_mfu (``_mfus``)."""
         out = throughput(built, samples, seconds, path, self.device, self._gpu_share())
         return {**out, **_mfus(out, built, samples, wall_s, self.device, self._gpu_share())}
+
+
+def _follow(worker: Worker, summary: WorkerSummary) -> None:
+    """A rank other than 0: train each trial rank 0 broadcasts, write nothing, until it is done."""
+    assert worker.group is not None
+    readers = [Following(q) for q in worker.queues]
+    try:
+        while worker.unhealthy is None:
+            msg = worker.group.broadcast()
+            if msg[0] == "done":
+                return
+            if msg[0] == "trial":
+                worker._run_trial(readers[int(msg[1])], msg[2], summary)
+    except Exception as exc:
+        if not is_group_failure(exc):
+            raise
+        _broken(worker, exc)
+
+
+def _broken(worker: Worker, exc: BaseException) -> None:
+    """The group cannot go on: this process stops, non-zero, so its launcher restarts the group."""
+    assert worker.group is not None
+    worker.broken = True
+    worker.unhealthy = (f"rank {worker.group.rank} of {worker.group.world}: the trial's group broke "
+                        f"({type(exc).__name__}: {str(exc)[:300]})")
+    log.error("%s; nothing more is written from this group, its trial is retried once", worker.unhealthy)
+
+
+def _conclude(worker: Worker, run: _TrialRun, summary: WorkerSummary) -> None:
+    """What the claim's outcome writes: nothing (lost), the trial given back, held at its rung, or finished."""
+    queue, claim = run.queue, run.claim
+    if run.outcome == "lost":
+        summary.lost += 1  # never write to it again; its files now belong to the retry
+        return
+    if run.outcome in ("requeue", "unhealthy", "disk_full"):
+        why = {"unhealthy": worker.unhealthy, "disk_full": worker.disk_full}.get(run.outcome) or (
+            signal.Signals(worker.signal_received).name if worker.signal_received else "worker stopped")
+        spent = {k: run.attrs[k] for k in (Attr.FLOPS_SPENT,) if k in run.attrs}
+        if queue.requeue(claim, str(why)[:500], spent):  # same attempt; its compute is counted
+            summary.requeued += 1
+            log.warning("trial %s given back to the queue (%s)", claim.number,
+                        "no space for its checkpoint" if run.outcome == "disk_full" else why)
+        else:
+            summary.lost += 1
+        return
+    attrs = run.attrs
+    attrs[Attr.DURATION_S] = round(run.elapsed_s(), 3)
+    if Attr.FLOPS_SPENT in attrs:  # still this claim's alone: the queue adds the earlier claims'
+        attrs[Attr.CLAIM_WORK] = [int(attrs[Attr.FLOPS_SPENT]), round(run.elapsed_s() - run.prior_s, 3)]
+    attrs.update(_device.peak_memory_attrs(worker.device))
+    if run.outcome == "park":
+        if not queue.park(claim, float(run.value), attrs):  # type: ignore[arg-type]
+            summary.lost += 1
+            return
+        summary.parked += 1
+        queue.maintain()  # this may have completed the rung: decide it now (else the next upkeep does)
+        return
+    if Attr.FAIL_REASON in attrs:
+        log.warning("trial %s failed: %s", claim.number, attrs[Attr.FAIL_REASON])
+    if not queue.finish(claim, run.state, run.value, attrs):
+        summary.lost += 1
+        return
+    worker.checkpoints.remove(queue, claim)  # committed: nothing left to resume
+    summary.trials.append(claim.number)
+    if run.state == TrialState.COMPLETE:
+        summary.complete += 1
+    elif run.state == TrialState.PRUNED:
+        summary.pruned += 1
+    else:
+        summary.failed += 1
 
 
 def _mfus(out: dict[str, Any], built: BuiltTrial, samples: int, wall_s: float, device: torch.device,
