@@ -28,11 +28,32 @@ from archhpo.models._family import TensorDataset
 from archhpo.models.data import language
 from archhpo.models.lm_spec import FAMILY, LMConfig, config_for, flops_per_sample, param_count
 
-__all__ = ["ADAM_EPS", "FAMILY", "LM", "LMConfig", "config_for", "flops_per_sample", "next_token_nll", "param_count"]
+__all__ = ["ADAM_EPS", "FAMILY", "HEAD_MULTIPLE", "LM", "LMConfig", "config_for", "flops_per_sample", "next_token_nll",
+           "padded_vocab", "param_count", "tied_head"]
 
 
 # AdamW's own default eps, the one every standard-parametrization trial trains with; µP divides it by m.
 ADAM_EPS = 1e-8
+# On CUDA the tied head's matmul runs over the vocabulary padded to a multiple of this (50,257 ->
+# 50,304, as nanoGPT pads it): only the kernel; the weight, the count and the logits stay exact.
+HEAD_MULTIPLE = 64
+
+
+def padded_vocab(vocab: int, device_type: str, multiple: int = HEAD_MULTIPLE) -> int:
+    """The rows the head's kernel runs over on `device_type`: `vocab` up to a multiple of `multiple`
+    on CUDA; `vocab` itself elsewhere (CPU logits stay bit for bit)."""
+    if device_type != "cuda" or multiple <= 1:
+        return vocab
+    return -(-vocab // multiple) * multiple
+
+
+def tied_head(x: torch.Tensor, weight: torch.Tensor, rows: int) -> torch.Tensor:
+    """x @ weight.T with the weight padded by zero rows to `rows` for the kernel, the logits sliced
+    back to the weight's own rows (the padding's gradient is dropped with it)."""
+    vocab = weight.shape[0]
+    if rows <= vocab:
+        return F.linear(x, weight)
+    return F.linear(x, F.pad(weight, (0, 0, 0, rows - vocab)))[..., :vocab]
 
 
 class LM(nn.Module):
@@ -52,6 +73,7 @@ class LM(nn.Module):
         causal = torch.ones(cfg.seq_len, cfg.seq_len, dtype=torch.bool).triu(1)
         self.causal: torch.Tensor
         self.register_buffer("causal", causal, persistent=False)
+        self.head_multiple = HEAD_MULTIPLE  # 1: the head's kernel over the bare vocabulary (a bench variant)
         self._init_weights()
 
     def _init_weights(self) -> None:
@@ -103,7 +125,8 @@ class LM(nn.Module):
         m = self.cfg.width_multiplier
         if m != 1.0:  # µP: the tied head's input ×1/m (nanoGPT-mup scales x, not the shared weight)
             out = out / m
-        return F.linear(out, self.tok_embed.weight)  # (B, L, V): the tied head
+        rows = padded_vocab(self.cfg.vocab_size, ids.device.type, self.head_multiple)
+        return tied_head(out, self.tok_embed.weight, rows)  # (B, L, V): the tied head
 
 
 def next_token_nll(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
