@@ -1,19 +1,15 @@
 """Chinchilla's Approach 2 on an IsoFLOP study: per compute budget C, the N that minimises the loss,
 then N_opt = G·C^a (Hoffmann et al. 2022, arXiv 2203.15556, §3.2).
 
-Per C, a parabola of the loss in x = log N (centred on the sizes' mean) is fitted by iteratively
-reweighted least squares with Huber weights (tuning 1.345 robust standard deviations, MAD-based),
-so one bad trial cannot move the vertex. Its vertex x* = -b/(2c) is N_opt(C). Its interval is a
-parametric bootstrap from the residuals, N fixed: y* = fitted x (1 + s·t·Normal(0, 1)), s^2 the
-relative residuals' sum of squares pooled over the compute budgets (each n - 3 degrees of freedom:
-the noise is a common fraction of the loss), t = sqrt(dof / chi2(dof)) per draw so that s's own
-uncertainty widens the intervals; each draw refitted the same robust way. A draw whose parabola opens
-downward has its vertex at the lower-loss end's infinity. A vertex at or beyond the smallest or
-largest size, or a parabola that opens downward, is flagged ``edge``: the grid does not bracket the
-optimum, and `recentre` names the sizes that would (the law's N_opt(C) when it is fitted, else the
-vertex, at most one span away, else the lower-loss edge). log N_opt = log G + a log C is fitted by
-weighted least squares (weights 1/variance of each log vertex) over the non-edge vertices; a's 95%
-interval refits the line on each bootstrap draw of the vertices. Status ``fitted`` needs at least 3
+Per C, a parabola of the loss in x = log N is fitted by iteratively reweighted least squares with
+Huber weights, so one bad trial cannot move the vertex x* = -b/(2c), N_opt(C).  Its interval is a
+parametric bootstrap from the residuals, N fixed: the relative residuals pooled over the budgets
+(the noise is a common fraction of the loss), widened per draw by sqrt(dof / chi2(dof)) for that
+estimate's own uncertainty, each draw refitted the same robust way.  A vertex at or beyond the
+smallest or largest size, or a parabola opening downward, is flagged ``edge``: the grid does not
+bracket the optimum, and `recentre` names the sizes that would.  log N_opt = log G + a log C is
+fitted by weighted least squares (weights 1/variance of each log vertex) over the non-edge
+vertices, a's 95% interval by refitting each bootstrap draw.  Status ``fitted`` needs at least 3
 non-edge vertices, 95% of the replicates with every vertex finite, and a's interval inside (0, 1).
 """
 
@@ -172,7 +168,7 @@ def fit_exponent(computes: np.ndarray, profiles: list[dict[str, Any]]) -> dict[s
 
 
 def recentre(compute: float, profile: dict[str, Any], law: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The sizes that would centre an edge budget's grid on its optimum (module docstring's rule)."""
+    """The sizes that would centre an edge budget's grid on its optimum (the rule: docs/design.md §11)."""
     sizes = np.array(profile["sizes"])
     old, span, n = float(np.exp(np.log(sizes).mean())), float(sizes.max() / sizes.min()), len(set(sizes.round(6)))
     if law and math.isfinite(law.get("G", math.nan)) and law.get("status") == "fitted":

@@ -1,26 +1,17 @@
 """The law L(N, D) = E + A/N^alpha + B/D^beta and the compute-optimal allocation it implies.
 
-Fitted as Epoch AI's replication of Chinchilla's approach 3 does (Besiroglu et al. 2024, arXiv
-2404.10102): parameters e = log E, a = log A, b = log B, alpha, beta; log L_pred =
-logsumexp(e, a - alpha log N, b - beta log D); the Huber loss (delta 1e-3) of log L_pred - log
-L_obs, minimised by L-BFGS-B from a grid of starting points (the best end point wins); 95%
-percentile intervals over a parametric bootstrap as for L(N) (`archhpo.report._fit`): refits on the
-fitted log losses plus Gaussian noise at the same (N, D), the noise sd the measured seed noise or
-the least-squares residuals' (points minus 5 degrees of freedom), widened by the Student-t factor.
+Fitted as Epoch AI's replication of Chinchilla's approach 3 (Besiroglu et al. 2024, arXiv
+2404.10102): e = log E, a = log A, b = log B, alpha, beta; log L_pred = logsumexp(e, a - alpha log
+N, b - beta log D); the Huber loss (delta 1e-3) of log L_pred - log L_obs, minimised by L-BFGS-B
+from a grid of starts; 95% intervals over a parametric bootstrap as for L(N) (`archhpo.report._fit`,
+points minus 5 degrees of freedom).  A point is the best trial of one (budget, tokens per parameter)
+study: N its exact parameter count, D its tokens, C its exact training FLOPs.
 
-A point is the best trial of one (budget, tokens per parameter) study: N its exact parameter count,
-D the tokens it trained on, C its exact training FLOPs (archhpo's count, attention included).
-
-Compute-optimal allocation: with C = k N D (k the points' median FLOPs per parameter per token),
-minimising L at fixed C gives N*(C) = G (C/k)^a and D*(C) = (C/k)/N*, with a = beta/(alpha+beta),
-b = alpha/(alpha+beta) and G = (alpha A / (beta B))^(1/(alpha+beta)). Intervals: the same
-bootstrap refits.
-
-Status as for L(N) (`archhpo.report._fit.law_status`): ``too_few_points`` (not enough different
-D: at least two per budget, or D varying with N over at least 4 points), ``interpolation`` (no
-more points than the 5 free parameters), ``unresolved`` (under 2 residual degrees of freedom, an
-exponent's interval touching its range or its ends more than 3-fold apart, E's estimate below the
-data's known floor, a prefactor's interval reaching its bound, E's reaching 0), or ``fitted``.
+With C = k N D (k the points' median FLOPs per parameter per token), minimising L at fixed C gives
+N*(C) = G (C/k)^a and D*(C) = (C/k)/N*, a = beta/(alpha+beta), G = (alpha A / (beta B))^(1/(alpha+beta)),
+with intervals from the same refits.  Status as for L(N) (`law_status`): ``too_few_points`` (at
+least two D per budget, or D varying with N over 4 points), ``interpolation`` (no more points than
+5), ``unresolved`` (as for L(N), or a prefactor's interval at its bound), or ``fitted``.
 """
 
 from __future__ import annotations
