@@ -69,10 +69,13 @@ class TensorDataset:
         """Validation samples start..stop-1 as (inputs, target) on `device`."""
         return tuple(t[start:stop].to(device) for t in self.val_inputs), self.val_target[start:stop].to(device)
 
-    def device_bytes(self) -> int:
-        """Bytes of the dataset held on an accelerator: what the memory plan adds to a trial's own."""
+    def device_bytes(self, device: torch.device | str) -> int:
+        """Bytes this dataset holds on `device` once `to(device)` has moved it: what the memory plan
+        adds to a trial's own (none on the CPU, whose memory the plan does not budget)."""
+        if (device if isinstance(device, str) else device.type).split(":")[0] == "cpu":
+            return 0
         tensors = (*self.train_inputs, self.train_target, *self.val_inputs, self.val_target)
-        return sum(int(t.numel()) * t.element_size() for t in tensors if t.device.type != "cpu")
+        return sum(int(t.numel()) * t.element_size() for t in tensors)
 
 
 @functools.cache

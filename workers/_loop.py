@@ -64,7 +64,6 @@ from archhpo.workers._divergence import mark_diverged
 from archhpo.workers._memory import (
     estimate_training_bytes,
     host_build_slot,
-    tensor_bytes,
     trial_shape,
 )
 from archhpo.workers._ranked import fits_group, group_resume, group_stop, rank_share
@@ -287,10 +286,10 @@ class Worker:
         def check_memory(cfg: Any, tcfg: TrainConfig, data: Any) -> None:
             logits = vocab_logits(family.name, cfg)  # an lm's (L, V) logits: the estimate leaves them out
             tcfg.eval_batch_size = eval_batch(logits, int(tcfg.eval_batch_size))
-            on_device = tensor_bytes(*data.train_inputs, data.train_target, *data.val_inputs, data.val_target)
+            on_device = data.device_bytes(self.device)  # none for an lm: its windows stay on the host
             shape = trial_shape(family, cfg, run.claim.arch, min(int(tcfg.batch_size), data.n_train),
                                 min(int(tcfg.eval_batch_size), max(1, data.n_val)),
-                                on_device if self.device.type == "cuda" else 0, bool(spec.study_options.compile))
+                                on_device, bool(spec.study_options.compile))
             shard = str(getattr(run.queue.settings.options, "shard", "auto"))  # the study's setting
             shape = rank_share(self.group, run.attrs, shard, shape, self.device)
             run.attrs[Attr.MEMORY_ESTIMATE_GIB] = round(estimate_training_bytes(shape, self.device.type) / 2**30, 3)

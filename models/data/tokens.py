@@ -249,6 +249,9 @@ class WindowDataset(TensorDataset):
     def to(self, device: torch.device | str) -> WindowDataset:
         return self  # held on the host: batches go to the device one at a time
 
+    def device_bytes(self, device: torch.device | str) -> int:
+        return 0  # never moved: only a batch at a time reaches the device
+
     def index_device(self, device: torch.device) -> torch.device:
         import torch
         return torch.device("cpu")

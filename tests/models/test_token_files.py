@@ -175,7 +175,7 @@ def test_an_id_the_launch_sample_missed_fails_the_batch_that_gathers_it(tmp_path
 def test_a_token_dataset_stays_on_the_host(tmp_path: Path) -> None:
     path = _sparse(tmp_path, 1 << 20)
     data = FAM.load_data(FAM.parse_data(f"tokens:{path},vocab=256", OPTIONS), OPTIONS)
-    assert data.to("cpu") is data and data.device_bytes() == 0
+    assert data.to("cpu") is data and data.device_bytes("cuda") == 0
     assert data.index_device(torch.device("cuda")) == CPU  # the trainer's indices stay with the data
     (x,), y = data.train_batch(torch.tensor([0]), CPU)
     assert x.dtype == y.dtype == torch.int64 and torch.equal(x[0, 1:], y[0, :-1])
