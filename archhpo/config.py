@@ -115,7 +115,7 @@ class StudyConfig:
     """how trials are stopped early"""
     schedule: Schedule = field(default_factory=Schedule)
     """the learning-rate schedule"""
-    quick: bool = setting(False, "small data and few epochs (minutes on a CPU): the quick search space",
+    quick: bool = setting(False, "small data and few epochs (minutes on a CPU); replaces the family's own training defaults",
                           switch=True, parse=None, stored="quick", always=True, commands=TRAIN_TOO)
     compile: bool = setting(False, "compile every trial's model with torch.compile (a study is all one or the other)",
                             switch=True, parse=None, stored="compile", commands=TRAIN_TOO)
