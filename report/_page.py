@@ -71,7 +71,9 @@ def _png_data(fig: Any, dpi: int) -> bytes:
 
 
 def ladder_notes(storage: Any, studies: dict[str, str]) -> dict[str, str]:
-    """Per ladder budget (--ladder), what it carried up from the smaller one (search/_ladder.py)."""
+    """Per ladder budget (--ladder), what it carried up from the smaller one (search/_ladder.py),
+    and the trials that diverged at the carried rate (report/_failures.py)."""
+    from archhpo.report._failures import why_diverged
     from archhpo.search._ladder import describe
     from archhpo.search._study import LADDER_KEY
 
@@ -79,7 +81,8 @@ def ladder_notes(storage: Any, studies: dict[str, str]) -> dict[str, str]:
     for budget, name in studies.items():
         attrs = storage.get_study_user_attrs(storage.get_study_id_from_name(name))
         if attrs.get(LADDER_KEY):
-            out[budget] = describe(attrs[LADDER_KEY])
+            diverged = why_diverged(storage, name)
+            out[budget] = describe(attrs[LADDER_KEY]) + (f"; {diverged}" if diverged else "")
     return out
 
 

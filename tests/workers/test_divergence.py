@@ -108,3 +108,30 @@ def test_the_report_counts_diverged_trials_apart_with_their_rate(tmp_path: Path)
         f"1 of {n} trials diverged at learning rate {rate:.3g} (trial {first.number}: the training loss rose): "
         "the rate, not their architectures; they are not ranked")
     assert why_all_failed(url, [q.settings.study_name]) is None, "a trial completed: there is a result"
+
+
+def test_a_ladder_budgets_line_says_which_trials_diverged_at_the_carried_rate(tmp_path: Path) -> None:
+    from archhpo.budgets import GridRow
+    from archhpo.report._page import ladder_notes
+    from archhpo.search._ladder import Finished, carry_up
+    from archhpo.search._settings import LADDER_KEY
+    from archhpo.search._space import QUICK_SPACE
+
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    q = _queue(url)
+    params = {"weight_decay": 1e-4, "epochs": 3, "batch_size": 64, "warmup_steps": 10, "learning_rate": 4e-4}
+    rows = [GridRow(budget="x", arch_idx=0, d_model=64, n_layers=2, n_heads=2, d_ff=128, param_count=0,
+                    estimate=None, extreme="")]
+    record = carry_up([Finished(2.0, 0, 64, 2, (64, 2), params)], 100_000, 200_000, rows, QUICK_SPACE, [0], 0,
+                      parametrization="mup")
+    storage = open_storage(url, create=False)
+    study_id = storage.get_study_id_from_name(q.settings.study_name)
+    storage.set_study_user_attr(study_id, LADDER_KEY, {**record, "from_budget": "100K"})
+    claim = q.claim({"host": "t"})
+    assert claim is not None
+    rate = float(claim.params["learning_rate"])
+    q.finish(claim, TrialState.FAIL, None, {"fail_reason": diverged_reason("the training loss rose", rate)})
+    line = ladder_notes(storage, {"200K": q.settings.study_name})["200K"]
+    assert "lr carried unchanged under µP, at every d_model" in line
+    assert line.endswith(f"; {why_diverged(storage, q.settings.study_name)}")
+    assert f"diverged at learning rate {rate:.3g} (trial {claim.number}: the training loss rose)" in line
