@@ -311,10 +311,29 @@ def _data_spec(args: argparse.Namespace, fam: Family, best: dict[str, Any] | Non
     spec = dict(best["data"] or {})
     check_data(fam, spec, options, args.from_json)
     if "path" in spec:
-        parsed = fam.parse_data(spec["path"], options)
+        parsed = fam.parse_data(_data_text(spec), options)
         check_file_data(spec, parsed, args.from_json)
+        if _content(parsed) != _content(spec):
+            raise _refuse(args.from_json, f"its data file {spec['path']} has changed since the study (its "
+                                          "content hash differs); restore it, or pass --data to train on it as it is now.")
         return parsed
     return spec
+
+
+def _content(spec: Mapping[str, Any]) -> list[Any]:
+    """What pins a data file's content in its spec: a text's sha256, a token file's fingerprints."""
+    val = spec.get("val")
+    return [spec.get("sha256"), spec.get("fingerprint"), val.get("fingerprint") if isinstance(val, Mapping) else None]
+
+
+def _data_text(spec: Mapping[str, Any]) -> str:
+    """The --data text that wrote a file's spec: a text file's path, or a token file's
+    ``tokens:PATH,vocab=V,dtype=D[,val=PATH]`` (its fingerprint is checked where it is loaded)."""
+    if spec.get("kind") != "tokens":
+        return str(spec["path"])
+    val = spec.get("val")
+    tail = f",val={val['path']}" if isinstance(val, Mapping) and "path" in val else ""
+    return f"tokens:{spec['path']},vocab={spec.get('vocab')},dtype={spec.get('dtype')}{tail}"
 
 
 def trial_fields(args: argparse.Namespace) -> dict[str, Any]:
