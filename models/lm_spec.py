@@ -100,7 +100,7 @@ def loss_per(kind: str | None) -> str:
     and on data of unknown or mixed kind the report says both."""
     if kind == "text":
         return "byte"
-    if kind == "synthetic":
+    if kind in ("synthetic", "tokens"):
         return "token"
     return "token (a byte, on a text file)"
 

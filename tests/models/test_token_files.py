@@ -216,3 +216,9 @@ def test_relaunching_a_study_on_a_changed_token_file_is_refused(sqlite_url: str,
         launch(sqlite_url, dataclasses.replace(again, plan=again.plan[:1]))
     assert str(info.value).startswith("Study 'tokens_150K' already exists with different settings "
                                       "(data.fingerprint: stored '")
+
+
+def test_a_token_file_study_reports_its_loss_per_token() -> None:
+    from archhpo.models.lm_spec import loss_per
+
+    assert (loss_per("tokens"), loss_per("text"), loss_per("synthetic")) == ("token", "byte", "token")
