@@ -1,24 +1,16 @@
 """`archhpo report`: the answer per budget, the scaling-law fit, figures and tables, in one place.
 
 `write_report` reads an experiment (database or CSV files, via `trials_frame`) and writes into
-the output directory:
-
-- ``{experiment}_report.html``: one self-contained page (figures embedded as base64 PNG,
-  nothing fetched from the network): per budget the best architecture and how it was trained,
-  its loss, the runner-up (the best trial of another architecture) and the gap, the
-  confirmation result when one was run, the fitted law; the paired-choice table of a study with
-  categorical choices and paired seeds; then the figures.
-- ``{experiment}_figures/{name}.png`` and ``.pdf`` (see `archhpo.report._figures.FIGURES`).
-- ``{experiment}_scaling_fit.json`` (see `archhpo.report._fit`; with ``entropy_rate`` and ``loss_floor``
-  when the data knows them, see `archhpo.report._truth`).
-- ``{experiment}_summary.csv``: one row per budget (`SUMMARY_COLUMNS` first).
-- ``{experiment}_choices.md`` and ``.csv`` when the experiment has categorical choices crossed
-  with paired seeds: per choice mean ± std over seeds, best epoch, parameter count and the
-  paired difference against a reference choice with its number of pairs and a bootstrap 95%
-  interval over seeds (none from fewer than 3 pairs).
-
-Read from a database, each budget's answer is also saved as the study's note in
-optuna-dashboard, so the dashboard opens on it.
+the output directory ``{experiment}_report.html``, one self-contained page (figures embedded,
+nothing fetched from the network): per budget the best architecture and how it was trained, its
+loss, the runner-up and the gap, the confirmation result, the fitted law, the paired-choice table
+of a study with categorical choices and paired seeds, then the figures; beside it
+``{experiment}_figures/`` (`archhpo.report._figures.FIGURES` as PNG and PDF),
+``{experiment}_scaling_fit.json`` (`archhpo.report._fit`, with the data's truth when known),
+``{experiment}_summary.csv`` (one row per budget, `SUMMARY_COLUMNS` first) and, for choices crossed
+with paired seeds, ``{experiment}_choices.md`` and ``.csv`` (per choice the mean over seeds and the
+paired difference from a reference choice, with a bootstrap interval from 3 pairs on).  Read from a
+database, each budget's answer is also saved as the study's note in optuna-dashboard.
 """
 
 from __future__ import annotations
