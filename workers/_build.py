@@ -34,8 +34,10 @@ from typing import Any
 import torch
 from torch import nn
 
+from archhpo.errors import ConfigError
 from archhpo.models import Family, TensorDataset, get_family
 from archhpo.schema import TRAINING_PARAMS, Attr, DataBudget, StoredOptions
+from archhpo.workers._device import compile_by_default, compile_model
 from archhpo.workers._train import TrainConfig, trial_seed
 
 # The planned training parameters (the search space's keys): they always win over a family's
@@ -118,9 +120,31 @@ class TrialSpec:
             options["seed"] = s
         return spec, options
 
+    @property
+    def parametrization(self) -> str:
+        """"sp" or "mup" (docs/mup.md): the study's (or `train`'s) option; a trial without it is sp."""
+        return str(self.options.get("parametrization") or "sp")
+
+    @property
+    def mup_base_width(self) -> int | None:
+        """µP's base d_model as stored (the study's smallest budget's, or --mup-base-width)."""
+        value = self.options.get("mup_base_width")
+        return None if value is None else int(value)
+
     def model_info(self) -> dict[str, Any]:
-        """settings.info with the row's categorical choices merged over it (e.g. encoder)."""
-        return {**self.info, **self.choices}
+        """settings.info with the row's categorical choices merged over it (e.g. encoder), and the
+        parametrization under µP: a family whose config has no µP refuses it here, before any data."""
+        info = {**self.info, **self.choices}
+        if self.parametrization == "sp":
+            return info  # nothing added: a standard trial's config is what it always was
+        fam = get_family(self.family)
+        if "parametrization" not in getattr(fam.config_cls, "__dataclass_fields__", {}):
+            raise ConfigError(f"The {fam.name} family has no µP (only lm has: docs/mup.md); "
+                              "drop --parametrization mup or train an lm.")
+        if self.mup_base_width is None:  # m = 1 at every width would be sp under another name
+            raise ConfigError("A µP trial needs its base width and this one stores none; pass "
+                              "--mup-base-width D (a study stores its smallest budget's d_model).")
+        return {**info, "parametrization": self.parametrization, "mup_base_width": self.mup_base_width}
 
     @property
     def data_budget(self) -> DataBudget | None:
@@ -163,6 +187,7 @@ class BuiltTrial:
     flops_per_sample: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     data_budget: DataBudget | None = None
+    compile_s: float | None = None  # compiled on CUDA: the compile's seconds, apart from the steps
 
     @property
     def epoch_samples(self) -> int:
@@ -233,10 +258,26 @@ def build_trial(
         before_build(cfg, tcfg, data)
     torch.manual_seed(seeds.init)  # right before building: the weights depend on nothing else
     model = fam.build(cfg).to(device)
-    if spec.study_options.compile:
-        model.compile()  # in place: its state_dict keys (checkpoints) are the eager model's
+    compile_s = None
+    if compile_by_default(device.type, bool(spec.study_options.compile), tcfg.steps_per_epoch(data.n_train)
+                          * int(tcfg.epochs)):  # asked, or on CUDA by default where it wins
+        compile_s = compile_model(model, device, _warm_loss(fam, data, tcfg, device))
     return BuiltTrial(
         model=model, data=data, train_config=tcfg, seeds=seeds, config=cfg, family=fam, baseline_loss=baseline,
         flops_per_sample=int(fam.flops_per_sample(cfg)) if fam.flops_per_sample is not None else None,
-        data_budget=spec.data_budget,
+        data_budget=spec.data_budget, compile_s=compile_s,
     )
+
+
+def _warm_loss(fam: Family, data: TensorDataset, tcfg: TrainConfig,
+               device: torch.device) -> Callable[[nn.Module], torch.Tensor]:
+    """One training micro-batch's loss, as the trainer's step computes it (bf16 autocast on CUDA):
+    what `compile_model` compiles the model on before the trial's steps are timed."""
+    n = min(int(tcfg.micro_batch or tcfg.batch_size), data.n_train)
+
+    def loss(model: nn.Module) -> torch.Tensor:
+        inputs, target = data.train_batch(torch.arange(n, device=data.index_device(device)), device)
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=device.type == "cuda"):
+            return fam.loss(model(*inputs), target)
+
+    return loss

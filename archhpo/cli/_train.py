@@ -32,7 +32,6 @@ from archhpo.workers import (
     trial_shape,
 )
 from archhpo.workers._batch import BatchPlan, eval_batch, plan_batch, use_plan, vocab_logits
-from archhpo.workers._memory import tensor_bytes
 
 
 def trial_spec_from_args(args: argparse.Namespace, fields: dict[str, Any] | None = None) -> TrialSpec:
@@ -54,8 +53,7 @@ def fit_memory(trial: TrialSpec, cfg: Any, tcfg: TrainConfig, device: torch.devi
     if data is not None:
         evals = min(eval_batch(logits, int(tcfg.eval_batch_size)), max(1, data.n_val))
         batch = min(batch, data.n_train)
-        if device.type == "cuda":
-            on_device = tensor_bytes(*data.train_inputs, data.train_target, *data.val_inputs, data.val_target)
+        on_device = data.device_bytes(device)  # none for an lm: its windows stay on the host
     arch = {**trial.arch, "param_count": fam.param_count(cfg)}  # counted, not the file's word
     shape = trial_shape(fam, cfg, arch, batch, evals, on_device, bool(trial.study_options.compile))
     return plan_batch(shape, device, what, logits)
@@ -90,7 +88,13 @@ def _header(trial: TrialSpec, cfg: Any, device: torch.device, source: str) -> st
     d, layers, heads, ff = (trial.arch[k] for k in ARCH_KEYS)
     unit = "validation intervals" if trial.data_budget is not None else "epochs"
     return (f"archhpo train: {fam.name} d{d}-L{layers}-h{heads}-ff{ff} ({fam.param_count(cfg):,} parameters) "
-            f"from {source}, {trial.train_config(fam).epochs} {unit} on {device.type}")
+            f"from {source}, {trial.train_config(fam).epochs} {unit} on {device.type}{_mup_words(trial)}")
+
+
+def _mup_words(trial: TrialSpec) -> str:
+    if trial.parametrization == "sp":
+        return ""
+    return f", µP at base width {trial.mup_base_width or trial.arch['d_model']}"
 
 
 def train_command(args: argparse.Namespace, fields: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -128,6 +132,7 @@ def _train_built(args: argparse.Namespace, trial: TrialSpec, built: Any) -> dict
         "param_count": fam.param_count(cfg), "duration_s": round(time.perf_counter() - start, 3),
         "architecture": {k: trial.arch[k] for k in ARCH_KEYS}, "choices": trial.choices,
         "params": {k: v for k, v in asdict(built.train_config).items() if k in known},
+        "parametrization": trial.parametrization, "mup_base_width": trial.mup_base_width,
         "plan_slot": trial.slot, "seed": trial.seed, "seeds": asdict(built.seeds),
         "threads": torch.get_num_threads(),
     }
