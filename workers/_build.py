@@ -4,24 +4,13 @@ The worker loop and `archhpo train` (flags or ``--from X_best.json``) both call 
 so a best JSON replays its trial exactly: same data, same family training defaults, same seeds,
 same TrainConfig.  ``TrialSpec`` is plain JSON (what a study, a claim or a best JSON holds).
 
-Seeds (``trial_seeds``), for a trial of plan slot ``slot`` in a study seeded ``study_seed``:
-
-- ordinary trial (``seed`` None): data = the study's data (seed ``study_seed``), torch init seed
-  ``trial_seed(study_seed, slot)``, batch-order seed ``slot``.
-- seeded trial of a paired study (``StoredOptions.paired_seeds > 0``): ``seed`` drives the data
-  (generation, and the train/validation split: the data spec's ``seed`` and the options' ``seed``
-  become ``seed``), the init and the batch order; the same seed gives the same init and batch
-  seeds whatever the configuration or slot (a paired comparison).
-- seeded trial of a study that is not paired (confirmation): the study's data; ``seed`` drives
-  the init and the batch order (slot-independent, so every confirmed configuration sees the same
-  seeds).
-
-A study launched with ``--data-seed D`` (``StoredOptions.data_seed``) fixes its data with D for every
-trial, paired and confirmation trials included, as a real study does: its seeds then vary only
-the initialisation and the batch order (the ground truths' replicates are init seeds).
-
+Seeds (``trial_seeds``): an ordinary trial trains the study's data with init seed
+``trial_seed(study_seed, slot)`` and batch-order seed ``slot``; a seeded trial of a paired study
+lets ``seed`` drive its data, init and batch order, the same whatever the configuration (a paired
+comparison); a confirmation trial keeps the study's data and lets ``seed`` drive init and batch
+order.  ``--data-seed`` fixes the data for every trial, so seeds vary only the initialisation.
 Replicate seeds are kept apart from slot seeds (``REPLICATE_BASE + seed``): confirmation seed 2
-must not repeat the ordinary trial of plan slot 2, or "new seeds" would retrain a seen run.
+must not repeat plan slot 2's run.  Each case in full: docs/design.md §6.
 """
 
 from __future__ import annotations
