@@ -128,10 +128,11 @@ class StudyConfig:
     isoflop: Isoflop = field(default_factory=Isoflop)
     """an IsoFLOP study's compute budgets and sizes"""
     parametrization: str = setting("sp", "how widths scale the initialisation and rates: standard (sp) or µP (mup)",
-                                   choices=PARAMETRIZATIONS, stored="parametrization")
+                                   choices=PARAMETRIZATIONS, stored="parametrization", commands=TRAIN_TOO,
+                                   command_defaults=FROM_BEST)
     mup_base_width: int | None = setting(
         None, "with --parametrization mup: the d_model rates are tuned at (default: the smallest budget's)",
-        parse=int, metavar="D", stored="mup_base_width",
+        parse=int, metavar="D", stored="mup_base_width", commands=TRAIN_TOO, command_defaults=FROM_BEST,
         check=lambda v: None if v is None or v >= 1 else f"--mup-base-width must be at least 1, got {v}.",
         needs=("--mup-base-width sets µP's base width, so it needs --parametrization mup; add it or drop "
                "--mup-base-width.", lambda c: c.parametrization == "mup"))

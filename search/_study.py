@@ -27,6 +27,7 @@ from archhpo.config import (
 )
 from archhpo.errors import ArchhpoError, StorageError, StudyError
 from archhpo.models import Family, get_family
+from archhpo.models._mup import refuse_unchecked
 from archhpo.schema import (
     DEFAULT_INTERVALS,
     OBJECTIVE,
@@ -98,6 +99,7 @@ def prepare_settings(
     label, value = study_label(budget, pins), parse_budget(budget) if budget not in (None, "") else None
     rules = tuple(BASELINE_RULES) if config.confirm.baselines else ()
     fam = get_family(config.family)
+    refuse_unchecked(config.family, config.parametrization)  # µP only where its coordinate check passed
     data_budget = _data_budget(fam, *config.data.ratio, value)
     fixed_params = dict(config.fixed_params)
     if data_budget is not None:

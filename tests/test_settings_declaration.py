@@ -107,7 +107,7 @@ def test_mup_base_width_needs_mup_and_the_new_settings_are_stored_when_set() -> 
     with pytest.raises(StudyError, match="needs --parametrization mup"):
         StudyConfig.from_options({"experiment": "e", "mup_base_width": 64}, given=["mup_base_width"])
     stated: dict[str, Any] = {"parametrization": "mup", "mup_base_width": 64, "ranks_per_trial": 2, "shard": "fsdp"}
-    settings = prepare_settings("e", "200K", n_trials=3, quick=True, data=TINY_DATA, **stated)
+    settings = prepare_settings("e", "200K", n_trials=3, quick=True, family="lm", **stated)  # µP: lm only
     options = settings.options
     assert {k: v for k, v in options.as_dict().items() if k in stated} == stated
     assert (options.parametrization, options.mup_base_width, options.ranks_per_trial, options.shard) == (

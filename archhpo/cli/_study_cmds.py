@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import functools
 import json
 import os
@@ -112,11 +113,21 @@ def _check_outputs(url: str | None, out: str | None = None, checkpoint_dir: str 
 
 def _all_settings(args: argparse.Namespace) -> list[Any]:
     """Each budget's settings, per data ratio; with --ladder, smallest first, each planned from the
-    smaller ones at the same ratio."""
+    smaller ones at the same ratio.  A µP study without --mup-base-width takes the smallest d_model
+    of its smallest budget's grid, one base for every study of the experiment (docs/mup.md)."""
+    config = _study_config(args)
+    out = _settings_of(config, args)
+    if config.parametrization == "mup" and config.mup_base_width is None and out:
+        smallest = min(out, key=lambda s: s.budget_value)
+        base = min(int(a["d_model"]) for a in smallest.archs)
+        out = _settings_of(dataclasses.replace(config, mup_base_width=base), args)
+    return out
+
+
+def _settings_of(config: StudyConfig, args: argparse.Namespace) -> list[Any]:
     from archhpo.budgets import parse_budget
     from archhpo.search._study import prepare_settings
 
-    config = _study_config(args)
     if config.isoflop.computes:  # one study per compute budget C (archhpo/cli/_isoflop.py)
         from archhpo.cli._isoflop import isoflop_all
         from archhpo.search._storage import resolve_storage_url
