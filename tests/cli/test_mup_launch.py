@@ -56,3 +56,17 @@ def test_a_stated_base_width_is_stored_as_given_and_sp_stores_neither(tmp_path: 
     stored = _stored_options(db)
     assert (stored["m_75K"]["parametrization"], stored["m_75K"]["mup_base_width"]) == ("mup", 32)
     assert "parametrization" not in stored["s_75K"] and "mup_base_width" not in stored["s_75K"]
+
+
+def test_the_trials_frame_reads_each_studys_parametrization(tmp_path: Path) -> None:
+    from archhpo.report._database import frame_from_storage
+
+    db = tmp_path / "m.db"
+    url = f"sqlite:///{db}"
+    for experiment, flags in (("m", ["--parametrization", "mup", "--mup-base-width", "32"]), ("s", [])):
+        assert cli_main(["launch", "--experiment", experiment, "--family", "lm", "--budget", "75K", "--quick",
+                         "--trials", "1", "--epochs", "1", "--storage", url, *flags]) == 0
+        assert cli_main(["worker", "--study", f"{experiment}_75K", "--storage", url, "--threads", "1"]) == 0
+    mup, sp = frame_from_storage(url, "m", curves=False), frame_from_storage(url, "s", curves=False)
+    assert set(zip(mup["parametrization"], mup["mup_base_width"], strict=True)) == {("mup", 32.0)}
+    assert set(sp["parametrization"]) == {"sp"} and sp["mup_base_width"].isna().all()
