@@ -24,7 +24,9 @@ SEQ, BATCH = 32, 2  # short windows, a tiny batch: GPT-2's vocabulary and the ro
 
 # A real trial on the trainer's path (train(), AdamW, validation; under WSD a scored epoch that
 # trains a cooldown branch from a copy, as the worker's scorer does), its peak RSS growth measured
-# from a reset high-water mark (VmHWM) after the model and data are built.
+# from a reset high-water mark (VmHWM) after the model and data are built.  Two epochs of two
+# steps: the first step creates AdamW's moments after its backward, later backwards meet them, and
+# the allocator's RSS settles as a longer trial's does.
 MEASURE = textwrap.dedent("""
     import json, sys, torch
     from archhpo.models import TensorDataset, get_family
@@ -38,9 +40,9 @@ MEASURE = textwrap.dedent("""
     torch.manual_seed(0)
     cfg = gpu_config(row, seq_len=seq)
     model = LM(cfg)
-    ids = torch.randint(0, cfg.vocab_size, (batch + 2, seq + 1))
-    data = TensorDataset((ids[:batch, :-1],), ids[:batch, 1:], (ids[batch:, :-1],), ids[batch:, 1:])
-    tcfg = TrainConfig(epochs=1, batch_size=batch, warmup_steps=0, eval_batch_size=2, schedule=schedule)
+    ids = torch.randint(0, cfg.vocab_size, (2 * batch + 2, seq + 1))  # two steps an epoch
+    data = TensorDataset((ids[:2 * batch, :-1],), ids[:2 * batch, 1:], (ids[2 * batch:, :-1],), ids[2 * batch:, 1:])
+    tcfg = TrainConfig(epochs=2, batch_size=batch, warmup_steps=0, eval_batch_size=2, schedule=schedule)
     wsd = schedule == "wsd"
     plan = TrainingPlan(score_at=(1,)) if wsd else None
     score = (lambda epoch, val, state: cooldown_branch(model, data, next_token_nll, tcfg, state)) if wsd else None
