@@ -35,7 +35,7 @@ from archhpo.errors import DiskFull, TrialLost, TrialStopped
 from archhpo.models import get_family
 from archhpo.schema import Attr, gpu_share
 from archhpo.workers import _device
-from archhpo.workers._batch import eval_batch, plan_batch, use_plan, vocab_logits
+from archhpo.workers._batch import eval_batch, plan_batch, plan_eval_batch, use_plan, vocab_logits
 from archhpo.workers._build import BuiltTrial, DataCache, build_trial
 from archhpo.workers._checkpoints import Checkpoints, _atomic_save
 from archhpo.workers._claim import (
@@ -285,22 +285,28 @@ class Worker:
 
         def check_memory(cfg: Any, tcfg: TrainConfig, data: Any) -> None:
             logits = vocab_logits(family.name, cfg)  # an lm's (L, V) logits: the estimate leaves them out
-            tcfg.eval_batch_size = eval_batch(logits, int(tcfg.eval_batch_size))
+            asked_eval = int(tcfg.eval_batch_size)
+            tcfg.eval_batch_size = eval_batch(logits, asked_eval)
             on_device = data.device_bytes(self.device)  # none for an lm: its windows stay on the host
             shape = trial_shape(family, cfg, run.claim.arch, min(int(tcfg.batch_size), data.n_train),
                                 min(int(tcfg.eval_batch_size), max(1, data.n_val)),
-                                on_device, bool(spec.study_options.compile))
+                                on_device, bool(spec.study_options.compile),
+                                branch=tcfg.schedule == "wsd" and bool(getattr(run.claim.plan, "score_at", ())))
             shard = str(getattr(run.queue.settings.options, "shard", "auto"))  # the study's setting
             shape = rank_share(self.group, run.attrs, shard, shape, self.device)
             run.attrs[Attr.MEMORY_ESTIMATE_GIB] = round(estimate_training_bytes(shape, self.device.type) / 2**30, 3)
             # The largest micro-batch that fits; below the batch, gradients accumulate (workers/_batch.py).
-            use_plan(plan_batch(shape, self.device, f"Trial {run.claim.number} ({shape.param_count:,} params)",
-                                logits), tcfg, run.attrs)
+            plan = plan_batch(shape, self.device, f"Trial {run.claim.number} ({shape.param_count:,} params)", logits)
+            use_plan(plan, tcfg, run.attrs)
+            # On CUDA, validation in the batches the plan leaves room for (on CPU: as before).
+            tcfg.eval_batch_size = plan_eval_batch(plan, shape, self.device, logits, asked_eval)
 
         params = int(run.claim.arch["param_count"])
         with host_build_slot(params, self.device, f"trial {run.claim.number} ({params:,} params)"):
             built = build_trial(spec, self.device, data_cache=self._data, before_build=check_memory)
         run.attrs[Attr.BASELINE_VAL_LOSS] = built.baseline_loss
+        if built.compile_s is not None:  # compiled on CUDA before the timed steps (workers._device)
+            run.attrs[_device.COMPILE_S_ATTR] = built.compile_s
         if built.flops_per_sample is not None:
             run.attrs[Attr.FLOPS_PER_SAMPLE] = built.flops_per_sample
             # What training it to full length once costs (the plan's total is the halving baseline).
