@@ -370,13 +370,3 @@ def isoflop_key(arch: Mapping[str, Any]) -> str:
     choices = arch.get("choices") or {}
     tail = [f"{k}={choices[k]}" for k in sorted(choices)]
     return "-".join([*(str(int(arch[k])) for k in ARCH_KEYS), *tail])
-
-
-def __getattr__(name: str) -> Any:
-    """`StoredOptions` moved to archhpo.config (derived from the settings' declarations); the name is
-    still read from here until every importer reads it there."""
-    if name == "StoredOptions":
-        from archhpo.config import StoredOptions
-
-        return StoredOptions
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

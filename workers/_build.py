@@ -23,9 +23,10 @@ from typing import Any
 import torch
 from torch import nn
 
+from archhpo.config import StoredOptions
 from archhpo.errors import ConfigError
 from archhpo.models import Family, TensorDataset, get_family
-from archhpo.schema import TRAINING_PARAMS, Attr, DataBudget, StoredOptions
+from archhpo.schema import TRAINING_PARAMS, Attr, DataBudget
 from archhpo.workers._device import compile_by_default, compile_model
 from archhpo.workers._train import TrainConfig, trial_seed
 
@@ -74,7 +75,7 @@ class TrialSpec:
 
     @property
     def study_options(self) -> StoredOptions:
-        """`options`, typed (archhpo.schema.StoredOptions)."""
+        """`options`, typed (archhpo.config.StoredOptions)."""
         return StoredOptions.from_dict(self.options)
 
     @property

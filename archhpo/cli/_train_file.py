@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from archhpo.cli._options import default
-from archhpo.config import PARAMETRIZATIONS
+from archhpo.config import PARAMETRIZATIONS, StoredOptions
 from archhpo.errors import ArchhpoError
 from archhpo.models import Family, get_family
 from archhpo.schema import (
@@ -35,7 +35,6 @@ from archhpo.schema import (
     TRAINING,
     TRAINING_PARAMS,
     DataBudget,
-    StoredOptions,
     schedule_options,
 )
 
@@ -183,7 +182,7 @@ def _fits(value: Any, hint: Any) -> bool:
 
 
 def check_options(options: Mapping[str, Any], path: str) -> None:
-    """options: every option a study stores (archhpo.schema.StoredOptions) of its type, seeds and
+    """options: every option a study stores (archhpo.config.StoredOptions) of its type, seeds and
     counts not negative, the data budget readable; a family's own options its data parser checks."""
     hints = typing.get_type_hints(StoredOptions)
     for f in fields(StoredOptions):

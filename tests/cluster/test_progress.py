@@ -15,7 +15,7 @@ import pytest
 
 from archhpo.cluster._flops import SlotWork, Work, eta_range, flops_eta, study_work
 from archhpo.cluster._progress import RunProgress, plain_ray_logs, progress_line
-from archhpo.schema import StoredOptions
+from archhpo.config import StoredOptions
 from archhpo.search._queue import PlanStatus
 from archhpo.search._trust import RungTrust
 from tests.conftest import TINY_DATA, run_cli

@@ -13,7 +13,8 @@ import pytest
 
 from archhpo.cluster._flops import Work, flops_eta, study_work
 from archhpo.cluster._progress import RunProgress, planned_costs, running_progress
-from archhpo.schema import StoredOptions, isoflop_key
+from archhpo.config import StoredOptions
+from archhpo.schema import isoflop_key
 from archhpo.search._queue import PlanStatus
 
 T0 = dt.datetime(2026, 1, 1, 12, 0, 0)

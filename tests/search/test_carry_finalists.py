@@ -18,7 +18,8 @@ from optuna.trial import TrialState
 
 from archhpo.budgets import GridRow
 from archhpo.cli import main
-from archhpo.schema import LADDER_FINALISTS, Attr, StoredOptions
+from archhpo.config import StoredOptions
+from archhpo.schema import LADDER_FINALISTS, Attr
 from archhpo.search import TrialQueue, keyword_config, prepare_settings
 from archhpo.search._ladder import (
     Finished,

@@ -15,9 +15,9 @@ import pytest
 import torch
 from optuna.trial import TrialState
 
-from archhpo.config import Pruning
+from archhpo.config import Pruning, StoredOptions
 from archhpo.errors import StudyError
-from archhpo.schema import PRUNERS, StoredOptions, TrainingPlan
+from archhpo.schema import PRUNERS, TrainingPlan
 from archhpo.search import TrialQueue, launch, prepare_settings
 from archhpo.search._halving import Halving
 from archhpo.search._rules import (

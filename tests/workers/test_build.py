@@ -23,8 +23,8 @@ import pytest
 import torch
 
 from archhpo.cli import main as cli_main
+from archhpo.config import StoredOptions
 from archhpo.report._export import export_studies
-from archhpo.schema import StoredOptions
 from archhpo.search import TrialQueue, launch, prepare_settings
 from archhpo.search._space import SearchSpace
 from archhpo.workers import TrainConfig, TrialSpec, Worker, build_trial, trial_seeds

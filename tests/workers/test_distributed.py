@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 import torch
 
+from archhpo.config import StoredOptions
 from archhpo.errors import ArchhpoError
-from archhpo.schema import StoredOptions
 from archhpo.workers._checkpoints import read_checkpoint
 from archhpo.workers._distributed import choose_shard, group_timeout_s, rank_shape
 from archhpo.workers._memory import TrialShape
