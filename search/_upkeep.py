@@ -140,13 +140,16 @@ class PlanUpkeep:
             t = self.storage.get_trial(light.trial_id)
             attempt = int(t.user_attrs.get(Attr.ATTEMPT, 1)) + 1
             extra = {k: t.user_attrs[k] for k in _CARRIED_KEYS if t.user_attrs.get(k) is not None}
+            slot = t.user_attrs[Attr.PLAN_SLOT]
+            # the plan's own attributes of the slot (an IsoFLOP trial's C, N and D), as its first attempt had
+            planned = next((e.attrs for e in self.settings.plan if e.slot == slot and e.attrs), None) or {}
             if t.user_attrs.get(OOM_SHARED_KEY) or t.user_attrs.get(WHOLE_GPU_KEY):
                 extra[WHOLE_GPU_KEY] = True  # retried on a GPU of its own (and stays there)
             self.study.enqueue_trial(
                 {k: v for k, v in (t.params or t.system_attrs.get("fixed_params", {})).items()
                  if k in PARAM_NAMES},  # the design's parameters; the claim adds the architecture's
                 user_attrs={
-                    Attr.PLAN_SLOT: t.user_attrs[Attr.PLAN_SLOT], Attr.PHASE: t.user_attrs.get(Attr.PHASE, 0),
+                    **planned, Attr.PLAN_SLOT: slot, Attr.PHASE: t.user_attrs.get(Attr.PHASE, 0),
                     Attr.ATTEMPT: attempt, Attr.RETRY_OF: t.number, **extra,
                 },
             )

@@ -212,3 +212,22 @@ def test_an_isoflop_studys_trials_validate_on_the_fixed_budget_windows() -> None
     seq_len = int(study.info["seq_len"])
     assert len(data.val_target) == BUDGET_VAL_TOKENS // seq_len < len(plain.val_target)
     assert data.n_train == plain.n_train
+
+
+def test_a_retried_isoflop_trial_keeps_its_compute_budget_size_and_tokens(sqlite_url: str) -> None:
+    from optuna.trial import TrialState
+
+    from archhpo.search import TrialQueue
+
+    assert _launch(["launch", "--experiment", "iso", *LINE, "--storage", sqlite_url])[0] == 0
+    name = f"iso_{compute_label(1e10)}"
+    queue = TrialQueue(sqlite_url, name)
+    claim = queue.claim({"host": "test"})
+    assert claim is not None
+    first = next(t for t in _trials(sqlite_url, name) if t.number == claim.number)
+    assert queue.finish(claim, TrialState.FAIL, None, {})  # lost (no final reason): retried
+    queue.maintain()
+    retry = next(t for t in _trials(sqlite_url, name) if t.user_attrs.get("retry_of") == claim.number)
+    keys = ("compute_budget", "param_count", "train_tokens", "isoflop_size", "plan_slot")
+    assert {k: retry.user_attrs[k] for k in keys} == {k: first.user_attrs[k] for k in keys}
+    assert retry.user_attrs["attempt"] == 2
