@@ -67,7 +67,7 @@ from archhpo.workers._device import (
     mfu,
     release_memory,
 )
-from archhpo.workers._memory import estimate_training_bytes, is_oom, tensor_bytes, trial_shape
+from archhpo.workers._memory import estimate_training_bytes, is_oom, trial_shape
 from archhpo.workers._train import train
 
 FAMILY = "patchtst"
@@ -136,8 +136,7 @@ def measure(
                            "estimate_gib": round(estimate_training_bytes(trial_shape(
                                fam, built.config, {**arch, "param_count": n_params}, batch,
                                min(built.train_config.eval_batch_size, built.data.n_val),
-                               tensor_bytes(*built.data.train_inputs, built.data.train_target,
-                                            *built.data.val_inputs, built.data.val_target)),
+                               built.data.device_bytes(device)),
                                device.type) / 2**30, 2)}
     if compile_mode is not None:
         model = torch.compile(model, mode=None if compile_mode == "default" else compile_mode)
