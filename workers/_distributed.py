@@ -16,10 +16,12 @@ own sharded format reads its metadata with pickle, which a checkpoint must never
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import datetime as dt
 import math
 import os
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -34,6 +36,9 @@ from archhpo.errors import ArchhpoError, TrialLost
 DEFAULT_TIMEOUT_S = 120.0  # longer than one step, one model build or one checkpoint write of rank 0
 TIMEOUT_ENV = "ARCHHPO_GROUP_TIMEOUT_S"
 RANKS_ATTR, SHARD_ATTR = "ranks", "shard"  # what each trial records of its group
+# A model FSDP2 sharded in place -> an unsharded template of it, parameters on the meta device, and
+# its group: a WSD cooldown branch rebuilds a plain model from the gathered state (branch_group).
+_TEMPLATES: weakref.WeakKeyDictionary[nn.Module, tuple[nn.Module, Group]] = weakref.WeakKeyDictionary()
 
 
 class GroupBroken(TrialLost):
@@ -196,6 +201,7 @@ class Ranks:
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import fully_shard
 
+        _TEMPLATES[model] = (_meta_copy(model), self.group)
         mesh = init_device_mesh(self.group.device.type, (self.group.world,))
         for block in _blocks(model):
             fully_shard(block, mesh=mesh)
@@ -253,6 +259,31 @@ class Ranks:
         set_state_dict(self.inner, opt, model_state_dict=resume["model"],
                        optim_state_dict=_by_name(self.inner, resume["optimizer"]),
                        options=StateDictOptions(full_state_dict=True))
+
+
+def branch_group(model: nn.Module) -> tuple[nn.Module, Group] | None:
+    """For a model FSDP2 sharded (Ranks.wrap): a plain copy of it on the group's device, its
+    parameters allocated but not set (load a whole state into it), and its group. None for any
+    other model (alone, or under DDP, whose replica is whole)."""
+    found = _TEMPLATES.get(model)
+    if found is None:
+        return None
+    plain, group = copy.deepcopy(found[0]), found[1]
+    made: dict[int, nn.Parameter] = {}  # one new parameter per shared one (tied weights stay tied)
+    for module in plain.modules():
+        for name, p in module._parameters.items():
+            if p is not None:
+                module._parameters[name] = made.setdefault(id(p), nn.Parameter(
+                    torch.empty_like(p, device=group.device), p.requires_grad))
+    return plain.to(group.device), group
+
+
+def _meta_copy(model: nn.Module) -> nn.Module:
+    """A deep copy of `model` whose parameters live on the meta device (no bytes); its buffers are
+    copied (small, and some are not in a state dict: masks, rotary tables)."""
+    memo: dict[int, Any] = {id(p): nn.Parameter(torch.empty_like(p, device="meta"), p.requires_grad)
+                            for p in model.parameters()}
+    return copy.deepcopy(model, memo)
 
 
 def _blocks(model: nn.Module) -> list[nn.Module]:

@@ -24,6 +24,7 @@ from torch import nn
 from archhpo.errors import ArchhpoError, NonFiniteLoss, TrialStopped
 from archhpo.models import TensorDataset
 from archhpo.schema import TrainingPlan, check_schedule
+from archhpo.workers._distributed import branch_group
 from archhpo.workers._step import Stepper, adamw_options
 
 
@@ -437,7 +438,16 @@ def cooldown_branch(
     """Cool down a copy of `model` from `state` (a constant-rate checkpoint after epoch e) as a WSD
     run ending there would: cooldown/(1-cooldown) of its e epochs' steps (at least one step; the
     last epoch may be cut short), then validate. The model and the state are left as they were, so
-    the constant-rate run goes on from the state."""
+    the constant-rate run goes on from the state.
+
+    A model FSDP2 sharded over K ranks: rank 0 cools down a whole copy alone from the gathered
+    state (only rank 0 holds it) and the others wait for its result within the group's timeout."""
+    sharded = branch_group(model)
+    if sharded is not None:
+        plain, group = sharded
+        if group.lead:
+            return group.broadcast(cooldown_branch(plain, data, loss_fn, cfg, state))
+        return group.broadcast()
     per_epoch = cfg.steps_per_epoch(data.n_train)
     hold = int(state["epoch"]) * per_epoch
     steps = max(1, round(hold * cfg.cooldown / (1 - cfg.cooldown)))

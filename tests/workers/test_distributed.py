@@ -4,6 +4,7 @@ stalled rank ends a collective within the group's timeout instead of torch's 30 
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -13,10 +14,13 @@ import torch
 
 from archhpo.config import StoredOptions
 from archhpo.errors import ArchhpoError
+from archhpo.schema import TrainingPlan
+from archhpo.workers import train
 from archhpo.workers._checkpoints import read_checkpoint
-from archhpo.workers._distributed import choose_shard, group_timeout_s, rank_shape
+from archhpo.workers._distributed import Ranks, choose_shard, group_timeout_s, join_group, rank_shape
 from archhpo.workers._memory import TrialShape
 from archhpo.workers._ranked import fits_group
+from archhpo.workers._train import cooldown_branch
 from tests.workers import _ranks
 
 EPOCHS = 2
@@ -82,6 +86,37 @@ def test_a_stalled_rank_fails_the_collective_within_the_timeout(tmp_path: Path) 
     print(f"the stalled rank was noticed after {lead['elapsed']:.1f} s: {lead['error']}")
     assert lead["group_failure"], lead
     assert timeout * 0.5 <= lead["elapsed"] <= timeout + 10, lead
+
+
+def wsd_branches(rank: int, mode: str | None) -> list[float]:
+    """A WSD run of 2 epochs scored at epoch 1: the cooldown branch's loss (alone, or on a group)."""
+    ranks = None
+    if mode is not None:
+        group = join_group("cpu", timeout_s=60)
+        assert group is not None
+        ranks = Ranks(group, mode)
+    fam, model, data, tcfg = _ranks.lm_run(epochs=2)
+    tcfg = dataclasses.replace(tcfg, schedule="wsd")
+    scores: list[float] = []
+
+    def score(epoch: int, val: float, state: dict[str, Any]) -> None:
+        scores.append(cooldown_branch(model, data, fam.loss, tcfg, state).val_loss)
+
+    result = train(model, data, fam.loss, tcfg, plan=TrainingPlan(score_at=(1,)), on_score=score, ranks=ranks)
+    return [*scores, result.history[-1]["val_loss"]]
+
+
+@pytest.mark.parametrize("mode", ["ddp", "fsdp"])
+def test_a_wsd_cooldown_branch_on_two_ranks_scores_the_one_rank_branch(mode: str, tmp_path: Path) -> None:
+    """The branch copies the model (under FSDP2 a whole copy on rank 0, from the gathered state);
+    every rank gets its loss, and the run goes on after it as it would without the branch."""
+    torch.set_num_threads(1)
+    alone = wsd_branches(0, None)
+    pair = _ranks.spawn(wsd_branches, 2, tmp_path, mode)
+    assert pair[0] == pair[1], "every rank gets the branch's loss and goes on alike"
+    diff = max(abs(a - b) / abs(a) for a, b in zip(alone, pair[0], strict=True))
+    print(f"{mode}: branch and final loss, largest relative difference from one rank {diff:.2e}")
+    assert diff <= TOLERANCE, (mode, alone, pair[0])
 
 
 def _shape(params: int, batch: int = 16) -> TrialShape:
