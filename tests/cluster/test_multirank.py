@@ -37,10 +37,11 @@ FAST_REAP = {"ARCHHPO_HEARTBEAT_S": "1", "ARCHHPO_GRACE_S": "8", "ARCHHPO_REAP_S
 NO_REAP = {**FAST_REAP, "ARCHHPO_GRACE_S": "120"}
 
 
-def _study(url: str, name: str, trials: int, epochs: int, same_seed: bool = False, ranks: int = 1) -> str:
+def _study(url: str, name: str, trials: int, epochs: int, same_seed: bool = False, ranks: int = 1,
+           pruner: str = "none") -> str:
     """A tiny lm study; with `same_seed` every trial is the first one again (arch, params and seed)."""
     s = prepare_settings(name, "100K", family="lm", n_trials=trials, data="synthetic:tokens=4000", seed=3,
-                         quick=True, pruner="none", family_options={"seq_len": 16}, ranks_per_trial=ranks)
+                         quick=True, pruner=pruner, family_options={"seq_len": 16}, ranks_per_trial=ranks)
     space = SearchSpace(learning_rate=(1e-4, 1e-2), epochs=(epochs,), batch_size=(16,),
                         weight_decay=(1e-5, 1e-3), warmup_steps=(2,))
     fixed = {"epochs": epochs, "batch_size": 16, "warmup_steps": 2}
@@ -146,6 +147,27 @@ def test_a_killed_rank_restarts_the_group_and_the_retry_ends_at_the_uninterrupte
     assert retry.value == first.value, (retry.value, first.value)
     assert int(retry.user_attrs[RANKS_ATTR]) == int(first.user_attrs[RANKS_ATTR]) == 2
     assert "the trial's group broke" in out, out[-3000:]
+
+
+def test_a_pruned_two_rank_trial_stops_on_both_ranks_and_is_recorded_pruned_once(
+        sqlite_url: str, tmp_path: Path) -> None:
+    """Five finished trials at loss 0 make the median rule prune both planned trials at their first
+    scored epoch: rank 0 is told so at epoch 1 and broadcasts it; rank 1 stops there too (had it trained
+    on, its next collective would wait for a rank 0 gone and break the group: exit non-zero)."""
+    url = sqlite_url
+    name = _study(url, "mr", trials=2, epochs=3, pruner="median")
+    study = optuna.load_study(study_name=name, storage=url)
+    for _ in range(5):
+        study.add_trial(optuna.trial.create_trial(state=TrialState.COMPLETE, value=0.0,
+                                                  intermediate_values={1: 0.0, 2: 0.0, 3: 0.0}))
+    out = _finish(_group(url, tmp_path, timing=NO_REAP), tmp_path / "group.log")
+    ours = [t for t in _trials(url, name) if "plan_slot" in t.user_attrs]
+    assert [t.state for t in ours] == [TrialState.PRUNED] * 2, ([(t.number, t.state) for t in ours], out[-2000:])
+    assert sorted(t.user_attrs["plan_slot"] for t in ours) == [0, 1], "each planned trial once"
+    for pruned in ours:
+        assert pruned.user_attrs["pruned_at_epoch"] == 1 and sorted(pruned.intermediate_values) == [1]
+        assert int(pruned.user_attrs[RANKS_ATTR]) == 2
+    assert "the trial's group broke" not in out, out[-2000:]
 
 
 def _by_role(trials: list[Any]) -> tuple[Any, Any, Any]:
