@@ -3,7 +3,8 @@
 Rank 0 holds the claim and writes once for the group; a 1-rank worker and a 2-rank group share a
 study and run every trial exactly once; a rank killed with SIGKILL breaks its group, torchrun
 restarts it, and the trial, reaped and retried once, resumes from its last checkpoint and ends at
-the uninterrupted 2-rank run's value.
+the uninterrupted 2-rank run's value; a SIGTERM to one rank stops both and gives the trial back,
+which resumes to that value too; a pruned trial stops on both ranks at its rung.
 """
 
 from __future__ import annotations
@@ -147,6 +148,47 @@ def test_a_killed_rank_restarts_the_group_and_the_retry_ends_at_the_uninterrupte
     assert retry.value == first.value, (retry.value, first.value)
     assert int(retry.user_attrs[RANKS_ATTR]) == int(first.user_attrs[RANKS_ATTR]) == 2
     assert "the trial's group broke" in out, out[-3000:]
+
+
+def test_a_sigterm_to_one_rank_gives_the_trial_back_once_and_it_resumes_to_the_uninterrupted_value(
+        sqlite_url: str, tmp_path: Path) -> None:
+    """Two copies of one trial: the first trains uninterrupted on 2 ranks; rank 1 gets SIGTERM once
+    the second has checkpointed an epoch. Both ranks stop in the same step (else a collective breaks
+    the group), rank 0 gives the trial back (WAITING, same number, not failed), and a second group
+    resumes it to the first copy's value bit for bit."""
+    url = sqlite_url
+    name = _study(url, "mr", trials=2, epochs=4, same_seed=True)
+    group = _group(url, tmp_path, timing=NO_REAP)
+    try:
+        def second_checkpointed() -> bool:
+            done = [t for t in _trials(url, name) if t.state == TrialState.COMPLETE]
+            return len(done) == 1 and len(list((tmp_path / "ck" / name).glob("slot*.attempt1.pt"))) == 1
+
+        assert wait_for(second_checkpointed, timeout=240, every=0.2), "the second copy checkpointed an epoch"
+        victim = _rank_pid(group.pid, 1)
+        assert victim is not None, "rank 1's process"
+        os.kill(victim, signal.SIGTERM)
+        out, _ = group.communicate(timeout=120)
+        (tmp_path / "stopped.log").write_text(out)
+    finally:
+        group.kill()
+    # Rank 1 exits 143 as a worker stopped by SIGTERM does (so torchrun reports the group failed);
+    # rank 0 gave the trial back and ended its loop.
+    assert '"signal": 15' in out and '"requeued": 1' in out and "exitcode  : 143" in out, out[-3000:]
+    first, second = sorted(_trials(url, name), key=lambda t: t.number)
+    assert first.state == TrialState.COMPLETE and second.state == TrialState.WAITING, out[-3000:]
+    assert second.user_attrs["state_note"].startswith("requeued"), second.user_attrs
+    assert "the trial's group broke" not in out, out[-3000:]
+    again = _group(url, tmp_path, timing=NO_REAP)
+    try:
+        out = _finish(again, tmp_path / "resumed.log")
+    finally:
+        again.kill()
+    trials = sorted(_trials(url, name), key=lambda t: t.number)
+    assert [t.state for t in trials] == [TrialState.COMPLETE] * 2, out[-3000:]
+    resumed = trials[1]
+    assert "retry_of" not in resumed.user_attrs and resumed.user_attrs["resumed_from_epoch"] >= 1
+    assert resumed.value == first.value, (resumed.value, first.value)
 
 
 def test_a_pruned_two_rank_trial_stops_on_both_ranks_and_is_recorded_pruned_once(
