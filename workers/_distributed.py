@@ -36,9 +36,8 @@ from archhpo.errors import ArchhpoError, TrialLost
 DEFAULT_TIMEOUT_S = 120.0  # longer than one step, one model build or one checkpoint write of rank 0
 TIMEOUT_ENV = "ARCHHPO_GROUP_TIMEOUT_S"
 RANKS_ATTR, SHARD_ATTR = "ranks", "shard"  # what each trial records of its group
-# A model FSDP2 sharded in place -> an unsharded template of it, parameters on the meta device, and
-# its group: a WSD cooldown branch rebuilds a plain model from the gathered state (branch_group).
-_TEMPLATES: weakref.WeakKeyDictionary[nn.Module, tuple[nn.Module, Group]] = weakref.WeakKeyDictionary()
+# A model FSDP2 sharded in place -> its Ranks: a WSD cooldown branch shards a copy of it alike (Ranks.fork).
+_SHARDED: weakref.WeakKeyDictionary[nn.Module, Ranks] = weakref.WeakKeyDictionary()
 
 
 class GroupBroken(TrialLost):
@@ -188,6 +187,8 @@ class Ranks:
     def __init__(self, group: Group, mode: str) -> None:
         self.group, self.mode = group, mode
         self.inner: nn.Module | None = None
+        self.optimizer: torch.optim.Optimizer | None = None  # the run's, set by train() once made
+        self.template: nn.Module | None = None  # FSDP2: the model before sharding, weights on meta
         self._value_k, self._grad_k = 1.0, 1.0  # this step's share (set by `share`, read by `loss`)
 
     def wrap(self, model: nn.Module) -> nn.Module:
@@ -198,15 +199,17 @@ class Ranks:
 
             cuda = self.group.device.type == "cuda"
             return DDP(model, device_ids=[self.group.device] if cuda else None, forward_sync_buffers=False)
-        from torch.distributed.device_mesh import init_device_mesh
-        from torch.distributed.fsdp import fully_shard
-
-        _TEMPLATES[model] = (_meta_copy(model), self.group)
-        mesh = init_device_mesh(self.group.device.type, (self.group.world,))
-        for block in _blocks(model):
-            fully_shard(block, mesh=mesh)
-        fully_shard(model, mesh=mesh)
+        self.template = _meta_copy(model)
+        _SHARDED[model] = self
+        _fully_shard(model, self.group)
         return model
+
+    def fork(self) -> tuple[nn.Module, Ranks]:
+        """A WSD cooldown branch of this FSDP2 run: a copy of the model (weights on meta until
+        wrapped) and the ranks that shard it as this run is sharded and fill each rank's shard,
+        weights and AdamW moments, from this rank's own; no rank ever holds the whole copy."""
+        assert self.template is not None and self.inner is not None and self.optimizer is not None
+        return _meta_copy(self.template), _Fork(self)
 
     def share(self, batch: torch.Tensor) -> torch.Tensor:
         """This rank's contiguous part of a batch's indices (sizes differ by at most one). A rank a
@@ -261,21 +264,53 @@ class Ranks:
                        options=StateDictOptions(full_state_dict=True))
 
 
-def branch_group(model: nn.Module) -> tuple[nn.Module, Group] | None:
-    """For a model FSDP2 sharded (Ranks.wrap): a plain copy of it on the group's device, its
-    parameters allocated but not set (load a whole state into it), and its group. None for any
-    other model (alone, or under DDP, whose replica is whole)."""
-    found = _TEMPLATES.get(model)
-    if found is None:
-        return None
-    plain, group = copy.deepcopy(found[0]), found[1]
-    made: dict[int, nn.Parameter] = {}  # one new parameter per shared one (tied weights stay tied)
-    for module in plain.modules():
-        for name, p in module._parameters.items():
-            if p is not None:
-                module._parameters[name] = made.setdefault(id(p), nn.Parameter(
-                    torch.empty_like(p, device=group.device), p.requires_grad))
-    return plain.to(group.device), group
+class _Fork(Ranks):
+    """The ranks of a cooldown branch forked from an FSDP2 run (Ranks.fork): the same group and
+    mesh, so each rank's shard of the copy is the shard it holds of the run."""
+
+    def __init__(self, live: Ranks) -> None:
+        super().__init__(live.group, "fsdp")
+        self.live = live
+
+    def wrap(self, model: nn.Module) -> nn.Module:
+        """Shard the meta copy, allocate only this rank's shards and copy the run's into them."""
+        assert self.live.inner is not None
+        self.inner = model
+        _fully_shard(model, self.group)
+        model.to_empty(device=self.group.device)
+        with torch.no_grad():
+            for new, old in zip(model.parameters(), self.live.inner.parameters(), strict=True):
+                _local(new).copy_(_local(old))
+            for new_b, old_b in zip(model.buffers(), self.live.inner.buffers(), strict=True):
+                new_b.copy_(old_b)  # buffers are whole on every rank (masks, rotary tables)
+        return model
+
+    def load(self, opt: torch.optim.Optimizer, resume: dict[str, Any]) -> None:
+        """The run's AdamW moments and steps, this rank's shards of them (a copy: the run goes on)."""
+        assert self.live.optimizer is not None
+        opt.load_state_dict(copy.deepcopy(self.live.optimizer.state_dict()))
+
+
+def _local(p: torch.Tensor) -> torch.Tensor:
+    """This rank's shard of an FSDP2 parameter (a DTensor)."""
+    return p.to_local()  # type: ignore[attr-defined]
+
+
+def sharded_ranks(model: nn.Module) -> Ranks | None:
+    """The Ranks that sharded `model` with FSDP2 (Ranks.wrap); None for any other model (alone,
+    or under DDP, whose replica is whole and is copied as a model alone is)."""
+    return _SHARDED.get(model)
+
+
+def _fully_shard(model: nn.Module, group: Group) -> None:
+    """FSDP2 in place over the group's ranks: every block, then the whole."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    mesh = init_device_mesh(group.device.type, (group.world,))
+    for block in _blocks(model):
+        fully_shard(block, mesh=mesh)
+    fully_shard(model, mesh=mesh)
 
 
 def _meta_copy(model: nn.Module) -> nn.Module:

@@ -24,7 +24,7 @@ from torch import nn
 from archhpo.errors import ArchhpoError, NonFiniteLoss, TrialStopped
 from archhpo.models import TensorDataset
 from archhpo.schema import TrainingPlan, check_schedule
-from archhpo.workers._distributed import branch_group
+from archhpo.workers._distributed import sharded_ranks
 from archhpo.workers._step import Stepper, adamw_options
 
 
@@ -248,14 +248,16 @@ def _start(model: nn.Module, data: TensorDataset, cfg: TrainConfig, resume: dict
            loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], ranks: Any = None) -> _Run:
     """The optimiser, schedule and batch-order generator, fresh or from a checkpoint; with `ranks`
     the model is wrapped first (DDP, or FSDP2 in place, before the optimizer sees its parameters)."""
-    device = next(model.parameters()).device
     net = model if ranks is None else ranks.wrap(model)
+    device = next(model.parameters()).device  # after wrapping: a branch's FSDP2 copy is made on meta
     gen = torch.Generator(device=device).manual_seed(cfg.seed)
     total = cfg.total_steps or cfg.steps_per_epoch(data.n_train) * cfg.epochs
     # A family with its own groups (lm under µP: per-group rate, decay and eps) gives them; else one group.
     groups = getattr(model, "optimizer_groups", lambda lr, wd: None)(cfg.learning_rate, cfg.weight_decay)
     opt = torch.optim.AdamW(model.parameters() if groups is None else groups, lr=cfg.learning_rate,
                             weight_decay=cfg.weight_decay, **adamw_options(device))
+    if ranks is not None:
+        ranks.optimizer = opt  # a cooldown branch of an FSDP2 run copies its moments (Ranks.fork)
     shape = lr_lambda(cfg.warmup_steps, total, cfg.min_lr_ratio, cfg.schedule, cfg.cooldown)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, shape)
     stepper = Stepper(net, opt, sched, loss_fn if ranks is None else ranks.loss(loss_fn), device.type == "cuda",
@@ -440,14 +442,10 @@ def cooldown_branch(
     last epoch may be cut short), then validate. The model and the state are left as they were, so
     the constant-rate run goes on from the state.
 
-    A model FSDP2 sharded over K ranks: rank 0 cools down a whole copy alone from the gathered
-    state (only rank 0 holds it) and the others wait for its result within the group's timeout."""
-    sharded = branch_group(model)
-    if sharded is not None:
-        plain, group = sharded
-        if group.lead:
-            return group.broadcast(cooldown_branch(plain, data, loss_fn, cfg, state))
-        return group.broadcast()
+    A model FSDP2 sharded over K ranks: every rank cools down its shard of a copy sharded alike,
+    filled from its own shard of the run (Ranks.fork), so no rank holds more than 1/K of the copy
+    and the gathered state (whole on rank 0 only) is read for its schedule, order and RNG alone."""
+    live = sharded_ranks(model)
     per_epoch = cfg.steps_per_epoch(data.n_train)
     hold = int(state["epoch"]) * per_epoch
     steps = max(1, round(hold * cfg.cooldown / (1 - cfg.cooldown)))
@@ -458,7 +456,12 @@ def cooldown_branch(
     rng = torch.get_rng_state()
     cuda_rng = torch.cuda.get_rng_state() if "cuda_rng" in state else None
     try:
-        run = _start(copy.deepcopy(model), data, branch_cfg, copy.deepcopy(state), loss_fn)
+        if live is None:
+            run = _start(copy.deepcopy(model), data, branch_cfg, copy.deepcopy(state), loss_fn)
+        else:
+            light = copy.deepcopy({k: v for k, v in state.items() if k not in ("model", "optimizer")})
+            copied, fork = live.fork()
+            run = _start(copied, data, branch_cfg, light, loss_fn, fork)
         left, epoch = steps, run.first
         while left > 0:  # the epochs a continued run would train next (an interval's own samples)
             _train_epoch(run, data, loss_fn, branch_cfg, lambda: None, epoch, max_steps=left)

@@ -17,7 +17,7 @@ from archhpo.errors import ArchhpoError
 from archhpo.schema import TrainingPlan
 from archhpo.workers import train
 from archhpo.workers._checkpoints import read_checkpoint
-from archhpo.workers._distributed import Ranks, choose_shard, group_timeout_s, join_group, rank_shape
+from archhpo.workers._distributed import Ranks, _Fork, choose_shard, group_timeout_s, join_group, rank_shape
 from archhpo.workers._memory import TrialShape
 from archhpo.workers._ranked import fits_group
 from archhpo.workers._train import cooldown_branch
@@ -88,35 +88,55 @@ def test_a_stalled_rank_fails_the_collective_within_the_timeout(tmp_path: Path) 
     assert timeout * 0.5 <= lead["elapsed"] <= timeout + 10, lead
 
 
-def wsd_branches(rank: int, mode: str | None) -> list[float]:
-    """A WSD run of 2 epochs scored at epoch 1: the cooldown branch's loss (alone, or on a group)."""
+def wsd_branches(rank: int, mode: str | None) -> dict[str, Any]:
+    """A WSD run of 2 epochs scored at epoch 1: the cooldown branch's loss (alone, or on a group),
+    the run's final loss, and (FSDP2) how many weights this rank's copy held against the whole."""
     ranks = None
     if mode is not None:
         group = join_group("cpu", timeout_s=60)
         assert group is not None
         ranks = Ranks(group, mode)
     fam, model, data, tcfg = _ranks.lm_run(epochs=2)
+    whole = sum(p.numel() for p in model.parameters())
     tcfg = dataclasses.replace(tcfg, schedule="wsd")
     scores: list[float] = []
+    held: list[int] = []
+    wrap = _Fork.wrap
+
+    def recording(fork: _Fork, copied: torch.nn.Module) -> torch.nn.Module:
+        out = wrap(fork, copied)
+        held.append(sum(p.to_local().numel() for p in out.parameters()))
+        return out
 
     def score(epoch: int, val: float, state: dict[str, Any]) -> None:
         scores.append(cooldown_branch(model, data, fam.loss, tcfg, state).val_loss)
 
-    result = train(model, data, fam.loss, tcfg, plan=TrainingPlan(score_at=(1,)), on_score=score, ranks=ranks)
-    return [*scores, result.history[-1]["val_loss"]]
+    _Fork.wrap = recording  # type: ignore[method-assign]  # this process only (a spawned rank)
+    try:
+        result = train(model, data, fam.loss, tcfg, plan=TrainingPlan(score_at=(1,)), on_score=score, ranks=ranks)
+    finally:
+        _Fork.wrap = wrap  # type: ignore[method-assign]
+    return {"losses": [*scores, result.history[-1]["val_loss"]], "held": held, "whole": whole}
 
 
 @pytest.mark.parametrize("mode", ["ddp", "fsdp"])
 def test_a_wsd_cooldown_branch_on_two_ranks_scores_the_one_rank_branch(mode: str, tmp_path: Path) -> None:
-    """The branch copies the model (under FSDP2 a whole copy on rank 0, from the gathered state);
-    every rank gets its loss, and the run goes on after it as it would without the branch."""
+    """The branch copies the model (under FSDP2 each rank a shard of the copy, from its own shard,
+    so no rank holds more than about half the copy's weights); every rank gets its loss, and the
+    run goes on after it as it would without the branch."""
     torch.set_num_threads(1)
-    alone = wsd_branches(0, None)
+    alone = wsd_branches(0, None)["losses"]
     pair = _ranks.spawn(wsd_branches, 2, tmp_path, mode)
-    assert pair[0] == pair[1], "every rank gets the branch's loss and goes on alike"
-    diff = max(abs(a - b) / abs(a) for a, b in zip(alone, pair[0], strict=True))
+    assert pair[0]["losses"] == pair[1]["losses"], "every rank gets the branch's loss and goes on alike"
+    diff = max(abs(a - b) / abs(a) for a, b in zip(alone, pair[0]["losses"], strict=True))
     print(f"{mode}: branch and final loss, largest relative difference from one rank {diff:.2e}")
     assert diff <= TOLERANCE, (mode, alone, pair[0])
+    if mode == "fsdp":
+        held = [r["held"][0] for r in pair]
+        print(f"fsdp: each rank's branch copy held {held} of {pair[0]['whole']} weights")
+        assert sum(held) >= pair[0]["whole"] and max(held) <= 0.51 * pair[0]["whole"], held
+    else:
+        assert pair[0]["held"] == [], "a DDP replica is whole: its branch is a plain copy"
 
 
 def _shape(params: int, batch: int = 16) -> TrialShape:
