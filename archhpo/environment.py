@@ -35,11 +35,14 @@ class Environment:
     """ARCHHPO_DB_PATIENCE_S: how long a worker retries an unreachable database"""
     reap_s: float = 30.0
     """ARCHHPO_REAP_S: seconds between a queue's sweeps for abandoned trials"""
+    group_timeout_s: float = 120.0
+    """ARCHHPO_GROUP_TIMEOUT_S: a K-rank trial's bound on every collective (120 s outlasts a step, a model build or rank 0's checkpoint write; torch's own is 30 minutes)"""
 
     VARIABLES: ClassVar[dict[str, str]] = {
         "storage": "ARCHHPO_STORAGE", "checkpoint_dir": "ARCHHPO_CHECKPOINT_DIR",
         "stop_wait_s": "ARCHHPO_STOP_WAIT_S", "heartbeat_s": "ARCHHPO_HEARTBEAT_S", "grace_s": "ARCHHPO_GRACE_S",
         "db_patience_s": "ARCHHPO_DB_PATIENCE_S", "reap_s": "ARCHHPO_REAP_S",
+        "group_timeout_s": "ARCHHPO_GROUP_TIMEOUT_S",
     }
 
     def __post_init__(self) -> None:
@@ -53,6 +56,8 @@ class Environment:
                 except ValueError:
                     what = "a whole number" if kind is int else "a number"
                     raise ConfigError(f"${self.VARIABLES[f.name]} {value!r} must be {what} of seconds.") from None
+        if not self.group_timeout_s > 0:  # a bound of 0 would fail every collective at once
+            raise ConfigError(f"$ARCHHPO_GROUP_TIMEOUT_S {self.group_timeout_s!r} must be a positive number of seconds.")
 
     @classmethod
     def read(cls, environ: Mapping[str, str] | None = None) -> Environment:

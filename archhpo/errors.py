@@ -111,12 +111,19 @@ class TrialLost(TrialStopped):
     and retried elsewhere): the worker must never write to that trial or its retry again."""
 
 
+class GroupBroken(TrialLost):
+    """A rank of this trial's group died or stalled past the timeout: nothing more is written from
+    this group (its rank 0's claim is reaped and retried once from the last checkpoint), and every
+    surviving rank exits so its launcher can restart the group."""
+
+
 __all__ = [
     "ArchhpoError",
     "BudgetError",
     "ConfigError",
     "DataError",
     "DiskFull",
+    "GroupBroken",
     "MemoryRefused",
     "NonFiniteLoss",
     "OutputError",

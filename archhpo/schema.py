@@ -234,6 +234,9 @@ class Attr:
     PID = "pid"
     THREADS = "threads"
     GPU_SHARE = "gpu_share"
+    # A trial across K ranks (workers/_distributed.py): the group's size and its sharding (ddp, fsdp).
+    RANKS = "ranks"
+    SHARD = "shard"
 
 
 def gpu_share(worker_attrs: dict[str, Any]) -> float:

@@ -115,15 +115,13 @@ def gang_task(storage_url: str, names: list[str], device: str, threads: int, run
     from ray.train import FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchConfig, TorchTrainer
 
-    from archhpo.workers._distributed import group_timeout_s
-
     gpu = device != "cpu"
     config = {"storage_url": storage_url, "names": names, "device": device, "threads": threads, "run_id": run_id,
               "checkpoint_dir": checkpoint_dir, "checkpoint_every": checkpoint_every}
     trainer = TorchTrainer(
         gang_loop, train_loop_config=config,
         scaling_config=ScalingConfig(num_workers=ranks, use_gpu=gpu, resources_per_worker={"CPU": threads}),
-        torch_config=TorchConfig(backend="nccl" if gpu else "gloo", timeout_s=int(group_timeout_s())),
+        torch_config=TorchConfig(backend="nccl" if gpu else "gloo", timeout_s=int(Environment.read().group_timeout_s)),
         # Ray Train's own run folder stays in its default place: the trials' checkpoints are archhpo's.
         run_config=RunConfig(name=f"archhpo-{run_id}-{os.getpid()}", failure_config=FailureConfig(max_failures=1)))
     result = trainer.fit()

@@ -4,7 +4,7 @@ and the checkpoint state gathered whole so it resumes at any world size.
 
 A group is K processes launched by torchrun (`torchrun --nproc-per-node K -m archhpo worker ...`)
 or by Ray Train's TorchTrainer; one rank per GPU (nccl), gloo on CPU. Every collective is bounded
-by the group's timeout (`DEFAULT_TIMEOUT_S`, `ARCHHPO_GROUP_TIMEOUT_S`): a dead or stalled rank
+by the group's timeout (`ARCHHPO_GROUP_TIMEOUT_S`, archhpo/environment.py): a dead or stalled rank
 ends the group within it rather than after torch's 30 minutes. Control messages (the claim,
 rung decisions, the stop flag) travel on a gloo side group of CPU tensors, so deciding to stop
 before a step never waits for the device.
@@ -31,31 +31,11 @@ import torch.distributed as dist
 from torch import nn
 
 from archhpo.config import SHARDS
+from archhpo.environment import Environment
 from archhpo.errors import ArchhpoError, TrialLost
 
-DEFAULT_TIMEOUT_S = 120.0  # longer than one step, one model build or one checkpoint write of rank 0
-TIMEOUT_ENV = "ARCHHPO_GROUP_TIMEOUT_S"
-RANKS_ATTR, SHARD_ATTR = "ranks", "shard"  # what each trial records of its group
 # A model FSDP2 sharded in place -> its Ranks: a WSD cooldown branch shards a copy of it alike (Ranks.fork).
 _SHARDED: weakref.WeakKeyDictionary[nn.Module, Ranks] = weakref.WeakKeyDictionary()
-
-
-class GroupBroken(TrialLost):
-    """A rank of this trial's group died or stalled past the timeout: nothing more is written from
-    this group (its rank 0's claim is reaped and retried once from the last checkpoint), and every
-    surviving rank exits so its launcher can restart the group."""
-
-
-def group_timeout_s() -> float:
-    """The group's bound on every collective, from ARCHHPO_GROUP_TIMEOUT_S (seconds)."""
-    raw = os.environ.get(TIMEOUT_ENV, "")
-    try:
-        value = float(raw) if raw else DEFAULT_TIMEOUT_S
-    except ValueError:
-        raise ArchhpoError(f"{TIMEOUT_ENV}={raw!r} must be a number of seconds such as 120.") from None
-    if not value > 0:
-        raise ArchhpoError(f"{TIMEOUT_ENV}={raw!r} must be a positive number of seconds.")
-    return value
 
 
 def is_group_failure(exc: BaseException) -> bool:
@@ -118,7 +98,7 @@ def join_group(device: str = "auto", timeout_s: float | None = None) -> Group | 
     world = int(os.environ.get("WORLD_SIZE", "1") or 1)
     if world <= 1 and not dist.is_initialized():
         return None
-    timeout = group_timeout_s() if timeout_s is None else float(timeout_s)
+    timeout = Environment.read().group_timeout_s if timeout_s is None else float(timeout_s)
     local = int(os.environ.get("LOCAL_RANK", "0") or 0)
     cuda = device != "cpu" and torch.cuda.is_available()
     dev = torch.device(f"cuda:{local}") if cuda else torch.device("cpu")

@@ -31,7 +31,7 @@ from typing import Any
 import torch
 from optuna.trial import TrialState
 
-from archhpo.errors import DiskFull, TrialLost, TrialStopped
+from archhpo.errors import DiskFull, GroupBroken, TrialLost, TrialStopped
 from archhpo.models import get_family
 from archhpo.schema import Attr, gpu_share
 from archhpo.workers import _device
@@ -53,9 +53,6 @@ from archhpo.workers._claim import (
     throughput,
 )
 from archhpo.workers._distributed import (
-    RANKS_ATTR,
-    SHARD_ATTR,
-    GroupBroken,
     Ranks,
     is_group_failure,
     join_group,
@@ -122,7 +119,7 @@ class Worker:
             Attr.THREADS: torch.get_num_threads(),  # a CPU replay (`train --threads`) is exact with the same
             **_device.device_attrs(self.device),
             **(extra_attrs or {}),
-            **({RANKS_ATTR: self.group.world} if self.group is not None else {}),
+            **({Attr.RANKS: self.group.world} if self.group is not None else {}),
         }
         self._data = DataCache()
         # torch's import leaves ~250k objects that every full GC pass would walk again (~150 ms a
@@ -344,7 +341,7 @@ class Worker:
                            metrics_fn=built.family.metrics,
                            on_eval=on_eval, checkpoint=save if ckpt is not None else None, resume=resume,
                            should_stop=group_stop(self.group, run, self.stop_event), plan=plan, on_score=scorer,
-                           ranks=None if self.group is None else Ranks(self.group, str(run.attrs[SHARD_ATTR])))
+                           ranks=None if self.group is None else Ranks(self.group, str(run.attrs[Attr.SHARD])))
             samples, seconds, path = result.samples, result.train_s, result.path_samples(built.epoch_samples)
             scorer.settle(result, resume)
             mark_diverged(run, history=result.history)  # a loss that rose is the rate's failure

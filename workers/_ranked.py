@@ -12,9 +12,10 @@ from typing import Any
 
 import torch
 
+from archhpo.schema import Attr
 from archhpo.workers._checkpoints import Checkpoints, read_checkpoint
 from archhpo.workers._claim import QueueLike, _TrialRun
-from archhpo.workers._distributed import RANKS_ATTR, SHARD_ATTR, Group, choose_shard, rank_shape
+from archhpo.workers._distributed import Group, choose_shard, rank_shape
 from archhpo.workers._memory import SAFETY, available_bytes, estimate_training_bytes
 
 log = logging.getLogger("archhpo.worker")
@@ -39,7 +40,7 @@ def rank_share(group: Group | None, attrs: dict[str, Any], asked: str, shape: An
         return shape
     ddp_bytes = estimate_training_bytes(rank_shape(shape, group.world, "ddp"), device.type)
     mode = choose_shard(asked, ddp_bytes, shape.param_count, group.world, available_bytes(device), SAFETY)
-    attrs.update({RANKS_ATTR: group.world, SHARD_ATTR: mode})
+    attrs.update({Attr.RANKS: group.world, Attr.SHARD: mode})
     return rank_shape(shape, group.world, mode)
 
 

@@ -24,10 +24,10 @@ import pytest
 from optuna.trial import TrialState
 
 from archhpo.errors import ArchhpoError
+from archhpo.schema import Attr
 from archhpo.search import TrialQueue, launch, prepare_settings
 from archhpo.search._space import SearchSpace
 from archhpo.workers import Worker
-from archhpo.workers._distributed import RANKS_ATTR, SHARD_ATTR
 from tests.conftest import wait_for
 from tests.workers._ranks import free_port
 
@@ -115,9 +115,9 @@ def test_a_study_mixing_one_and_two_rank_trials_runs_every_trial_exactly_once(
     trials = _trials(url, name)
     slots = Counter(t.user_attrs["plan_slot"] for t in trials if t.state == TrialState.COMPLETE)
     assert sorted(slots.values()) == [1, 1, 1, 1] and len(trials) == 4, [(t.number, t.state) for t in trials]
-    ranks = Counter(int(t.user_attrs.get(RANKS_ATTR, 1)) for t in trials)
+    ranks = Counter(int(t.user_attrs.get(Attr.RANKS, 1)) for t in trials)
     assert ranks[2] >= 1 and ranks[1] == summary.complete >= 1, (ranks, summary, out[-2000:])
-    assert all(t.user_attrs[SHARD_ATTR] == "ddp" for t in trials if t.user_attrs.get(RANKS_ATTR) == 2)
+    assert all(t.user_attrs[Attr.SHARD] == "ddp" for t in trials if t.user_attrs.get(Attr.RANKS) == 2)
 
 
 def test_a_killed_rank_restarts_the_group_and_the_retry_ends_at_the_uninterrupted_value(
@@ -146,7 +146,7 @@ def test_a_killed_rank_restarts_the_group_and_the_retry_ends_at_the_uninterrupte
     assert dead.state == TrialState.FAIL and "fail_reason" not in dead.user_attrs, out[-2000:]
     assert retry.user_attrs["retry_of"] == dead.number and retry.user_attrs["resumed_from_epoch"] >= 1
     assert retry.value == first.value, (retry.value, first.value)
-    assert int(retry.user_attrs[RANKS_ATTR]) == int(first.user_attrs[RANKS_ATTR]) == 2
+    assert int(retry.user_attrs[Attr.RANKS]) == int(first.user_attrs[Attr.RANKS]) == 2
     assert "the trial's group broke" in out, out[-3000:]
 
 
@@ -208,7 +208,7 @@ def test_a_pruned_two_rank_trial_stops_on_both_ranks_and_is_recorded_pruned_once
     assert sorted(t.user_attrs["plan_slot"] for t in ours) == [0, 1], "each planned trial once"
     for pruned in ours:
         assert pruned.user_attrs["pruned_at_epoch"] == 1 and sorted(pruned.intermediate_values) == [1]
-        assert int(pruned.user_attrs[RANKS_ATTR]) == 2
+        assert int(pruned.user_attrs[Attr.RANKS]) == 2
     assert "the trial's group broke" not in out, out[-2000:]
 
 
@@ -253,4 +253,4 @@ def test_run_trains_a_two_rank_study_through_ray_train_gangs_every_trial_once(
     assert statuses[name].done and "1 trial(s) at a time, each across 2 ranks (cpu)" in out.getvalue()
     trials = _trials(url, name)
     assert sorted(t.state for t in trials) == [TrialState.COMPLETE] * 2
-    assert {(t.user_attrs[RANKS_ATTR], t.user_attrs["ray_train_rank"]) for t in trials} == {(2, 0)}
+    assert {(t.user_attrs[Attr.RANKS], t.user_attrs["ray_train_rank"]) for t in trials} == {(2, 0)}

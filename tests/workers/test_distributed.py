@@ -13,11 +13,12 @@ import pytest
 import torch
 
 from archhpo.config import StoredOptions
+from archhpo.environment import Environment
 from archhpo.errors import ArchhpoError
 from archhpo.schema import TrainingPlan
 from archhpo.workers import train
 from archhpo.workers._checkpoints import read_checkpoint
-from archhpo.workers._distributed import Ranks, _Fork, choose_shard, group_timeout_s, join_group, rank_shape
+from archhpo.workers._distributed import Ranks, _Fork, choose_shard, join_group, rank_shape
 from archhpo.workers._memory import TrialShape
 from archhpo.workers._ranked import fits_group
 from archhpo.workers._train import cooldown_branch
@@ -158,12 +159,13 @@ def test_a_rank_holds_its_share_of_the_batch_and_under_fsdp2_of_the_state() -> N
     assert rank_shape(shape, 4, "fsdp") == TrialShape(250_000_000, 4, 16, 64, 1, 256, 8, 8, 1024)
 
 
-def test_the_group_timeout_is_read_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("ARCHHPO_GROUP_TIMEOUT_S", "7.5")
-    assert group_timeout_s() == 7.5
-    monkeypatch.setenv("ARCHHPO_GROUP_TIMEOUT_S", "soon")
+def test_the_group_timeout_is_read_from_the_environment() -> None:
+    assert Environment().group_timeout_s == 120.0, "torch's own 30 minutes is far too long"
+    assert Environment.read({"ARCHHPO_GROUP_TIMEOUT_S": "7.5"}).group_timeout_s == 7.5
     with pytest.raises(ArchhpoError, match="must be a number of seconds"):
-        group_timeout_s()
+        Environment.read({"ARCHHPO_GROUP_TIMEOUT_S": "soon"})
+    with pytest.raises(ArchhpoError, match="must be a positive number of seconds"):
+        Environment.read({"ARCHHPO_GROUP_TIMEOUT_S": "0"})
 
 
 def test_a_study_at_r_ranks_per_trial_is_left_to_groups_of_r_ranks() -> None:
