@@ -4,7 +4,8 @@ Rank 0 holds the claim and writes once for the group; a 1-rank worker and a 2-ra
 study and run every trial exactly once; a rank killed with SIGKILL breaks its group, torchrun
 restarts it, and the trial, reaped and retried once, resumes from its last checkpoint and ends at
 the uninterrupted 2-rank run's value; a SIGTERM to one rank stops both and gives the trial back,
-which resumes to that value too; a pruned trial stops on both ranks at its rung.
+which resumes to that value too; a pruned trial stops on both ranks at its rung; a group fenced out
+stops on both ranks and never touches the retry.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ NO_REAP = {**FAST_REAP, "ARCHHPO_GRACE_S": "120"}
 def _study(url: str, name: str, trials: int, epochs: int, same_seed: bool = False, ranks: int = 1,
            pruner: str = "none") -> str:
     """A tiny lm study; with `same_seed` every trial is the first one again (arch, params and seed)."""
-    s = prepare_settings(name, "100K", family="lm", n_trials=trials, data="synthetic:tokens=4000", seed=3,
+    s = prepare_settings(name, "100K", family="lm", n_trials=max(2, trials), data="synthetic:tokens=4000", seed=3,
                          quick=True, pruner=pruner, family_options={"seq_len": 16}, ranks_per_trial=ranks)
     space = SearchSpace(learning_rate=(1e-4, 1e-2), epochs=(epochs,), batch_size=(16,),
                         weight_decay=(1e-5, 1e-3), warmup_steps=(2,))
@@ -210,6 +211,76 @@ def test_a_pruned_two_rank_trial_stops_on_both_ranks_and_is_recorded_pruned_once
         assert pruned.user_attrs["pruned_at_epoch"] == 1 and sorted(pruned.intermediate_values) == [1]
         assert int(pruned.user_attrs[Attr.RANKS]) == 2
     assert "the trial's group broke" not in out, out[-2000:]
+
+
+def test_a_two_rank_group_fenced_out_stops_on_both_ranks_and_never_touches_the_retry(
+        sqlite_url: str, tmp_path: Path) -> None:
+    """Both ranks are paused (SIGSTOP) past the grace period, within the group's timeout: the test
+    reaps the claim and a 1-rank worker takes the retry. Resumed, rank 0 finds its claim fenced and
+    the group stops on both ranks (no broken collective), writing nothing more to the dead attempt
+    or the retry; the retry is the one finished trial."""
+    from tests.search.test_fencing import REAPER, _holds_a_lock
+
+    url = sqlite_url
+    # Only the test reaps (REAPER's 4 s grace); the group's timeout outlasts the pause by far.
+    beat = {**NO_REAP, "ARCHHPO_GRACE_S": "600", "ARCHHPO_GROUP_TIMEOUT_S": "180"}
+    name = _study(url, "mr", trials=1, epochs=12)
+    ck = tmp_path / "ck"
+    group = _group(url, tmp_path, timing=beat)
+    rescuer = None
+    ranks: list[int] = []
+    try:
+        assert wait_for(lambda: bool(list((ck / name).glob("slot*.attempt1.pt"))), timeout=240, every=0.2), \
+            "the group checkpointed an epoch"
+        ranks = [pid for pid in (_rank_pid(group.pid, r) for r in (0, 1)) if pid is not None]
+        assert len(ranks) == 2, "both ranks' processes"
+        for _ in range(100):  # paused outside any transaction and the plan lock, as test_fencing does
+            for pid in ranks:
+                os.kill(pid, signal.SIGSTOP)
+            if not _holds_a_lock(url):
+                break
+            for pid in ranks:
+                os.kill(pid, signal.SIGCONT)
+        (old,) = _trials(url, name)
+        reaper = TrialQueue(url, name, timing=REAPER)
+        try:
+            def reaped() -> bool:
+                reaper.upkeep.maintain()
+                return any(t.user_attrs.get("retry_of") == old.number for t in _trials(url, name))
+
+            assert wait_for(reaped, timeout=20, every=0.5), "the paused group's trial was reaped and retried"
+        finally:
+            reaper.storage.engine.dispose()
+        before = next(t for t in _trials(url, name) if t.number == old.number)
+        rescuer = subprocess.Popen(
+            [sys.executable, "-m", "archhpo", "worker", "--experiment", "mr", "--budget", "100K", "--storage", url,
+             "--device", "cpu", "--threads", "1", "--checkpoint-dir", str(ck)],
+            cwd=tmp_path, env={**os.environ, **beat, "RAY_USAGE_STATS_ENABLED": "0"},
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        assert wait_for(lambda: any(t.user_attrs.get("retry_of") == old.number and t.state == TrialState.RUNNING
+                                    for t in _trials(url, name)), timeout=120, every=0.2), "the rescuer runs the retry"
+        for pid in ranks:
+            os.kill(pid, signal.SIGCONT)
+        rescued, _ = rescuer.communicate(timeout=300)
+        out = _finish(group, tmp_path / "group.log")
+    finally:
+        for pid in ranks:
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+        for p in (group, rescuer):
+            if p is not None and p.poll() is None:
+                p.kill()
+    assert rescuer.returncode == 0, rescued[-2000:]
+    assert "reaped while this" in out and "the trial's group broke" not in out, out[-3000:]
+    trials = _trials(url, name)
+    after = next(t for t in trials if t.number == old.number)
+    assert after.state == TrialState.FAIL and after.user_attrs == before.user_attrs, "nothing written after the fence"
+    assert after.intermediate_values == before.intermediate_values, "no report after the fence"
+    (retry,) = [t for t in trials if t.state == TrialState.COMPLETE]
+    assert len(trials) == 2 and retry.user_attrs["retry_of"] == old.number
+    assert retry.user_attrs["pid"] == rescuer.pid and Attr.RANKS not in retry.user_attrs, retry.user_attrs
 
 
 def _by_role(trials: list[Any]) -> tuple[Any, Any, Any]:
