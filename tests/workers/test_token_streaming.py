@@ -29,7 +29,7 @@ GIB = 1 << 30
 RANDOM_BLOCKS = 1024  # 64 KiB blocks of random ids spread over the file: batches differ, disk stays sparse
 
 WORKER = """
-import json, resource, sys
+import json, sys
 import torch
 torch.set_num_threads(1)
 from archhpo.workers._build import TrialSpec, build_trial
@@ -37,8 +37,19 @@ from archhpo.workers._train import train
 built = build_trial(TrialSpec(**json.loads(sys.argv[1])), "cpu")
 result = train(built.model, built.data, built.family.loss, built.train_config)
 print(json.dumps({"history": result.history, "n_train": built.data.n_train, "baseline": built.baseline_loss,
-                  "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}))
+                  "peak_rss": peak_rss()}))
 """
+# The worker's own peak: VmHWM, the high-water mark of this process's memory since its exec. Not
+# getrusage's ru_maxrss, which Linux carries over from the parent across fork and exec, so it reported
+# the pytest worker's own size (1.57 GiB late in a CI run) rather than the trial's.
+PEAK_RSS = """
+def peak_rss():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError("no VmHWM in /proc/self/status")
+"""
+WORKER = PEAK_RSS + WORKER
 
 
 def _two_gib_file(tmp: Path) -> Path:
