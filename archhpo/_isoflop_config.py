@@ -86,13 +86,13 @@ def check_isoflop(config: Any) -> None:
     clash = [flag for flag, on in (("--budget", config.budgets), ("--tokens-per-param", config.data.tokens_per_param),
                                    ("--samples-per-param", config.data.samples_per_param),
                                    ("--ladder", config.ladder), ("--paired-seeds", config.paired_seeds),
-                                   ("--confirm", config.confirm.top),
-                                   ("--d-model", "d_model" in config.pins), ("--n-layers", "n_layers" in config.pins))
+                                   ("--confirm", config.confirm.top))
              if on]
     if clash:
         raise StudyError(f"--isoflop plans each compute budget's sizes and data itself, so it takes no "
                          f"{' or '.join(clash)}; drop {'them' if len(clash) > 1 else 'it'} (--n-heads and "
-                         "--d-ff lists may filter its grid).")
+                         "--d-ff lists may filter its grid, --d-model and --n-layers lists replace its widths "
+                         "and depths).")
     if "pruner" in config.given and config.pruning.rule != "none":
         raise StudyError(f"--pruner {config.pruning.rule} would stop an IsoFLOP study's trials before their FLOPs "
                          "reach C; drop --pruner (IsoFLOP trials always train to the end).")

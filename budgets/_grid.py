@@ -47,10 +47,17 @@ def _flops(family: Family, cfg: Any) -> int | None:
     return family.flops_per_sample(cfg) if family.flops_per_sample else None
 
 
-def candidates() -> list[dict[str, int]]:
-    """The cross product of docs/design.md §3 with n_heads dividing d_model, in (d, L, h, ff) order."""
+def candidates(pins: Mapping[str, Sequence[int]] | None = None) -> list[dict[str, int]]:
+    """The cross product of docs/design.md §3 with n_heads dividing d_model, in (d, L, h, ff) order.
+
+    `pins`' d_model and n_layers lists, where given, replace the grid's own and need not be grid
+    values (an IsoFLOP study reaches below the smallest grid model so, docs/compute-optimal.md);
+    pins of the other dimensions filter the rows afterwards (build_grid's callers)."""
+    pins = pins or {}
+    d_models = sorted(set(pins.get("d_model") or D_MODELS))
+    depths = sorted(set(pins.get("n_layers") or N_LAYERS))
     rows = []
-    for d, n_layers, h, mult in itertools.product(D_MODELS, N_LAYERS, N_HEADS, FF_MULTIPLIERS):
+    for d, n_layers, h, mult in itertools.product(d_models, depths, N_HEADS, FF_MULTIPLIERS):
         if d % h == 0:
             rows.append({"d_model": d, "n_layers": n_layers, "n_heads": h, "d_ff": mult * d})
     rows.sort(key=lambda a: (a["d_model"], a["n_layers"], a["n_heads"], a["d_ff"]))
@@ -77,13 +84,15 @@ def check_tolerance(tolerance: float) -> float:
 
 
 def build_grid(
-    family: Family, budget: int, info: Mapping[str, Any], tolerance: float = DEFAULT_TOLERANCE
+    family: Family, budget: int, info: Mapping[str, Any], tolerance: float = DEFAULT_TOLERANCE,
+    pins: Mapping[str, Sequence[int]] | None = None,
 ) -> list[GridRow]:
-    """Rows whose exact count lies within ±tolerance of budget; arch_idx is the sorted position."""
+    """Rows whose exact count lies within ±tolerance of budget; arch_idx is the sorted position.
+    `pins`' d_model and n_layers lists replace the grid's (`candidates`); the caller filters the rest."""
     check_tolerance(tolerance)
     lo, hi = budget * (1 - tolerance), budget * (1 + tolerance)
     fitting: list[tuple[dict[str, int], int, int | None, int | None]] = []
-    for arch in candidates():
+    for arch in candidates(pins):
         try:
             cfg = family.config_for(arch, info)
         except ConfigError:
@@ -163,7 +172,7 @@ def _pinned_within_budget(
 ) -> list[GridRow]:
     """The budget's grid restricted to the pinned values, renumbered under the study's label."""
     rows = [
-        r for r in build_grid(family, budget, info, tolerance)
+        r for r in build_grid(family, budget, info, tolerance, pins)
         if all(getattr(r, d) in set(pins[d]) for d in pins if pins[d])
     ]
     if not rows:

@@ -4,7 +4,8 @@ At each C the sizes are log-spaced over a span (smallest to largest, default 10x
 the user's ``--centre``, an earlier study's law N_opt = G·C^a (`centre_from_law`), or the prior
 `prior_centre`, Chinchilla's rule (Hoffmann et al. 2022: 20 tokens per parameter at 6 FLOPs per
 parameter-token, so N_c = sqrt(C / 120)). Each size takes the grid rows whose exact count lies in
-its band (half a log step either side, so neighbouring sizes never share a row) and keeps the one
+its band (half a log step either side, so neighbouring sizes never share a row; ``--d-model`` and
+``--n-layers`` lists replace the grid's widths and depths, grid values or not) and keeps the one
 (or, with ``shapes=K``, the K) nearest a target shape: d_model/n_layers, d_ff/d_model and the head
 width; by default Kaplan et al.'s aspect ratio 100, 4x FFN, 64-wide heads (`ShapeTarget`), or an
 earlier study's best (`ShapeTarget.from_row`). Ties go to the count nearest the size, then arch_idx.
@@ -154,9 +155,10 @@ class IsoflopPlan:
 def _band_rows(family: Family, info: Mapping[str, Any], target: float, half_step: float,
                pins: Mapping[str, Sequence[int]] | None = None) -> list[GridRow]:
     """Rows whose exact count lies within half a log step of `target`: [target/r, target·r), and
-    whose dimensions lie in `pins`' lists where given (--n-heads 2,4,8 filters the grid)."""
+    whose dimensions lie in `pins`' lists where given (--n-heads 2,4,8 filters the grid; --d-model
+    and --n-layers lists replace the grid's, so they may reach below its smallest model)."""
     tolerance = min(0.99, half_step - 1.0)
-    rows = build_grid(family, max(1, round(target)), info, tolerance) if tolerance > 0 else []
+    rows = build_grid(family, max(1, round(target)), info, tolerance, pins) if tolerance > 0 else []
     return [r for r in rows if target / half_step <= r.param_count < target * half_step
             and all(getattr(r, dim) in values for dim, values in (pins or {}).items())]
 
@@ -202,7 +204,8 @@ def plan_isoflop(family: Family, info: Mapping[str, Any], compute: float, *, siz
             raise BudgetError(
                 f"No {family.name} architecture of the grid has between {target / half_step:,.0f} and "
                 f"{target * half_step:,.0f} parameters (size {i + 1} of {sizes} at C = {compute:.3g}); "
-                "move the centre (--centre) or widen the span (--span), or plan fewer sizes.")
+                "move the centre (--centre) or widen the span (--span), plan fewer sizes, or list the widths and "
+                "depths to choose from (--d-model 16,32,48,64 --n-layers 1,2 reach below the grid).")
         for rank, row in enumerate(rows[:shapes]):
             cfg = family.config_for(row.arch(), info)
             trials.append(IsoflopTrial(compute, i, target, rank, row, _samples(compute, row, intervals, family.name),

@@ -245,12 +245,17 @@ def isoflop_points(frame: pd.DataFrame) -> pd.DataFrame:
     done = done[(done["state"] == "COMPLETE") & done["val_loss"].notna() & done[COLUMN].notna()
                 & done["param_count"].notna()]
     keys = [COLUMN, "param_count", *(c for c in ARCH_KEYS if c in done)]
+    # A size's position is its own study's: a re-centred plan of the same C (another experiment,
+    # pooled from CSVs) numbers its sizes afresh, so the best shape per size is taken per study.
+    study = [c for c in ("experiment", "budget") if c in done]
     cols = {"val_loss": "mean", "train_tokens": "mean", "train_flops": "mean"}
     if SIZE_COLUMN in done:
         cols[SIZE_COLUMN] = "first"
-    pts = done.groupby(keys, dropna=False, as_index=False).agg(cols)
+    pts = done.groupby(study + keys, dropna=False, as_index=False).agg(cols)
     if SIZE_COLUMN in pts and pts[SIZE_COLUMN].notna().all():
-        pts = pts.sort_values("val_loss", kind="stable").drop_duplicates([COLUMN, SIZE_COLUMN])
+        pts = pts.sort_values("val_loss", kind="stable").drop_duplicates(study + [COLUMN, SIZE_COLUMN])
+    # one point per architecture at one C, whichever plans trained it
+    pts = pts.groupby(keys, dropna=False, as_index=False).agg(cols)
     return pts.sort_values([COLUMN, "param_count"], kind="stable").reset_index(drop=True)
 
 

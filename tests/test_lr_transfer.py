@@ -23,7 +23,7 @@ def _load() -> ModuleType:
 
 sweep = _load()
 TINY = ["--widths", "8,16", "--rates", "1e-3,3e-3,1e-2", "--seeds", "0", "--seq-len", "8",
-        "--tokens-per-param", "1", "--batch", "16"]
+        "--tokens-per-param", "1", "--batch", "16", "--base-width", "8"]
 
 
 def _rows(path: Path) -> list[dict[str, str]]:
@@ -99,9 +99,10 @@ def test_the_analysis_finds_each_widths_vertex_and_the_ratio(tmp_path: Path) -> 
     assert sp["ratio_is_bound"] is True  # the smallest optimum is below the grid
     path = tmp_path / "t.csv"
     with path.open("w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=["parametrization", "d_model", "learning_rate", "seed", "val_loss"])
+        writer = csv.DictWriter(fh, fieldnames=["parametrization", "d_model", "n_layers", "learning_rate", "seed",
+                                                "val_loss"])
         writer.writeheader()
-        writer.writerows(_synthetic(optima, rates))
+        writer.writerows({**r, "n_layers": sweep.N_LAYERS} for r in _synthetic(optima, rates))
     assert sweep.main(["analyse", "--csv", str(path), "--json", str(tmp_path / "t.json")]) == 0
     written = json.loads((tmp_path / "t.json").read_text())
     assert written["mup"]["ratio"] == pytest.approx(1.5, rel=1e-9)
@@ -112,3 +113,38 @@ def test_a_diverged_rate_is_left_out_of_the_vertex() -> None:
     rows = [{"parametrization": "sp", "d_model": 16, "learning_rate": lr, "seed": 0,
              "val_loss": math.inf if lr == 8e-3 else 1.0 + (math.log(lr) - math.log(2e-3)) ** 2} for lr in rates]
     assert sweep.analyse(rows)["sp"]["optima"]["16"]["learning_rate"] == pytest.approx(2e-3, rel=1e-9)
+
+
+def test_a_depth_sweep_keys_its_runs_by_depth_and_reuses_none_of_another_depth(tmp_path: Path) -> None:
+    out = tmp_path / "t.csv"
+    flags = [*TINY, "--widths", "8", "--depths", "1,2", "--rates", "3e-3", "--parametrizations", "mup"]
+    assert sweep.main(["run", *flags, "--csv", str(out)]) == 0
+    rows = _rows(out)
+    assert sorted(r["n_layers"] for r in rows) == ["1", "2"]
+    assert rows[0]["val_loss"] != rows[1]["val_loss"]  # two models, not one run written twice
+    assert sweep.main(["run", *flags, "--depths", "1,2,3", "--csv", str(out)]) == 0
+    assert sorted(r["n_layers"] for r in _rows(out)) == ["1", "2", "3"]  # only the new depth trained
+
+
+def test_the_analysis_reads_the_depth_sweep_at_its_width_beside_the_width_sweep() -> None:
+    rates = [1e-3 * 2 ** (k / 2) for k in range(9)]
+    rows = _synthetic({("mup", 16): 4e-3, ("mup", 32): 5e-3, ("mup", 64): 6e-3}, rates)
+    for r in rows:
+        r["n_layers"] = sweep.N_LAYERS
+    for layers, best in ((1, 2e-3), (4, 5e-3), (8, 8e-3)):
+        for r in _synthetic({("mup", 32): best}, rates):
+            rows.append({**r, "n_layers": layers})
+    result = sweep.analyse(rows, n_layers=sweep.N_LAYERS, depth_width=32)["mup"]
+    assert set(result["optima"]) == {"16", "32", "64"}  # the width sweep: its depth only
+    assert result["ratio"] == pytest.approx(1.5, rel=1e-9)
+    depth = result["depth"]
+    assert depth["d_model"] == 32 and set(depth["optima"]) == {"1", "2", "4", "8"}
+    assert depth["optima"]["2"]["learning_rate"] == pytest.approx(5e-3, rel=1e-9)  # shared with the width sweep
+    assert depth["ratio"] == pytest.approx(4.0, rel=1e-9) and depth["ratio_is_bound"] is False
+    assert "over depth, largest/smallest optimum = 4" in sweep.table(sweep.analyse(rows))
+
+
+def test_a_depth_below_one_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "t.csv"
+    assert sweep.main(["run", *TINY, "--depths", "0,2", "--csv", str(out)]) == 2
+    assert "--depths must be at least 1 layer" in capsys.readouterr().err and not out.exists()

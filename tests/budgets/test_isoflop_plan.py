@@ -148,3 +148,22 @@ def test_bad_input_is_refused_in_one_sentence(kwargs: dict, words: str) -> None:
 def test_a_compute_budget_listed_twice_is_refused() -> None:
     with pytest.raises(BudgetError, match="lists a compute budget twice"):
         plan_isoflops(LM, LM_INFO, [1e14, 1e14])
+
+
+def test_width_and_depth_lists_replace_the_grids_so_a_plan_reaches_below_its_smallest_model() -> None:
+    floor = min(r.param_count for r in build_grid(LM, 80_000, LM_INFO, 0.5))
+    with pytest.raises(BudgetError, match="--d-model 16,32,48,64 --n-layers 1,2 reach below the grid"):
+        plan_isoflop(LM, LM_INFO, 1e11, sizes=5, span=4.0, centre=3e4)
+    pins = {"d_model": (16, 32, 48, 64), "n_layers": (1, 2), "n_heads": (2, 4)}
+    plan = plan_isoflop(LM, LM_INFO, 1e11, sizes=5, span=4.0, centre=3e4, pins=pins)
+    rows = [t.row for t in plan.trials]
+    assert len(rows) == 5 and max(r.param_count for r in rows) < floor  # every size below the grid's floor
+    assert all(r.d_model in pins["d_model"] and r.n_layers in pins["n_layers"] and r.n_heads in (2, 4) for r in rows)
+    assert all(abs(t.train_flops - 1e11) / 1e11 <= 0.01 for t in plan.trials)
+
+
+def test_pins_of_grid_values_only_filter_the_grid() -> None:
+    pins = {"d_model": (64, 128), "n_layers": (2, 3, 4)}
+    unpinned = [r.arch() for r in build_grid(LM, 300_000, LM_INFO, 0.5)
+                if r.d_model in pins["d_model"] and r.n_layers in pins["n_layers"]]
+    assert [r.arch() for r in build_grid(LM, 300_000, LM_INFO, 0.5, pins)] == unpinned != []

@@ -195,3 +195,20 @@ def test_the_planners_lm_grid_through_a_known_law_gives_back_a() -> None:
         assert fit["status"] == "fitted", fit["reason"]
         assert abs(fit["a"]["estimate"] - A_TRUE) <= 0.05
         assert fit["a"]["ci95"][0] <= A_TRUE <= fit["a"]["ci95"][1]
+
+
+def test_a_recentred_plan_of_the_same_compute_pools_with_the_first_from_their_csvs(tmp_path: Path) -> None:
+    """A re-centred budget is a new experiment whose sizes are numbered afresh: pooled from both CSVs,
+    every size is its own point (a size both trained counts once), as if one plan had trained them all."""
+    rows = isoflop_rows()
+    by_n = sorted({r["param_count"] for r in rows})
+    first, second = by_n[:3], by_n[2:]  # the re-centred plan shares one size with the first
+    a = [{**r, "isoflop_size": first.index(r["param_count"])} for r in rows if r["param_count"] in first]
+    b = [{**r, "experiment": "iso_r", "isoflop_size": second.index(r["param_count"])}
+         for r in rows if r["param_count"] in second]
+    one = [{**r, "isoflop_size": by_n.index(r["param_count"])} for r in rows]
+    pooled = isoflop_fit(trials_frame(None, csv=[_write(a, tmp_path / "a.csv"), _write(b, tmp_path / "b.csv")]),
+                         n_boot=100)
+    whole = isoflop_fit(trials_frame(None, csv=_write(one, tmp_path / "one.csv")), n_boot=100)
+    assert [v["n_opt"]["estimate"] for v in pooled["vertices"]] == [v["n_opt"]["estimate"] for v in whole["vertices"]]
+    assert all(math.isfinite(v["n_opt"]["estimate"]) for v in whole["vertices"])

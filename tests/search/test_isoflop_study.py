@@ -126,7 +126,8 @@ def test_shapes_k_plans_k_architectures_per_size_each_with_its_own_samples() -> 
     (["--isoflop", "1e10", "--span", "1"], "--span 1 must be above 1 (the largest size over the smallest, e.g. 10)."),
     (["--isoflop", "1e10", "--budget", "200K"], "--isoflop plans each compute budget's sizes and data itself, so it "
                                                 "takes no --budget; drop it (--n-heads and --d-ff lists may filter "
-                                                "its grid)."),
+                                                "its grid, --d-model and --n-layers lists replace its widths and "
+                                                "depths)."),
     (["--isoflop", "1e10", "--tokens-per-param", "20"], "so it takes no --tokens-per-param; drop it"),
     (["--isoflop", "1e10", "--isoflop", "1e10"], "--isoflop lists a compute budget twice; give each C once."),
     (["--isoflop", "1e10", "--pruner", "halving"], "--pruner halving would stop an IsoFLOP study's trials before "
