@@ -12,7 +12,7 @@
 #   bench/frontier/frontier.sh status syn      # trials per study and state
 #   bench/frontier/frontier.sh stop            # SIGTERM the workers (each running trial saved between two steps), save all
 #   bench/frontier/frontier.sh save syn        # copy the live database and checkpoints into bench/frontier/studies/
-#   bench/frontier/frontier.sh table syn       # bench/frontier/syn.csv (every finished trial), its sha256 and cost
+#   bench/frontier/frontier.sh table syn       # bench/frontier/syn.csv and syn_r.csv (every finished trial), sha256, cost
 #
 # Re-running `start` after a stop (or on a new machine, from the committed copy) resumes: finished
 # trials stay finished and interrupted ones resume from the step where they stopped.
@@ -30,7 +30,7 @@ sql() { sqlite3 -cmd ".timeout 60000" "$@"; }  # waits for a busy database inste
 # Shared by both tasks: the truths' training (fixed data, WSD with a 20% cooldown, learning rate 3e-3,
 # batch 16, 128-token windows, 2, 4 or 8 heads), 7 sizes over 10x per C, 3 validation intervals.
 COMMON=(--family lm --data-seed 0 --seed 0 --schedule wsd --cooldown 0.2 --learning-rate 3e-3 --batch-size 16
-        --seq-len 128 --n-heads 2,4,8 --sizes 7 --span 10 --epochs 3)
+        --seq-len 128 --n-heads 2,4,8 --sizes 7 --epochs 3)
 # The compute budgets, trained in this order: the issue brief's two decades 1e11-1e13 first (about
 # 1e14 FLOPs per task), then 3e13 and 1e14, which carry the frontier to where the grid brackets the
 # prior's optimum at every C (README: why).
@@ -49,7 +49,36 @@ args_for() {  # the task's data and its centre per C (the order of COMPUTES)
   esac
   for c in "${COMPUTES[@]}"; do echo --isoflop "$c"; done
   for c in "${centres[@]}"; do echo --centre "$c"; done
-  echo "${COMMON[@]}"
+  echo --span 10 "${COMMON[@]}"
+}
+
+# The second pass (docs/compute-optimal.md, "Re-centring the edge budgets"): every budget whose vertex
+# the first pass left at the grid's edge, launched as the first pass's report printed its `recentre`
+# (centre, 7 sizes, the span of the sizes it trained), in experiment {task}_r of the same database, on
+# the grid's widths and depths extended below (d_model 16-48, 1 layer), which the lowest centres need.
+# The report pools both experiments' tables (`table`, then `archhpo report --csv ... --csv ...`).
+RECENTRE_GRID=(--d-model 16,32,48,64,128,192,256,384,512,768,1024 --n-layers 1,2,3,4,6,8,12,16)
+recentre_for() {  # "C centre" pairs of task $1, then its span
+  case "$1" in
+    syn) echo "1e11 7.73e4 3e11 2.66e4 1e12 7.73e4 3e12 2.66e4 ; 8.09" ;;
+    shk) echo "1e11 4.52e4 1e12 9.16e4 1e13 8.06e4 ; 10.5" ;;
+  esac
+}
+recentre_computes() {  # task $1's re-centred budgets, one per line
+  local r pairs
+  r=$(recentre_for "$1"); pairs=${r%;*}
+  # shellcheck disable=SC2086
+  set -- $pairs
+  while (($#)); do echo "$1"; shift 2; done
+}
+recentre_args() {  # the launch of task $1's second pass (experiment $1_r)
+  local t=$1 r pairs span
+  r=$(recentre_for "$t"); pairs=${r%;*}; span=${r#*;}
+  args_for "$t" | grep -E '^--data ' || true   # the task's data, as in the first pass
+  # shellcheck disable=SC2086
+  set -- $pairs
+  while (($#)); do echo --isoflop "$1" --centre "$2"; shift 2; done
+  echo --span $span "${RECENTRE_GRID[@]}" "${COMMON[@]}"
 }
 
 restore() {  # the working copy: from the committed one when this machine has none
@@ -84,10 +113,15 @@ chain() {  # task $1: launch every C (idempotent), then train each C's study to 
   restore "$t"
   # shellcheck disable=SC2046
   "$ARCHHPO" launch --experiment "$t" $(args_for "$t") --storage "sqlite:///$WORK/$t.db"
+  # shellcheck disable=SC2046
+  "$ARCHHPO" launch --experiment "${t}_r" $(recentre_args "$t") --storage "sqlite:///$WORK/$t.db"
   ( while sleep 900; do save "$t" || true; done ) >>"$WORK/$t.saver.log" 2>&1 &
   echo $! >"$WORK/$t.saver.pid"
-  for c in "${COMPUTES[@]}"; do
-    n="${t}_C${c}"
+  # the second pass's cheap budgets first (they resolve the low vertices), then the first pass's rest
+  local studies=()
+  for c in $(recentre_computes "$t"); do studies+=("${t}_r_C${c}"); done
+  for c in "${COMPUTES[@]}"; do studies+=("${t}_C${c}"); done
+  for n in "${studies[@]}"; do
     if (($(open_trials "$t" "$n") == 0)); then echo "$n: finished" >&2; continue; fi
     nice -n 10 "$ARCHHPO" worker --study "$n" --storage "sqlite:///$WORK/$t.db" --threads 1 \
       --checkpoint-dir "$WORK/${t}_ck" >>"$WORK/$t.worker.log" 2>&1 &
@@ -144,8 +178,10 @@ table() {  # every finished trial of task $1 (experiment_results.csv's columns),
   out=$(mktemp -d)
   "$ARCHHPO" export --experiment "$t" --storage "sqlite:///$WORK/$t.db" --out "$out" >/dev/null
   cp "$out/experiment_results.csv" "bench/frontier/$t.csv"
+  "$ARCHHPO" export --experiment "${t}_r" --storage "sqlite:///$WORK/$t.db" --out "$out/r" >/dev/null
+  cp "$out/r/experiment_results.csv" "bench/frontier/${t}_r.csv"
   rm -rf "$out"
-  sha256sum "bench/frontier/$t.csv"
+  sha256sum "bench/frontier/$t.csv" "bench/frontier/${t}_r.csv"
   status "$t" | tail -1
 }
 
