@@ -86,8 +86,11 @@ class Block(nn.Module):
         first_norm: bool = True,
         dropout: float = 0.0,
         qk_scale: float = 1.0,
+        residual_scale: float = 1.0,
     ) -> None:
         super().__init__()
+        # CompleteP (lm under µP with a base depth): each branch ×base/n_layers before it joins the stream
+        self.residual_scale = residual_scale
         self.attn_norm: nn.Module = nn.LayerNorm(d_model) if first_norm else nn.Identity()
         self.attn = Attention(d_model, n_heads, bias=attn_bias, dropout=dropout, qk_scale=qk_scale)
         self.ff_norm = nn.LayerNorm(d_model)
@@ -103,8 +106,10 @@ class Block(nn.Module):
         key_padding_mask: torch.Tensor | None = None,
         is_causal: bool = False,
     ) -> torch.Tensor:
-        x = x + self.drop(self.attn(self.attn_norm(x), attn_mask, key_padding_mask, is_causal))  # (B, L, d)
-        return x + self.drop(self.ff(self.ff_norm(x)))  # (B, L, d)
+        a = self.drop(self.attn(self.attn_norm(x), attn_mask, key_padding_mask, is_causal))  # (B, L, d)
+        x = x + (a if self.residual_scale == 1.0 else self.residual_scale * a)
+        f = self.drop(self.ff(self.ff_norm(x)))  # (B, L, d)
+        return x + (f if self.residual_scale == 1.0 else self.residual_scale * f)
 
 
 class EncoderLayer(nn.TransformerEncoderLayer):

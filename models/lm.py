@@ -9,6 +9,10 @@ scaled by 1/sqrt(2·n_layers).  The loss is the mean next-token NLL in nats per 
 Under µP (``parametrization="mup"``, docs/mup.md) with m = d_model / mup_base_width: the blocks'
 matrices start with variance /m, the head's input is scaled by 1/m, attention scores by
 sqrt(d_head_base)/d_head, and ``optimizer_groups`` gives AdamW the matrices' rate /m and eps /m.
+With a base depth too (``mup_base_depth``, CompleteP at alpha = 1, as EleutherAI's nanoGPT-mup
+does it) and t = n_layers / base depth: each residual branch is scaled by 1/t, the residual
+projections start as the base depth's (1/sqrt(2·base) in place of 1/sqrt(2·n_layers)), and the
+blocks' parameters train at eps /(m·t); their rates do not change (t^(alpha-1) = 1).
 
 Data (``archhpo.models.data.language``): a synthetic language with an exact entropy rate
 (``--data synthetic``), or any UTF-8 text file as bytes.
@@ -66,8 +70,9 @@ class LM(nn.Module):
         self.drop = nn.Dropout(cfg.dropout)
         # Scores q·k/sqrt(d_head) times 1/sqrt(m) = sqrt(d_head_base)/d_head at a fixed head count.
         qk = 1.0 if m == 1.0 else 1.0 / math.sqrt(m)
-        self.blocks = nn.ModuleList(Block(d, cfg.n_heads, cfg.d_ff, dropout=cfg.dropout, qk_scale=qk)
-                                    for _ in range(cfg.n_layers))
+        residual = 1.0 / cfg.depth_multiplier
+        self.blocks = nn.ModuleList(Block(d, cfg.n_heads, cfg.d_ff, dropout=cfg.dropout, qk_scale=qk,
+                                          residual_scale=residual) for _ in range(cfg.n_layers))
         self.norm = nn.LayerNorm(d)
         # True above the diagonal = a later token may not be attended to; not saved (derived).
         causal = torch.ones(cfg.seq_len, cfg.seq_len, dtype=torch.bool).triu(1)
@@ -86,11 +91,14 @@ class LM(nn.Module):
             if isinstance(module, nn.Linear) and module.bias is not None:
                 nn.init.zeros_(module.bias)
         # nanoGPT: each block adds two projections to the residual stream; keep its variance flat.
+        # CompleteP scales the branches by 1/t instead, so the projections start as the base depth's.
+        depth = self.cfg.n_layers if self.cfg.mup_base_depth is None or self.cfg.depth_multiplier == 1.0 \
+            else self.cfg.mup_base_depth
         for block in self.blocks:
             assert isinstance(block, Block)  # for the type checker: a ModuleList holds Modules
             for proj in (block.attn.out, block.ff[-1]):
                 assert isinstance(proj, nn.Linear)
-                nn.init.normal_(proj.weight, std=hidden / math.sqrt(2 * self.cfg.n_layers))
+                nn.init.normal_(proj.weight, std=hidden / math.sqrt(2 * depth))
 
     def hidden_matrices(self) -> list[torch.Tensor]:
         """The blocks' Linear weights: µP's hidden matrices (embeddings, biases and norms are not)."""
@@ -99,15 +107,20 @@ class LM(nn.Module):
     def optimizer_groups(self, lr: float, weight_decay: float) -> list[dict[str, Any]] | None:
         """AdamW's parameter groups under µP: the hidden matrices at lr/m, every group at eps/m,
         and the matrices' decay ×m so that the per-step shrink lr·wd is the same at every width;
+        with CompleteP's depth multiplier t != 1 every block parameter at eps/(m·t) (three groups);
         None under the standard parametrization (one group, the trainer's defaults)."""
         if self.cfg.parametrization != "mup":
             return None
-        m = self.cfg.width_multiplier
+        m, t = self.cfg.width_multiplier, self.cfg.depth_multiplier
         hidden = self.hidden_matrices()
         ids = {id(p) for p in hidden}
+        groups = [{"params": hidden, "lr": lr / m, "weight_decay": weight_decay * m, "eps": ADAM_EPS / (m * t)}]
+        if t != 1.0:  # CompleteP: the blocks' biases and norms at eps/(m·t) too; embeddings and final norm at eps/m
+            vectors = [p for p in self.blocks.parameters() if id(p) not in ids]
+            ids |= {id(p) for p in vectors}
+            groups.append({"params": vectors, "lr": lr, "weight_decay": weight_decay, "eps": ADAM_EPS / (m * t)})
         rest = [p for p in self.parameters() if id(p) not in ids]
-        return [{"params": hidden, "lr": lr / m, "weight_decay": weight_decay * m, "eps": ADAM_EPS / m},
-                {"params": rest, "lr": lr, "weight_decay": weight_decay, "eps": ADAM_EPS / m}]
+        return [*groups, {"params": rest, "lr": lr, "weight_decay": weight_decay, "eps": ADAM_EPS / m}]
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         length = ids.shape[1]  # ids: (B, L), L <= seq_len

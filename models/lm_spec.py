@@ -46,6 +46,8 @@ class LMConfig:
     dropout: float = 0.0
     parametrization: str = "sp"
     mup_base_width: int | None = None  # µP's base d_model; None: this model's own (m = 1)
+    # CompleteP's base depth under µP (docs/mup.md): residual branches ×base/n_layers; None: no depth scaling
+    mup_base_depth: int | None = None
 
     def __post_init__(self) -> None:
         check_arch(self.d_model, self.n_layers, self.n_heads, self.d_ff)
@@ -55,6 +57,9 @@ class LMConfig:
         base = self.mup_base_width
         if base is not None and (not isinstance(base, int) or isinstance(base, bool) or base < 1):
             raise ConfigError(f"mup_base_width must be a positive integer d_model, got {base!r}.")
+        depth = self.mup_base_depth
+        if depth is not None and (not isinstance(depth, int) or isinstance(depth, bool) or depth < 1):
+            raise ConfigError(f"mup_base_depth must be a positive integer n_layers, got {depth!r}.")
         for name, value, least in (("vocab_size", self.vocab_size, 2), ("seq_len", self.seq_len, 1)):
             if not isinstance(value, int) or isinstance(value, bool) or value < least:
                 raise ConfigError(f"{name} must be an integer of at least {least}, got {value!r}.")
@@ -67,6 +72,13 @@ class LMConfig:
         if self.parametrization != "mup" or self.mup_base_width is None:
             return 1.0
         return self.d_model / self.mup_base_width
+
+    @property
+    def depth_multiplier(self) -> float:
+        """CompleteP's n_layers / base depth under µP with a base depth; 1.0 otherwise."""
+        if self.parametrization != "mup" or self.mup_base_depth is None:
+            return 1.0
+        return self.n_layers / self.mup_base_depth
 
 
 def param_count(cfg: LMConfig) -> int:
@@ -121,6 +133,7 @@ def config_for(arch: Mapping[str, int], info: Mapping[str, Any]) -> LMConfig:
         dropout=float(info.get("dropout", 0.0)),
         parametrization=str(info.get("parametrization") or "sp"),
         mup_base_width=None if info.get("mup_base_width") is None else int(info["mup_base_width"]),
+        mup_base_depth=None if info.get("mup_base_depth") is None else int(info["mup_base_depth"]),
     )
 
 

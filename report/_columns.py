@@ -16,13 +16,14 @@ TRAINING_COLUMNS = TRAINING_PARAMS
 # How fast a trial trained (workers/_loop.py, workers/_batch.py): MFU of the timed steps and of the
 # wall clock; micro-batch and accumulation steps where memory cut the batch (empty where it did not).
 SPEED_COLUMNS = (Attr.STEP_MFU, Attr.TRIAL_MFU, Attr.MICRO_BATCH, Attr.ACCUMULATION_STEPS)
-# How widths scale init and rates (docs/mup.md): "sp" or "mup", and µP's base d_model (empty under sp).
-MUP_COLUMNS = ("parametrization", "mup_base_width")
+# How widths scale init and rates (docs/mup.md): "sp" or "mup", µP's base d_model (empty under sp) and
+# CompleteP's base depth (empty without depth scaling).
+MUP_COLUMNS = ("parametrization", "mup_base_width", "mup_base_depth")
 NUMERIC_EXTRA = (
     "train_loss", "best_epoch", "duration_s", "flops_per_sample", "train_flops", "samples_per_s",
     "baseline_val_loss", "mfu", "peak_memory_gib", "rung", "flops_spent", "flops_full",
     "train_tokens", "train_samples", "tokens_per_param", "samples_per_param", "data_passes",
-    *SPEED_COLUMNS, "lr_probe", "confirm_rung", "compute_budget", "mup_base_width",
+    *SPEED_COLUMNS, "lr_probe", "confirm_rung", "compute_budget", "mup_base_width", "mup_base_depth",
 )
 FRAME_COLUMNS = (
     "experiment", "study", "budget", "budget_value", "trial", "state", "phase", "plan_slot", "seed",

@@ -161,6 +161,7 @@ def _study_rows(storage: Any, study_id: int, settings: Any, curves: bool = True)
             **{k: ua.get(k) for k in (*NUMERIC_EXTRA, "host", "device", "gpu_name", "isoflop_size")},
             # the study's, as every trial of it trains (docs/mup.md)
             "parametrization": settings.options.parametrization, "mup_base_width": settings.options.mup_base_width,
+            "mup_base_depth": settings.options.mup_base_depth,
         }
         for k, v in ua.items():
             if k.startswith("val_") and k not in _NOT_METRICS and isinstance(v, int | float):

@@ -61,7 +61,7 @@ def test_shards_split_the_pending_runs_without_overlap(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("flags", "needle"), [
     (["--widths", "8,10"], "widths must be multiples of 4 heads"),
-    (["--parametrizations", "sp,ntk"], "--parametrizations takes sp and mup"),
+    (["--parametrizations", "sp,ntk"], "--parametrizations takes sp, mup, completep"),
     (["--rates", "0,1e-3"], "--rates and --tokens-per-param must be finite and above 0"),
 ])
 def test_a_bad_grid_is_refused_before_anything_trains(tmp_path: Path, capsys: pytest.CaptureFixture[str],
@@ -93,6 +93,7 @@ def test_the_analysis_finds_each_widths_vertex_and_the_ratio(tmp_path: Path) -> 
     assert mup["optima"]["16"]["learning_rate"] == pytest.approx(4e-3, rel=1e-9)
     assert mup["optima"]["128"]["learning_rate"] == pytest.approx(6e-3, rel=1e-9)
     assert mup["ratio"] == pytest.approx(1.5, rel=1e-9) and mup["ratio_is_bound"] is False
+    assert mup["ratio_ci90"] == pytest.approx([1.5, 1.5], rel=1e-9)  # seed offsets move no vertex
     assert mup["optima"]["16"]["seeds"] == 3 and mup["optima"]["16"]["rates"] == 9
     sp = result["sp"]
     assert sp["optima"]["128"] ["bound"] == "low" and sp["optima"]["128"]["learning_rate"] == rates[0]
@@ -148,3 +149,28 @@ def test_a_depth_below_one_is_refused(tmp_path: Path, capsys: pytest.CaptureFixt
     out = tmp_path / "t.csv"
     assert sweep.main(["run", *TINY, "--depths", "0,2", "--csv", str(out)]) == 2
     assert "--depths must be at least 1 layer" in capsys.readouterr().err and not out.exists()
+
+
+def test_seeds_that_disagree_on_the_optimum_widen_the_ratios_bootstrap_interval() -> None:
+    """At width 32 each seed's own optimum differs (x0.7, x1, x1.4): the mean's ratio lies inside
+    the seed bootstrap's interval, which is wide; width 16's seeds agree."""
+    rates = [1e-3 * 2 ** (k / 4) for k in range(24)]
+    rows: list[dict[str, object]] = []
+    for width, spread in ((16, (1.0, 1.0, 1.0)), (32, (0.7, 1.0, 1.4))):
+        for seed, f in enumerate(spread):
+            best = 4e-3 * f
+            rows += [{"parametrization": "mup", "d_model": width, "learning_rate": lr, "seed": seed,
+                      "val_loss": 1.0 + (math.log(lr) - math.log(best)) ** 2} for lr in rates]
+    result = sweep.analyse(rows)["mup"]
+    lo, hi = result["ratio_ci90"]
+    assert lo <= result["ratio"] <= hi and hi / lo > 1.3
+
+
+def test_completep_at_the_base_depth_is_mup_and_above_it_another_model(tmp_path: Path) -> None:
+    out = tmp_path / "t.csv"
+    flags = [*TINY, "--widths", "16", "--depths", f"{sweep.BASE_DEPTH},{2 * sweep.BASE_DEPTH}", "--rates", "3e-3",
+             "--parametrizations", "mup,completep"]
+    assert sweep.main(["run", *flags, "--csv", str(out)]) == 0
+    loss = {(r["parametrization"], int(r["n_layers"])): r["val_loss"] for r in _rows(out)}
+    assert loss[("completep", sweep.BASE_DEPTH)] == loss[("mup", sweep.BASE_DEPTH)]
+    assert loss[("completep", 2 * sweep.BASE_DEPTH)] != loss[("mup", 2 * sweep.BASE_DEPTH)]

@@ -88,6 +88,7 @@ def test_every_option_help_is_one_line() -> None:
 
 @pytest.mark.parametrize(("values", "sentence"), [
     ({"parametrization": "mup", "mup_base_width": 0}, "--mup-base-width must be at least 1, got 0."),
+    ({"parametrization": "mup", "mup_base_depth": 0}, "--mup-base-depth must be at least 1, got 0."),
     ({"ranks_per_trial": 0}, "--ranks-per-trial must be at least 1, got 0."),
 ])
 def test_the_new_settings_refuse_what_cannot_be_used(values: dict[str, object], sentence: str) -> None:
@@ -106,6 +107,8 @@ def test_mup_base_width_needs_mup_and_the_new_settings_are_stored_when_set() -> 
 
     with pytest.raises(StudyError, match="needs --parametrization mup"):
         StudyConfig.from_options({"experiment": "e", "mup_base_width": 64}, given=["mup_base_width"])
+    with pytest.raises(StudyError, match="--mup-base-depth sets CompleteP's base depth under µP, so it needs"):
+        StudyConfig.from_options({"experiment": "e", "mup_base_depth": 2}, given=["mup_base_depth"])
     stated: dict[str, Any] = {"parametrization": "mup", "mup_base_width": 64, "ranks_per_trial": 2, "shard": "fsdp"}
     settings = prepare_settings("e", "200K", n_trials=3, quick=True, family="lm", **stated)  # µP: lm only
     options = settings.options

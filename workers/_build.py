@@ -121,6 +121,12 @@ class TrialSpec:
         value = self.options.get("mup_base_width")
         return None if value is None else int(value)
 
+    @property
+    def mup_base_depth(self) -> int | None:
+        """CompleteP's base n_layers as stored (--mup-base-depth); None: µP scales width only."""
+        value = self.options.get("mup_base_depth")
+        return None if value is None else int(value)
+
     def model_info(self) -> dict[str, Any]:
         """settings.info with the row's categorical choices merged over it (e.g. encoder), and the
         parametrization under µP: a family whose config has no µP refuses it here, before any data."""
@@ -134,7 +140,8 @@ class TrialSpec:
         if self.mup_base_width is None:  # m = 1 at every width would be sp under another name
             raise ConfigError("A µP trial needs its base width and this one stores none; pass "
                               "--mup-base-width D (a study stores its smallest budget's d_model).")
-        return {**info, "parametrization": self.parametrization, "mup_base_width": self.mup_base_width}
+        out = {**info, "parametrization": self.parametrization, "mup_base_width": self.mup_base_width}
+        return out if self.mup_base_depth is None else {**out, "mup_base_depth": self.mup_base_depth}
 
     @property
     def data_budget(self) -> DataBudget | None:

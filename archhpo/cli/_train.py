@@ -94,7 +94,8 @@ def _header(trial: TrialSpec, cfg: Any, device: torch.device, source: str) -> st
 def _mup_words(trial: TrialSpec) -> str:
     if trial.parametrization == "sp":
         return ""
-    return f", µP at base width {trial.mup_base_width or trial.arch['d_model']}"
+    depth = "" if trial.mup_base_depth is None else f" and base depth {trial.mup_base_depth} (CompleteP)"
+    return f", µP at base width {trial.mup_base_width or trial.arch['d_model']}{depth}"
 
 
 def train_command(args: argparse.Namespace, fields: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -133,6 +134,7 @@ def _train_built(args: argparse.Namespace, trial: TrialSpec, built: Any) -> dict
         "architecture": {k: trial.arch[k] for k in ARCH_KEYS}, "choices": trial.choices,
         "params": {k: v for k, v in asdict(built.train_config).items() if k in known},
         "parametrization": trial.parametrization, "mup_base_width": trial.mup_base_width,
+        "mup_base_depth": trial.mup_base_depth,
         "plan_slot": trial.slot, "seed": trial.seed, "seeds": asdict(built.seeds),
         "threads": torch.get_num_threads(),
     }

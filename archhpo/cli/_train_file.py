@@ -47,7 +47,7 @@ BEST_KEYS = frozenset({
 })
 OBJECT_KEYS = ("data", "options", "info", "choices")  # each a JSON object when present
 
-MUP_KEYS = ("parametrization", "mup_base_width")  # µP's two options (docs/mup.md), replayed as stored
+MUP_KEYS = ("parametrization", "mup_base_width", "mup_base_depth")  # µP's options (docs/mup.md), replayed as stored
 
 # A generated data set is made whole in host memory before the first step, so its size settings
 # are capped: 2e9 tokens are 16 GB as int64 windows (the lm family), 1e7 rows, series or steps are
@@ -298,6 +298,9 @@ def check_parametrization(options: Mapping[str, Any], where: str) -> None:
     base = options.get("mup_base_width")
     if base is not None and not (_is_int(base) and base >= 1):
         raise ArchhpoError(f"{where}: mup_base_width must be a positive integer d_model, got {base!r}.")
+    depth = options.get("mup_base_depth")
+    if depth is not None and not (_is_int(depth) and depth >= 1):
+        raise ArchhpoError(f"{where}: mup_base_depth must be a positive integer n_layers, got {depth!r}.")
 
 
 def _data_spec(args: argparse.Namespace, fam: Family, best: dict[str, Any] | None,

@@ -21,10 +21,11 @@ import csv
 import json
 import math
 import os
+import random
 import sys
 import time
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,6 +45,9 @@ N_LAYERS = 2  # the width sweep's depth
 DEPTHS = (1, 2, 4, 8)
 DEPTH_WIDTH = 32
 BASE_WIDTH = 16
+# "completep": µP with CompleteP's depth scaling (mup_base_depth, README.md), base depth the width sweep's
+BASE_DEPTH = N_LAYERS
+PARAMETRIZATIONS = ("sp", "mup", "completep")
 N_HEADS = 4  # fixed: d_head grows with width, the case µP's 1/d_head attention is for
 TOKENS_PER_PARAM = 2.0
 # 128 tokens a step, so that the smallest width still takes about 120 steps at 2 tokens a parameter
@@ -88,10 +92,11 @@ def grid(parametrizations: Sequence[str], widths: Sequence[int], rates: Sequence
 def _config(run: Run, base_width: int, seq_len: int) -> Any:
     from archhpo.models.lm import LMConfig
 
-    mup = run.parametrization == "mup"
+    mup = run.parametrization in ("mup", "completep")
     return LMConfig(d_model=run.d_model, n_layers=run.n_layers, n_heads=N_HEADS, d_ff=4 * run.d_model,
-                    seq_len=seq_len, parametrization=run.parametrization,
-                    mup_base_width=base_width if mup else None)
+                    seq_len=seq_len, parametrization="mup" if mup else "sp",
+                    mup_base_width=base_width if mup else None,
+                    mup_base_depth=BASE_DEPTH if run.parametrization == "completep" else None)
 
 
 def train_one(run: Run, base_width: int, tokens_per_param: float, batch: int = BATCH,
@@ -145,8 +150,8 @@ def check_grid(args: argparse.Namespace, base: int) -> str | None:
     """What is wrong with the grid, in one sentence, before anything trains; None when nothing."""
     from archhpo.errors import ArchhpoError
 
-    if not set(args.parametrizations) <= {"sp", "mup"}:
-        return f"--parametrizations takes sp and mup, got {','.join(args.parametrizations)}."
+    if not set(args.parametrizations) <= set(PARAMETRIZATIONS):
+        return f"--parametrizations takes {', '.join(PARAMETRIZATIONS)}, got {','.join(args.parametrizations)}."
     if any(lr <= 0 or not math.isfinite(lr) for lr in args.rates) or args.tokens_per_param <= 0:
         return "--rates and --tokens-per-param must be finite and above 0."
     if any(d < 1 for d in args.depths):
@@ -206,17 +211,43 @@ def vertex(rates: Sequence[float], losses: Sequence[float]) -> tuple[float, str 
     return rate, "low" if rate == pts[0][0] else "high"
 
 
-def _optima(by_key: dict[int, dict[float, list[float]]]) -> dict[str, Any]:
-    """Each key's optimum (a width or a depth), and largest/smallest optimum (a bound when either end is)."""
+BOOT_DRAWS = 1000  # the seed bootstrap of the ratio's interval
+
+
+def _mean_losses(by_rate: Mapping[float, Mapping[int, float]], seeds: Sequence[int] | None = None) -> tuple[list[float], list[float]]:
+    """The rates and their mean losses over `seeds` (every seed when None; inf stays inf: a diverged seed)."""
+    rates = sorted(by_rate)
+    losses = []
+    for lr in rates:
+        vals = list(by_rate[lr].values()) if seeds is None else [by_rate[lr][s] for s in seeds if s in by_rate[lr]]
+        losses.append(sum(vals) / len(vals) if vals else math.inf)
+    return rates, losses
+
+
+def _optima(by_key: Mapping[int, Mapping[float, Mapping[int, float]]]) -> dict[str, Any]:
+    """Each key's optimum (a width or a depth), largest/smallest optimum (a bound when either end is),
+    and that ratio's 90% interval from a seed bootstrap: each key's seeds drawn with replacement (the
+    same draw at every rate of that key, since a seed is one model's initialisation and batch order)."""
     optima: dict[str, Any] = {}
     for key, by_rate in sorted(by_key.items()):
-        rates = sorted(by_rate)
-        losses = [sum(by_rate[lr]) / len(by_rate[lr]) for lr in rates]  # inf stays inf: a diverged seed
+        rates, losses = _mean_losses(by_rate)
         lr, bound = vertex(rates, losses)
         optima[str(key)] = {"learning_rate": lr, "bound": bound, "best_mean_val_loss": min(losses),
                             "seeds": min(len(v) for v in by_rate.values()), "rates": len(rates)}
     lrs = [o["learning_rate"] for o in optima.values()]
-    return {"optima": optima, "ratio": max(lrs) / min(lrs),
+    rng = random.Random(0)
+    draws = []
+    for _ in range(BOOT_DRAWS):
+        picked = []
+        for by_rate in by_key.values():
+            seeds = sorted({s for v in by_rate.values() for s in v})
+            drawn = [rng.choice(seeds) for _ in seeds]
+            rates, losses = _mean_losses(by_rate, drawn)
+            picked.append(vertex(rates, losses)[0])
+        draws.append(max(picked) / min(picked))
+    draws.sort()
+    ci = [draws[int(0.05 * (len(draws) - 1))], draws[int(math.ceil(0.95 * (len(draws) - 1)))]]
+    return {"optima": optima, "ratio": max(lrs) / min(lrs), "ratio_ci90": ci,
             "ratio_is_bound": any(o["bound"] is not None for o in optima.values())}
 
 
@@ -224,14 +255,17 @@ def analyse(rows: Iterable[dict[str, Any]], n_layers: int = N_LAYERS, depth_widt
     """Per parametrization, the width sweep (every width at ``n_layers``: ``optima`` keyed by width,
     ``ratio``, ``ratio_is_bound``) and, where the CSV holds more than one depth at ``depth_width``, the
     depth sweep under ``depth`` (``d_model``, and ``optima`` keyed by depth, ``ratio``, ``ratio_is_bound``)."""
-    widths: dict[str, dict[int, dict[float, list[float]]]] = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
-    depths: dict[str, dict[int, dict[float, list[float]]]] = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
+    def cells() -> defaultdict[int, defaultdict[float, dict[int, float]]]:
+        return defaultdict(lambda: defaultdict(dict))
+
+    widths: dict[str, defaultdict[int, defaultdict[float, dict[int, float]]]] = defaultdict(cells)
+    depths: dict[str, defaultdict[int, defaultdict[float, dict[int, float]]]] = defaultdict(cells)
     for r in rows:
         depth = int(r.get("n_layers", N_LAYERS))
         if depth == n_layers:
-            widths[r["parametrization"]][r["d_model"]][r["learning_rate"]].append(r["val_loss"])
+            widths[r["parametrization"]][r["d_model"]][r["learning_rate"]][int(r["seed"])] = r["val_loss"]
         if r["d_model"] == depth_width:
-            depths[r["parametrization"]][depth][r["learning_rate"]].append(r["val_loss"])
+            depths[r["parametrization"]][depth][r["learning_rate"]][int(r["seed"])] = r["val_loss"]
     out: dict[str, Any] = {}
     for param in sorted(set(widths) | set(depths)):
         entry = _optima(widths[param]) if widths.get(param) else {}
@@ -249,14 +283,18 @@ def table(result: dict[str, Any]) -> str:
                          f"{o['best_mean_val_loss']:>9.4f}")
         if "ratio" in entry:
             bound = " (a bound: an optimum at the grid's end)" if entry["ratio_is_bound"] else ""
-            lines.append(f"{param}: over width, largest/smallest optimum = {entry['ratio']:.3g}{bound}")
+            lo, hi = entry["ratio_ci90"]
+            lines.append(f"{param}: over width, largest/smallest optimum = {entry['ratio']:.3g} "
+                         f"(90% seed bootstrap {lo:.3g}-{hi:.3g}){bound}")
         depth = entry.get("depth")
         if depth:
             for layers, o in depth["optima"].items():
                 lines.append(f"{param:<6}{depth['d_model']:>7}{layers:>7}{o['learning_rate']:>13.4g}  "
                              f"{o['bound'] or '-':<5}  {o['best_mean_val_loss']:>9.4f}")
             bound = " (a bound: an optimum at the grid's end)" if depth["ratio_is_bound"] else ""
-            lines.append(f"{param}: over depth, largest/smallest optimum = {depth['ratio']:.3g}{bound}")
+            lo, hi = depth["ratio_ci90"]
+            lines.append(f"{param}: over depth, largest/smallest optimum = {depth['ratio']:.3g} "
+                         f"(90% seed bootstrap {lo:.3g}-{hi:.3g}){bound}")
     return "\n".join(lines)
 
 

@@ -44,9 +44,21 @@ def test_train_from_replays_the_stored_parametrization_and_base_width(
     assert at_base["val_loss"] == sp["val_loss"]  # m = 1 is the standard model
 
 
+def test_train_from_replays_completeps_base_depth(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    layers = TINY["architecture"]["n_layers"]
+    mup = _train(tmp_path, capsys, {"parametrization": "mup", "mup_base_width": 16})
+    other = _train(tmp_path, capsys, {"parametrization": "mup", "mup_base_width": 16, "mup_base_depth": 2 * layers})
+    assert other["mup_base_depth"] == 2 * layers and mup["mup_base_depth"] is None
+    assert other["val_loss"] != mup["val_loss"]  # branches ×2: another model
+    at_base = _train(tmp_path, capsys, {"parametrization": "mup", "mup_base_width": 16, "mup_base_depth": layers})
+    assert at_base["val_loss"] == mup["val_loss"]  # at its base depth CompleteP is µP
+
+
 @pytest.mark.parametrize(("options", "needle"), [
     ({"parametrization": "ntk"}, "parametrization must be one of sp, mup, got 'ntk'"),
     ({"parametrization": "mup", "mup_base_width": 0}, "mup_base_width must be a positive integer d_model"),
+    ({"parametrization": "mup", "mup_base_width": 16, "mup_base_depth": 0},
+     "mup_base_depth must be a positive integer n_layers"),
     ({"parametrization": "mup"}, "A µP trial needs its base width and this one stores none"),
 ])
 def test_a_bad_parametrization_in_the_file_is_refused_in_one_sentence(

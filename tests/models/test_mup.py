@@ -112,3 +112,65 @@ def test_config_for_reads_the_parametrization_and_refuses_an_unknown_one() -> No
         replace(BASE, parametrization="ntk")
     with pytest.raises(ConfigError, match="mup_base_width must be a positive integer"):
         replace(BASE, parametrization="mup", mup_base_width=0)
+
+
+# CompleteP (depth scaling under µP, mup_base_depth): the µP model at its base depth, the branches
+# scaled by base/n_layers above it, the block parameters' eps divided by the depth multiplier too.
+def test_completep_at_its_base_depth_is_the_mup_model_exactly() -> None:
+    mup = replace(BASE, d_model=64, d_ff=128, parametrization="mup", mup_base_width=32)
+    cp = replace(mup, mup_base_depth=mup.n_layers)
+    assert cp.depth_multiplier == 1.0
+    ids = torch.randint(0, BASE.vocab_size, (3, BASE.seq_len), generator=torch.Generator().manual_seed(1))
+    torch.manual_seed(0)
+    a = LM(mup)
+    torch.manual_seed(0)
+    b = LM(cp)
+    assert torch.equal(a(ids), b(ids))
+    assert [(g["lr"], g["eps"], g["weight_decay"]) for g in a.optimizer_groups(1e-3, 0.1) or []] == \
+        [(g["lr"], g["eps"], g["weight_decay"]) for g in b.optimizer_groups(1e-3, 0.1) or []]
+    assert _history(replace(cp, d_model=32, d_ff=64)) == _history(replace(mup, d_model=32, d_ff=64))
+
+
+@pytest.mark.parametrize("t", [2, 4])
+def test_completep_scales_each_branch_and_the_blocks_eps_by_the_depth_multiplier(t: int) -> None:
+    cfg = replace(BASE, d_model=64, d_ff=128, n_layers=2 * t, parametrization="mup", mup_base_width=32,
+                  mup_base_depth=2)
+    assert (cfg.width_multiplier, cfg.depth_multiplier) == (2.0, t)
+    torch.manual_seed(0)
+    model = LM(cfg)
+    assert all(block.residual_scale == 1 / t for block in model.blocks)
+    # The projections start as the base depth's (0.02/sqrt(m)/sqrt(2·2)), not 1/sqrt(2·n_layers)'s.
+    outs = torch.cat([b.attn.out.weight.flatten() for b in model.blocks])
+    assert outs.std().item() == pytest.approx(0.02 / math.sqrt(2) / math.sqrt(4), rel=0.05)
+    hidden, vectors, rest = model.optimizer_groups(1e-3, 0.1) or []
+    assert (hidden["lr"], hidden["eps"], hidden["weight_decay"]) == (1e-3 / 2, ADAM_EPS / (2 * t), 0.1 * 2)
+    assert (vectors["lr"], vectors["eps"]) == (1e-3, ADAM_EPS / (2 * t))
+    assert {id(p) for p in vectors["params"]} == {id(p) for p in model.blocks.parameters()} - \
+        {id(p) for p in hidden["params"]}
+    assert (rest["lr"], rest["eps"]) == (1e-3, ADAM_EPS / 2)  # embeddings and the final norm: width only
+    every = [p for g in (hidden, vectors, rest) for p in g["params"]]
+    assert len(every) == len({id(p) for p in every}) == len(list(model.parameters()))
+
+
+def test_a_branch_joins_the_stream_scaled_by_base_over_depth() -> None:
+    """One block's output minus its input is its two branches; ×1/t under CompleteP, exactly."""
+    from archhpo.models._blocks import Block
+
+    torch.manual_seed(0)
+    plain = Block(32, 4, 64)
+    scaled = Block(32, 4, 64, residual_scale=0.25)
+    scaled.load_state_dict(plain.state_dict())
+    x = torch.randn(2, 5, 32)
+    a = plain.attn(plain.attn_norm(x), None, None, False)
+    y = x + 0.25 * a
+    expected = y + 0.25 * scaled.ff(scaled.ff_norm(y))
+    assert torch.equal(scaled(x), expected)
+
+
+def test_completep_keeps_the_parameter_count_and_flops_and_refuses_a_bad_base_depth() -> None:
+    cfg = replace(BASE, n_layers=8, parametrization="mup", mup_base_width=32, mup_base_depth=2)
+    assert param_count(cfg) == param_count(BASE.__class__(**{**BASE.__dict__, "n_layers": 8}))
+    assert flops_per_sample(cfg) == flops_per_sample(replace(BASE, n_layers=8))
+    assert replace(BASE, mup_base_depth=2).depth_multiplier == 1.0  # a base depth alone is not CompleteP
+    with pytest.raises(ConfigError, match="mup_base_depth must be a positive integer n_layers, got 0"):
+        replace(cfg, mup_base_depth=0)
