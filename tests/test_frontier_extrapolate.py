@@ -147,3 +147,20 @@ def test_the_seeds_launch_each_resolved_vertexs_nearest_size_on_its_own_data(pat
         assert flags["--paired-seeds"] == "3" and flags["--experiment"] == "f" and n in rows
         assert float(flags["--tokens-per-param"]) * n == pytest.approx(int(rows[n]["train_tokens"]), rel=1e-9)
         assert flags["--d-model"] == str(rows[n]["d_model"]) and flags["--n-layers"] == str(rows[n]["n_layers"])
+
+
+def test_the_frontier_pools_its_recentred_budgets_from_the_same_database(tmp_path: Path) -> None:
+    """The second pass (experiment f_r, frontier.sh) is read with the first; without one, the first alone."""
+    from archhpo.cli import main
+
+    url = f"sqlite:///{tmp_path / 'f.db'}"
+    tiny = ["--isoflop", "1e10", "--sizes", "5", "--span", "4", "--d-model", "16,32,48,64", "--n-layers", "1,2",
+            "--n-heads", "2,4", *TRAINING, "--storage", url]  # below the grid: seconds a trial
+    for name, centre in (("f", "2.5e4"), ("f_r", "1.5e4")):
+        assert main(["launch", "--experiment", name, "--centre", centre, *tiny]) == 0
+    assert main(["worker", "--study", "f_C1e10", "--storage", url, "--threads", "1"]) == 0
+    alone = x._frame("f", url)
+    assert set(alone["experiment"]) == {"f"} and len(alone) == 5
+    assert main(["worker", "--study", "f_r_C1e10", "--storage", url, "--threads", "1"]) == 0
+    pooled = x._frame("f", url)
+    assert set(pooled["experiment"]) == {"f", "f_r"} and len(pooled) == 10

@@ -281,7 +281,7 @@ def table(result: dict[str, Any]) -> str:
         for width, o in entry.get("optima", {}).items():
             lines.append(f"{param:<6}{width:>7}{N_LAYERS:>7}{o['learning_rate']:>13.4g}  {o['bound'] or '-':<5}  "
                          f"{o['best_mean_val_loss']:>9.4f}")
-        if "ratio" in entry:
+        if len(entry.get("optima", {})) > 1:  # one width (a depth sweep's label): no ratio to read
             bound = " (a bound: an optimum at the grid's end)" if entry["ratio_is_bound"] else ""
             lo, hi = entry["ratio_ci90"]
             lines.append(f"{param}: over width, largest/smallest optimum = {entry['ratio']:.3g} "
