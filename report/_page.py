@@ -189,12 +189,17 @@ def write_report(experiment: str | None, storage: Any = None, csv: str | Path | 
         names = sorted(set(frame["experiment"].astype(str)))
         if experiment is None and len(names) > 1:
             raise StudyError(f"The CSV files hold {len(names)} experiments ({', '.join(names)}); pass "
-                             "--experiment NAME to pick one.")
-        return report_frame(frame, out, experiment or (names[0] if names else None), reference, n_boot,
+                             f"--experiment NAME to pick one, or --experiment {','.join(names)} to pool them.")
+        label = experiment.replace(",", "+") if experiment else (names[0] if names else None)  # the files' prefix
+        return report_frame(frame, out, label, reference, n_boot,
                             compute=compute, csv_paths=[csv] if isinstance(csv, str | Path) else list(csv))
     if experiment is None:
         raise StudyError("Reading a database needs --experiment NAME (only a CSV file with one experiment "
                          "names its own).")
+    if "," in experiment:
+        raise StudyError(f"A database report reads one experiment, not {experiment!r}; to pool several, export "
+                         "each (archhpo export) and pass their CSVs: report --csv A --csv B --experiment "
+                         f"{experiment}.")
     from archhpo.report._failures import why_all_failed
     from archhpo.search._storage import open_storage, resolve_storage_url
 

@@ -133,7 +133,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         raise ArchhpoError(f"--compute {args.compute:g} must be a positive number of FLOPs, such as 1e18.")
     storage = args.storage or (None if args.csv else args.env.storage)  # --storage, else $ARCHHPO_STORAGE
     _check_outputs(None, out=args.out)
-    if not args.csv and args.experiment is not None:  # no result at all: say why first (the figures would not)
+    if not args.csv and args.experiment is not None and "," not in args.experiment:  # no result: say why first
         from archhpo.report._failures import why_all_failed
 
         failed = why_all_failed(storage, experiment=args.experiment)

@@ -104,3 +104,27 @@ def test_the_profiles_draw_each_vertex_with_its_interval() -> None:
     ax = plot_isoflop_profiles(iso).axes[0]
     assert len([ln for ln in ax.get_lines() if ln.get_label().startswith("C = ")]) == 3, "a parabola per C"
     assert len(ax.containers) == 3, "an error bar (the vertex's 95% interval) per C"
+
+
+def test_a_report_pools_two_experiments_only_when_named_and_never_from_a_database(tmp_path: Path,
+                                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """A re-centred IsoFLOP plan is another experiment: `--experiment a,b` pools their CSVs (files
+    prefixed a+b); without it two experiments are refused, and a database report reads one."""
+    from archhpo.cli import main
+
+    rows = isoflop_rows()
+    first = _write([r for r in rows if r["compute_budget"] != COMPUTES[-1]], tmp_path / "a.csv")
+    second = _write([{**r, "experiment": "iso_r"} for r in rows if r["compute_budget"] == COMPUTES[-1]],
+                    tmp_path / "b.csv")
+    assert main(["report", "--csv", str(first), "--csv", str(second), "--out", str(tmp_path / "no")]) == 2
+    assert "pass --experiment NAME to pick one, or --experiment iso,iso_r to pool them." in capsys.readouterr().err
+    out = tmp_path / "r"
+    assert main(["report", "--csv", str(first), "--csv", str(second), "--experiment", "iso,iso_r",
+                 "--out", str(out)]) == 0
+    fit = json.loads((out / "iso+iso_r_scaling_fit.json").read_text())["isoflop_fit"]
+    assert [v["compute_budget"] for v in fit["vertices"]] == list(COMPUTES)  # both experiments' budgets
+    capsys.readouterr()
+    assert main(["report", "--experiment", "iso,iso_r", "--storage", f"sqlite:///{tmp_path / 'x.db'}",
+                 "--out", str(tmp_path / "db")]) == 2
+    err = capsys.readouterr().err
+    assert "A database report reads one experiment, not 'iso,iso_r'" in err and err.count("\n") == 1
