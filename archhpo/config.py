@@ -137,7 +137,7 @@ class StudyConfig:
         needs=("--mup-base-width sets µP's base width, so it needs --parametrization mup; add it or drop "
                "--mup-base-width.", lambda c: c.parametrization == "mup"))
     mup_base_depth: int | None = setting(
-        None, "with --parametrization mup: CompleteP's base n_layers (branches x base/n_layers; default none)",
+        None, "with --parametrization mup: CompleteP's base n_layers (default: the smallest budget's smallest)",
         parse=int, metavar="L", stored="mup_base_depth", commands=TRAIN_TOO, command_defaults=FROM_BEST,
         check=lambda v: None if v is None or v >= 1 else f"--mup-base-depth must be at least 1, got {v}.",
         needs=("--mup-base-depth sets CompleteP's base depth under µP, so it needs --parametrization mup; add it "

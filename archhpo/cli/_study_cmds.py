@@ -114,13 +114,15 @@ def _check_outputs(url: str | None, out: str | None = None, checkpoint_dir: str 
 def _all_settings(args: argparse.Namespace) -> list[Any]:
     """Each budget's settings, per data ratio; with --ladder, smallest first, each planned from the
     smaller ones at the same ratio.  A µP study without --mup-base-width takes the smallest d_model
-    of its smallest budget's grid, one base for every study of the experiment (docs/mup.md)."""
+    of its smallest budget's grid, and without --mup-base-depth its smallest n_layers (CompleteP's
+    base depth), one base for every study of the experiment (docs/mup.md)."""
     config = _study_config(args)
     out = _settings_of(config, args)
-    if config.parametrization == "mup" and config.mup_base_width is None and out:
+    if config.parametrization == "mup" and out and None in (config.mup_base_width, config.mup_base_depth):
         smallest = min(out, key=lambda s: s.budget_value)
-        base = min(int(a["d_model"]) for a in smallest.archs)
-        out = _settings_of(dataclasses.replace(config, mup_base_width=base), args)
+        width = config.mup_base_width or min(int(a["d_model"]) for a in smallest.archs)
+        depth = config.mup_base_depth or min(int(a["n_layers"]) for a in smallest.archs)
+        out = _settings_of(dataclasses.replace(config, mup_base_width=width, mup_base_depth=depth), args)
     return out
 
 

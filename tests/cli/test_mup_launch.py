@@ -42,9 +42,10 @@ def test_every_budget_of_a_mup_ladder_stores_the_smallest_budgets_smallest_width
     fam = get_family("lm")
     options = {"quick": True}
     info = fam.data_info(fam.parse_data("synthetic", options), options)
-    smallest = min(r.d_model for r in build_grid(fam, 75_000, info))
-    assert {n: (o["parametrization"], o["mup_base_width"]) for n, o in stored.items()} == {
-        "m_75K": ("mup", smallest), "m_150K": ("mup", smallest)}
+    rows = build_grid(fam, 75_000, info)
+    smallest, shallowest = min(r.d_model for r in rows), min(r.n_layers for r in rows)
+    assert {n: (o["parametrization"], o["mup_base_width"], o["mup_base_depth"]) for n, o in stored.items()} == {
+        "m_75K": ("mup", smallest, shallowest), "m_150K": ("mup", smallest, shallowest)}
 
 
 def test_a_stated_base_width_is_stored_as_given_and_sp_stores_neither(tmp_path: Path) -> None:
@@ -56,6 +57,10 @@ def test_a_stated_base_width_is_stored_as_given_and_sp_stores_neither(tmp_path: 
     stored = _stored_options(db)
     assert (stored["m_75K"]["parametrization"], stored["m_75K"]["mup_base_width"]) == ("mup", 32)
     assert "parametrization" not in stored["s_75K"] and "mup_base_width" not in stored["s_75K"]
+    assert "mup_base_depth" not in stored["s_75K"]
+    assert cli_main(["launch", "--experiment", "d", "--family", "lm", "--budget", "75K", "--quick",
+                     "--parametrization", "mup", "--mup-base-depth", "3", "--storage", f"sqlite:///{db}"]) == 0
+    assert _stored_options(db)["d_75K"]["mup_base_depth"] == 3
 
 
 def test_the_trials_frame_reads_each_studys_parametrization(tmp_path: Path) -> None:
