@@ -64,16 +64,26 @@ recentre_for() {  # "C centre" pairs of task $1, then its span
     shk) echo "1e11 4.52e4 1e12 9.16e4 1e13 8.06e4 ; 10.5" ;;
   esac
 }
-recentre_computes() {  # task $1's re-centred budgets, one per line
+# The third pass (docs/compute-optimal.md, same rule): what the two passes pooled still left at the edge
+# and the extended grid can reach (the report's centre, the same 7 sizes and span), experiment {task}_r2.
+recentre2_for() {
+  case "$1" in
+    syn) echo "1e12 2.67e4 ; 8.09" ;;
+    *) echo "" ;;
+  esac
+}
+
+recentre_computes() {  # task $1's re-centred budgets (pass ${2:-r}), one per line
   local r pairs
-  r=$(recentre_for "$1"); pairs=${r%;*}
+  r=$(recentre_for_pass "$1" "${2:-r}"); pairs=${r%;*}
   # shellcheck disable=SC2086
   set -- $pairs
   while (($#)); do echo "$1"; shift 2; done
 }
-recentre_args() {  # the launch of task $1's second pass (experiment $1_r)
+recentre_for_pass() { if [[ $2 == r2 ]]; then recentre2_for "$1"; else recentre_for "$1"; fi; }
+recentre_args() {  # the launch of task $1's pass ${2:-r} (experiment $1_r or $1_r2)
   local t=$1 r pairs span
-  r=$(recentre_for "$t"); pairs=${r%;*}; span=${r#*;}
+  r=$(recentre_for_pass "$t" "${2:-r}"); pairs=${r%;*}; span=${r#*;}
   args_for "$t" | grep -E '^--data ' || true   # the task's data, as in the first pass
   # shellcheck disable=SC2086
   set -- $pairs
@@ -115,11 +125,16 @@ chain() {  # task $1: launch every C (idempotent), then train each C's study to 
   "$ARCHHPO" launch --experiment "$t" $(args_for "$t") --storage "sqlite:///$WORK/$t.db"
   # shellcheck disable=SC2046
   "$ARCHHPO" launch --experiment "${t}_r" $(recentre_args "$t") --storage "sqlite:///$WORK/$t.db"
+  if [[ -n $(recentre2_for "$t") ]]; then
+    # shellcheck disable=SC2046
+    "$ARCHHPO" launch --experiment "${t}_r2" $(recentre_args "$t" r2) --storage "sqlite:///$WORK/$t.db"
+  fi
   ( while sleep 900; do save "$t" || true; done ) >>"$WORK/$t.saver.log" 2>&1 &
   echo $! >"$WORK/$t.saver.pid"
   # the second pass's cheap budgets first (they resolve the low vertices), then the first pass's rest
   local studies=()
   for c in $(recentre_computes "$t"); do studies+=("${t}_r_C${c}"); done
+  for c in $(recentre_computes "$t" r2); do studies+=("${t}_r2_C${c}"); done
   for c in "${COMPUTES[@]}"; do studies+=("${t}_C${c}"); done
   for n in "${studies[@]}"; do
     if (($(open_trials "$t" "$n") == 0)); then echo "$n: finished" >&2; continue; fi
@@ -178,10 +193,14 @@ table() {  # every finished trial of task $1 (experiment_results.csv's columns),
   out=$(mktemp -d)
   "$ARCHHPO" export --experiment "$t" --storage "sqlite:///$WORK/$t.db" --out "$out" >/dev/null
   cp "$out/experiment_results.csv" "bench/frontier/$t.csv"
-  "$ARCHHPO" export --experiment "${t}_r" --storage "sqlite:///$WORK/$t.db" --out "$out/r" >/dev/null
-  cp "$out/r/experiment_results.csv" "bench/frontier/${t}_r.csv"
+  local e files=("bench/frontier/$t.csv")
+  for e in "${t}_r" "${t}_r2"; do
+    if "$ARCHHPO" export --experiment "$e" --storage "sqlite:///$WORK/$t.db" --out "$out/$e" >/dev/null 2>&1; then
+      cp "$out/$e/experiment_results.csv" "bench/frontier/$e.csv"; files+=("bench/frontier/$e.csv")
+    fi
+  done
   rm -rf "$out"
-  sha256sum "bench/frontier/$t.csv" "bench/frontier/${t}_r.csv"
+  sha256sum "${files[@]}"
   status "$t" | tail -1
 }
 
