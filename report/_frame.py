@@ -66,13 +66,13 @@ def frame_from_csv(paths: Sequence[str | Path], experiment: str | None = None) -
         parts.append(part)
     frame = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
     if experiment is not None:  # "a,b": several experiments pooled (a re-centred IsoFLOP plan beside the first)
-        names = experiment.split(",")
+        wanted = experiment.split(",")
         held = set(frame["experiment"].astype(str)) if not frame.empty else set()
-        missing = [n for n in names if n not in held]
+        missing = [n for n in wanted if n not in held]
         if missing:
             raise StudyError(f"No rows of experiment {missing[0]!r} in the CSV files given; "
                              "check --experiment.")
-        frame = frame[frame["experiment"].astype(str).isin(names)].copy()
+        frame = frame[frame["experiment"].astype(str).isin(wanted)].copy()
     else:
         names = sorted(set(frame["experiment"].astype(str)))
         experiment = names[0] if len(names) == 1 else ",".join(names)

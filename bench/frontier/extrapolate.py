@@ -43,24 +43,24 @@ class Refused(Exception):
     """Bad input or a state that cannot be predicted or graded: one sentence, exit 2."""
 
 
-RECENTRED = "{task}_r"  # the second pass's experiment in the same database (frontier.sh): its re-centred budgets
+RECENTRED = ("{task}_r", "{task}_r2")  # the later passes' experiments in the same database (frontier.sh)
 
 
 def _frame(task: str, storage: str) -> Any:
-    """The frontier's trials: experiment `task`, pooled with its re-centred budgets (`task`_r) where the
-    database holds them (each plan's sizes its own, report/_isoflop.py isoflop_points)."""
+    """The frontier's trials: experiment `task`, pooled with its re-centred passes (`task`_r, `task`_r2)
+    where the database holds them (each plan's sizes its own, report/_isoflop.py isoflop_points)."""
     import pandas as pd
 
     from archhpo.errors import StudyError
     from archhpo.report._frame import trials_frame
 
-    frame = trials_frame(task, storage=storage, curves=False)
-    try:
-        recentred = trials_frame(RECENTRED.format(task=task), storage=storage, curves=False)
-    except StudyError:  # no second pass in this database
-        recentred = None
-    if recentred is not None and not recentred.empty:
-        frame = pd.concat([frame, recentred], ignore_index=True)
+    frames = [trials_frame(task, storage=storage, curves=False)]
+    for name in RECENTRED:
+        try:
+            frames.append(trials_frame(name.format(task=task), storage=storage, curves=False))
+        except StudyError:  # no such pass in this database
+            continue
+    frame = pd.concat([f for f in frames if not f.empty] or frames[:1], ignore_index=True)
     if frame.empty or "compute_budget" not in frame or frame["compute_budget"].isna().all():
         raise Refused(f"{storage} holds no IsoFLOP trials of experiment {task!r}; give the frontier's --task and --storage.")
     return frame
