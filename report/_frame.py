@@ -68,9 +68,9 @@ def frame_from_csv(paths: Sequence[str | Path], experiment: str | None = None) -
     if experiment is not None:  # "a,b": several experiments pooled (a re-centred IsoFLOP plan beside the first)
         wanted = experiment.split(",")
         held = set(frame["experiment"].astype(str)) if not frame.empty else set()
-        missing = [n for n in wanted if n not in held]
-        if missing:
-            raise StudyError(f"No rows of experiment {missing[0]!r} in the CSV files given; "
+        absent = [n for n in wanted if n not in held]
+        if absent:
+            raise StudyError(f"No rows of experiment {absent[0]!r} in the CSV files given; "
                              "check --experiment.")
         frame = frame[frame["experiment"].astype(str).isin(wanted)].copy()
     else:
