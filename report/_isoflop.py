@@ -184,11 +184,32 @@ def recentre(compute: float, profile: dict[str, Any], law: Mapping[str, Any] | N
             "command": f"--isoflop {compute:.3g} --centre {centre:.3g} --sizes {max(n, MIN_SIZES)} --span {span:.3g}"}
 
 
+def windowed(c_all: np.ndarray, n_all: np.ndarray, l_all: np.ndarray,
+             windows: Mapping[float, int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The points of each C trained by several plans (a re-centred one beside the first) cut to the
+    `windows[C]` sizes nearest its lowest-loss size in log N (ties: the smaller size): a parabola in
+    log N holds only near the minimum, so a pooled profile is fitted on one plan's worth of sizes,
+    as a plan centred on its minimum would have trained. A C without a window, or within it, is whole."""
+    keep = np.ones(len(n_all), dtype=bool)
+    for c, count in windows.items():
+        at = np.flatnonzero(c_all == c)
+        if len(at) <= count:
+            continue
+        best = n_all[at][np.argmin(l_all[at])]
+        order = sorted(range(len(at)), key=lambda i: (abs(math.log(n_all[at][i] / best)), n_all[at][i]))
+        keep[at] = False
+        keep[at[order[:count]]] = True
+    return c_all[keep], n_all[keep], l_all[keep]
+
+
 def fit_isoflops(computes: Sequence[float], n: Sequence[float], loss: Sequence[float], *, k: float | None = None,
-                 n_boot: int = N_BOOT, seed: int = 0) -> dict[str, Any]:
+                 n_boot: int = N_BOOT, seed: int = 0, windows: Mapping[float, int] | None = None) -> dict[str, Any]:
     """Approach 2 on points (C, N, L): the ``isoflop_fit`` of the scaling-fit JSON (bootstrap draws
-    kept in memory under ``samples``); `k` the FLOPs per parameter-token for D_opt = C/(k N_opt)."""
+    kept in memory under ``samples``); `k` the FLOPs per parameter-token for D_opt = C/(k N_opt);
+    `windows`: per C, the most sizes one plan trained there (`windowed`; pooled plans only)."""
     c_all, n_all, l_all = (np.asarray(v, dtype=float) for v in (computes, n, loss))
+    if windows:
+        c_all, n_all, l_all = windowed(c_all, n_all, l_all, windows)
     rng = np.random.default_rng(seed)
     out: dict[str, Any] = {"status": "too_few_points", "reason": None, "approach": 2, "method": dict(METHOD),
                            "a": {"estimate": None, "ci95": None}, "G": None, "k": k, "vertices": [], "recentre": []}
@@ -259,6 +280,19 @@ def isoflop_points(frame: pd.DataFrame) -> pd.DataFrame:
     return pts.sort_values([COLUMN, "param_count"], kind="stable").reset_index(drop=True)
 
 
+def plan_widths(frame: pd.DataFrame) -> dict[float, int]:
+    """Per C trained by more than one plan (a study with at least MIN_SIZES sizes there), the most
+    sizes one of them trained; a table whose studies hold one size each has no plans to pool."""
+    done = with_compute_budgets(frame)
+    done = done[(done["state"] == "COMPLETE") & done[COLUMN].notna() & done["param_count"].notna()]
+    study = [c for c in ("experiment", "budget") if c in done]
+    if not study or done.empty:
+        return {}
+    sizes = done.groupby([COLUMN, *study])["param_count"].nunique()
+    plans = sizes[sizes >= MIN_SIZES]
+    return {float(c): int(s.max()) for c, s in plans.groupby(level=0) if len(s) > 1}
+
+
 def isoflop_fit(frame: pd.DataFrame, nd: Mapping[str, Any] | None = None, n_boot: int = N_BOOT,
                 seed: int = 0) -> dict[str, Any]:
     """The ``isoflop_fit`` of an experiment's trials frame (its ``compute_budget`` column), with
@@ -270,7 +304,8 @@ def isoflop_fit(frame: pd.DataFrame, nd: Mapping[str, Any] | None = None, n_boot
         pts = isoflop_points(frame)
         flops = pts["train_flops"] / (pts["param_count"] * pts["train_tokens"])
         k = float(flops.median()) if flops.notna().any() else None
-        out = fit_isoflops(pts[COLUMN], pts["param_count"], pts["val_loss"], k=k, n_boot=n_boot, seed=seed)
+        out = fit_isoflops(pts[COLUMN], pts["param_count"], pts["val_loss"], k=k, n_boot=n_boot, seed=seed,
+                           windows=plan_widths(frame))
     out["agreement"] = agreement(out, nd)
     return out
 

@@ -212,3 +212,24 @@ def test_a_recentred_plan_of_the_same_compute_pools_with_the_first_from_their_cs
     whole = isoflop_fit(trials_frame(None, csv=_write(one, tmp_path / "one.csv")), n_boot=100)
     assert [v["n_opt"]["estimate"] for v in pooled["vertices"]] == [v["n_opt"]["estimate"] for v in whole["vertices"]]
     assert all(math.isfinite(v["n_opt"]["estimate"]) for v in whole["vertices"])
+
+
+def test_a_pooled_profile_is_fitted_on_one_plans_worth_of_sizes_around_its_minimum() -> None:
+    """An off-centre first plan (7 sizes over 10x, from N_opt to 10 N_opt) pooled with a re-centred one
+    (7 sizes over 10x around N_opt): the fit keeps the 7 sizes nearest the minimum and finds the
+    vertex as the centred plan alone does; over all 13 sizes (100x) the parabola is biased."""
+    from archhpo.report._isoflop import windowed
+
+    c = 1e19
+    first = np.array(log_sizes(math.sqrt(10) * n_opt(c), 7, 10.0))
+    second = np.array(log_sizes(n_opt(c), 7, 10.0))
+    n = np.concatenate([first, second[second < first.min() * 0.999]])
+    loss = _law(n, c / (6 * n))
+    cs = np.full(len(n), c)
+    kept = windowed(cs, n, loss, {c: 7})[1]
+    assert sorted(kept) == pytest.approx(sorted(second[np.argsort(np.abs(np.log(second / n_opt(c))))][:7]))
+    alone = fit_profile(second, _law(second, c / (6 * second)), n_boot=50)["n_opt"]["estimate"]
+    pooled = fit_isoflops(cs, n, loss, k=6.0, n_boot=50, windows={c: 7})["vertices"][0]["n_opt"]["estimate"]
+    whole = fit_isoflops(cs, n, loss, k=6.0, n_boot=50)["vertices"][0]["n_opt"]["estimate"]
+    assert pooled == pytest.approx(alone, rel=1e-9)
+    assert abs(math.log(whole / n_opt(c))) > abs(math.log(pooled / n_opt(c)))
