@@ -1,5 +1,4 @@
-"""A study's configuration, typed and checked once: `StudyConfig`, and every study setting's one
-declaration.
+"""A study's configuration, typed and checked once: `StudyConfig`, and every study setting's one declaration.
 
 Each study setting is a field of `StudyConfig` (or of a section: `Data`, `Pruning`, `Schedule`,
 `Confirm`, `Isoflop`) written with `setting` (archhpo/_setting.py): the field is its type and
@@ -9,10 +8,9 @@ options a study stores (`stored_options`) and their reload (`StoredOptions`), an
 check (search/_identity.py) are derived from the declarations (`declared`).  --ladder's defaults
 are a named preset (`LADDER`).  `__post_init__` refuses a setting that cannot be used with one
 sentence (an `archhpo.errors` exception), before anything is planned or written.  A family's own
-flags become a frozen dataclass of their own (`family_options_class`).
-
-This module is on the ground floor: it imports only the standard library, archhpo.schema,
-archhpo.errors and its sections' modules, so every layer may read it.
+flags become a frozen dataclass of their own (`family_options_class`).  This module is on the
+ground floor: it imports only the standard library, archhpo.schema, archhpo.errors and its
+sections' modules, so every layer may read it.
 """
 
 from __future__ import annotations

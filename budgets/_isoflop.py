@@ -4,10 +4,9 @@ At each C the sizes are log-spaced over a span (smallest to largest, default 10x
 the user's ``--centre``, an earlier study's law N_opt = G·C^a (`centre_from_law`), or the prior
 `prior_centre`, Chinchilla's rule (Hoffmann et al. 2022: 20 tokens per parameter at 6 FLOPs per
 parameter-token, so N_c = sqrt(C / 120)). Each size takes the grid rows whose exact count lies in
-its band (half a log step either side, so neighbouring sizes never share a row; ``--d-model`` and
-``--n-layers`` lists replace the grid's widths and depths, grid values or not) and keeps the one
-(or, with ``shapes=K``, the K) nearest a target shape: d_model/n_layers, d_ff/d_model and the head
-width; by default Kaplan et al.'s aspect ratio 100, 4x FFN, 64-wide heads (`ShapeTarget`), or an
+its band (half a log step either side; ``--d-model``/``--n-layers`` lists replace the grid's) and
+keeps the one (or, with ``shapes=K``, the K) nearest a target shape: d_model/n_layers, d_ff/d_model,
+head width; by default Kaplan et al.'s aspect ratio 100, 4x FFN, 64-wide heads (`ShapeTarget`), or an
 earlier study's best (`ShapeTarget.from_row`). Ties go to the count nearest the size, then arch_idx.
 
 Data: a trial trains whole samples (windows of seq_len tokens for lm), as many as put its FLOPs

@@ -9,13 +9,10 @@ scaled by 1/sqrt(2·n_layers).  The loss is the mean next-token NLL in nats per 
 Under µP (``parametrization="mup"``, docs/mup.md) with m = d_model / mup_base_width: the blocks'
 matrices start with variance /m, the head's input is scaled by 1/m, attention scores by
 sqrt(d_head_base)/d_head, and ``optimizer_groups`` gives AdamW the matrices' rate /m and eps /m.
-With a base depth too (``mup_base_depth``, CompleteP at alpha = 1, as EleutherAI's nanoGPT-mup
-does it) and t = n_layers / base depth: each residual branch is scaled by 1/t, the residual
-projections start as the base depth's (1/sqrt(2·base) in place of 1/sqrt(2·n_layers)), and the
-blocks' parameters train at eps /(m·t); their rates do not change (t^(alpha-1) = 1).
-
-Data (``archhpo.models.data.language``): a synthetic language with an exact entropy rate
-(``--data synthetic``), or any UTF-8 text file as bytes.
+With CompleteP's t = n_layers / ``mup_base_depth`` too: each residual branch ×1/t, the residual
+projections' init the base depth's, and the blocks' eps /(m·t).  Data
+(``archhpo.models.data.language``): a synthetic language with an exact entropy rate (``--data
+synthetic``), or any UTF-8 text file as bytes.
 """
 
 from __future__ import annotations
