@@ -241,7 +241,7 @@ def narrowed_region(rows: Sequence[GridRow], top: Sequence[Finished]) -> tuple[l
 def carry_up(finished: Sequence[Finished], n_small: int, n_large: int, rows: Sequence[GridRow],
              space: SearchSpace, slots: Sequence[int], seed: int, *,
              below: Sequence[tuple[int, Sequence[Finished]]] = (), data_grows: bool = False,
-             finalists: bool = False, parametrization: str = "sp") -> dict[str, Any]:
+             finalists: bool = False, parametrization: str = "sp", base_depth: int | None = None) -> dict[str, Any]:
     """The larger budget's plan from the next smaller budget's finished trials: what was carried,
     and an architecture and training parameters for the planned phase-1 slots, one per region
     architecture in the plan's spread order, extremes first; slots beyond the region's size are
@@ -253,7 +253,8 @@ def carry_up(finished: Sequence[Finished], n_small: int, n_large: int, rows: Seq
     count for the learning rate only.  finalists (--carry-finalists, the ladder's largest budget): the
     slots get `finalist_rows` in its order instead of the region, the record says which
     ("carry_finalists": the carried rows' arch_idx and the trials they were carried from).
-    parametrization "mup": the smallest budget's rate, carried unchanged to every row (`mup_fit`)."""
+    parametrization "mup": the smallest budget's rate, carried unchanged to every row (`mup_fit`);
+    base_depth: the study's CompleteP base depth (--mup-base-depth), which the record's rule names."""
     pool = [t for t in finished if not t.lr_probe]
     top = top_architectures(pool)
     if not top:  # every trial of the smaller budget failed: nothing to carry, the design's space and grid
@@ -285,7 +286,7 @@ def carry_up(finished: Sequence[Finished], n_small: int, n_large: int, rows: Seq
         "extremes_at": {k: v for k, v in axis_values(top[0].d_model, top[0].n_layers, top[0].n_heads,
                                                      top[0].d_ff).items() if k in ("head_dim", "ff_ratio")},
         "assignments": assignments, "skipped_slots": len(slots) - len(assignments),
-        "rule": _rule(fit, len(rates), width, how, _clipped(raw, carried, space)),
+        "rule": _rule(fit, len(rates), width, how, _clipped(raw, carried, space), base_depth),
         **({"carry_finalists": _carried(pool, rows)} if finalists else {}),
     }
 
@@ -319,13 +320,16 @@ def _clipped(raw: float, carried: Mapping[str, Any], space: SearchSpace) -> tupl
     return (lo, hi) if carried["learning_rate"] != raw else None
 
 
-def _rule(fit: LrFit, n_budgets: int, width: int, how: str, clipped: tuple[float, float] | None = None) -> str:
+def _rule(fit: LrFit, n_budgets: int, width: int, how: str, clipped: tuple[float, float] | None = None,
+          base_depth: int | None = None) -> str:
     """The record's rule: where the learning rate was read (the line's slope and the exponent's
     source, the reference width; the study's range when that clipped the carried rate: a fixed
-    --learning-rate keeps it), and the region's."""
+    --learning-rate keeps it; under µP, the depths it carries to), and the region's."""
     clip = f", clipped to the study's range {clipped[0]:.3g}-{clipped[1]:.3g}" if clipped else ""
     if fit.source == MUP_SOURCE:
-        return f"lr carried unchanged under µP, at every d_model{clip}; region: {how}"
+        where = ("every d_model" if base_depth is None
+                 else f"every d_model and depth (CompleteP from base depth {base_depth})")
+        return f"lr carried unchanged under µP, at {where}{clip}; region: {how}"
     through = f"{n_budgets} budgets' best rates" if n_budgets != 1 else "1 budget's best rate"
     return (f"lr on the line N^{fit.exponent:.3f} through {through} ({fit.source} exponent{clip}), at d_model "
             f"{width}, x {width}/d_model per architecture; region: {how}")

@@ -48,7 +48,8 @@ def ladder_record(upkeep: Upkeep, below: Sequence[Upkeep]) -> dict[str, Any]:
     out = carry_up(finished[-1][1], smaller.settings.budget_value, settings.budget_value,
                    [GridRow(**a) for a in settings.archs], settings.search_space, slots,
                    int(settings.options.seed), below=finished, data_grows=settings.options.budget is not None,
-                   finalists=settings.options.carry_finalists, parametrization=settings.options.parametrization)
+                   finalists=settings.options.carry_finalists, parametrization=settings.options.parametrization,
+                   base_depth=settings.options.mup_base_depth)
     # Which rungs this budget may prune at (search/_trust.py); stored in the same write as the
     # rest, before any trial is enqueued, so every claim and rung decision of this budget reads one trust.
     out["trust"] = _no_rung(smaller) if settings.options.carry_finalists else _trust(upkeep, below)

@@ -176,7 +176,7 @@ def mup_fit(budgets: Sequence[tuple[int, Sequence[Any]]]) -> tuple[LrFit, list[t
     best = locate_rate(points)
     how = "its parabola's vertex" if best.located else f"its best trial's rate: {best.why}"
     reason = (f"the rate searched at {budget_label(n)} only ({how}), carried unchanged; "
-              f"the measured transfer across widths is in {MUP_TRANSFER}")
+              f"the measured transfer across width and depth is in {MUP_TRANSFER}")
     return LrFit(0.0, None, None, 1, MUP_SOURCE, reason), [(n, best.rate)]
 
 

@@ -38,10 +38,10 @@ def _ladder() -> tuple[list[GridRow], list[tuple[int, list[Finished]]]]:
     return rows, below
 
 
-def _carry(parametrization: str) -> dict[str, Any]:
+def _carry(parametrization: str, base_depth: int | None = None) -> dict[str, Any]:
     rows, below = _ladder()
     return carry_up(below[-1][1], 50_000, 200_000, rows, QUICK_SPACE, slots=[0, 1, 2], seed=0, below=below,
-                    parametrization=parametrization)
+                    parametrization=parametrization, base_depth=base_depth)
 
 
 def test_a_mup_ladder_carries_the_smallest_budgets_rate_unchanged_to_every_width() -> None:
@@ -68,7 +68,14 @@ def test_a_mup_ladder_record_says_the_rate_was_carried_unchanged_and_cites_the_t
     line = describe({**_carry("mup"), "from_budget": "50K"})
     assert "learning rate 0.0004 (lr carried unchanged under µP, at every d_model; region:" in line
     assert line.endswith("learning-rate exponent N^0 (µP: the rate searched at 25K only (its parabola's "
-                         f"vertex), carried unchanged; the measured transfer across widths is in {MUP_TRANSFER})")
+                         f"vertex), carried unchanged; the measured transfer across width and depth is in {MUP_TRANSFER})")
+
+
+def test_a_completep_ladder_record_says_the_rate_carries_across_depth_from_its_base() -> None:
+    line = describe({**_carry("mup", base_depth=2), "from_budget": "50K"})
+    assert ("(lr carried unchanged under µP, at every d_model and depth (CompleteP from base depth 2); "
+            "region:") in line
+    assert "at every d_model;" not in line
 
 
 def test_mup_reads_the_best_trial_where_the_smallest_budget_did_not_locate_its_rate() -> None:
