@@ -6,8 +6,9 @@ Huber weights, so one bad trial cannot move the vertex x* = -b/(2c), N_opt(C).  
 parametric bootstrap from the residuals, N fixed: the relative residuals pooled over the budgets
 (the noise is a common fraction of the loss), widened per draw by sqrt(dof / chi2(dof)) for that
 estimate's own uncertainty, each draw refitted the same robust way.  A vertex at or beyond the
-smallest or largest size, or a parabola opening downward, is flagged ``edge``: the grid does not
-bracket the optimum, and `recentre` names the sizes that would.  log N_opt = log G + a log C is
+smallest or largest size, a parabola opening downward, or a lowest loss at the smallest or largest
+size is flagged ``edge``: the grid does not bracket the optimum, and `recentre` names the sizes
+that would.  log N_opt = log G + a log C is
 fitted by weighted least squares (weights 1/variance of each log vertex) over the non-edge
 vertices, a's 95% interval by refitting each bootstrap draw.  Status ``fitted`` needs at least 3
 non-edge vertices, 95% of the replicates with every vertex finite, and a's interval inside (0, 1).
@@ -102,6 +103,18 @@ def noise_draws(ss: float, dof: int, n_boot: int, rng: np.random.Generator) -> t
     return math.sqrt(ss / dof), np.sqrt(dof / rng.chisquare(dof, n_boot))
 
 
+def lowest_at_end(n: Sequence[float], loss: Sequence[float]) -> str | None:
+    """"smallest" or "largest" where the size with the lowest mean loss (seeds of one size averaged)
+    is the profile's smallest or largest, else None: a parabola's vertex inside the sizes is then
+    its curvature's, read where the data have no minimum, so the grid does not bracket it."""
+    sizes = np.asarray(n, dtype=float)
+    values = np.asarray(loss, dtype=float)
+    unique = np.unique(sizes)
+    means = np.array([values[sizes == u].mean() for u in unique])
+    best = int(np.argmin(means))
+    return "smallest" if best == 0 else "largest" if best == len(unique) - 1 else None
+
+
 def fit_profile(n: Sequence[float], loss: Sequence[float], n_boot: int = N_BOOT,
                 rng: np.random.Generator | None = None,
                 noise: tuple[float, np.ndarray] | None = None) -> dict[str, Any]:
@@ -117,10 +130,12 @@ def fit_profile(n: Sequence[float], loss: Sequence[float], n_boot: int = N_BOOT,
     shocks = rng.normal(0.0, 1.0, (len(scales), len(x))) * (rel * scales)[:, None]
     samples = _vertex(robust_parabola(x, fitted[None, :] * (1 + shocks))) + x_mean
     est = float(_vertex(coef)[0])
-    edge = not (coef[2] > 0 and x.min() < est < x.max())
+    inside = bool(coef[2] > 0 and x.min() < est < x.max())
+    lowest = lowest_at_end(n, loss) if inside else None  # only said where the vertex alone looks bracketed
+    edge = lowest is not None or not inside
     n_ci = [float(np.exp(v)) if math.isfinite(v) else math.nan for v in _interval(samples)]
     return {"n_opt": {"estimate": float(np.exp(est + x_mean)) if math.isfinite(est) else math.nan, "ci95": n_ci},
-            "edge": bool(edge), "opens_downward": bool(coef[2] <= 0),
+            "edge": bool(edge), "opens_downward": bool(coef[2] <= 0), "lowest_at": lowest,
             "loss_opt": float(np.polyval(coef[::-1], est)) if math.isfinite(est) else math.nan,
             "parabola": {"coefficients": [float(c) for c in coef], "x_mean": x_mean, "relative_noise": rel},
             "sizes": [float(v) for v in np.exp(x + x_mean)], "samples": samples}
@@ -173,6 +188,10 @@ def recentre(compute: float, profile: dict[str, Any], law: Mapping[str, Any] | N
     old, span, n = float(np.exp(np.log(sizes).mean())), float(sizes.max() / sizes.min()), len(set(sizes.round(6)))
     if law and math.isfinite(law.get("G", math.nan)) and law.get("status") == "fitted":
         centre, why = law["G"] * compute ** law["a"]["estimate"], "the fitted law's N_opt(C)"
+    elif profile.get("lowest_at"):
+        end = profile["lowest_at"]
+        centre = float(sizes.min() if end == "smallest" else sizes.max())
+        why = f"the lowest loss at the {end} size (the parabola's vertex inside is not the data's)"
     elif math.isfinite(profile["n_opt"]["estimate"]):
         centre = float(np.clip(profile["n_opt"]["estimate"], old / span, old * span))
         why = "the vertex beyond the sizes" + (" (at most one span away)" if centre != profile["n_opt"]["estimate"] else "")
@@ -369,7 +388,8 @@ def isoflop_lines(iso: Mapping[str, Any]) -> list[str]:
     else:
         lines = [f"IsoFLOP (Approach 2): no law: {iso.get('reason')}."]
     for v in iso.get("vertices") or []:
-        edge = " (edge: the optimum is not inside the sizes)" if v["edge"] else ""
+        edge = ("" if not v["edge"] else f" (edge: the lowest loss is at the {v['lowest_at']} size)"
+                if v.get("lowest_at") else " (edge: the optimum is not inside the sizes)")
         lines.append(f"C = {v['compute_budget']:.3g}: N_opt = {_n_text(v['n_opt'])}{edge}")
     for r in iso.get("recentre") or []:
         sizes = ", ".join(f"{x:.3g}" for x in r["sizes"])
@@ -378,6 +398,7 @@ def isoflop_lines(iso: Mapping[str, Any]) -> list[str]:
     return [*lines, *([said] if said else [])]
 
 
-__all__ = ["agreement", "collinear", "fit_exponent", "fit_isoflops", "fit_profile", "isoflop_fit", "isoflop_lines", "isoflop_points", "nd_exponent",
+__all__ = ["agreement", "collinear", "fit_exponent", "fit_isoflops", "fit_profile", "isoflop_fit", "isoflop_lines", "isoflop_points",
+           "lowest_at_end", "nd_exponent",
            "with_compute_budgets",
            "recentre", "robust_parabola"]

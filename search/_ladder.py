@@ -243,9 +243,8 @@ def carry_up(finished: Sequence[Finished], n_small: int, n_large: int, rows: Seq
              below: Sequence[tuple[int, Sequence[Finished]]] = (), data_grows: bool = False,
              finalists: bool = False, parametrization: str = "sp", base_depth: int | None = None) -> dict[str, Any]:
     """The larger budget's plan from the next smaller budget's finished trials: what was carried,
-    and an architecture and training parameters for the planned phase-1 slots, one per region
-    architecture in the plan's spread order, extremes first; slots beyond the region's size are
-    skipped (no assignment; counted in "skipped_slots").
+    and an architecture and training parameters for the planned phase-1 slots, one per region architecture
+    in the plan's spread order, extremes first; slots beyond the region's size are skipped ("skipped_slots").
 
     below: every smaller budget of the ladder as (nominal N, its finished trials), which the
     learning-rate exponent is fitted on (search/_lrfit.py; () reads the next smaller alone);
@@ -253,8 +252,8 @@ def carry_up(finished: Sequence[Finished], n_small: int, n_large: int, rows: Seq
     count for the learning rate only.  finalists (--carry-finalists, the ladder's largest budget): the
     slots get `finalist_rows` in its order instead of the region, the record says which
     ("carry_finalists": the carried rows' arch_idx and the trials they were carried from).
-    parametrization "mup": the smallest budget's rate, carried unchanged to every row (`mup_fit`);
-    base_depth: the study's CompleteP base depth (--mup-base-depth), which the record's rule names."""
+    parametrization "mup": the smallest budget's rate, carried unchanged to every row (`mup_fit`), to
+    every depth with CompleteP's `base_depth` (--mup-base-depth), which the record's rule names."""
     pool = [t for t in finished if not t.lr_probe]
     top = top_architectures(pool)
     if not top:  # every trial of the smaller budget failed: nothing to carry, the design's space and grid

@@ -32,7 +32,6 @@ REPO = Path(__file__).resolve().parents[1]
 TINY_DATA = "synthetic:steps=700"  # ~500 training windows: a quick trial takes about a second
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the group marks
 def load_script(path: Path, name: str) -> ModuleType:
     """A bench script (not a package module) imported under `name`, registered so dataclasses resolve."""
     import importlib.util
@@ -45,6 +44,7 @@ def load_script(path: Path, name: str) -> ModuleType:
     return module
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the group marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """`make test` runs `pytest -n 2 --dist loadgroup`: every test that starts a Ray instance goes to
     one xdist worker, one after another, so two Ray clusters (each with its raylet, GCS and

@@ -43,11 +43,12 @@ class Refused(Exception):
     """Bad input or a state that cannot be predicted or graded: one sentence, exit 2."""
 
 
-RECENTRED = ("{task}_r", "{task}_r2")  # the later passes' experiments in the same database (frontier.sh)
+# the later passes' experiments in the same database (frontier.sh)
+RECENTRED = ("{task}_r", "{task}_r2", "{task}_r3", "{task}_r4")
 
 
 def _frame(task: str, storage: str) -> Any:
-    """The frontier's trials: experiment `task`, pooled with its re-centred passes (`task`_r, `task`_r2)
+    """The frontier's trials: experiment `task`, pooled with its re-centred passes (`task`_r to `task`_r4)
     where the database holds them (each plan's sizes its own, report/_isoflop.py isoflop_points)."""
     import pandas as pd
 

@@ -77,6 +77,29 @@ recentre2_for() {
   esac
 }
 
+# The fourth pass (docs/compute-optimal.md, "The lowest loss at an end"): the budgets up to 1e13 that
+# the corrected edge flag (the lowest loss at the smallest size) marks, each as the corrected report's
+# `recentre` says, experiment {task}_r3: "C centre span" per budget.
+recentre3_for() {
+  case "$1" in
+    syn) echo "1e11 2.67e4 6 1e13 1.10e5 8.35" ;;
+    shk) echo "3e11 9.16e4 10.5 3e12 9.16e4 10.5" ;;
+  esac
+}
+launch_r3() {  # task $1's fourth pass, one launch per budget (each its own span)
+  local t=$1 data
+  data=$(args_for "$t" | grep -E '^--data ')
+  # shellcheck disable=SC2046,SC2086
+  set -- $(recentre3_for "$t")
+  while (($#)); do
+    # shellcheck disable=SC2086
+    "$ARCHHPO" launch --experiment "${t}_r3" $data --isoflop "$1" --centre "$2" --span "$3" "${RECENTRE_GRID[@]}" \
+      "${COMMON[@]}" --storage "sqlite:///$WORK/$t.db"
+    shift 3
+  done
+}
+r3_computes() { local c _ _s; while read -r c _ _s; do echo "$c"; done < <(recentre3_for "$1" | xargs -n 3); }
+
 recentre_computes() {  # task $1's re-centred budgets (pass ${2:-r}), one per line
   local r pairs
   r=$(recentre_for_pass "$1" "${2:-r}"); pairs=${r%;*}
@@ -133,6 +156,7 @@ chain() {  # task $1: launch every C (idempotent), then train each C's study to 
     # shellcheck disable=SC2046
     "$ARCHHPO" launch --experiment "${t}_r2" $(recentre_args "$t" r2) --storage "sqlite:///$WORK/$t.db"
   fi
+  launch_r3 "$t"
   ( while sleep 900; do save "$t" || true; done ) >>"$WORK/$t.saver.log" 2>&1 &
   echo $! >"$WORK/$t.saver.pid"
   # the second pass's cheap budgets first (they resolve the low vertices), then the first pass's rest
@@ -140,6 +164,7 @@ chain() {  # task $1: launch every C (idempotent), then train each C's study to 
   for c in $(recentre_computes "$t"); do studies+=("${t}_r_C${c}"); done
   for c in $(recentre_computes "$t" r2); do studies+=("${t}_r2_C${c}"); done
   for c in "${TRAINED[@]}"; do studies+=("${t}_C${c}"); done
+  for c in $(r3_computes "$t"); do studies+=("${t}_r3_C${c}"); done   # after 3e13's first pass
   for n in "${studies[@]}"; do
     if (($(open_trials "$t" "$n") == 0)); then echo "$n: finished" >&2; continue; fi
     nice -n 10 "$ARCHHPO" worker --study "$n" --storage "sqlite:///$WORK/$t.db" --threads 1 \
@@ -198,7 +223,7 @@ table() {  # every finished trial of task $1 (experiment_results.csv's columns),
   "$ARCHHPO" export --experiment "$t" --storage "sqlite:///$WORK/$t.db" --out "$out" >/dev/null
   cp "$out/experiment_results.csv" "bench/frontier/$t.csv"
   local e files=("bench/frontier/$t.csv")
-  for e in "${t}_r" "${t}_r2"; do
+  for e in "${t}_r" "${t}_r2" "${t}_r3" "${t}_r4"; do
     if "$ARCHHPO" export --experiment "$e" --storage "sqlite:///$WORK/$t.db" --out "$out/$e" >/dev/null 2>&1; then
       cp "$out/$e/experiment_results.csv" "bench/frontier/$e.csv"; files+=("bench/frontier/$e.csv")
     fi

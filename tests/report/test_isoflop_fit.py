@@ -116,6 +116,23 @@ def test_a_profile_still_falling_at_the_largest_size_is_an_edge() -> None:
     assert fit["recentre"][0]["centre"] == pytest.approx(1e7) and "lower-loss edge" in fit["recentre"][0]["why"]
 
 
+def test_a_vertex_inside_the_sizes_with_the_lowest_loss_at_an_end_is_an_edge() -> None:
+    # The parabola's vertex (about 1.5e5) lies inside 1e5-1e6, but the smallest size has the lowest
+    # loss: the data have no minimum inside the grid, so the vertex is the curvature's guess.
+    n = np.geomspace(1e5, 1e6, 7)
+    loss = np.array([1.930, 1.931, 1.936, 1.945, 1.960, 1.985, 2.030])
+    profile = fit_profile(n, loss, n_boot=50)
+    assert 1e5 < profile["n_opt"]["estimate"] < 1e6 and not profile["opens_downward"]
+    assert profile["edge"] and profile["lowest_at"] == "smallest"
+    fit = fit_isoflops([1e13] * 7, n, loss, n_boot=50)
+    (r,) = fit["recentre"]
+    assert r["centre"] == pytest.approx(1e5) and "the lowest loss at the smallest size" in r["why"]
+    assert r["command"] == "--isoflop 1e+13 --centre 1e+05 --sizes 7 --span 10"
+    # The same profile with its minimum one size in is bracketed.
+    inner = fit_profile(n, np.array([1.933, 1.930, 1.936, 1.945, 1.960, 1.985, 2.030]), n_boot=50)
+    assert not inner["edge"] and inner["lowest_at"] is None
+
+
 def test_fewer_than_five_sizes_at_every_budget_fit_nothing() -> None:
     fit = fit_isoflops([1e18] * 4, [1e6, 2e6, 4e6, 8e6], [2.1, 2.0, 2.0, 2.1])
     assert fit["status"] == "too_few_points" and "5 sizes or more" in fit["reason"]
