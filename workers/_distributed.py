@@ -49,13 +49,23 @@ def is_group_failure(exc: BaseException) -> bool:
 
 @dataclass
 class Group:
-    """This process's place in a trial group; `control` is the gloo side group for decisions."""
+    """This process's place in a trial group; `control` is the gloo side group for decisions;
+    `owned`: this process initialised the default group (torchrun), not Ray Train."""
 
     rank: int
     world: int
     device: torch.device
     timeout_s: float
     control: Any
+    owned: bool = False
+
+    def leave(self) -> None:
+        """Destroy the groups this process made, once its last collective is done: gloo's threads
+        still running at interpreter exit can abort a finished rank ("terminate called without an
+        active exception", exit -6), which torchrun reports as a failed group."""
+        dist.destroy_process_group(self.control)
+        if self.owned and dist.is_initialized():
+            dist.destroy_process_group()
 
     @property
     def lead(self) -> bool:
@@ -104,14 +114,15 @@ def join_group(device: str = "auto", timeout_s: float | None = None) -> Group | 
     dev = torch.device(f"cuda:{local}") if cuda else torch.device("cpu")
     if cuda:
         torch.cuda.set_device(dev)
-    if not dist.is_initialized():
+    owned = not dist.is_initialized()
+    if owned:
         wait = dt.timedelta(seconds=timeout)
         store = _restart_store(world, wait)
         dist.init_process_group("nccl" if cuda else "gloo", timeout=wait, device_id=dev if cuda else None,
                                 **({} if store is None else {"store": store, "rank": int(os.environ["RANK"]),
                                                              "world_size": world}))
     control = dist.new_group(backend="gloo", timeout=dt.timedelta(seconds=timeout))
-    return Group(dist.get_rank(), dist.get_world_size(), dev, timeout, control)
+    return Group(dist.get_rank(), dist.get_world_size(), dev, timeout, control, owned)
 
 
 def _restart_store(world: int, timeout: dt.timedelta) -> Any:

@@ -181,6 +181,9 @@ class Worker:
                 self._lead(summary)
         summary.signal = self.signal_received
         summary.unhealthy, summary.disk_full = self.unhealthy, self.disk_full
+        if self.group is not None and not self.broken:  # a broken group's peers are gone: nothing to leave
+            self.group.leave()
+            self.group = None
         return summary
 
     def _lead(self, summary: WorkerSummary) -> None:

@@ -117,3 +117,17 @@ def two_rank_run(rank: int, mode: str, epochs: int, ckpt: str) -> list[dict[str,
         assert saved is not None
         _atomic_save(saved, Path(ckpt))
     return history
+
+
+def worker_leaves_its_group(rank: int) -> dict[str, Any]:
+    """A worker of a 2-rank group with nothing to run: rank 0 says done, and each rank's run()
+    destroys the groups it made before returning (a finished rank then exits cleanly)."""
+    import torch.distributed as dist
+
+    from archhpo.workers import Worker
+
+    worker = Worker([], device="cpu", threads=1)
+    joined = worker.group is not None and worker.group.owned and dist.is_initialized()
+    worker.run()
+    return {"rank": rank, "joined": joined, "initialised_after_run": dist.is_initialized(),
+            "group_after_run": worker.group is not None}
