@@ -86,19 +86,29 @@ recentre3_for() {
     shk) echo "3e11 9.16e4 10.5 3e12 9.16e4 10.5" ;;
   esac
 }
-launch_r3() {  # task $1's fourth pass, one launch per budget (each its own span)
-  local t=$1 data
+# The fifth pass (docs/compute-optimal.md, "The top budget"): 3e13 where its 7 sizes left the vertex at
+# the edge, re-centred once as the report's `recentre` says, with 5 sizes, experiment {task}_r4.
+recentre4_for() {
+  case "$1" in
+    syn) echo "3e13 1.6e5 10.1" ;;   # read at 15:12 UTC on 2026-12-03: the lowest loss at the smallest size
+    *) echo "" ;;                    # shk's 3e13 brackets its vertex (2.9e5)
+  esac
+}
+pass_spec() { if [[ $2 == r4 ]]; then recentre4_for "$1"; else recentre3_for "$1"; fi; }
+pass_sizes() { if [[ $1 == r4 ]]; then echo 5; else echo 7; fi; }
+launch_pass() {  # task $1's pass $2 (r3 or r4), one launch per budget (each its own span)
+  local t=$1 pass=$2 data
   data=$(args_for "$t" | grep -E '^--data ')
   # shellcheck disable=SC2046,SC2086
-  set -- $(recentre3_for "$t")
+  set -- $(pass_spec "$t" "$pass")
   while (($#)); do
     # shellcheck disable=SC2086
-    "$ARCHHPO" launch --experiment "${t}_r3" $data --isoflop "$1" --centre "$2" --span "$3" "${RECENTRE_GRID[@]}" \
-      "${COMMON[@]}" --storage "sqlite:///$WORK/$t.db"
+    "$ARCHHPO" launch --experiment "${t}_$pass" $data --isoflop "$1" --centre "$2" --span "$3" "${RECENTRE_GRID[@]}" \
+      "${COMMON[@]}" --sizes "$(pass_sizes "$pass")" --storage "sqlite:///$WORK/$t.db"
     shift 3
   done
 }
-r3_computes() { local c _ _s; while read -r c _ _s; do echo "$c"; done < <(recentre3_for "$1" | xargs -n 3); }
+pass_computes() { local c _ _s; while read -r c _ _s; do echo "$c"; done < <(pass_spec "$1" "$2" | xargs -n 3); }
 
 recentre_computes() {  # task $1's re-centred budgets (pass ${2:-r}), one per line
   local r pairs
@@ -156,7 +166,8 @@ chain() {  # task $1: launch every C (idempotent), then train each C's study to 
     # shellcheck disable=SC2046
     "$ARCHHPO" launch --experiment "${t}_r2" $(recentre_args "$t" r2) --storage "sqlite:///$WORK/$t.db"
   fi
-  launch_r3 "$t"
+  launch_pass "$t" r3
+  launch_pass "$t" r4
   ( while sleep 900; do save "$t" || true; done ) >>"$WORK/$t.saver.log" 2>&1 &
   echo $! >"$WORK/$t.saver.pid"
   # the second pass's cheap budgets first (they resolve the low vertices), then the first pass's rest
@@ -164,7 +175,8 @@ chain() {  # task $1: launch every C (idempotent), then train each C's study to 
   for c in $(recentre_computes "$t"); do studies+=("${t}_r_C${c}"); done
   for c in $(recentre_computes "$t" r2); do studies+=("${t}_r2_C${c}"); done
   for c in "${TRAINED[@]}"; do studies+=("${t}_C${c}"); done
-  for c in $(r3_computes "$t"); do studies+=("${t}_r3_C${c}"); done   # after 3e13's first pass
+  for c in $(pass_computes "$t" r3); do studies+=("${t}_r3_C${c}"); done   # after 3e13's first pass
+  for c in $(pass_computes "$t" r4); do studies+=("${t}_r4_C${c}"); done
   for n in "${studies[@]}"; do
     if (($(open_trials "$t" "$n") == 0)); then echo "$n: finished" >&2; continue; fi
     nice -n 10 "$ARCHHPO" worker --study "$n" --storage "sqlite:///$WORK/$t.db" --threads 1 \
