@@ -29,8 +29,9 @@ sql() { sqlite3 -cmd ".timeout 60000" "$@"; }  # waits for a busy database inste
 
 # Shared by both tasks: the truths' training (fixed data, WSD with a 20% cooldown, learning rate 3e-3,
 # batch 16, 128-token windows, 2, 4 or 8 heads), 7 sizes over 10x per C, 3 validation intervals.
-COMMON=(--family lm --data-seed 0 --seed 0 --schedule wsd --cooldown 0.2 --learning-rate 3e-3 --batch-size 16
-        --seq-len 128 --n-heads 2,4,8 --sizes 7 --epochs 3)
+TRAINING=(--family lm --data-seed 0 --seed 0 --schedule wsd --cooldown 0.2 --learning-rate 3e-3 --batch-size 16
+          --seq-len 128 --epochs 3)
+COMMON=("${TRAINING[@]}" --n-heads 2,4,8 --sizes 7)
 # The compute budgets, trained in this order: the issue brief's two decades 1e11-1e13 first (about
 # 1e14 FLOPs per task), then 3e13 and 1e14, which carry the frontier to where the grid brackets the
 # prior's optimum at every C (README: why).
@@ -155,6 +156,26 @@ open_trials() {  # WAITING or RUNNING trials of study $2 in task $1's database
     where study_name = '$2' and state in ('WAITING','RUNNING')"
 }
 
+train_study() {  # one study of task $1 to its end with the task's worker: train_study TASK STUDY
+  local t=$1 n=$2
+  if (($(open_trials "$t" "$n") == 0)); then echo "$n: finished" >&2; return 0; fi
+  nice -n 10 "$ARCHHPO" worker --study "$n" --storage "sqlite:///$WORK/$t.db" --threads 1 \
+    --checkpoint-dir "$WORK/${t}_ck" >>"$WORK/$t.worker.log" 2>&1 &
+  echo $! >"$WORK/$t.worker.pid"
+  wait "$!" || { local rc=$?; echo "$n: the worker stopped (exit $rc); the chain ends here" >&2; return "$rc"; }
+  echo "$(date -u +%FT%TZ) $n: done" >&2
+}
+
+seed_vertices() {  # every pass trained: 3 paired seeds at the size nearest each resolved vertex (the top budget's rule)
+  local t=$1 n
+  local names=()
+  # shellcheck disable=SC2046
+  while read -r n; do names+=("$n"); done < <("$ROOT/.venv/bin/python" "$ROOT/bench/frontier/extrapolate.py" seeds \
+    --task "$t" --storage "sqlite:///$WORK/$t.db" --seeds 3 --run -- $(args_for "$t" | grep -E '^--data ') \
+    "${TRAINING[@]}" 2>&1 | tee -a "$WORK/$t.chain.log" | sed -n 's/^\(created\|reloaded\) study \([^ ]*\) on .*/\2/p')
+  for n in "${names[@]}"; do train_study "$t" "$n" || return $?; done
+}
+
 chain() {  # task $1: launch every C (idempotent), then train each C's study to the end, smallest C first
   local t=$1 c n rc=0
   restore "$t"
@@ -178,13 +199,9 @@ chain() {  # task $1: launch every C (idempotent), then train each C's study to 
   for c in $(pass_computes "$t" r3); do studies+=("${t}_r3_C${c}"); done   # after 3e13's first pass
   for c in $(pass_computes "$t" r4); do studies+=("${t}_r4_C${c}"); done
   for n in "${studies[@]}"; do
-    if (($(open_trials "$t" "$n") == 0)); then echo "$n: finished" >&2; continue; fi
-    nice -n 10 "$ARCHHPO" worker --study "$n" --storage "sqlite:///$WORK/$t.db" --threads 1 \
-      --checkpoint-dir "$WORK/${t}_ck" >>"$WORK/$t.worker.log" 2>&1 &
-    echo $! >"$WORK/$t.worker.pid"
-    wait "$!" || { rc=$?; echo "$n: the worker stopped (exit $rc); the chain ends here" >&2; break; }
-    echo "$(date -u +%FT%TZ) $n: done" >&2
+    train_study "$t" "$n" || { rc=$?; break; }
   done
+  if ((rc == 0)); then seed_vertices "$t" || rc=$?; fi
   kill "$(cat "$WORK/$t.saver.pid")" 2>/dev/null || true
   rm -f "$WORK/$t.worker.pid" "$WORK/$t.saver.pid"
   save "$t"
