@@ -284,6 +284,18 @@ def planned_slots(study: optuna.Study) -> set[int]:
     }
 
 
+def centre_first(plan: Sequence[PlanEntry]) -> list[PlanEntry]:
+    """The plan in queue order: as planned, except an IsoFLOP plan's sizes (`isoflop_size`), queued
+    from the middle size outwards (the smaller first at equal distance), so that a study stopped
+    early, or trained only where affordable, holds the sizes around its centre: an extrapolation's
+    N* before its flanks. The slots, and so the stored plan, are unchanged."""
+    sizes = [(e.attrs or {}).get("isoflop_size") for e in plan]
+    if not sizes or any(s is None for s in sizes):
+        return list(plan)
+    middle = (max(sizes) + min(sizes)) / 2
+    return [e for _, e in sorted(zip(sizes, plan, strict=True), key=lambda p: (abs(p[0] - middle), p[0]))]
+
+
 def enqueue_missing(
     study: optuna.Study,
     settings: StudySettings,
@@ -302,7 +314,7 @@ def enqueue_missing(
     by_rank = {int(r["rank"]): r for r in ranks or []}
     by_slot = {int(a["slot"]): a for a in (ladder or {}).get("assignments", [])}
     n = 0
-    for entry in settings.plan:
+    for entry in centre_first(settings.plan):
         if entry.phase != phase or entry.slot in have:
             continue
         arch_idx, training = entry.arch_idx, entry.params if entry.params is not None else params

@@ -10,7 +10,8 @@ parts 5 and 6; bench/frontier/README.md).
 
 `predict` fits the task's frontier (Approach 3's L(N, D) over every trial, Approach 2 beside it),
 takes C_big = --factor (at least 4) times its largest budget, plans that C as `archhpo launch
---isoflop C_big --centre N* --sizes 5 --span 4` would (N*/2 to 2N*: N* and its x/÷2 flanks), and
+--isoflop C_big --centre N* --sizes 5 --span 16` would (N*/4 to 4N*: N*, its x/÷2 flanks, then x/÷4;
+queued in that order, so N* trains first and the outer flanks only where affordable), and
 writes the prediction per planned size (the law's loss and one run's 95% interval at its exact N and
 D) into extrapolation.json, measured_loss null. `launch` prints (with --run, runs) that launch;
 `grade` fills measured_loss from the trained study: inside the interval, the flanks not better
@@ -35,7 +36,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 JSON_PATH = HERE / "extrapolation.json"
 MIN_FACTOR = 4.0  # C_big at least this many times the largest budget trained (the issue's rule)
-FLANK_SIZES, FLANK_SPAN = 5, 4.0  # N*/2 ... 2N*: the middle is N*, the ends its x/÷2 flanks
+FLANK_SIZES, FLANK_SPAN = 5, 16.0  # N*/4, N*/2, N*, 2N*, 4N*: queued N* first, then x/÷2, then x/÷4
 NOISE_SDS = 2.0  # a flank is better "beyond noise" when it beats N* by more than this many noise sds
 
 
@@ -73,7 +74,7 @@ def _largest_study(frame: Any) -> str:
 
 
 def plan_big(storage: str, study: str, compute: float, centre: float) -> list[Any]:
-    """The trials `archhpo launch --isoflop compute --centre centre --sizes 5 --span 4` plans, with
+    """The trials `archhpo launch --isoflop compute --centre centre --sizes 5 --span 16` plans, with
     the frontier study's data facts, pins and validation intervals (budgets/_isoflop.py)."""
     from archhpo.budgets._isoflop import plan_isoflop
     from archhpo.models import get_family

@@ -76,6 +76,15 @@ def test_each_compute_budget_is_one_study_whose_trials_are_the_planners_sizes(sq
         assert params["learning_rate"] == 3e-3 and params["batch_size"] == 16 and params["epochs"] == 1
 
 
+def test_an_isoflop_studys_sizes_are_queued_from_the_middle_outwards(sqlite_url: str) -> None:
+    # A study stopped early (or an extrapolation trained only where affordable) holds its centre first.
+    code, err = _launch(["launch", "--experiment", "iso", *LINE, "--storage", sqlite_url])
+    assert code == 0, err
+    trials = sorted(_trials(sqlite_url, "iso_C1e10"), key=lambda t: t.number)
+    assert [t.user_attrs["isoflop_size"] for t in trials] == [2, 1, 3, 0, 4]
+    assert sorted(t.user_attrs["plan_slot"] for t in trials) == [0, 1, 2, 3, 4], "the stored plan's slots"
+
+
 def test_launching_twice_never_duplicates_and_other_sizes_are_refused(sqlite_url: str) -> None:
     argv = ["launch", "--experiment", "iso", *LINE, "--storage", sqlite_url]
     assert _launch(argv)[0] == 0
