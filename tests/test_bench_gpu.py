@@ -14,6 +14,9 @@ import pytest
 
 from tests.workers.test_gpu import _torch_only_env
 
+# One xdist worker runs this module: its module-scoped fixtures are built once, not once per worker.
+pytestmark = pytest.mark.xdist_group("bench_gpu")
+
 REPO = Path(__file__).resolve().parents[1]
 HEADER = ("| row | params | FLOPs/token | context | variant | batch (micro) | tokens/s | step ms | step MFU "
           "| TFLOP/s | compile s | peak GiB | estimate GiB | SDPA op (profiler) |")

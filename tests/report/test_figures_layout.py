@@ -16,6 +16,9 @@ from archhpo.report._page import write_report
 from tests.report.test_isoflop_figures import isoflop_rows
 from tests.report.test_report import _rows, _write
 
+# One xdist worker runs this module: its module-scoped fixtures are built once, not once per worker.
+pytestmark = pytest.mark.xdist_group("figures_layout")
+
 REPORT_DPI = 110  # write_report's png_dpi default
 PDF_DPI = 150  # the dpi write_report saves the PDFs (their rasterised points) at
 SIX = {"200K": 2e5, "1M": 1e6, "5M": 5e6, "25M": 2.5e7, "125M": 1.25e8, "625M": 6.25e8}

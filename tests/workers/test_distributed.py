@@ -24,6 +24,9 @@ from archhpo.workers._ranked import fits_group
 from archhpo.workers._train import cooldown_branch
 from tests.workers import _ranks
 
+# One xdist worker runs this module: its module-scoped fixtures are built once, not once per worker.
+pytestmark = pytest.mark.xdist_group("distributed")
+
 EPOCHS = 2
 TOLERANCE = 1e-5  # relative, per interval: the ranks' gradients are summed in another order
 
