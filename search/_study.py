@@ -289,8 +289,9 @@ def centre_first(plan: Sequence[PlanEntry]) -> list[PlanEntry]:
     from the middle size outwards (the smaller first at equal distance), so that a study stopped
     early, or trained only where affordable, holds the sizes around its centre: an extrapolation's
     N* before its flanks. The slots, and so the stored plan, are unchanged."""
-    sizes = [(e.attrs or {}).get("isoflop_size") for e in plan]
-    if not sizes or any(s is None for s in sizes):
+    found = [(e.attrs or {}).get("isoflop_size") for e in plan]
+    sizes = [int(s) for s in found if s is not None]
+    if not sizes or len(sizes) < len(found):
         return list(plan)
     middle = (max(sizes) + min(sizes)) / 2
     return [e for _, e in sorted(zip(sizes, plan, strict=True), key=lambda p: (abs(p[0] - middle), p[0]))]
