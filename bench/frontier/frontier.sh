@@ -62,6 +62,7 @@ args_for() {  # the task's data and its centre per C (the order of COMPUTES)
 # (centre, 7 sizes, the span of the sizes it trained), in experiment {task}_r of the same database, on
 # the grid's widths and depths extended below (d_model 16-48, 1 layer), which the lowest centres need.
 # The report pools both experiments' tables (`table`, then `archhpo report --csv ... --csv ...`).
+PASSES=(r r2 r3 r4)  # the re-centred passes' experiments, {task}_{pass} (extrapolate.py's RECENTRED)
 RECENTRE_GRID=(--d-model 16,32,48,64,128,192,256,384,512,768,1024 --n-layers 1,2,3,4,6,8,12,16)
 recentre_for() {  # "C centre" pairs of task $1, then its span
   case "$1" in
@@ -170,7 +171,7 @@ seed_vertices() {  # every pass trained: 3 paired seeds at the size nearest each
   local t=$1 n
   local names=()
   # shellcheck disable=SC2046
-  while read -r n; do names+=("$n"); done < <("$ROOT/.venv/bin/python" "$ROOT/bench/frontier/extrapolate.py" seeds \
+  while read -r n; do names+=("$n"); done < <("$(dirname "$ARCHHPO")/python" "$ROOT/bench/frontier/extrapolate.py" seeds \
     --task "$t" --storage "sqlite:///$WORK/$t.db" --seeds 3 --run -- $(args_for "$t" | grep -E '^--data ') \
     "${TRAINING[@]}" 2>&1 | tee -a "$WORK/$t.chain.log" | sed -n 's/^\(created\|reloaded\) study \([^ ]*\) on .*/\2/p')
   for n in "${names[@]}"; do train_study "$t" "$n" || return $?; done
@@ -252,7 +253,7 @@ table() {  # every finished trial of task $1 (experiment_results.csv's columns),
   "$ARCHHPO" export --experiment "$t" --storage "sqlite:///$WORK/$t.db" --out "$out" >/dev/null
   cp "$out/experiment_results.csv" "bench/frontier/$t.csv"
   local e files=("bench/frontier/$t.csv")
-  for e in "${t}_r" "${t}_r2" "${t}_r3" "${t}_r4"; do
+  for e in "${PASSES[@]/#/${t}_}"; do
     if "$ARCHHPO" export --experiment "$e" --storage "sqlite:///$WORK/$t.db" --out "$out/$e" >/dev/null 2>&1; then
       cp "$out/$e/experiment_results.csv" "bench/frontier/$e.csv"; files+=("bench/frontier/$e.csv")
     fi
