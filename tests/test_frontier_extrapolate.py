@@ -164,3 +164,16 @@ def test_the_frontier_pools_its_recentred_budgets_from_the_same_database(tmp_pat
     assert main(["worker", "--study", "f_r_C1e10", "--storage", url, "--threads", "1"]) == 0
     pooled = x._frame("f", url)
     assert set(pooled["experiment"]) == {"f", "f_r"} and len(pooled) == 10
+
+
+def test_a_budget_planned_but_not_trained_sets_neither_c_big_nor_the_study_it_plans_from() -> None:
+    """The frontier's 1e14 study is planned and left untrained: C_big counts from the largest budget
+    with finished trials, and the plan's settings come from that budget's study."""
+    import pandas as pd
+
+    frame = pd.DataFrame({"study": ["f_C1e13", "f_C3e13", "f_C1e14"], "state": ["COMPLETE", "COMPLETE", "WAITING"],
+                          "compute_budget": [1e13, 3e13, 1e14]})
+    assert x._largest_study(frame) == "f_C3e13"
+    assert float(x._trained(frame)["compute_budget"].max()) == 3e13
+    with pytest.raises(x.Refused, match="no finished IsoFLOP trial"):
+        x._trained(frame[frame["state"] == "WAITING"])

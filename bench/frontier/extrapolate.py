@@ -68,8 +68,18 @@ def _frame(task: str, storage: str) -> Any:
     return frame
 
 
+def _trained(frame: Any) -> Any:
+    """The finished IsoFLOP trials: a budget planned but not trained (the frontier's 1e14) is no
+    budget of the frontier, and C_big's factor counts from the largest one trained."""
+    state = frame["state"] if "state" in frame else "COMPLETE"
+    done = frame[(state == "COMPLETE") & frame["compute_budget"].notna()]
+    if done.empty:
+        raise Refused("The frontier has no finished IsoFLOP trial yet; train it before predicting.")
+    return done
+
+
 def _largest_study(frame: Any) -> str:
-    done = frame[frame["compute_budget"].notna()]
+    done = _trained(frame)
     return str(done.loc[done["compute_budget"].astype(float).idxmax(), "study"])
 
 
@@ -106,7 +116,7 @@ def predict(task: str, storage: str, factor: float = MIN_FACTOR, compute: float 
     from archhpo.report._isoflop import isoflop_fit
 
     frame = _frame(task, storage)
-    top = float(frame["compute_budget"].astype(float).max())
+    top = float(_trained(frame)["compute_budget"].astype(float).max())
     c = float(compute) if compute is not None else factor * top
     if not c >= MIN_FACTOR * top * (1 - 1e-9):
         raise Refused(f"C_big {c:.3g} is under {MIN_FACTOR:g}x the largest budget {top:.3g}; give --factor 4 or more.")

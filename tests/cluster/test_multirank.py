@@ -37,6 +37,9 @@ from tests.workers._ranks import free_port
 FAST_REAP = {"ARCHHPO_HEARTBEAT_S": "1", "ARCHHPO_GRACE_S": "8", "ARCHHPO_REAP_S": "1",
              "ARCHHPO_GROUP_TIMEOUT_S": "30"}
 NO_REAP = {**FAST_REAP, "ARCHHPO_GRACE_S": "120"}
+# The killed rank's test: a grace that outlasts a beat delayed on a loaded CI machine (with 8 s it once
+# waited out its 240 s there, cause unrecorded; _await now prints the trials and the group's output).
+KILL_REAP = {**FAST_REAP, "ARCHHPO_GRACE_S": "20"}
 
 
 def _study(url: str, name: str, trials: int, epochs: int, same_seed: bool = False, ranks: int = 1,
@@ -80,6 +83,18 @@ def _finish(proc: subprocess.Popen[str], log: Path, timeout: float = 300) -> str
     log.write_text(out)
     assert proc.returncode == 0, f"torchrun exited {proc.returncode} (output: {log}):\n{out[-3000:]}"
     return out
+
+
+def _await(group: subprocess.Popen[str], predicate: Any, what: str, url: str, name: str,
+           timeout: float = 240) -> None:
+    """Wait for `predicate` while the group runs; if it never holds, or the group exits first, fail
+    with what the group printed and the trials' states (a bare timeout says nothing about why)."""
+    if wait_for(lambda: predicate() or group.poll() is not None, timeout=timeout, every=0.2) and group.poll() is None:
+        return
+    group.kill()
+    out, _ = group.communicate()
+    states = [(t.number, t.state.name, t.user_attrs.get("plan_slot")) for t in _trials(url, name)]
+    raise AssertionError(f"{what}: not within {timeout} s (group exit {group.returncode}); trials {states}; the group printed:\n{out[-4000:]}")
 
 
 def _rank_pid(agent: int, rank: int) -> int | None:
@@ -128,14 +143,14 @@ def test_a_killed_rank_restarts_the_group_and_the_retry_ends_at_the_uninterrupte
     reaped and retried once from its checkpoint, and ends at the first copy's value bit for bit."""
     url = sqlite_url
     name = _study(url, "mr", trials=2, epochs=3, same_seed=True)
-    group = _group(url, tmp_path, restarts=1)
+    group = _group(url, tmp_path, restarts=1, timing=KILL_REAP)
     try:
         def second_checkpointed() -> bool:
             done = [t for t in _trials(url, name) if t.state == TrialState.COMPLETE]
             files = list((tmp_path / "ck" / name).glob("slot*.attempt1.pt"))
             return len(done) == 1 and len(files) == 1
 
-        assert wait_for(second_checkpointed, timeout=240, every=0.2), "the second copy checkpointed an epoch"
+        _await(group, second_checkpointed, "the second copy checkpointed an epoch", url, name)
         victim = _rank_pid(group.pid, 1)
         assert victim is not None, "rank 1's process"
         os.kill(victim, signal.SIGKILL)
@@ -165,7 +180,7 @@ def test_a_sigterm_to_one_rank_gives_the_trial_back_once_and_it_resumes_to_the_u
             done = [t for t in _trials(url, name) if t.state == TrialState.COMPLETE]
             return len(done) == 1 and len(list((tmp_path / "ck" / name).glob("slot*.attempt1.pt"))) == 1
 
-        assert wait_for(second_checkpointed, timeout=240, every=0.2), "the second copy checkpointed an epoch"
+        _await(group, second_checkpointed, "the second copy checkpointed an epoch", url, name)
         victim = _rank_pid(group.pid, 1)
         assert victim is not None, "rank 1's process"
         os.kill(victim, signal.SIGTERM)
@@ -230,8 +245,8 @@ def test_a_two_rank_group_fenced_out_stops_on_both_ranks_and_never_touches_the_r
     rescuer = None
     ranks: list[int] = []
     try:
-        assert wait_for(lambda: bool(list((ck / name).glob("slot*.attempt1.pt"))), timeout=240, every=0.2), \
-            "the group checkpointed an epoch"
+        _await(group, lambda: bool(list((ck / name).glob("slot*.attempt1.pt"))), "the group checkpointed an epoch",
+               url, name)
         ranks = [pid for pid in (_rank_pid(group.pid, r) for r in (0, 1)) if pid is not None]
         assert len(ranks) == 2, "both ranks' processes"
         for _ in range(100):  # paused outside any transaction and the plan lock, as test_fencing does
