@@ -177,3 +177,13 @@ def test_a_budget_planned_but_not_trained_sets_neither_c_big_nor_the_study_it_pl
     assert float(x._trained(frame)["compute_budget"].max()) == 3e13
     with pytest.raises(x.Refused, match="no finished IsoFLOP trial"):
         x._trained(frame[frame["state"] == "WAITING"])
+
+
+def test_the_regime_cut_keeps_the_trials_of_at_least_min_steps_and_zero_keeps_all() -> None:
+    import pandas as pd
+
+    frame = pd.DataFrame({"train_samples": [4000, 8000, 16000], "batch_size": [16, 16, 16], "study": list("abc")})
+    frame.attrs["truth"] = {"entropy_rate": 1.85}
+    assert list(x.in_regime(frame, 500)["study"]) == ["b", "c"], "250 steps out; 500 and 1,000 in"
+    assert x.in_regime(frame, 500).attrs == frame.attrs, "the known floor travels with the cut"
+    assert x.in_regime(frame, 0) is frame

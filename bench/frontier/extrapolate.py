@@ -109,10 +109,22 @@ def law_at(nd: dict[str, Any], n: float, d: float) -> dict[str, Any]:
             "law_ci95": [float(x) for x in np.percentile(rest, [2.5, 97.5])]}
 
 
+def in_regime(frame: Any, min_steps: int) -> Any:
+    """The trials that train at least `min_steps` optimizer steps (train_samples over the batch);
+    0 keeps all. Approach 3 only: each budget's profile (Approach 2) keeps every size."""
+    if min_steps <= 0:
+        return frame
+    steps = frame["train_samples"].astype(float) / frame["batch_size"].astype(float)
+    kept = frame[steps >= min_steps].copy()
+    kept.attrs = dict(frame.attrs)
+    return kept
+
+
 def predict(task: str, storage: str, factor: float = MIN_FACTOR, compute: float | None = None,
-            n_boot: int = 1000) -> dict[str, Any]:
-    """The prediction entry of `task` (module docstring); Refused where it cannot be made."""
-    from archhpo.report._answer import compute_answer, nd_fit
+            n_boot: int = 1000, min_steps: int = 0) -> dict[str, Any]:
+    """The prediction entry of `task` (module docstring); Refused where it cannot be made. With
+    `min_steps`, L(N, D) is fitted on the trials that train at least that many steps."""
+    from archhpo.report._answer import compute_answer, nd_fit, nd_points
     from archhpo.report._isoflop import isoflop_fit
 
     frame = _frame(task, storage)
@@ -120,7 +132,8 @@ def predict(task: str, storage: str, factor: float = MIN_FACTOR, compute: float 
     c = float(compute) if compute is not None else factor * top
     if not c >= MIN_FACTOR * top * (1 - 1e-9):
         raise Refused(f"C_big {c:.3g} is under {MIN_FACTOR:g}x the largest budget {top:.3g}; give --factor 4 or more.")
-    nd = nd_fit(frame, n_boot)
+    fitted = in_regime(frame, min_steps)
+    nd = nd_fit(fitted, n_boot)
     answer = compute_answer(frame, nd, c)
     if answer.get("status") != "fitted":
         raise Refused(f"{task}: no prediction, L(N, D) is not fitted ({nd.get('status')}: {nd.get('reason')}).")
@@ -132,6 +145,7 @@ def predict(task: str, storage: str, factor: float = MIN_FACTOR, compute: float 
     middle = planned[len(planned) // 2]
     iso = isoflop_fit(frame, nd, n_boot)
     return {"task": task, "compute": c, "factor": c / top, "largest_budget": top,
+            "fit": {"min_steps": min_steps, "n_points": len(nd_points(fitted))},
             "predicted": {"n_star": {"estimate": n_star, "ci95": answer["N"]["ci95"]},
                           "d_star": answer["D"]["estimate"], "tokens_per_param": answer["tokens_per_param"]["estimate"],
                           "a": answer["a"], "approach_2_a": iso.get("a"), "n": middle["n"], "shape": middle["shape"],
@@ -249,11 +263,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--seeds", type=int, default=3, help="seeds: seeds per vertex size")
     p.add_argument("--json", type=Path, default=JSON_PATH)
     p.add_argument("--n-boot", type=int, default=1000)
+    p.add_argument("--min-steps", type=int, default=0,
+                   help="predict: fit L(N, D) on the trials of at least this many optimizer steps (0: all)")
     p.add_argument("--run", action="store_true", help="launch, seeds: run the launch, not only print it")
     args = p.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
     try:
         if args.command == "predict":
-            entry = predict(args.task, args.storage, args.factor, args.compute, args.n_boot)
+            entry = predict(args.task, args.storage, args.factor, args.compute, args.n_boot, args.min_steps)
             write_entry(entry, args.json)
             print(json.dumps(entry["predicted"], indent=2))
         elif args.command == "launch":
