@@ -179,6 +179,9 @@ seed_vertices() {  # every pass trained: 3 paired seeds at the size nearest each
 
 chain() {  # task $1: launch every C (idempotent), then train each C's study to the end, smallest C first
   local t=$1 c n rc=0
+  # `nice` yields only within one session: the kernel's autogroups share the CPU between sessions
+  # (a terminal, CI) as equals, so the chain lowers its whole session's weight as well.
+  echo 10 >/proc/self/autogroup 2>/dev/null || true
   restore "$t"
   # shellcheck disable=SC2046
   "$ARCHHPO" launch --experiment "$t" $(args_for "$t") --storage "sqlite:///$WORK/$t.db"

@@ -154,6 +154,9 @@ finished() {  # every planned trial of truth $1 (of its budgets $2, if given) ha
 
 chain() {  # the stages in order (t1, or t1:100K,200K for some budgets), each to the end
   local stage t budgets pid
+  # `nice` yields only within one session: the kernel's autogroups share the CPU between sessions
+  # (a terminal, CI) as equals, so the chain lowers its whole session's weight as well.
+  echo 10 >/proc/self/autogroup 2>/dev/null || true
   for f in "$WORK"/t*.worker*.pid; do  # workers of an earlier `start` still running: let them finish
     [[ -f $f ]] || continue
     pid=$(cat "$f"); while kill -0 "$pid" 2>/dev/null; do sleep 30; done
