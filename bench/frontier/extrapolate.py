@@ -45,11 +45,11 @@ class Refused(Exception):
 
 
 # the later passes' experiments in the same database (frontier.sh)
-RECENTRED = ("{task}_r", "{task}_r2", "{task}_r3", "{task}_r4")
+RECENTRED = ("{task}_r", "{task}_r2", "{task}_r3", "{task}_r4", "{task}_r5")
 
 
 def _frame(task: str, storage: str) -> Any:
-    """The frontier's trials: experiment `task`, pooled with its re-centred passes (`task`_r to `task`_r4)
+    """The frontier's trials: experiment `task`, pooled with its re-centred passes (`task`_r to `task`_r5)
     where the database holds them (each plan's sizes its own, report/_isoflop.py isoflop_points)."""
     import pandas as pd
 

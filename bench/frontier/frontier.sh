@@ -62,7 +62,7 @@ args_for() {  # the task's data and its centre per C (the order of COMPUTES)
 # (centre, 7 sizes, the span of the sizes it trained), in experiment {task}_r of the same database, on
 # the grid's widths and depths extended below (d_model 16-48, 1 layer), which the lowest centres need.
 # The report pools both experiments' tables (`table`, then `archhpo report --csv ... --csv ...`).
-PASSES=(r r2 r3 r4)  # the re-centred passes' experiments, {task}_{pass} (extrapolate.py's RECENTRED)
+PASSES=(r r2 r3 r4 r5)  # the re-centred passes' experiments, {task}_{pass} (extrapolate.py's RECENTRED)
 RECENTRE_GRID=(--d-model 16,32,48,64,128,192,256,384,512,768,1024 --n-layers 1,2,3,4,6,8,12,16)
 recentre_for() {  # "C centre" pairs of task $1, then its span
   case "$1" in
@@ -96,9 +96,18 @@ recentre4_for() {
     *) echo "" ;;                    # shk's 3e13 brackets its vertex (2.9e5)
   esac
 }
-pass_spec() { if [[ $2 == r4 ]]; then recentre4_for "$1"; else recentre3_for "$1"; fi; }
-pass_sizes() { if [[ $1 == r4 ]]; then echo 5; else echo 7; fi; }
-launch_pass() {  # task $1's pass $2 (r3 or r4), one launch per budget (each its own span)
+# The next pass (docs/compute-optimal.md, "Approach 3 where most steps leave the warm-up"): 1e14
+# re-centred on the pooled Approach 2's N_opt(1e14), 5 sizes, experiment {task}_r5, trained after the
+# seeds; written at 03:56 UTC on 2026-12-04 before anything at 1e14 was read. shk's (1e14 3.2e5 10)
+# was withdrawn before it trained: its sizes would repeat the 5 MB corpus 3-22 times.
+recentre5_for() {
+  case "$1" in
+    *) echo "" ;;                    # syn: once syn_r4 and its seeds are read, by the same rule
+  esac
+}
+pass_spec() { case $2 in r4) recentre4_for "$1" ;; r5) recentre5_for "$1" ;; *) recentre3_for "$1" ;; esac; }
+pass_sizes() { if [[ $1 == r4 || $1 == r5 ]]; then echo 5; else echo 7; fi; }
+launch_pass() {  # task $1's pass $2 (r3, r4 or r5), one launch per budget (each its own span)
   local t=$1 pass=$2 data
   data=$(args_for "$t" | grep -E '^--data ')
   # shellcheck disable=SC2046,SC2086
@@ -193,6 +202,7 @@ chain() {  # task $1: launch every C (idempotent), then train each C's study to 
   fi
   launch_pass "$t" r3
   launch_pass "$t" r4
+  launch_pass "$t" r5
   ( while sleep 900; do save "$t" || true; done ) >>"$WORK/$t.saver.log" 2>&1 &
   echo $! >"$WORK/$t.saver.pid"
   # the second pass's cheap budgets first (they resolve the low vertices), then the first pass's rest
@@ -206,6 +216,9 @@ chain() {  # task $1: launch every C (idempotent), then train each C's study to 
     train_study "$t" "$n" || { rc=$?; break; }
   done
   if ((rc == 0)); then seed_vertices "$t" || rc=$?; fi
+  if ((rc == 0)); then  # the next pass, after the seeds (its rule: recentre5_for)
+    for c in $(pass_computes "$t" r5); do train_study "$t" "${t}_r5_C${c}" || { rc=$?; break; }; done
+  fi
   kill "$(cat "$WORK/$t.saver.pid")" 2>/dev/null || true
   rm -f "$WORK/$t.worker.pid" "$WORK/$t.saver.pid"
   save "$t"
