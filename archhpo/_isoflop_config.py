@@ -46,7 +46,7 @@ class Isoflop:
     centre_from: str | None = setting(
         None, "with --isoflop: centre the sizes on this earlier experiment's fitted IsoFLOP law",
         metavar="EXPERIMENT", needs=_needs_isoflop("centre_from"))
-    shapes: int = setting(1, "with --isoflop: architectures trained at each size (the fit keeps the best)",
+    shapes: int = setting(1, "with --isoflop: shapes (distinct width, depth or FFN) per size; the fit keeps the best",
                           parse=int, metavar="K", needs=_needs_isoflop("shapes"))
 
     def __post_init__(self) -> None:

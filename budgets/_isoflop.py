@@ -5,9 +5,9 @@ the user's ``--centre``, an earlier study's law N_opt = G·C^a (`centre_from_law
 `prior_centre`, Chinchilla's rule (Hoffmann et al. 2022: 20 tokens per parameter at 6 FLOPs per
 parameter-token, so N_c = sqrt(C / 120)). Each size takes the grid rows whose exact count lies in
 its band (half a log step either side; ``--d-model``/``--n-layers`` lists replace the grid's) and
-keeps the one (or, with ``shapes=K``, the K) nearest a target shape: d_model/n_layers, d_ff/d_model,
-head width; by default Kaplan et al.'s aspect ratio 100, 4x FFN, 64-wide heads (`ShapeTarget`), or an
-earlier study's best (`ShapeTarget.from_row`). Ties go to the count nearest the size, then arch_idx.
+keeps the one (``shapes=K``: K of distinct d_model, n_layers, d_ff) nearest a target shape, in
+d_model/n_layers, d_ff/d_model, head width: Kaplan et al.'s aspect 100, 4x FFN, 64-wide heads
+(`ShapeTarget`), or an earlier best (`ShapeTarget.from_row`); ties: the count nearest, arch_idx.
 
 Data: a trial trains whole samples (windows of seq_len tokens for lm), as many as put its FLOPs
 nearest C: samples = round(C / flops_per_sample), a multiple of ``intervals`` (its validation
@@ -162,6 +162,19 @@ def _band_rows(family: Family, info: Mapping[str, Any], target: float, half_step
             and all(getattr(r, dim) in values for dim, values in (pins or {}).items())]
 
 
+def _distinct_bodies(rows: Sequence[GridRow]) -> list[GridRow]:
+    """The first row (in `rows`' order) of each body (d_model, n_layers, d_ff): ``--shapes K`` searches
+    K shapes that differ in width, depth or FFN, each at its head count nearest the target, rather than
+    one body's head counts (which share its parameter count and most of its loss)."""
+    seen: set[tuple[int, int, int]] = set()
+    out = []
+    for row in rows:
+        if (body := (row.d_model, row.n_layers, row.d_ff)) not in seen:
+            seen.add(body)
+            out.append(row)
+    return out
+
+
 def _samples(compute: float, row: GridRow, intervals: int, family: str) -> int:
     """Whole samples (a multiple of `intervals`) whose FLOPs lie nearest C, within 1% of it."""
     per = int(row.flops_per_sample or 0)
@@ -205,7 +218,7 @@ def plan_isoflop(family: Family, info: Mapping[str, Any], compute: float, *, siz
                 f"{target * half_step:,.0f} parameters (size {i + 1} of {sizes} at C = {compute:.3g}); "
                 "move the centre (--centre) or widen the span (--span), plan fewer sizes, or list the widths and "
                 "depths to choose from (--d-model 16,32,48,64 --n-layers 1,2 reach below the grid).")
-        for rank, row in enumerate(rows[:shapes]):
+        for rank, row in enumerate(_distinct_bodies(rows)[:shapes]):
             cfg = family.config_for(row.arch(), info)
             trials.append(IsoflopTrial(compute, i, target, rank, row, _samples(compute, row, intervals, family.name),
                                        family.units_per_sample(cfg)))

@@ -84,15 +84,18 @@ def test_a_carried_shape_makes_every_size_deeper_than_the_default() -> None:
     assert all(aspect(c) < aspect(d) for c, d in zip(carried.trials, default.trials, strict=True))
 
 
-def test_k_shapes_per_size_are_distinct_rows_ranked_by_shape() -> None:
+def test_k_shapes_per_size_are_distinct_bodies_ranked_by_shape() -> None:
     plan = plan_isoflop(LM, LM_INFO, 1e15, shapes=3)
+    one = {t.size: t.row for t in plan_isoflop(LM, LM_INFO, 1e15).trials}
     by_size: dict[int, list] = {}
     for t in plan.trials:
         by_size.setdefault(t.size, []).append(t)
     assert set(by_size) == set(range(7))
-    for trials in by_size.values():
+    for size, trials in by_size.items():
         assert [t.rank for t in trials] == list(range(len(trials))) and 1 <= len(trials) <= 3
-        assert len({t.row.arch_idx for t in trials}) == len(trials)
+        assert trials[0].row == one[size]  # rank 0 is the one-shape plan's row
+        # K shapes differ in width, depth or FFN, not only in their head count
+        assert len({(t.row.d_model, t.row.n_layers, t.row.d_ff) for t in trials}) == len(trials)
         assert all(abs(t.train_flops - 1e15) <= 0.01 * 1e15 for t in trials)
     assert sum(len(v) for v in by_size.values()) > 7
 
