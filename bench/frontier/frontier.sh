@@ -25,12 +25,14 @@ SAVED=${FRONTIER_SAVED:-$ROOT/bench/frontier/studies}   # the committed copy
 export RAY_USAGE_STATS_ENABLED=0
 TASKS=(syn shk)
 
-sql() { sqlite3 -cmd ".timeout 60000" "$@"; }  # waits for a busy database instead of failing
+# shellcheck source=bench/parts.sh
+source "$ROOT/bench/parts.sh"  # sql, restore_copy, save: the working and committed copies
 
 # Shared by both tasks: the truths' training (fixed data, WSD with a 20% cooldown, learning rate 3e-3,
 # batch 16, 128-token windows, 2, 4 or 8 heads), 7 sizes over 10x per C, 3 validation intervals.
 TRAINING=(--family lm --data-seed 0 --seed 0 --schedule wsd --cooldown 0.2 --learning-rate 3e-3 --batch-size 16
           --seq-len 128 --epochs 3)
+# shellcheck disable=SC2054  # a flag's comma list, not array elements
 COMMON=("${TRAINING[@]}" --n-heads 2,4,8 --sizes 7)
 # The compute budgets, trained in this order: the issue brief's two decades 1e11-1e13 first (about
 # 1e14 FLOPs per task), then 3e13 and 1e14, which carry the frontier to where the grid brackets the
@@ -63,6 +65,7 @@ args_for() {  # the task's data and its centre per C (the order of COMPUTES)
 # the grid's widths and depths extended below (d_model 16-48, 1 layer), which the lowest centres need.
 # The report pools both experiments' tables (`table`, then `archhpo report --csv ... --csv ...`).
 PASSES=(r r2 r3 r4 r5)  # the re-centred passes' experiments, {task}_{pass} (extrapolate.py's RECENTRED)
+# shellcheck disable=SC2054
 RECENTRE_GRID=(--d-model 16,32,48,64,128,192,256,384,512,768,1024 --n-layers 1,2,3,4,6,8,12,16)
 recentre_for() {  # "C centre" pairs of task $1, then its span
   case "$1" in
@@ -136,29 +139,14 @@ recentre_args() {  # the launch of task $1's pass ${2:-r} (experiment $1_r or $1
   # shellcheck disable=SC2086
   set -- $pairs
   while (($#)); do echo --isoflop "$1" --centre "$2"; shift 2; done
+  # shellcheck disable=SC2086
   echo --span $span "${RECENTRE_GRID[@]}" "${COMMON[@]}"
 }
 
-restore() {  # the working copy: from the committed one when this machine has none
+restore() {  # the working copy (bench/parts.sh), and the task's corpus where it is a file
   local t=$1
-  mkdir -p "$WORK"
-  if [[ ! -s $WORK/$t.db && -f $SAVED/$t.db ]]; then
-    cp "$SAVED/$t.db" "$WORK/$t.db"
-    rm -rf "$WORK/${t}_ck" && if [[ -d $SAVED/${t}_ck ]]; then cp -r "$SAVED/${t}_ck" "$WORK/${t}_ck"; fi
-    echo "restored $t from $SAVED" >&2
-  fi
+  restore_copy "$t"
   if [[ $t == shk && ! -f $WORK/shakespeare.txt ]]; then bash "$ROOT/bench/truths/shakespeare.sh" "$WORK/shakespeare.txt"; fi
-}
-
-save() {
-  local t=$1
-  mkdir -p "$SAVED"
-  [[ -f $WORK/$t.db ]] || { echo "no $WORK/$t.db to save" >&2; return 1; }
-  sql "$WORK/$t.db" ".backup '$SAVED/$t.db.tmp'" && mv "$SAVED/$t.db.tmp" "$SAVED/$t.db"
-  rm -rf "$SAVED/${t}_ck.tmp"
-  if [[ -d $WORK/${t}_ck ]]; then cp -r "$WORK/${t}_ck" "$SAVED/${t}_ck.tmp"; else mkdir -p "$SAVED/${t}_ck.tmp"; fi
-  rm -rf "$SAVED/${t}_ck" && mv "$SAVED/${t}_ck.tmp" "$SAVED/${t}_ck"
-  echo "$(date -u +%FT%TZ) saved $t" >&2
 }
 
 open_trials() {  # WAITING or RUNNING trials of study $2 in task $1's database

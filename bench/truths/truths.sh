@@ -27,17 +27,20 @@ SAVED=$ROOT/bench/truths/studies      # the committed copy
 WORKERS=${TRUTHS_WORKERS:-2}
 export RAY_USAGE_STATS_ENABLED=0
 
-sql() { sqlite3 -cmd ".timeout 60000" "$@"; }  # waits for a busy database instead of failing the chain
+# shellcheck source=bench/parts.sh
+source "$ROOT/bench/parts.sh"  # sql, restore_copy, save: the working and committed copies
 
 # Shared by every truth: 3 init seeds on data fixed by --data-seed; every architecture of the grid
 # (a paired study never prunes) trained to 10 tokens per parameter (20 is beyond this machine: see the
 # README); WSD with halving's rungs at 1/9 and 1/3 of D recorded as cooldown-branch scores; 9 intervals.
+# shellcheck disable=SC2054
 COMMON=(--tokens-per-param 10 --paired-seeds 3 --data-seed 0 --seed 0 --pruner halving --eta 3 --min-fraction 1/9
         --schedule wsd --cooldown 0.2 --trials 200 --tolerance 0.15 --n-heads 2,4,8 --seq-len 128)
 LADDER=(--budget 100K --budget 200K --budget 400K --budget 800K)
 # The order of the work (`start` with no arguments): the budgets up to 400K of every truth first, so
 # that complete truths (T3) and the lower ladders exist days before the 800K budgets (36 trials of
 # about 80 minutes each per truth at this machine's measured 11 GFLOP/s per worker) are done.
+# shellcheck disable=SC2054
 ORDER=(t1:100K,200K,400K t1lr:400K t3 t2:100K,200K,400K t1:800K t1lr:800K t2:800K t4)
 
 args_for() {
@@ -57,28 +60,11 @@ args_for() {
   esac
 }
 
-restore() {  # the working copy: from the committed one when this machine has none
+restore() {  # the working copy (bench/parts.sh), and the truth's corpus where it is a file
   local t=$1
-  mkdir -p "$WORK"
-  # -s, not -f: an empty file (sqlite3 creates one when it opens a missing path) is no working copy
-  if [[ ! -s $WORK/$t.db && -f $SAVED/$t.db ]]; then
-    cp "$SAVED/$t.db" "$WORK/$t.db"
-    rm -rf "$WORK/${t}_ck" && if [[ -d $SAVED/${t}_ck ]]; then cp -r "$SAVED/${t}_ck" "$WORK/${t}_ck"; fi
-    echo "restored $t from $SAVED" >&2
-  fi
+  restore_copy "$t"
   if [[ $t == t2 && ! -f $WORK/shakespeare.txt ]]; then bash "$ROOT/bench/truths/shakespeare.sh" "$WORK/shakespeare.txt"; fi
   if [[ $t == t4 && ! -f $WORK/kjv.txt ]]; then bash "$ROOT/bench/truths/t4_text.sh" "$WORK/kjv.txt"; fi
-}
-
-save() {
-  local t=$1
-  mkdir -p "$SAVED"
-  [[ -f $WORK/$t.db ]] || { echo "no $WORK/$t.db to save" >&2; return 1; }
-  sql "$WORK/$t.db" ".backup '$SAVED/$t.db.tmp'" && mv "$SAVED/$t.db.tmp" "$SAVED/$t.db"
-  rm -rf "$SAVED/${t}_ck.tmp"
-  if [[ -d $WORK/${t}_ck ]]; then cp -r "$WORK/${t}_ck" "$SAVED/${t}_ck.tmp"; else mkdir -p "$SAVED/${t}_ck.tmp"; fi
-  rm -rf "$SAVED/${t}_ck" && mv "$SAVED/${t}_ck.tmp" "$SAVED/${t}_ck"
-  echo "$(date -u +%FT%TZ) saved $t" >&2
 }
 
 studies_of() {  # the study names of truth $1 limited to budgets $2 (comma-separated; empty: all)
