@@ -110,6 +110,21 @@ def test_the_launch_plans_the_predicted_sizes_at_c_big(patched: str, tmp_path: P
         [(p["n"], p["train_tokens"]) for p in planned]
 
 
+@pytest.mark.parametrize("flag", ["--sizes", "--span=8", "--centre", "--storage"])
+def test_a_launch_given_a_flag_of_its_plan_after_the_dashes_is_refused_and_nothing_launched(
+        patched: str, tmp_path: Path, flag: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """frontier.sh's COMMON holds --sizes 7: given after --, it would silently replace the 5 sizes
+    the prediction planned, so the launch refuses it in one sentence and creates no database."""
+    path = tmp_path / "extrapolation.json"
+    assert x.main(["predict", "--task", "f", "--storage", patched, "--json", str(path), "--n-boot", "100"]) == 0
+    big = tmp_path / "x.db"
+    extra = [flag] if "=" in flag else [flag, "7"]
+    assert x.main(["launch", "--task", "f", "--storage", patched, "--to", f"sqlite:///{big}", "--json", str(path),
+                   "--run", "--", *TRAINING, *extra]) == 2
+    assert f"{flag.split('=')[0]} after -- would change the predicted plan" in capsys.readouterr().err
+    assert not big.exists()
+
+
 def _entry() -> dict[str, Any]:
     planned = [{"n": n, "loss": {"estimate": 2.0 + i / 100, "ci95": [1.98 + i / 100, 2.02 + i / 100]}}
                for i, n in enumerate((100, 200, 300))]

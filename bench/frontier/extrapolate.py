@@ -37,6 +37,7 @@ HERE = Path(__file__).resolve().parent
 JSON_PATH = HERE / "extrapolation.json"
 MIN_FACTOR = 4.0  # C_big at least this many times the largest budget trained (the rule)
 FLANK_SIZES, FLANK_SPAN = 5, 16.0  # N*/4, N*/2, N*, 2N*, 4N*: queued N* first, then x/÷2, then x/÷4
+PLAN_FLAGS = {"--experiment", "--isoflop", "--centre", "--centre-from", "--sizes", "--span", "--shapes", "--storage"}
 NOISE_SDS = 2.0  # a flank is better "beyond noise" when it beats N* by more than this many noise sds
 
 
@@ -274,6 +275,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(json.dumps(entry["predicted"], indent=2))
         elif args.command == "launch":
             entry = read_entry(args.task, args.json)
+            if clash := sorted({f.split("=")[0] for f in rest} & PLAN_FLAGS):
+                raise Refused(f"{', '.join(clash)} after -- would change the predicted plan (the launch sets the "
+                              "experiment, C_big, the centre, the sizes and the span, and --to the storage); "
+                              "give only the frontier's training flags and its --data.")
             _archhpo([*entry["launch"], *rest, "--storage", args.to or args.storage], args.run)
         elif args.command == "grade":
             entry = grade(read_entry(args.task, args.json), measured(args.task, args.storage))

@@ -13,6 +13,7 @@
 #   bench/frontier/frontier.sh stop            # SIGTERM the workers (each running trial saved between two steps), save all
 #   bench/frontier/frontier.sh save syn        # copy the live database and checkpoints into bench/frontier/studies/
 #   bench/frontier/frontier.sh table syn       # bench/frontier/syn.csv and syn_r.csv (every finished trial), sha256, cost
+#   bench/frontier/frontier.sh start syn_x     # the extrapolation's C_big study (extrapolate.py predict, launch) to its end
 #
 # Re-running `start` after a stop (or on a new machine, from the committed copy) resumes: finished
 # trials stay finished and interrupted ones resume from the step where they stopped.
@@ -52,7 +53,7 @@ args_for() {  # the task's data and its centre per C (the order of COMPUTES)
     # 2.5 passes); its entropy rate is exact whatever the length.
     syn) centres=(2.2e5 2.2e5 2.2e5 2.2e5 2.89e5 5e5 9.13e5); echo --data synthetic:tokens=20000000 ;;
     shk) centres=(2.6e5 2.6e5 2.6e5 2.6e5 2.89e5 5e5 9.13e5); echo --data "$WORK/shakespeare.txt" ;;
-    *) echo "unknown task '$1' (syn or shk)" >&2; exit 2 ;;
+    *) echo "unknown task '$1' (syn or shk; syn_x or shk_x for an extrapolation)" >&2; exit 2 ;;
   esac
   for c in "${COMPUTES[@]}"; do echo --isoflop "$c"; done
   for c in "${centres[@]}"; do echo --centre "$c"; done
@@ -174,11 +175,25 @@ seed_vertices() {  # every pass trained: 3 paired seeds at the size nearest each
   for n in "${names[@]}"; do train_study "$t" "$n" || return $?; done
 }
 
+extrapolation() {  # task $1's C_big study ({task}_x in $WORK/{task}_x.db, made by `extrapolate.py launch`) to its end
+  local t=$1 n rc=0
+  restore "$t"
+  [[ -s $WORK/$t.db ]] || { echo "no $WORK/$t.db: run extrapolate.py predict and launch first" >&2; return 2; }
+  ( while sleep 900; do save "$t" || true; done ) >>"$WORK/$t.saver.log" 2>&1 &
+  echo $! >"$WORK/$t.saver.pid"
+  for n in $(sql "$WORK/$t.db" "select study_name from studies order by 1"); do train_study "$t" "$n" || { rc=$?; break; }; done
+  kill "$(cat "$WORK/$t.saver.pid")" 2>/dev/null || true
+  rm -f "$WORK/$t.worker.pid" "$WORK/$t.saver.pid"
+  save "$t"
+  return "$rc"
+}
+
 chain() {  # task $1: launch every C (idempotent), then train each C's study to the end, smallest C first
   local t=$1 c n rc=0
   # `nice` yields only within one session: the kernel's autogroups share the CPU between sessions
   # (a terminal, CI) as equals, so the chain lowers its whole session's weight as well.
   echo 10 >/proc/self/autogroup 2>/dev/null || true
+  if [[ $t == *_x ]]; then extrapolation "$t"; return; fi   # syn_x, shk_x: the extrapolation's study
   restore "$t"
   # shellcheck disable=SC2046
   "$ARCHHPO" launch --experiment "$t" $(args_for "$t") --storage "sqlite:///$WORK/$t.db"
@@ -229,7 +244,7 @@ start() {  # each task's chain in the background: bench/frontier/frontier.sh sta
 
 stop() {  # SIGTERM each worker (its running trial is saved between two steps), then save every task
   local t pid
-  for t in "${TASKS[@]}"; do
+  for t in "${TASKS[@]}" "${TASKS[@]/%/_x}"; do
     if [[ -f $WORK/$t.chain.pid ]]; then kill "$(cat "$WORK/$t.chain.pid")" 2>/dev/null || true; rm -f "$WORK/$t.chain.pid"; fi
     if [[ -f $WORK/$t.worker.pid ]]; then
       pid=$(cat "$WORK/$t.worker.pid"); kill -TERM "$pid" 2>/dev/null || true
@@ -274,5 +289,5 @@ case "${1:-}" in
   save) save "$2" ;;
   status) status "$2" ;;
   table) table "$2" ;;
-  *) echo "usage: $0 start [syn|shk]... | stop | save TASK | status TASK | table TASK" >&2; exit 2 ;;
+  *) echo "usage: $0 start [syn|shk|syn_x|shk_x]... | stop | save TASK | status TASK | table TASK" >&2; exit 2 ;;
 esac
