@@ -179,6 +179,9 @@ def test_the_frontier_pools_its_recentred_budgets_from_the_same_database(tmp_pat
     assert main(["worker", "--study", "f_r_C1e10", "--storage", url, "--threads", "1"]) == 0
     pooled = x._frame("f", url)
     assert set(pooled["experiment"]) == {"f", "f_r"} and len(pooled) == 10
+    # the data's known truth survives the pooling: the fits check E against its loss floor
+    truth = pooled.attrs["truth"]
+    assert truth == alone.attrs["truth"] and truth["loss_floor"] > truth["entropy_rate"] > 0
 
 
 def test_a_budget_planned_but_not_trained_sets_neither_c_big_nor_the_study_it_plans_from() -> None:

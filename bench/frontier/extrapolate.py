@@ -64,6 +64,12 @@ def _frame(task: str, storage: str) -> Any:
         except StudyError:  # no such pass in this database
             continue
     frame = pd.concat([f for f in frames if not f.empty] or frames[:1], ignore_index=True)
+    # pd.concat keeps no attrs: the data's known truth (its loss floor, which the fits check E against)
+    # is the first pass's, and every pass trains the same data
+    truths = {json.dumps(f.attrs.get("truth"), sort_keys=True) for f in frames if not f.empty}
+    if len(truths) > 1:
+        raise Refused(f"The passes of {task!r} record different data truths; each pass must train the frontier's data.")
+    frame.attrs = dict(frames[0].attrs)
     if frame.empty or "compute_budget" not in frame or frame["compute_budget"].isna().all():
         raise Refused(f"{storage} holds no IsoFLOP trials of experiment {task!r}; give the frontier's --task and --storage.")
     return frame
