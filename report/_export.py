@@ -22,6 +22,7 @@ from archhpo._io import atomic_write
 from archhpo.errors import DiskFull
 from archhpo.report._columns import SPEED_COLUMNS
 from archhpo.report._confirm import CHOSEN_ON_MEAN, CHOSEN_ON_TRIAL, confirmation_summary, paired_summary
+from archhpo.report._truth import TRUTH_KEYS
 from archhpo.schema import ARCH_RECORD, TRAINING_PARAMS, Attr
 from archhpo.search._space import PARAM_NAMES
 from archhpo.search._study import StudySettings, experiment_studies, load_study
@@ -34,13 +35,15 @@ SPEC_COLUMNS = (
 DATA_COLUMNS = (Attr.TRAIN_TOKENS, Attr.TOKENS_PER_PARAM)
 # An IsoFLOP trial's compute budget C and its size's position (--isoflop: search/_isoflop_study.py).
 ISOFLOP_COLUMNS = ("compute_budget", "isoflop_size")
+# The data's known truth (a synthetic language's entropy rate and loss floor, from the study's data
+# info; empty for other data), so that a report read from the CSV checks E against the same floor.
 # Appended after docs/design.md §8's columns (which stay first and unchanged); readers must cope without them.
 EXTRA_COLUMNS = (
     "state", "phase", "plan_slot", "seed", "family", "choices", "best_epoch", "flops_per_sample",
     "train_flops", "samples_per_s", "val_curve", "baseline_val_loss", Attr.RUNG, Attr.RUNG_SCORES, Attr.FLOPS_SPENT,
     Attr.FLOPS_FULL, Attr.CONFIRM_RUNG,
     Attr.BASELINE, Attr.LR_PROBE, Attr.TRAIN_SAMPLES, Attr.SAMPLES_PER_PARAM, Attr.DATA_PASSES, *ISOFLOP_COLUMNS,
-    *SPEED_COLUMNS,
+    *TRUTH_KEYS, *SPEED_COLUMNS,
 )
 # Then each family metric a trial recorded (``val_accuracy``, ...), sorted by name.
 CSV_COLUMNS = SPEC_COLUMNS + DATA_COLUMNS + EXTRA_COLUMNS
@@ -95,6 +98,7 @@ def result_rows(study: optuna.Study, settings: StudySettings) -> list[dict[str, 
             Attr.CONFIRM_RUNG: t.user_attrs.get(Attr.CONFIRM_RUNG),
             **{k: t.user_attrs.get(k) for k in (*DATA_COLUMNS, Attr.TRAIN_SAMPLES, Attr.SAMPLES_PER_PARAM,
                                                 Attr.DATA_PASSES, *SPEED_COLUMNS, Attr.LR_PROBE, *ISOFLOP_COLUMNS)},
+            **{k: settings.info.get(k) for k in TRUTH_KEYS},
             **_family_metrics(t.user_attrs),
         }
         rows.append(row)

@@ -5,8 +5,8 @@ scaling-law fit and every table of `archhpo report` is computed from its result,
 can remake and restyle any of them.  One row per trial (COMPLETE, PRUNED and FAIL; trials still
 WAITING or RUNNING are left out), every budget of the experiment; a PRUNED trial's val_loss is the
 value the study stores, as in experiment_results.csv.  The columns, one by one, and the keys of
-``frame.attrs`` (the experiment, its source, and from a database the studies, the data's truth and
-kinds and the stored confirmation ranks): docs/design.md §8b.
+``frame.attrs`` (the experiment, its source, the data's truth (a CSV's truth columns), and from a
+database the studies, data kinds and stored confirmation ranks): docs/design.md §8b.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from archhpo.report._columns import (
 )
 from archhpo.report._confirm import frame_confirmation
 from archhpo.report._database import frame_from_storage, load_curves
+from archhpo.report._truth import TRUTH_KEYS, known_truth
 
 
 # ----------------------------------------------------------------------------- from CSV files
@@ -89,8 +90,18 @@ def frame_from_csv(paths: Sequence[str | Path], experiment: str | None = None) -
         for k, v in ch.items():
             if v not in order.setdefault(k, []):
                 order[k].append(v)
-    frame.attrs.update({"experiment": experiment, "studies": {}, "choice_order": order})
+    frame.attrs.update({"experiment": experiment, "studies": {}, "choice_order": order, "truth": _csv_truth(frame)})
+    frame = frame.drop(columns=[k for k in TRUTH_KEYS if k in frame.columns])  # a frame's truth is in its attrs
     return _finish(frame, experiment, "csv")
+
+
+def _csv_truth(frame: pd.DataFrame) -> dict[str, float]:
+    """The data's known truth from the CSV's truth columns: only where every row records one value
+    (an older CSV, other data or mixed data have none, and the report then checks no floor)."""
+    if frame.empty or not all(k in frame.columns for k in TRUTH_KEYS):
+        return {}
+    rows = frame[list(TRUTH_KEYS)].to_dict("records")
+    return known_truth([{k: float(v) for k, v in r.items() if pd.notna(v)} for r in rows])
 
 
 def trials_frame(

@@ -36,3 +36,34 @@ def test_the_csv_ends_with_the_speed_of_each_trial(sqlite_url: str, tmp_path: Pa
     by_trial = {int(r["trial"]): r for r in rows}
     assert {k: by_trial[first.number][k] for k in SPEED} == {k: str(v) for k, v in SPEED.items()}
     assert {k: by_trial[second.number][k] for k in SPEED} == dict.fromkeys(SPEED, "")
+
+
+def test_a_frame_read_from_the_csv_knows_the_datas_truth_as_one_read_from_the_database(
+        sqlite_url: str, tmp_path: Path) -> None:
+    """The synthetic language's entropy rate and loss floor travel in the CSV, so a report read
+    from it checks E against the same floor; a CSV without them (an older one) knows none."""
+    from archhpo.report._frame import trials_frame
+
+    assert main(["launch", "--experiment", "tr", "--family", "lm", "--budget", "200K", "--trials", "3", "--quick",
+                 "--data", "synthetic:tokens=100000", "--pruner", "none", "--storage", sqlite_url]) == 0
+    q = TrialQueue(sqlite_url, "tr_200K")
+    for value in (1.5, 1.6):
+        claim = q.claim(WORKER)
+        assert claim is not None
+        q.finish(claim, TrialState.COMPLETE, value, {"duration_s": 1.0})
+    out = tmp_path / "res"
+    assert main(["export", "--experiment", "tr", "--storage", sqlite_url, "--out", str(out)]) == 0
+    path = out / "experiment_results.csv"
+    stored = trials_frame("tr", storage=sqlite_url, curves=False)
+    read = trials_frame("tr", csv=path)
+    truth = stored.attrs["truth"]
+    assert set(truth) == {"entropy_rate", "loss_floor"} and truth["loss_floor"] > truth["entropy_rate"] > 0
+    assert read.attrs["truth"] == truth and "loss_floor" not in read.columns
+    rows = list(csv.DictReader(path.open()))
+    older = tmp_path / "older.csv"
+    with older.open("w", newline="") as fh:
+        keep = [k for k in rows[0] if k not in truth]
+        writer = csv.DictWriter(fh, fieldnames=keep, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+    assert trials_frame("tr", csv=older).attrs["truth"] == {}
