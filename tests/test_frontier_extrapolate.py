@@ -48,7 +48,7 @@ def frontier(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Any]:
 @pytest.fixture
 def patched(frontier: tuple[str, Any], monkeypatch: pytest.MonkeyPatch) -> str:
     url, frame = frontier
-    monkeypatch.setattr(x, "_frame", lambda task, storage: frame)
+    monkeypatch.setattr(x, "_frame", lambda task, storage, also=(): frame)
     monkeypatch.setattr(x, "_largest_study", lambda frame: "f_C1e14")
     return url
 
@@ -182,6 +182,15 @@ def test_the_frontier_pools_its_recentred_budgets_from_the_same_database(tmp_pat
     # the data's known truth survives the pooling: the fits check E against its loss floor
     truth = pooled.attrs["truth"]
     assert truth == alone.attrs["truth"] and truth["loss_floor"] > truth["entropy_rate"] > 0
+    # a C_big study in its own database (extrapolate.py launch --to) pools in with --also
+    big = f"sqlite:///{tmp_path / 'x.db'}"
+    assert main(["launch", "--experiment", "f_x", "--centre", "2e4", *tiny[:-1], big]) == 0
+    assert main(["worker", "--study", "f_x_C1e10", "--storage", big, "--threads", "1"]) == 0
+    also = x._frame("f", url, [big])
+    assert set(also["experiment"]) == {"f", "f_r", "f_x"} and len(also) == 15 and also.attrs["truth"] == truth
+    assert also.attrs["study_storage"] == {"f_C1e10": url, "f_r_C1e10": url, "f_x_C1e10": big}
+    with pytest.raises(x.Refused, match="holds no study of experiment f_x"):
+        x._frame("f", url, [url.replace("f.db", "none.db")])
 
 
 def test_a_budget_planned_but_not_trained_sets_neither_c_big_nor_the_study_it_plans_from() -> None:

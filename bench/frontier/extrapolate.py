@@ -16,6 +16,7 @@ writes the prediction per planned size (the law's loss and one run's 95% interva
 D) into extrapolation.json, measured_loss null. `launch` prints (with --run, runs) that launch;
 `grade` fills measured_loss from the trained study: inside the interval, the flanks not better
 beyond noise, the error in nats and percent. `seeds` launches extra seeds at each resolved vertex.
+`predict --also STORAGE` pools an earlier C_big study (`{task}_x` in that database) into the frontier.
 """
 
 from __future__ import annotations
@@ -49,27 +50,33 @@ class Refused(Exception):
 RECENTRED = ("{task}_r", "{task}_r2", "{task}_r3", "{task}_r4", "{task}_r5")
 
 
-def _frame(task: str, storage: str) -> Any:
+def _frame(task: str, storage: str, also: Sequence[str] = ()) -> Any:
     """The frontier's trials: experiment `task`, pooled with its re-centred passes (`task`_r to `task`_r5)
-    where the database holds them (each plan's sizes its own, report/_isoflop.py isoflop_points)."""
+    where the database holds them (each plan's sizes its own, report/_isoflop.py isoflop_points), and
+    with each `also` database's C_big study (`task`_x: an extrapolation's profile, read after its grade).
+    ``attrs["study_storage"]`` names each study's database."""
     import pandas as pd
 
-    from archhpo.errors import StudyError
+    from archhpo.errors import StorageError, StudyError
     from archhpo.report._frame import trials_frame
 
     frames = [trials_frame(task, storage=storage, curves=False)]
-    for name in RECENTRED:
+    where = dict.fromkeys(frames[0].attrs.get("studies", {}).values(), storage)
+    for name, url in [*((n.format(task=task), storage) for n in RECENTRED), *((f"{task}_x", a) for a in also)]:
         try:
-            frames.append(trials_frame(name.format(task=task), storage=storage, curves=False))
-        except StudyError:  # no such pass in this database
+            frames.append(trials_frame(name, storage=url, curves=False))
+        except (StudyError, StorageError):  # no such pass in this database
+            if url != storage:
+                raise Refused(f"{url} holds no study of experiment {task}_x; give --also the C_big study's database.") from None
             continue
+        where.update(dict.fromkeys(frames[-1].attrs.get("studies", {}).values(), url))
     frame = pd.concat([f for f in frames if not f.empty] or frames[:1], ignore_index=True)
     # pd.concat keeps no attrs: the data's known truth (its loss floor, which the fits check E against)
     # is the first pass's, and every pass trains the same data
     truths = {json.dumps(f.attrs.get("truth"), sort_keys=True) for f in frames if not f.empty}
     if len(truths) > 1:
         raise Refused(f"The passes of {task!r} record different data truths; each pass must train the frontier's data.")
-    frame.attrs = dict(frames[0].attrs)
+    frame.attrs = {**frames[0].attrs, "study_storage": where}
     if frame.empty or "compute_budget" not in frame or frame["compute_budget"].isna().all():
         raise Refused(f"{storage} holds no IsoFLOP trials of experiment {task!r}; give the frontier's --task and --storage.")
     return frame
@@ -128,13 +135,14 @@ def in_regime(frame: Any, min_steps: int) -> Any:
 
 
 def predict(task: str, storage: str, factor: float = MIN_FACTOR, compute: float | None = None,
-            n_boot: int = 1000, min_steps: int = 0) -> dict[str, Any]:
+            n_boot: int = 1000, min_steps: int = 0, also: Sequence[str] = ()) -> dict[str, Any]:
     """The prediction entry of `task` (module docstring); Refused where it cannot be made. With
-    `min_steps`, L(N, D) is fitted on the trials that train at least that many steps."""
+    `min_steps`, L(N, D) is fitted on the trials that train at least that many steps; `also`
+    pools earlier C_big studies' databases into the frontier (`_frame`)."""
     from archhpo.report._answer import compute_answer, nd_fit, nd_points
     from archhpo.report._isoflop import isoflop_fit
 
-    frame = _frame(task, storage)
+    frame = _frame(task, storage, also)
     top = float(_trained(frame)["compute_budget"].astype(float).max())
     c = float(compute) if compute is not None else factor * top
     if not c >= MIN_FACTOR * top * (1 - 1e-9):
@@ -144,11 +152,11 @@ def predict(task: str, storage: str, factor: float = MIN_FACTOR, compute: float 
     answer = compute_answer(frame, nd, c)
     if answer.get("status") != "fitted":
         raise Refused(f"{task}: no prediction, L(N, D) is not fitted ({nd.get('status')}: {nd.get('reason')}).")
-    n_star = float(answer["N"]["estimate"])
+    n_star, study = float(answer["N"]["estimate"]), _largest_study(frame)
     planned = [{"size": t.size, "n": t.param_count, "train_tokens": t.train_tokens, "train_flops": t.train_flops,
                 "shape": {k: getattr(t.row, k) for k in ("d_model", "n_layers", "n_heads", "d_ff")},
                 "loss": law_at(nd, t.param_count, t.train_tokens)}
-               for t in plan_big(storage, _largest_study(frame), c, n_star)]
+               for t in plan_big(frame.attrs.get("study_storage", {}).get(study, storage), study, c, n_star)]
     middle = planned[len(planned) // 2]
     iso = isoflop_fit(frame, nd, n_boot)
     return {"task": task, "compute": c, "factor": c / top, "largest_budget": top,
@@ -270,13 +278,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--seeds", type=int, default=3, help="seeds: seeds per vertex size")
     p.add_argument("--json", type=Path, default=JSON_PATH)
     p.add_argument("--n-boot", type=int, default=1000)
+    p.add_argument("--also", action="append", default=[], metavar="STORAGE",
+                   help="predict: pool this database's {task}_x study (an earlier C_big profile) into the frontier")
     p.add_argument("--min-steps", type=int, default=0,
                    help="predict: fit L(N, D) on the trials of at least this many optimizer steps (0: all)")
     p.add_argument("--run", action="store_true", help="launch, seeds: run the launch, not only print it")
     args = p.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
     try:
         if args.command == "predict":
-            entry = predict(args.task, args.storage, args.factor, args.compute, args.n_boot, args.min_steps)
+            entry = predict(args.task, args.storage, args.factor, args.compute, args.n_boot, args.min_steps, args.also)
             write_entry(entry, args.json)
             print(json.dumps(entry["predicted"], indent=2))
         elif args.command == "launch":
