@@ -26,3 +26,14 @@ save() {  # the committed copy of $1: an online backup of the live database, the
   rm -rf "$SAVED/${t}_ck" && mv "$SAVED/${t}_ck.tmp" "$SAVED/${t}_ck"
   echo "$(date -u +%FT%TZ) saved $t" >&2
 }
+
+start_saver() {  # save $1 every 15 minutes in the background until `stop_saver $1`
+  local t=$1
+  ( while sleep 900; do save "$t" || true; done ) >>"$WORK/$t.saver.log" 2>&1 &
+  echo $! >"$WORK/$t.saver.pid"
+}
+
+stop_saver() {  # stop $1's saver (its pid file removed)
+  local t=$1
+  if [[ -f $WORK/$t.saver.pid ]]; then kill "$(cat "$WORK/$t.saver.pid")" 2>/dev/null || true; rm -f "$WORK/$t.saver.pid"; fi
+}

@@ -98,9 +98,7 @@ def frame_from_csv(paths: Sequence[str | Path], experiment: str | None = None) -
 def _csv_truth(frame: pd.DataFrame) -> dict[str, float]:
     """The data's known truth from the CSV's truth columns: only where every row records one value
     (an older CSV, other data or mixed data have none, and the report then checks no floor)."""
-    if frame.empty or not all(k in frame.columns for k in TRUTH_KEYS):
-        return {}
-    rows = frame[list(TRUTH_KEYS)].to_dict("records")
+    rows = frame.reindex(columns=list(TRUTH_KEYS)).to_dict("records")  # a missing column reads as empty
     return known_truth([{k: float(v) for k, v in r.items() if pd.notna(v)} for r in rows])
 
 

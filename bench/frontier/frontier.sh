@@ -27,7 +27,7 @@ export RAY_USAGE_STATS_ENABLED=0
 TASKS=(syn shk)
 
 # shellcheck source=bench/parts.sh
-source "$ROOT/bench/parts.sh"  # sql, restore_copy, save: the working and committed copies
+source "$ROOT/bench/parts.sh"  # sql, restore_copy, save, start_saver, stop_saver: the two copies
 
 # Shared by both tasks: the truths' training (fixed data, WSD with a 20% cooldown, learning rate 3e-3,
 # batch 16, 128-token windows, 2, 4 or 8 heads), 7 sizes over 10x per C, 3 validation intervals.
@@ -179,11 +179,10 @@ extrapolation() {  # task $1's C_big study ({task}_x in $WORK/{task}_x.db, made 
   local t=$1 n rc=0
   restore "$t"
   [[ -s $WORK/$t.db ]] || { echo "no $WORK/$t.db: run extrapolate.py predict and launch first" >&2; return 2; }
-  ( while sleep 900; do save "$t" || true; done ) >>"$WORK/$t.saver.log" 2>&1 &
-  echo $! >"$WORK/$t.saver.pid"
+  start_saver "$t"
   for n in $(sql "$WORK/$t.db" "select study_name from studies order by 1"); do train_study "$t" "$n" || { rc=$?; break; }; done
-  kill "$(cat "$WORK/$t.saver.pid")" 2>/dev/null || true
-  rm -f "$WORK/$t.worker.pid" "$WORK/$t.saver.pid"
+  stop_saver "$t"
+  rm -f "$WORK/$t.worker.pid"
   save "$t"
   return "$rc"
 }
@@ -206,8 +205,7 @@ chain() {  # task $1: launch every C (idempotent), then train each C's study to 
   launch_pass "$t" r3
   launch_pass "$t" r4
   launch_pass "$t" r5
-  ( while sleep 900; do save "$t" || true; done ) >>"$WORK/$t.saver.log" 2>&1 &
-  echo $! >"$WORK/$t.saver.pid"
+  start_saver "$t"
   # the second pass's cheap budgets first (they resolve the low vertices), then the first pass's rest
   local studies=()
   for c in $(recentre_computes "$t"); do studies+=("${t}_r_C${c}"); done
@@ -222,8 +220,8 @@ chain() {  # task $1: launch every C (idempotent), then train each C's study to 
   if ((rc == 0)); then  # the next pass, after the seeds (its rule: recentre5_for)
     for c in $(pass_computes "$t" r5); do train_study "$t" "${t}_r5_C${c}" || { rc=$?; break; }; done
   fi
-  kill "$(cat "$WORK/$t.saver.pid")" 2>/dev/null || true
-  rm -f "$WORK/$t.worker.pid" "$WORK/$t.saver.pid"
+  stop_saver "$t"
+  rm -f "$WORK/$t.worker.pid"
   save "$t"
   return "$rc"
 }
@@ -251,7 +249,7 @@ stop() {  # SIGTERM each worker (its running trial is saved between two steps), 
       while kill -0 "$pid" 2>/dev/null; do sleep 1; done
       rm -f "$WORK/$t.worker.pid"
     fi
-    if [[ -f $WORK/$t.saver.pid ]]; then kill "$(cat "$WORK/$t.saver.pid")" 2>/dev/null || true; rm -f "$WORK/$t.saver.pid"; fi
+    stop_saver "$t"
     if [[ -f $WORK/$t.db ]]; then save "$t"; fi
   done
   return 0

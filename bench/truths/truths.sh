@@ -28,7 +28,7 @@ WORKERS=${TRUTHS_WORKERS:-2}
 export RAY_USAGE_STATS_ENABLED=0
 
 # shellcheck source=bench/parts.sh
-source "$ROOT/bench/parts.sh"  # sql, restore_copy, save: the working and committed copies
+source "$ROOT/bench/parts.sh"  # sql, restore_copy, save, start_saver, stop_saver: the two copies
 
 # Shared by every truth: 3 init seeds on data fixed by --data-seed; every architecture of the grid
 # (a paired study never prunes) trained to 10 tokens per parameter (20 is beyond this machine: see the
@@ -91,16 +91,15 @@ train() {  # train the studies $2... of database $1 to the end with $WORKERS nic
   local t=$1 pids=() rc=0 study_args=() n
   shift
   for n in "$@"; do study_args+=(--study "$n"); done
-  ( while sleep 900; do save "$t" || true; done ) >>"$WORK/$t.saver.log" 2>&1 &
-  echo $! >"$WORK/$t.saver.pid"
+  start_saver "$t"
   for i in $(seq 1 "$WORKERS"); do
     nice -n 10 "$ARCHHPO" worker --experiment "$t" "${study_args[@]}" --storage "sqlite:///$WORK/$t.db" \
       --threads 1 --checkpoint-dir "$WORK/${t}_ck" >>"$WORK/$t.worker$i.log" 2>&1 &
     pids+=($!); echo $! >"$WORK/$t.worker$i.pid"
   done
   for pid in "${pids[@]}"; do wait "$pid" || rc=$?; done
-  kill "$(cat "$WORK/$t.saver.pid")" 2>/dev/null || true
-  rm -f "$WORK/$t".worker*.pid "$WORK/$t.saver.pid"
+  stop_saver "$t"
+  rm -f "$WORK/$t".worker*.pid
   save "$t"
   return "$rc"
 }
